@@ -1,0 +1,1 @@
+"""Durable, correct AI-agent sessions on trio."""

@@ -1,0 +1,112 @@
+"""The one exception hierarchy of zidane_actors.
+
+Every error the library raises on purpose is a :class:`ZidaneActorsError`.
+Bad input is a :class:`ValidationError` (also a :class:`ValueError`) whose
+message says what was wrong and where (``path`` is a JSONPath-like locator
+such as ``$.turns[3].content[0].type`` when one is known).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorClosed",
+    "ActorCrashed",
+    "ActorError",
+    "ConflictError",
+    "CorruptDataError",
+    "ExtensionStateError",
+    "InvalidNameError",
+    "NoStoreError",
+    "RemoteStoreError",
+    "SessionNotFoundError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreUnavailableError",
+    "UnsupportedOperationError",
+    "ValidationError",
+    "WireFormatError",
+    "ZidaneActorsError",
+]
+
+
+class ZidaneActorsError(Exception):
+    """Base class of every error zidane_actors raises on purpose."""
+
+
+class ValidationError(ZidaneActorsError, ValueError):
+    """Untrusted input (JSON, wire message, HTTP body, name) is invalid.
+
+    ``path`` locates the bad field when it is known (``$`` is the root).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{message} (at {path})" if path else message)
+
+
+class WireFormatError(ValidationError):
+    """A provider wire message (Anthropic, OpenAI) cannot be converted."""
+
+
+class InvalidNameError(ValidationError):
+    """A session id, extension name, key or file name is unsafe or malformed."""
+
+
+class ExtensionStateError(ValidationError):
+    """Extension session state breaks a naming rule or a size limit."""
+
+
+class StoreError(ZidaneActorsError):
+    """A session store failed to carry out an operation."""
+
+
+class SessionNotFoundError(StoreError, LookupError):
+    """The store holds no session with the given id."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed; no further operation is accepted."""
+
+
+class ConflictError(StoreError):
+    """A conditional write lost a race (stale revision, claimed id, …)."""
+
+
+class CorruptDataError(StoreError):
+    """Persisted data (a database row, a file on disk) does not decode."""
+
+
+class StoreUnavailableError(StoreError):
+    """The backend cannot be reached (network, server down, timeout)."""
+
+
+class RemoteStoreError(StoreError):
+    """The remote session API answered with an error.
+
+    ``status`` is the HTTP status and ``code`` the API's error code.
+    """
+
+    def __init__(self, message: str, *, status: int, code: str | None = None) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(f"{message} (HTTP {status}{', ' + code if code else ''})")
+
+
+class UnsupportedOperationError(StoreError):
+    """The store does not implement an optional method the caller needs."""
+
+
+class NoStoreError(ZidaneActorsError):
+    """A session without a store was asked to persist."""
+
+
+class ActorError(ZidaneActorsError):
+    """Base class of actor runtime failures."""
+
+
+class ActorClosed(ActorError):
+    """The actor has stopped (closed or crashed) and accepts no commands."""
+
+
+class ActorCrashed(ActorError):
+    """The actor died while this command was pending; ``__cause__`` says why."""

@@ -1,0 +1,158 @@
+"""Artifact helpers shared by every store, so merge and eviction rules cannot drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from ._codec import encode
+from ._types import ArtifactFilter, SessionArtifact, SessionArtifactInput
+
+__all__ = [
+    "ARTIFACTS_METADATA_KEY",
+    "ARTIFACTS_PER_SESSION_CAP",
+    "ARTIFACT_KINDS",
+    "ARTIFACT_LABEL_MAX_CHARS",
+    "ARTIFACT_META_MAX_BYTES",
+    "ARTIFACT_URI_MAX_CHARS",
+    "matches_artifact_filter",
+    "merge_artifact",
+    "normalize_artifact_input",
+    "select_artifact_evictions",
+    "sort_artifacts",
+]
+
+
+class _ArtifactKinds(msgspec.Struct, frozen=True):
+    branch: str = "branch"
+    commit: str = "commit"
+    file: str = "file"
+    pull_request: str = "pull_request"
+
+
+ARTIFACT_KINDS: Final = _ArtifactKinds()
+"""Built-in kinds (``ARTIFACT_KINDS.pull_request == 'pull_request'``). Open set."""
+
+ARTIFACT_META_MAX_BYTES: Final = 16_384
+"""Maximum size of an artifact ``meta`` value, in bytes of its JSON encoding."""
+
+ARTIFACTS_METADATA_KEY: Final = "artifacts"
+"""Reserved tool-result metadata namespace for emitted artifacts."""
+
+ARTIFACTS_PER_SESSION_CAP: Final = 200
+"""Maximum number of artifacts kept per session."""
+
+ARTIFACT_LABEL_MAX_CHARS: Final = 500
+"""Labels longer than this are clipped (with an ellipsis)."""
+
+ARTIFACT_URI_MAX_CHARS: Final = 4_096
+"""A longer uri cannot be clipped without changing identity: the input is refused."""
+
+ARTIFACT_KIND_MAX_CHARS: Final = 64
+
+
+def _clean_str(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    stripped = value.strip()
+    return stripped or None
+
+
+def normalize_artifact_input(raw: object) -> SessionArtifactInput | None:
+    """Validate an untrusted artifact entry; ``None`` when it is unusable.
+
+    Missing or non-string ``kind``/``uri``/``label`` and over-long kinds or uris
+    make it unusable; a long label is clipped and an oversized or non-JSON
+    ``meta`` is dropped (not the artifact).
+    """
+    if not isinstance(raw, dict):
+        return None
+    kind, uri, label = (_clean_str(raw.get(k)) for k in ("kind", "uri", "label"))
+    if kind is None or uri is None or label is None:
+        return None
+    if len(kind) > ARTIFACT_KIND_MAX_CHARS or len(uri) > ARTIFACT_URI_MAX_CHARS:
+        return None
+    if len(label) > ARTIFACT_LABEL_MAX_CHARS:
+        label = label[: ARTIFACT_LABEL_MAX_CHARS - 1] + "…"
+    meta: Any = UNSET
+    if "meta" in raw and raw["meta"] is not None:
+        try:
+            if len(encode(raw["meta"])) <= ARTIFACT_META_MAX_BYTES:
+                meta = raw["meta"]
+        except (TypeError, ValueError, OverflowError):
+            meta = UNSET
+    project_root = _clean_str(raw.get("projectRoot"))
+    return SessionArtifactInput(
+        kind=kind, uri=uri, label=label, meta=meta, project_root=project_root
+    )
+
+
+def merge_artifact(existing: SessionArtifact, incoming: SessionArtifact) -> SessionArtifact:
+    """Apply an upsert to a stored row.
+
+    Identity (``id``, ``runId``, ``turnId``, ``createdAt``) stays, ``label``
+    refreshes, ``meta`` and ``projectRoot`` refresh when the incoming artifact
+    has them, and ``updatedAt`` becomes the later of the two.
+    """
+    return msgspec.structs.replace(
+        existing,
+        label=incoming.label,
+        meta=existing.meta if incoming.meta is UNSET else incoming.meta,
+        project_root=(
+            existing.project_root if incoming.project_root is None else incoming.project_root
+        ),
+        updated_at=max(existing.updated_at, incoming.updated_at),
+    )
+
+
+def select_artifact_evictions(
+    current: Sequence[SessionArtifact], cap: int = ARTIFACTS_PER_SESSION_CAP
+) -> list[str]:
+    """Ids to evict so the session stays at or under ``cap`` after one more insert.
+
+    ``file`` artifacts go first, oldest first within a kind; ties keep the
+    caller's (insertion) order.
+    """
+    excess = len(current) + 1 - cap
+    if excess <= 0:
+        return []
+    order = sorted(
+        range(len(current)),
+        key=lambda i: (current[i].kind != ARTIFACT_KINDS.file, current[i].created_at),
+    )
+    return [current[i].id for i in order[:excess]]
+
+
+def sort_artifacts(artifacts: list[SessionArtifact]) -> list[SessionArtifact]:
+    """Sort newest ``updatedAt`` first, stable on id; in place, and returned."""
+    artifacts.sort(key=lambda a: a.id)
+    artifacts.sort(key=lambda a: a.updated_at, reverse=True)
+    return artifacts
+
+
+def matches_artifact_filter(artifact: SessionArtifact, filter: ArtifactFilter | None) -> bool:
+    """Whether ``artifact`` passes ``filter`` (``None`` matches all; ``limit`` not applied)."""
+    if filter is None:
+        return True
+    if filter.session_id is not None and artifact.session_id != filter.session_id:
+        return False
+    if filter.kind is not None and artifact.kind != filter.kind:
+        return False
+    if filter.uri is not None and artifact.uri != filter.uri:
+        return False
+    if filter.since is not None and artifact.updated_at < filter.since:
+        return False
+    return filter.project_root is UNSET or artifact.project_root == filter.project_root
+
+
+def filter_artifacts(
+    artifacts: Iterable[SessionArtifact], filter: ArtifactFilter | None
+) -> list[SessionArtifact]:
+    """Matching artifacts, newest first, cut to ``filter.limit``."""
+    rows = sort_artifacts([a for a in artifacts if matches_artifact_filter(a, filter)])
+    if filter is not None and filter.limit is not None:
+        del rows[filter.limit :]
+    return rows

@@ -1,0 +1,36 @@
+"""Validation of ids and names that reach file paths, URLs and SQL."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from ..errors import InvalidNameError
+
+__all__ = ["ID_MAX_LENGTH", "new_id", "validate_id"]
+
+ID_MAX_LENGTH = 200
+"""Longest id accepted for sessions, runs, turns, artifacts and schedules."""
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+=-]*")
+
+
+def validate_id(value: object, *, what: str = "session id") -> str:
+    """Return ``value`` if it is a safe id, else raise :class:`InvalidNameError`.
+
+    Safe ids are 1–200 characters of letters, digits and ``_ . : @ + = -``,
+    not starting with a dot or a dash: never a path separator, ``..``, or a
+    control character, so an id can name a file or a URL segment as is.
+    """
+    if not isinstance(value, str):
+        raise InvalidNameError(f"{what} must be a string, got {type(value).__name__}")
+    if not value or len(value) > ID_MAX_LENGTH:
+        raise InvalidNameError(f"{what} must be 1-{ID_MAX_LENGTH} characters, got {len(value)}")
+    if not _SAFE_ID.fullmatch(value) or ".." in value:
+        raise InvalidNameError(f"{what} {value!r} has characters outside [A-Za-z0-9_.:@+=-]")
+    return value
+
+
+def new_id() -> str:
+    """A fresh random id (a UUID4 string)."""
+    return str(uuid.uuid4())

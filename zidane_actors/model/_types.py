@@ -1,0 +1,502 @@
+"""The persisted data model: frozen msgspec Structs with the spec's camelCase keys.
+
+Every type here is a value: frozen, sequences are tuples, and absent optional
+fields are omitted from the JSON (``omit_defaults``), so a document written
+here reads the same in zidane and back.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+__all__ = [
+    "AppendTurnsOptions",
+    "ArtifactFilter",
+    "DropPartials",
+    "FileBlock",
+    "ImageBlock",
+    "JsonValue",
+    "PruneSteps",
+    "ReasoningBlock",
+    "RunErrorDetail",
+    "RunEstimate",
+    "RunEstimateFailure",
+    "RunOrigin",
+    "RunOwner",
+    "RunStatus",
+    "RunUserWait",
+    "SaveMetaOptions",
+    "Schedule",
+    "ScheduleFire",
+    "SendRequestClaim",
+    "SendRequestRecord",
+    "SessionArtifact",
+    "SessionArtifactInput",
+    "SessionContentBlock",
+    "SessionData",
+    "SessionFilter",
+    "SessionHistory",
+    "SessionMessage",
+    "SessionMetaRow",
+    "SessionRun",
+    "SessionRunAgent",
+    "SessionRunRetry",
+    "SessionStatus",
+    "SessionTurn",
+    "StoredRunBehavior",
+    "StoredRunOptions",
+    "TextBlock",
+    "ToolCallBlock",
+    "ToolResultBlock",
+    "TurnRole",
+    "TurnUsage",
+    "UpdateRunOptions",
+]
+
+JsonValue: TypeAlias = Any
+"""Any JSON value (``None``, bool, int, float, str, list, dict with str keys)."""
+
+NonEmptyStr = Annotated[str, Meta(min_length=1)]
+EpochMs = Annotated[int, Meta(ge=0)]
+Count = Annotated[int, Meta(ge=0)]
+
+SessionStatus: TypeAlias = Literal["error", "running", "completed", "idle"]
+RunStatus: TypeAlias = Literal["error", "running", "completed", "aborted"]
+TurnRole: TypeAlias = Literal["system", "user", "assistant", "command"]
+ThinkingLevel: TypeAlias = Literal[
+    "off", "minimal", "low", "medium", "high", "xhigh", "max", "adaptive"
+]
+
+
+class _Value(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """Base of every persisted value type."""
+
+
+class _Block(_Value, frozen=True, tag_field="type"):
+    """Base of the content blocks, tagged by their ``type`` key."""
+
+
+def _one_source(kind: str, sources: dict[str, object]) -> None:
+    given = [name for name, value in sources.items() if value is not None]
+    if len(given) != 1:
+        names = "/".join(sources)
+        raise ValueError(f"{kind} block needs exactly one of {names}, got {given or 'none'}")
+
+
+class TextBlock(_Block, frozen=True, tag="text"):
+    """Plain text."""
+
+    text: str
+
+
+class ImageBlock(_Block, frozen=True, tag="image"):
+    """An image, inline (base64 ``data`` + ``mediaType``), by ``url``, or by content ``ref``."""
+
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    ref: str | None = None
+
+    def __post_init__(self) -> None:
+        _one_source("image", {"data": self.data, "url": self.url, "ref": self.ref})
+        if self.data is not None and not self.media_type:
+            raise ValueError("image block with inline data needs a mediaType")
+
+
+class FileBlock(_Block, frozen=True, tag="file"):
+    """A document: inline base64 ``data``, a ``url``, plain ``text`` or a content ``ref``."""
+
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    text: str | None = None
+    ref: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        _one_source(
+            "file", {"data": self.data, "url": self.url, "text": self.text, "ref": self.ref}
+        )
+        if self.data is not None and not self.media_type:
+            raise ValueError("file block with inline data needs a mediaType")
+
+
+class ToolCallBlock(_Block, frozen=True, tag="tool_call"):
+    """A tool call the model made; ``input`` is always a JSON object."""
+
+    id: NonEmptyStr
+    name: NonEmptyStr
+    input: dict[str, JsonValue] = msgspec.field(default_factory=dict)
+
+
+ToolResultPart: TypeAlias = TextBlock | ImageBlock | FileBlock
+
+
+class ToolResultBlock(_Block, frozen=True, tag="tool_result"):
+    """The result of the tool call ``callId``: a string or text/image/file blocks."""
+
+    call_id: NonEmptyStr
+    output: str | tuple[ToolResultPart, ...]
+    is_error: bool = False
+    name: str | None = None
+
+
+class ReasoningBlock(_Block, frozen=True, tag="reasoning"):
+    """Model reasoning, kept byte-exact for replay to the provider that made it.
+
+    ``provider`` names its origin (``anthropic``, ``openai``); ``signature``
+    (Anthropic thinking signature, OpenAI encrypted content) and
+    ``redactedData`` (Anthropic redacted thinking) are opaque.
+    """
+
+    text: str = ""
+    provider: str | None = None
+    signature: str | None = None
+    redacted_data: str | None = None
+    id: str | None = None
+
+
+SessionContentBlock: TypeAlias = (
+    TextBlock | ImageBlock | FileBlock | ToolCallBlock | ToolResultBlock | ReasoningBlock
+)
+
+
+class SessionMessage(_Value, frozen=True):
+    """A provider-neutral message: what a provider request is built from."""
+
+    role: Literal["system", "user", "assistant"]
+    content: tuple[SessionContentBlock, ...]
+
+
+class TurnUsage(_Value, frozen=True):
+    """Token usage of one turn (or a run's total)."""
+
+    input: Count = 0
+    output: Count = 0
+    cache_read: Count | None = None
+    cache_creation: Count | None = None
+    cost: float | None = None
+    model: str | None = None
+    turn_id: str | None = None
+
+
+class SessionTurn(_Value, frozen=True):
+    """One persisted turn of a conversation."""
+
+    id: NonEmptyStr
+    role: TurnRole
+    content: tuple[SessionContentBlock, ...]
+    created_at: EpochMs
+    run_id: str | None = None
+    usage: TurnUsage | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+
+class SessionRunAgent(_Value, frozen=True):
+    """A host agent profile as a run record names it."""
+
+    id: str
+    label: str
+
+
+class RunEstimate(_Value, frozen=True):
+    """A run's expected duration."""
+
+    at: EpochMs
+    high_ms: float
+    initial_ms: float
+    revisions: Count
+    total_ms: float
+    calibration: float | None = None
+    overrun_checked: Literal[True] | None = None
+
+
+class RunEstimateFailure(_Value, frozen=True):
+    """Why a run's estimate failed."""
+
+    at: EpochMs
+    reason: str
+    message: str | None = None
+
+
+class RunUserWait(_Value, frozen=True):
+    """Time a run spent waiting on the user."""
+
+    ms: float = 0
+    since: EpochMs | None = None
+
+
+class RunErrorDetail(_Value, frozen=True):
+    """What a run error's one line leaves out."""
+
+    message: str | None = None
+    provider_message: str | None = None
+    status_code: int | None = None
+    code: str | None = None
+    reset_at: EpochMs | None = None
+    retry_after_ms: float | None = None
+
+
+class SessionRunRetry(_Value, frozen=True):
+    """One provider stream retry of a run."""
+
+    attempt: Annotated[int, Meta(ge=1)]
+    delay_ms: float
+    max_attempts: Annotated[int, Meta(ge=0)]
+    message: str
+    turn_id: str
+    code: str | None = None
+    discarded_text: Literal[True] | None = None
+    error_type: str | None = None
+    status_code: int | None = None
+
+
+class RunOrigin(_Value, frozen=True):
+    """How a run was initiated when not a plain user prompt."""
+
+    kind: Literal["command"]
+    display: str | None = None
+
+
+class StoredRunBehavior(_Value, frozen=True):
+    """The caps a checkpoint run keeps."""
+
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_total_tokens: int | None = None
+    max_wall_ms: float | None = None
+    retry: dict[str, JsonValue] | None = None
+    resume_on_max_tokens: bool | None = None
+
+
+class StoredRunOptions(_Value, frozen=True):
+    """What a checkpoint run keeps of its options."""
+
+    behavior: StoredRunBehavior | None = None
+    model: str | tuple[str | dict[str, JsonValue], ...] | None = None
+    model_options: dict[str, bool] | None = None
+    thinking: ThinkingLevel | None = None
+
+
+class SessionRun(_Value, frozen=True):
+    """Record of one agent run inside a session."""
+
+    id: NonEmptyStr
+    prompt: str
+    started_at: EpochMs
+    status: RunStatus
+    agent: SessionRunAgent | None = None
+    cost: float | None = None
+    depth: Count | None = None
+    ended_at: EpochMs | None = None
+    error: str | None = None
+    error_detail: RunErrorDetail | None = None
+    estimate: RunEstimate | None = None
+    estimate_failure: RunEstimateFailure | None = None
+    label: str | None = None
+    loop_turn: Count | None = None
+    options: StoredRunOptions | None = None
+    origin: RunOrigin | None = None
+    parent_call_id: str | None = None
+    parent_run_id: str | None = None
+    resumable: Literal[True] | None = None
+    resumed_from_run_id: str | None = None
+    stream_retries: tuple[SessionRunRetry, ...] | None = None
+    tokens_in: Count | None = None
+    tokens_out: Count | None = None
+    total_usage: TurnUsage | None = None
+    turns: Count | None = None
+    turn_usage: tuple[TurnUsage, ...] | None = None
+    user_wait: RunUserWait | None = None
+    wall_ms: float | None = None
+
+
+class RunOwner(_Value, frozen=True):
+    """Who wrote a stored ``running`` marker."""
+
+    host_id: str
+    pid: Annotated[int, Meta(ge=0)]
+    token: str
+    started_at: EpochMs | None = None
+
+
+class SessionData(_Value, frozen=True):
+    """Persisted form of a session: identity, turns, runs and metadata."""
+
+    id: NonEmptyStr
+    created_at: EpochMs
+    updated_at: EpochMs
+    status: SessionStatus = "idle"
+    metadata: dict[str, JsonValue] = msgspec.field(default_factory=dict)
+    turns: tuple[SessionTurn, ...] = ()
+    runs: tuple[SessionRun, ...] = ()
+    agent_id: str | None = None
+    project_root: str | None = None
+    run_owner: RunOwner | None = None
+
+
+class SessionHistory(_Value, frozen=True):
+    """A session's turns and runs: what a history edit reads and writes."""
+
+    turns: tuple[SessionTurn, ...]
+    runs: tuple[SessionRun, ...]
+
+
+class SessionMetaRow(_Value, frozen=True):
+    """Compact per-session summary (``list_meta`` / ``get_meta``)."""
+
+    id: str
+    metadata: dict[str, JsonValue]
+    run_count: Count
+    turn_count: Count
+    updated_at: EpochMs
+    user_message_count: Count
+    agent_id: str | None = None
+    artifact_count: Count | None = None
+    created_at: EpochMs | None = None
+    first_user_turn: SessionTurn | None = None
+    project_root: str | None = None
+    rev: Count | None = None
+    run_owner: RunOwner | None = None
+    status: SessionStatus | None = None
+
+
+class SessionFilter(_Value, frozen=True):
+    """Filter of ``list`` / ``list_meta``; conditions AND together.
+
+    ``projectRoot`` is tri-state: a string keeps that project only, ``None``
+    keeps untagged sessions only, ``UNSET`` (the default) ignores the axis.
+    """
+
+    agent_id: str | None = None
+    limit: Annotated[int, Meta(ge=0)] | None = None
+    project_root: str | UnsetType | None = UNSET
+
+
+class SessionArtifact(_Value, frozen=True):
+    """A recorded output of a session (pull request, branch, commit, file…)."""
+
+    id: NonEmptyStr
+    session_id: NonEmptyStr
+    kind: NonEmptyStr
+    uri: NonEmptyStr
+    label: str
+    created_at: EpochMs
+    updated_at: EpochMs
+    meta: JsonValue | UnsetType = UNSET
+    project_root: str | None = None
+    run_id: str | None = None
+    turn_id: str | None = None
+
+
+class SessionArtifactInput(_Value, frozen=True):
+    """What a producer hands to ``Session.add_artifact``."""
+
+    kind: NonEmptyStr
+    uri: NonEmptyStr
+    label: NonEmptyStr
+    meta: JsonValue | UnsetType = UNSET
+    project_root: str | None = None
+
+
+class ArtifactFilter(_Value, frozen=True):
+    """Filter for listing artifacts; fields combine with AND.
+
+    ``projectRoot`` is tri-state like :class:`SessionFilter`.
+    """
+
+    kind: str | None = None
+    limit: Annotated[int, Meta(ge=0)] | None = None
+    project_root: str | UnsetType | None = UNSET
+    session_id: str | None = None
+    since: EpochMs | None = None
+    uri: str | None = None
+
+
+class SendRequestRecord(_Value, frozen=True):
+    """A claimed send request id; ``result`` is UNSET while the send is in flight."""
+
+    request_id: NonEmptyStr
+    fingerprint: str
+    created_at: EpochMs
+    result: JsonValue | UnsetType = UNSET
+
+
+class SendRequestClaim(_Value, frozen=True):
+    """What ``claim_send_request`` answers: claimed, or the record holding the id."""
+
+    claimed: bool
+    record: SendRequestRecord | None = None
+
+    def __post_init__(self) -> None:
+        if self.claimed == (self.record is not None):
+            raise ValueError("a claim carries a record exactly when it was not claimed")
+
+
+class ScheduleFire(_Value, frozen=True):
+    """One fire of a schedule."""
+
+    id: NonEmptyStr
+    schedule_id: NonEmptyStr
+    due_at: EpochMs
+    fired_at: EpochMs
+    status: Literal["ok", "error", "skipped"]
+    session_id: str | None = None
+    run_id: str | None = None
+    error: str | None = None
+
+
+class Schedule(_Value, frozen=True):
+    """A prompt to run on a session at times (an interval or a cron expression)."""
+
+    id: NonEmptyStr
+    prompt: str
+    enabled: bool
+    created_at: EpochMs
+    updated_at: EpochMs
+    next_fire_at: EpochMs | None = None
+    name: str | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+    project_root: str | None = None
+    interval_ms: Annotated[int, Meta(gt=0)] | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    last_fire: ScheduleFire | None = None
+
+
+class DropPartials(_Value, frozen=True):
+    """``AppendTurnsOptions.dropPartials``."""
+
+    run_id: NonEmptyStr
+
+
+class PruneSteps(_Value, frozen=True):
+    """``pruneSteps``: drop run ``runId``'s step records up to ``throughTurn`` (all when unset)."""
+
+    run_id: NonEmptyStr
+    through_turn: Count | None = None
+
+
+class AppendTurnsOptions(_Value, frozen=True):
+    """Options of ``append_turns``; ``run`` is upserted in the same write as the turns."""
+
+    drop_partials: DropPartials | None = None
+    prune_steps: PruneSteps | None = None
+    run: SessionRun | None = None
+
+
+class UpdateRunOptions(_Value, frozen=True):
+    """Options of ``update_run``."""
+
+    prune_steps: PruneSteps | None = None
+
+
+class SaveMetaOptions(_Value, frozen=True):
+    """Options of ``save_meta``: ``metaKeys`` names the metadata keys this writer changed."""
+
+    meta_keys: tuple[str, ...] | None = None

@@ -1,0 +1,308 @@
+"""The ``SessionStore`` protocol: required methods, optional capabilities, batching.
+
+This module imports only the model layer, so the runtime (``actors/``) can
+depend on the interface without depending on any store implementation.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
+
+import attrs
+import outcome
+
+from ..model import (
+    AppendTurnsOptions,
+    ArtifactFilter,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+)
+
+__all__ = [
+    "OPTIONAL_METHODS",
+    "WRITE_METHODS",
+    "BatchingStore",
+    "FullSessionStore",
+    "HistoryMutation",
+    "MutateResult",
+    "RunClaim",
+    "SessionStore",
+    "StoreWrite",
+    "TurnsMutation",
+    "store_capabilities",
+]
+
+MutateResult: TypeAlias = Literal["ok", "no-session", "unchanged"]
+HistoryMutation: TypeAlias = Callable[[SessionHistory], SessionHistory | None]
+TurnsMutation: TypeAlias = Callable[[tuple[SessionTurn, ...]], Sequence[SessionTurn] | None]
+
+
+@attrs.frozen
+class RunClaim:
+    """What ``claim_run`` answers: whether the claim took, and the status it replaced."""
+
+    claimed: bool
+    previous: SessionStatus | None = None
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Storage backend for sessions: the spec's required methods, in snake_case.
+
+    Optional methods (see :data:`OPTIONAL_METHODS`) are detected with
+    :func:`store_capabilities`; callers fall back as the spec says when a
+    store lacks one.
+    """
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The session, or ``None`` when the store has none with that id."""
+        ...
+
+    async def save(self, data: SessionData) -> None:
+        """Create or overwrite the whole document (turns and runs replaced)."""
+        ...
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        """Append turns (incremental); ``options.run`` is upserted in the same write."""
+        ...
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """A slice of a session's turns, oldest first."""
+        ...
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        """Upsert one run record (insert when its id is new)."""
+        ...
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        """Set the top-level status; ``running`` records ``owner`` (default: this process)."""
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session (and its artifacts and send-request ids)."""
+        ...
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, most recently updated first, filtered."""
+        ...
+
+
+@attrs.frozen
+class StoreWrite:
+    """One queued write: a :data:`WRITE_METHODS` name and its arguments."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@runtime_checkable
+class BatchingStore(Protocol):
+    """A store that commits many queued writes in one transaction (group commit).
+
+    ``apply_writes`` applies ``writes`` in the order given (never reordering
+    one session's writes) and answers one outcome per write: a write that
+    fails alone is rolled back alone (a savepoint) and its error returned; if
+    the commit itself fails every outcome is that error.
+    """
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Apply ``writes`` in one transaction; one outcome per write, in order."""
+        ...
+
+
+OPTIONAL_METHODS: Final = frozenset(
+    {
+        "aclose",
+        "claim_run",
+        "claim_schedule_fire",
+        "claim_send_request",
+        "delete_artifact",
+        "delete_schedule",
+        "find_send_request",
+        "generate_session_id",
+        "generate_turn_id",
+        "get_meta",
+        "list_artifacts",
+        "list_meta",
+        "list_schedule_fires",
+        "list_schedules",
+        "mutate_history",
+        "mutate_turns",
+        "patch_meta",
+        "record_schedule_fire",
+        "save_meta",
+        "save_schedule",
+        "settle_send_request",
+        "upsert_artifact",
+    }
+)
+"""Names of the optional ``SessionStore`` methods (signatures in :class:`FullSessionStore`)."""
+
+WRITE_METHODS: Final = frozenset(
+    {
+        "append_turns",
+        "delete",
+        "delete_artifact",
+        "patch_meta",
+        "save",
+        "save_meta",
+        "settle_send_request",
+        "update_run",
+        "update_status",
+        "upsert_artifact",
+    }
+)
+"""Writes a :class:`BatchingStore` may group into one transaction."""
+
+
+def store_capabilities(store: object) -> frozenset[str]:
+    """The optional methods ``store`` implements (callable attributes by name)."""
+    return frozenset(name for name in OPTIONAL_METHODS if callable(getattr(store, name, None)))
+
+
+class FullSessionStore(SessionStore, Protocol):
+    """A store with every optional method: the signatures each optional method must have."""
+
+    async def aclose(self) -> None:
+        """Release backend resources (close the database handle)."""
+        ...
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Atomically set ``running`` unless a live owner still holds it.
+
+        An unknown id is claimed without writing a row. Stores with a lease
+        epoch bump it on every claim.
+        """
+        ...
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Take the fire due at ``due_at`` once across every host; ``False`` when lost."""
+        ...
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Claim a request id atomically, or answer the record already holding it."""
+        ...
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        ...
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+        ...
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record of a claimed request id, without claiming it."""
+        ...
+
+    async def generate_session_id(self) -> str:
+        """A new session id issued by the backend."""
+        ...
+
+    async def generate_turn_id(self) -> str:
+        """A new turn id issued by the backend."""
+        ...
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One session's header row without materializing its turns."""
+        ...
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest ``updatedAt`` first, filtered."""
+        ...
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Session summaries, most recently updated first, filtered like ``list``."""
+        ...
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest first."""
+        ...
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule with its last fire, oldest first."""
+        ...
+
+    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+        """Rewrite turns and runs as one atomic read-modify-write.
+
+        ``mutate`` (synchronous, pure) returns the next history or ``None``;
+        an exception inside it aborts without writing and propagates.
+        """
+        ...
+
+    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+        """Deprecated turns-only form of :meth:`mutate_history`."""
+        ...
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key); nothing else."""
+        ...
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
+        ...
+
+    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        """Persist the header and upsert the snapshot's runs; never deletes turns or runs."""
+        ...
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule (its ``lastFire`` is not stored)."""
+        ...
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
+        ...
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)`` with ``merge_artifact``, enforcing the cap.
+
+        Unknown session ids are a no-op answering ``None``.
+        """
+        ...
