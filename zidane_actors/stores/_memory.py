@@ -1,0 +1,744 @@
+"""The in-memory store: every ``SessionStore`` method, nothing persisted.
+
+It is the reference implementation of the store contract: each method is
+one synchronous step between two checkpoints, so every write is atomic and
+a failing write changes nothing. Values are validated on the way in (the
+same JSON round trip a persistent store performs) and copied on the way
+out, so a caller mutating a returned dict cannot reach the stored state.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, TypeVar, get_args
+
+import msgspec
+import outcome
+import trio
+
+from ..errors import (
+    SessionNotFoundError,
+    StoreClosedError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from ..model import (
+    FIRE_HISTORY,
+    AppendTurnsOptions,
+    ArtifactFilter,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    current_run_owner,
+    decode,
+    decoder,
+    encode,
+    filter_artifacts,
+    matches_session_filter,
+    merge_artifact,
+    merge_session_metadata,
+    new_id,
+    patch_metadata,
+    run_claim_blocked,
+    select_artifact_evictions,
+    send_request_evictions,
+    session_meta_row,
+    snapshot_status,
+    upsert_runs,
+    validate_id,
+)
+from ._protocol import (
+    WRITE_METHODS,
+    HistoryMutation,
+    MutateResult,
+    RunClaim,
+    StoreWrite,
+    TurnsMutation,
+)
+
+__all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
+
+T = TypeVar("T")
+
+_STATUSES: Final = frozenset(get_args(SessionStatus))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _copy(value: T, type_: type[T]) -> T:
+    """A deep copy of a stored value (stored values are valid, so decoding cannot fail)."""
+    key: Any = type_
+    result: T = decoder(key).decode(encode(value))
+    return result
+
+
+def _encoded(value: object, what: str) -> bytes:
+    try:
+        return encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
+
+
+def _checked(value: object, type_: type[T], what: str) -> T:
+    """``value`` validated like a persistent store decodes it (constraints, tags, JSON-ness)."""
+    if not isinstance(value, type_):
+        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    return decode(_encoded(value, what), type_, what=what)
+
+
+def _checked_json(value: object, what: str) -> JsonValue:
+    return msgspec.json.decode(_encoded(value, what))
+
+
+def _checked_int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _checked_optional_int(value: object, what: str) -> int | None:
+    return None if value is None else _checked_int(value, what)
+
+
+def _checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
+    """A sequence of ``type_`` values, validated as a whole (paths index into it)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ValidationError(
+            f"{what} must be a sequence of {type_.__name__}, got {type(values).__name__}"
+        )
+    for i, value in enumerate(values):
+        if not isinstance(value, type_):
+            raise ValidationError(
+                f"{what} must hold {type_.__name__} values, got {type(value).__name__}",
+                path=f"$[{i}]",
+            )
+    items_type: Any = tuple[type_, ...]  # type: ignore[valid-type]
+    result: tuple[T, ...] = decode(_encoded(tuple(values), what), items_type, what=what)
+    return result
+
+
+def _check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
+    for i, turn in enumerate(turns):
+        validate_id(turn.id, what=f"turn id at $.turns[{i}]")
+    for i, run in enumerate(runs):
+        validate_id(run.id, what=f"run id at $.runs[{i}]")
+
+
+def _checked_data(data: object) -> SessionData:
+    if not isinstance(data, SessionData):
+        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
+    validate_id(data.id)
+    if not isinstance(data.metadata, dict):
+        raise ValidationError("session metadata must be a dict", path="$.metadata")
+    return data
+
+
+def _checked_meta_patch(patch: object) -> dict[str, JsonValue]:
+    if not isinstance(patch, Mapping):
+        raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
+    for key in patch:
+        if not isinstance(key, str):
+            raise ValidationError(f"metadata patch keys must be strings, got {key!r}")
+    kept = {k: v for k, v in patch.items() if v is not msgspec.UNSET}
+    valid = _checked_json(kept, "metadata patch")
+    assert isinstance(valid, dict)
+    return {k: valid.get(k, msgspec.UNSET) for k in patch}
+
+
+class MemoryStore:
+    """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` kept in memory.
+
+    Nothing survives the process. Every optional method is implemented, so
+    it is the store the contract suite checks first and the default for
+    tests and ephemeral sessions.
+    """
+
+    def __init__(self) -> None:
+        self._closed = False
+        self._sessions: dict[str, SessionData] = {}
+        self._revs: dict[str, int] = {}
+        self._rev_clock = itertools.count(1)
+        self._artifacts: dict[str, dict[str, SessionArtifact]] = {}
+        self._send_requests: dict[str, dict[str, SendRequestRecord]] = {}
+        self._schedules: dict[str, Schedule] = {}
+        self._fires: dict[str, builtins.list[ScheduleFire]] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _enter(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise StoreClosedError("the memory store is closed")
+
+    def _write(self, data: SessionData) -> None:
+        self._sessions[data.id] = data
+        self._revs[data.id] = next(self._rev_clock)
+
+    def _touch(self, session_id: str) -> None:
+        self._revs[session_id] = next(self._rev_clock)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Drop every session; later calls raise :class:`StoreClosedError`. Idempotent."""
+        await trio.lowlevel.checkpoint()
+        self._closed = True
+        self._sessions.clear()
+        self._revs.clear()
+        self._artifacts.clear()
+        self._send_requests.clear()
+        self._schedules.clear()
+        self._fires.clear()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` ran."""
+        return self._closed
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Apply ``writes`` in order; one outcome per write, a failure touching only its own."""
+        await self._enter()
+        results: builtins.list[outcome.Outcome[Any]] = []
+        for write in writes:
+            if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
+                name = getattr(write, "method", type(write).__name__)
+                results.append(
+                    outcome.Error(UnsupportedOperationError(f"{name!r} is not a batchable write"))
+                )
+                continue
+            impl: Callable[..., Any] = getattr(self, "_" + write.method)
+            results.append(outcome.capture(impl, *write.args, **write.kwargs))
+        return results
+
+    # -- required methods -------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The session, or ``None`` when the store has none with that id."""
+        await self._enter()
+        data = self._sessions.get(validate_id(session_id))
+        return None if data is None else _copy(data, SessionData)
+
+    async def save(self, data: SessionData) -> None:
+        """Create or overwrite the whole document; ``running`` is never set by a snapshot."""
+        await self._enter()
+        self._save(data)
+
+    def _save(self, data: SessionData) -> None:
+        data = _checked_data(data)
+        stored = self._sessions.get(data.id)
+        status, owner = snapshot_status(
+            stored.status if stored else None, stored.run_owner if stored else None, data.status
+        )
+        metadata = merge_session_metadata(None, data.metadata, None)
+        candidate = msgspec.structs.replace(data, metadata=metadata, status=status, run_owner=owner)
+        valid = _checked(candidate, SessionData, "session data")
+        _check_ids(valid.turns, valid.runs)
+        self._write(valid)
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        """Append turns and upsert ``options.run`` in one write.
+
+        Raises :class:`SessionNotFoundError` for a session never saved: an
+        append must not create a header-less session. Empty ``turns`` with no
+        run is a no-op.
+        """
+        await self._enter()
+        self._append_turns(session_id, turns, options)
+
+    def _append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        validate_id(session_id)
+        new_turns = _checked_items(turns, SessionTurn, "turns")
+        run = None
+        if options is not None:
+            run = _checked(options, AppendTurnsOptions, "append options").run
+        _check_ids(new_turns, () if run is None else (run,))
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+        if not new_turns and run is None:
+            return
+        self._write(
+            msgspec.structs.replace(
+                stored,
+                turns=stored.turns + new_turns,
+                runs=stored.runs if run is None else upsert_runs(stored.runs, (run,)),
+                updated_at=_now_ms(),
+            )
+        )
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """Turns ``from_`` up to ``from_ + limit``, oldest first; unknown sessions have none."""
+        await self._enter()
+        validate_id(session_id)
+        start = _checked_int(from_, "from_")
+        count = _checked_optional_int(limit, "limit")
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return []
+        end = None if count is None else start + count
+        return builtins.list(_copy(stored.turns[start:end], tuple[SessionTurn, ...]))
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
+        await self._enter()
+        self._update_run(session_id, run, options)
+
+    def _update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        validate_id(session_id)
+        valid = _checked(run, SessionRun, "run")
+        _check_ids((), (valid,))
+        if options is not None:
+            _checked(options, UpdateRunOptions, "update run options")
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return
+        self._write(
+            msgspec.structs.replace(
+                stored, runs=upsert_runs(stored.runs, (valid,)), updated_at=_now_ms()
+            )
+        )
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        """Set the status; ``running`` records ``owner`` (default: this process), others clear it.
+
+        An unknown session is a no-op.
+        """
+        await self._enter()
+        self._update_status(
+            session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
+        )
+
+    def _update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        validate_id(session_id)
+        if status not in _STATUSES:
+            raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
+        if owner is not None:
+            owner = _checked(owner, RunOwner, "run owner")
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return
+        self._write(
+            msgspec.structs.replace(
+                stored,
+                status=status,
+                run_owner=(owner or current_run_owner()) if status == "running" else None,
+                updated_at=stored.updated_at if preserve_updated_at else _now_ms(),
+            )
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session with its artifacts and send-request ids; unknown ids are a no-op."""
+        await self._enter()
+        self._delete(session_id)
+
+    def _delete(self, session_id: str) -> None:
+        validate_id(session_id)
+        self._sessions.pop(session_id, None)
+        self._revs.pop(session_id, None)
+        self._artifacts.pop(session_id, None)
+        self._send_requests.pop(session_id, None)
+
+    def _ordered(self, filter: SessionFilter | None) -> builtins.list[SessionData]:
+        if filter is not None:
+            filter = _checked(filter, SessionFilter, "session filter")
+        rows = [
+            d
+            for d in self._sessions.values()
+            if matches_session_filter(d.agent_id, d.project_root, filter)
+        ]
+        rows.sort(key=lambda d: d.id)
+        rows.sort(key=lambda d: d.updated_at, reverse=True)
+        if filter is not None and filter.limit is not None:
+            del rows[filter.limit :]
+        return rows
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, newest ``updatedAt`` first (ties by id), filtered, cut to ``limit``."""
+        await self._enter()
+        return [d.id for d in self._ordered(filter)]
+
+    # -- headers ----------------------------------------------------------------------------
+
+    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        """Write the header and upsert the snapshot's runs; turns are never written or deleted.
+
+        A new session gets a header with no turns; ``options.metaKeys``
+        merges only those keys into the stored metadata.
+        """
+        await self._enter()
+        self._save_meta(data, options)
+
+    def _save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        data = _checked_data(data)
+        keys = None
+        if options is not None:
+            keys = _checked(options, SaveMetaOptions, "save_meta options").meta_keys
+        stored = self._sessions.get(data.id)
+        status, owner = snapshot_status(
+            stored.status if stored else None, stored.run_owner if stored else None, data.status
+        )
+        metadata = merge_session_metadata(stored.metadata if stored else None, data.metadata, keys)
+        candidate = msgspec.structs.replace(
+            data,
+            metadata=metadata,
+            status=status,
+            run_owner=owner,
+            turns=(),
+            runs=upsert_runs(stored.runs if stored else (), data.runs),
+        )
+        valid = _checked(candidate, SessionData, "session data")
+        _check_ids((), valid.runs)
+        if stored is not None:
+            valid = msgspec.structs.replace(valid, turns=stored.turns)
+        self._write(valid)
+
+    def _meta_row(self, data: SessionData) -> SessionMetaRow:
+        row = session_meta_row(
+            data,
+            artifact_count=len(self._artifacts.get(data.id, ())),
+            rev=self._revs[data.id],
+        )
+        return _copy(row, SessionMetaRow)
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One session's summary row (with ``artifactCount`` and ``rev``), or ``None``."""
+        await self._enter()
+        stored = self._sessions.get(validate_id(session_id))
+        return None if stored is None else self._meta_row(stored)
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Summary rows in :meth:`list` order, filtered the same way."""
+        await self._enter()
+        return [self._meta_row(d) for d in self._ordered(filter)]
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        """Merge ``patch`` into the metadata (``UNSET`` removes); status and ``updatedAt`` stay."""
+        await self._enter()
+        self._patch_meta(session_id, patch)
+
+    def _patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        validate_id(session_id)
+        valid = _checked_meta_patch(patch)
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return
+        self._write(
+            msgspec.structs.replace(stored, metadata=patch_metadata(stored.metadata, valid))
+        )
+
+    # -- runs and history -------------------------------------------------------------------
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Set ``running`` for ``owner`` unless a live owner holds it (``run_claim_blocked``).
+
+        An unknown id is claimed without writing a row.
+        """
+        await self._enter()
+        validate_id(session_id)
+        _checked_int(stale_at, "stale_at")
+        if owner is not None:
+            owner = _checked(owner, RunOwner, "run owner")
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return RunClaim(claimed=True)
+        now = _now_ms()
+        if run_claim_blocked(stored.status, stored.run_owner, stored.updated_at, stale_at, now):
+            return RunClaim(claimed=False)
+        self._write(
+            msgspec.structs.replace(
+                stored, status="running", run_owner=owner or current_run_owner(), updated_at=now
+            )
+        )
+        return RunClaim(claimed=True, previous=stored.status)
+
+    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+        """Read-modify-write of turns and runs; ``mutate`` raising writes nothing and propagates."""
+        await self._enter()
+        validate_id(session_id)
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return "no-session"
+        current = _copy(SessionHistory(turns=stored.turns, runs=stored.runs), SessionHistory)
+        result = mutate(current)
+        if result is None:
+            return "unchanged"
+        if not isinstance(result, SessionHistory):
+            raise ValidationError(
+                f"mutate_history callback must return a SessionHistory or None, "
+                f"got {type(result).__name__}"
+            )
+        turns = _checked_items(result.turns, SessionTurn, "history turns")
+        runs = stored.runs
+        if result.runs != current.runs:
+            runs = _checked_items(result.runs, SessionRun, "history runs")
+        _check_ids(turns, runs)
+        self._write(msgspec.structs.replace(stored, turns=turns, runs=runs, updated_at=_now_ms()))
+        return "ok"
+
+    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+        """Deprecated turns-only :meth:`mutate_history`."""
+        await self._enter()
+        validate_id(session_id)
+        stored = self._sessions.get(session_id)
+        if stored is None:
+            return "no-session"
+        result = mutate(_copy(stored.turns, tuple[SessionTurn, ...]))
+        if result is None:
+            return "unchanged"
+        turns = _checked_items(result, SessionTurn, "turns")
+        _check_ids(turns, ())
+        self._write(msgspec.structs.replace(stored, turns=turns, updated_at=_now_ms()))
+        return "ok"
+
+    # -- send requests ----------------------------------------------------------------------
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Claim ``request_id`` for one send, or answer the record already holding it.
+
+        Keeps the newest ``SEND_REQUEST_HISTORY`` ids per session. A claim
+        needs no session header (a first send may precede the first save).
+        """
+        await self._enter()
+        validate_id(session_id)
+        validate_id(request_id, what="request id")
+        if not isinstance(fingerprint, str):
+            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+        records = self._send_requests.setdefault(session_id, {})
+        existing = records.get(request_id)
+        if existing is not None:
+            return SendRequestClaim(claimed=False, record=_copy(existing, SendRequestRecord))
+        for evicted in send_request_evictions(builtins.list(records.values())):
+            del records[evicted]
+        records[request_id] = SendRequestRecord(
+            request_id=request_id, fingerprint=fingerprint, created_at=_now_ms()
+        )
+        return SendRequestClaim(claimed=True)
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record holding ``request_id``, without claiming it."""
+        await self._enter()
+        validate_id(session_id)
+        validate_id(request_id, what="request id")
+        record = self._send_requests.get(session_id, {}).get(request_id)
+        return None if record is None else _copy(record, SendRequestRecord)
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store a claimed send's ``result``; ``None`` drops the claim; unknown ids are a no-op."""
+        await self._enter()
+        self._settle_send_request(session_id, request_id, result)
+
+    def _settle_send_request(self, session_id: str, request_id: str, result: JsonValue) -> None:
+        validate_id(session_id)
+        validate_id(request_id, what="request id")
+        value = _checked_json(result, "send result")
+        records = self._send_requests.get(session_id, {})
+        record = records.get(request_id)
+        if record is None:
+            return
+        if value is None:
+            del records[request_id]
+        else:
+            records[request_id] = msgspec.structs.replace(record, result=value)
+
+    # -- artifacts --------------------------------------------------------------------------
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)``, evicting past the per-session cap.
+
+        Answers the stored row, or ``None`` for an unknown session.
+        """
+        await self._enter()
+        return self._upsert_artifact(artifact)
+
+    def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        valid = _checked(artifact, SessionArtifact, "artifact")
+        validate_id(valid.session_id)
+        validate_id(valid.id, what="artifact id")
+        if valid.session_id not in self._sessions:
+            return None
+        rows = self._artifacts.setdefault(valid.session_id, {})
+        existing = next(
+            (a for a in rows.values() if a.kind == valid.kind and a.uri == valid.uri), None
+        )
+        if existing is not None:
+            stored = merge_artifact(existing, valid)
+        else:
+            for evicted in select_artifact_evictions(builtins.list(rows.values())):
+                del rows[evicted]
+            stored = valid
+        rows[stored.id] = stored
+        self._touch(valid.session_id)
+        return _copy(stored, SessionArtifact)
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        await self._enter()
+        self._delete_artifact(session_id, artifact_id)
+
+    def _delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        validate_id(session_id)
+        validate_id(artifact_id, what="artifact id")
+        rows = self._artifacts.get(session_id, {})
+        if rows.pop(artifact_id, None) is not None:
+            self._touch(session_id)
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest ``updatedAt`` first (ties by id), filtered, cut to ``limit``."""
+        await self._enter()
+        if filter is not None:
+            filter = _checked(filter, ArtifactFilter, "artifact filter")
+        every = (a for rows in self._artifacts.values() for a in rows.values())
+        return [_copy(a, SessionArtifact) for a in filter_artifacts(every, filter)]
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
+        await self._enter()
+        valid = _checked(schedule, Schedule, "schedule")
+        validate_id(valid.id, what="schedule id")
+        valid = msgspec.structs.replace(valid, last_fire=None)
+        existing = self._schedules.get(valid.id)
+        if keep_next_fire_at and existing is not None:
+            valid = msgspec.structs.replace(valid, next_fire_at=existing.next_fire_at)
+        self._schedules[valid.id] = valid
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule, oldest ``createdAt`` first (ties by id), with its newest fire."""
+        await self._enter()
+        rows = sorted(self._schedules.values(), key=lambda s: (s.created_at, s.id))
+        return [msgspec.structs.replace(s, last_fire=self._last_fire(s.id)) for s in rows]
+
+    def _last_fire(self, schedule_id: str) -> ScheduleFire | None:
+        fires = self._fires.get(schedule_id)
+        return fires[-1] if fires else None
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled and still due."""
+        await self._enter()
+        validate_id(id, what="schedule id")
+        _checked_int(due_at, "due_at")
+        _checked_optional_int(next, "next")
+        schedule = self._schedules.get(id)
+        if schedule is None or not schedule.enabled or schedule.next_fire_at != due_at:
+            return False
+        self._schedules[id] = msgspec.structs.replace(schedule, next_fire_at=next)
+        return True
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire (replacing one with its id), keeping the newest ``FIRE_HISTORY``.
+
+        A fire of an unknown schedule is dropped.
+        """
+        await self._enter()
+        valid = _checked(fire, ScheduleFire, "schedule fire")
+        validate_id(valid.schedule_id, what="schedule id")
+        validate_id(valid.id, what="fire id")
+        if valid.schedule_id not in self._schedules:
+            return
+        fires = [f for f in self._fires.get(valid.schedule_id, []) if f.id != valid.id]
+        fires.append(valid)
+        fires.sort(key=lambda f: f.fired_at)
+        self._fires[valid.schedule_id] = fires[-FIRE_HISTORY:]
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest ``firedAt`` first, at most ``limit``."""
+        await self._enter()
+        validate_id(schedule_id, what="schedule id")
+        count = _checked_int(limit, "limit")
+        return builtins.list(reversed(self._fires.get(schedule_id, [])))[:count]
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+        await self._enter()
+        validate_id(id, what="schedule id")
+        self._fires.pop(id, None)
+        return self._schedules.pop(id, None) is not None
+
+    # -- ids --------------------------------------------------------------------------------
+
+    async def generate_session_id(self) -> str:
+        """A new random session id (UUID4)."""
+        await self._enter()
+        return new_id()
+
+    async def generate_turn_id(self) -> str:
+        """A new random turn id (UUID4)."""
+        await self._enter()
+        return new_id()
+
+
+def create_memory_store() -> MemoryStore:
+    """A new empty in-memory store (the spec's ``createMemoryStore``)."""
+    return MemoryStore()
+
+
+@asynccontextmanager
+async def open_memory_store() -> AsyncIterator[MemoryStore]:
+    """A new in-memory store, closed on exit."""
+    store = MemoryStore()
+    try:
+        yield store
+    finally:
+        await store.aclose()
