@@ -1,0 +1,536 @@
+"""The SQLite store on its own: schema, durability, aggregates, group commit, errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import outcome
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zidane_actors.errors import (
+    CorruptDataError,
+    InvalidNameError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    ValidationError,
+)
+from zidane_actors.model import (
+    ARTIFACTS_PER_SESSION_CAP,
+    SEND_REQUEST_HISTORY,
+    AppendTurnsOptions,
+    ArtifactFilter,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+)
+from zidane_actors.stores import (
+    MemoryStore,
+    SQLiteStore,
+    StoreWrite,
+    open_sqlite_store,
+)
+from zidane_actors.stores._sqlite_schema import SCHEMA_VERSION, migrate
+
+
+def turn(i: int, role: str = "user", run_id: str | None = None) -> SessionTurn:
+    return SessionTurn(
+        id=f"t{i}",
+        role=role,  # type: ignore[arg-type]
+        content=(TextBlock(text=f"turn {i}"),),
+        created_at=1_000 + i,
+        run_id=run_id,
+    )
+
+
+def session(sid: str, **kw: Any) -> SessionData:
+    fields: dict[str, Any] = {"created_at": 1, "updated_at": 2}
+    fields.update(kw)
+    return SessionData(id=sid, **fields)
+
+
+def run(rid: str, status: str = "running") -> SessionRun:
+    return SessionRun(id=rid, prompt="go", started_at=5, status=status)  # type: ignore[arg-type]
+
+
+async def test_round_trip_and_reopen(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    data = session(
+        "s1",
+        metadata={"title": "hello", "n": [1, 2]},
+        turns=(turn(0), turn(1, "assistant")),
+        runs=(run("r1", "completed"),),
+        agent_id="agent",
+        project_root="/p",
+    )
+    async with open_sqlite_store(db) as store:
+        await store.save(data)
+        await store.append_turns("s1", [turn(2)], AppendTurnsOptions(run=run("r2")))
+        assert await store.load("missing") is None
+    async with open_sqlite_store(db) as store:
+        loaded = await store.load("s1")
+    assert loaded is not None
+    assert [t.id for t in loaded.turns] == ["t0", "t1", "t2"]
+    assert [r.id for r in loaded.runs] == ["r1", "r2"]
+    assert loaded.metadata == {"title": "hello", "n": [1, 2]}
+    assert (loaded.agent_id, loaded.project_root) == ("agent", "/p")
+    assert loaded.updated_at >= data.updated_at
+
+
+async def test_append_to_unknown_session_raises(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        with pytest.raises(SessionNotFoundError, match="nope"):
+            await store.append_turns("nope", [turn(0)])
+        assert await store.list() == []
+
+
+async def test_bad_input_is_rejected_with_location(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("s"))
+        with pytest.raises(InvalidNameError):
+            await store.load("../etc")
+        bad = SessionTurn(id="", role="user", content=(), created_at=1)
+        with pytest.raises(ValidationError) as info:
+            await store.append_turns("s", [turn(0), bad])
+        assert "turn 1" in str(info.value)
+        with pytest.raises(ValidationError):
+            await store.patch_meta("s", {"x": object()})
+        with pytest.raises(ValidationError):
+            await store.get_turns("s", -1)
+        # Nothing of a rejected write landed.
+        assert await store.get_turns("s") == []
+
+
+async def test_get_turns_slices_by_seq(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("s", turns=tuple(turn(i) for i in range(5))))
+        await store.append_turns("s", [turn(5), turn(6)])
+        assert [t.id for t in await store.get_turns("s", 3)] == ["t3", "t4", "t5", "t6"]
+        assert [t.id for t in await store.get_turns("s", 2, 2)] == ["t2", "t3"]
+        assert await store.get_turns("s", 10) == []
+        assert await store.get_turns("other") == []
+
+
+async def test_list_meta_aggregates_and_filters(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(
+            session(
+                "a",
+                updated_at=30,
+                turns=(turn(0, "system"), turn(1, "user"), turn(2, "assistant"), turn(3)),
+                runs=(run("r", "completed"),),
+                project_root="/p",
+                agent_id="x",
+            )
+        )
+        await store.save(session("b", updated_at=20, metadata={"title": "T"}, turns=(turn(0),)))
+        await store.save(session("c", updated_at=10, project_root="/q"))
+        rows = await store.list_meta()
+        assert [r.id for r in rows] == ["a", "b", "c"]
+        a, b, c = rows
+        assert (a.turn_count, a.user_message_count, a.run_count) == (4, 2, 1)
+        assert a.first_user_turn is not None and a.first_user_turn.id == "t1"
+        assert b.first_user_turn is None  # a stored title needs no derivation
+        assert (c.turn_count, c.first_user_turn, c.artifact_count) == (0, None, 0)
+        assert await store.list(SessionFilter(project_root=None)) == ["b"]
+        assert await store.list(SessionFilter(project_root="/q")) == ["c"]
+        assert await store.list(SessionFilter(agent_id="x")) == ["a"]
+        assert await store.list(SessionFilter(limit=2)) == ["a", "b"]
+        meta = await store.get_meta("a")
+        assert meta == a
+        assert await store.get_meta("zzz") is None
+
+
+async def test_save_meta_merges_keys_and_keeps_turns(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("s", metadata={"a": 1, "b": 2}, turns=(turn(0),)))
+        await store.append_turns("s", [turn(1)])
+        stale = session("s", metadata={"a": 10, "b": 99, "c": 3}, runs=(run("r"),))
+        await store.save_meta(stale, SaveMetaOptions(meta_keys=("a", "c", "gone")))
+        loaded = await store.load("s")
+        assert loaded is not None
+        assert loaded.metadata == {"a": 10, "b": 2, "c": 3}
+        assert [t.id for t in loaded.turns] == ["t0", "t1"]
+        assert [r.id for r in loaded.runs] == ["r"]
+        # A snapshot never moves the session into running.
+        assert loaded.status == "idle"
+        await store.patch_meta("s", {"b": msgspec.UNSET, "d": 4})
+        await store.patch_meta("unknown", {"x": 1})
+        loaded = await store.load("s")
+        assert loaded is not None and loaded.metadata == {"a": 10, "c": 3, "d": 4}
+
+
+async def test_claim_run_is_exclusive_and_bumps_epoch(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        assert (await store.claim_run("ghost", stale_at=0)).claimed
+        assert await store.list() == []  # no row written for an unknown id
+        await store.save(session("s"))
+        assert await store.run_epoch("s") == 0
+        first = await store.claim_run("s", stale_at=0)
+        assert (first.claimed, first.previous) == (True, "idle")
+        assert not (await store.claim_run("s", stale_at=0)).claimed
+        assert await store.run_epoch("s") == 1
+        meta = await store.get_meta("s")
+        assert meta is not None and meta.status == "running" and meta.run_owner is not None
+        await store.update_status("s", "completed")
+        again = await store.claim_run("s", stale_at=0)
+        assert (again.claimed, again.previous) == (True, "completed")
+        assert await store.run_epoch("s") == 2
+        assert await store.run_epoch("ghost") is None
+
+
+async def test_update_status_preserves_updated_at(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("s", updated_at=7))
+        await store.update_status("s", "error", preserve_updated_at=True)
+        meta = await store.get_meta("s")
+        assert meta is not None and (meta.status, meta.updated_at) == ("error", 7)
+        await store.update_status("s", "idle")
+        meta = await store.get_meta("s")
+        assert meta is not None and meta.updated_at > 7
+        await store.update_status("unknown", "idle")
+        assert await store.list() == ["s"]
+
+
+async def test_rev_grows_with_every_write(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("s"))
+        revs = []
+        for write in (
+            store.append_turns("s", [turn(0)]),
+            store.patch_meta("s", {"k": 1}),
+            store.update_run("s", run("r")),
+            store.update_status("s", "idle", preserve_updated_at=True),
+        ):
+            await write
+            meta = await store.get_meta("s")
+            assert meta is not None and meta.rev is not None
+            revs.append(meta.rev)
+        assert revs == sorted(set(revs))
+
+
+async def test_mutate_history_is_atomic(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("s", turns=tuple(turn(i) for i in range(4)), runs=(run("r"),)))
+
+        def drop_second(h: SessionHistory) -> SessionHistory:
+            return SessionHistory(turns=h.turns[:1] + h.turns[2:], runs=h.runs)
+
+        assert await store.mutate_history("s", drop_second) == "ok"
+        assert [t.id for t in await store.get_turns("s")] == ["t0", "t2", "t3"]
+        assert await store.mutate_history("s", lambda h: None) == "unchanged"
+        assert await store.mutate_history("none", drop_second) == "no-session"
+
+        def boom(h: SessionHistory) -> SessionHistory:
+            raise RuntimeError("edit failed")
+
+        with pytest.raises(RuntimeError, match="edit failed"):
+            await store.mutate_history("s", boom)
+        assert [t.id for t in await store.get_turns("s")] == ["t0", "t2", "t3"]
+        assert await store.mutate_turns("s", lambda ts: ts[::-1]) == "ok"
+        loaded = await store.load("s")
+        assert loaded is not None
+        assert [t.id for t in loaded.turns] == ["t3", "t2", "t0"]
+        assert [r.id for r in loaded.runs] == ["r"]
+        # Appends keep numbering after a rewrite.
+        await store.append_turns("s", [turn(9)])
+        assert [t.id for t in await store.get_turns("s", 3)] == ["t9"]
+
+
+async def test_apply_writes_isolates_failures(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("a"))
+        await store.save(session("b"))
+        results = await store.apply_writes(
+            [
+                StoreWrite("append_turns", ("a", [turn(0)])),
+                StoreWrite("append_turns", ("missing", [turn(0)])),
+                StoreWrite("append_turns", ("b", [turn(1)])),
+                StoreWrite("load", ("a",)),
+                StoreWrite("patch_meta", ("a", {"k": "v"})),
+                StoreWrite("append_turns", ("a", [turn(2)])),
+            ]
+        )
+        assert isinstance(results[0], outcome.Value)
+        assert isinstance(results[1], outcome.Error)
+        assert isinstance(results[1].error, SessionNotFoundError)
+        assert isinstance(results[2], outcome.Value)
+        assert isinstance(results[3], outcome.Error)
+        assert isinstance(results[3].error, ValidationError)
+        assert all(isinstance(r, outcome.Value) for r in results[4:])
+        assert [t.id for t in await store.get_turns("a")] == ["t0", "t2"]
+        assert [t.id for t in await store.get_turns("b")] == ["t1"]
+        assert store.statistics().transactions > 0
+        assert await store.apply_writes([]) == []
+
+
+async def test_artifacts_upsert_cap_and_listing(tmp_path: Path) -> None:
+    def art(i: int, kind: str = "file", uri: str | None = None, at: int = 0) -> SessionArtifact:
+        return SessionArtifact(
+            id=f"a{i}",
+            session_id="s",
+            kind=kind,
+            uri=uri or f"file:///{i}",
+            label=f"L{i}",
+            created_at=at or i + 1,
+            updated_at=at or i + 1,
+        )
+
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        assert await store.upsert_artifact(art(0)) is None  # unknown session
+        await store.save(session("s"))
+        await store.upsert_artifact(art(0, "branch", "b://main"))
+        for i in range(1, ARTIFACTS_PER_SESSION_CAP + 3):
+            await store.upsert_artifact(art(i))
+        rows = await store.list_artifacts()
+        assert len(rows) == ARTIFACTS_PER_SESSION_CAP
+        ids = {a.id for a in rows}
+        assert "a0" in ids and "a1" not in ids and "a2" not in ids  # oldest files go first
+        merged = await store.upsert_artifact(
+            SessionArtifact(
+                id="new", session_id="s", kind="branch", uri="b://main", label="M",
+                created_at=99, updated_at=5_000,
+            )
+        )  # fmt: skip
+        assert merged is not None and (merged.id, merged.label) == ("a0", "M")
+        newest = await store.list_artifacts(ArtifactFilter(limit=1))
+        assert [a.id for a in newest] == ["a0"]
+        await store.delete_artifact("s", "a0")
+        await store.delete_artifact("s", "nope")
+        meta = await store.get_meta("s")
+        assert meta is not None and meta.artifact_count == ARTIFACTS_PER_SESSION_CAP - 1
+        await store.delete("s")
+        assert await store.list_artifacts() == []
+
+
+async def test_send_requests_are_claimed_once_and_bounded(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        assert (await store.claim_send_request("s", "q0", "f")).claimed
+        again = await store.claim_send_request("s", "q0", "other")
+        assert not again.claimed and again.record is not None
+        assert again.record.fingerprint == "f" and again.record.result is msgspec.UNSET
+        await store.settle_send_request("s", "q0", {"ok": True})
+        record = await store.find_send_request("s", "q0")
+        assert record is not None and record.result == {"ok": True}
+        await store.settle_send_request("s", "q0", None)
+        assert await store.find_send_request("s", "q0") is None
+        for i in range(SEND_REQUEST_HISTORY + 5):
+            await store.claim_send_request("s", f"r{i}", "f")
+        assert await store.find_send_request("s", "r0") is None
+        assert await store.find_send_request("s", f"r{SEND_REQUEST_HISTORY + 4}") is not None
+
+
+async def test_schedules_claim_once(tmp_path: Path) -> None:
+    sched = Schedule(id="d", prompt="p", enabled=True, created_at=1, updated_at=1, next_fire_at=100)
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save_schedule(sched)
+        assert await store.claim_schedule_fire("d", 100, 200)
+        assert not await store.claim_schedule_fire("d", 100, 200)
+        await store.save_schedule(
+            msgspec.structs.replace(sched, prompt="q"), keep_next_fire_at=True
+        )
+        for i in range(60):
+            fire = ScheduleFire(id=f"f{i}", schedule_id="d", due_at=i, fired_at=i, status="ok")
+            await store.record_schedule_fire(fire)
+        (listed,) = await store.list_schedules()
+        assert listed.next_fire_at == 200 and listed.prompt == "q"
+        assert listed.last_fire is not None and listed.last_fire.id == "f59"
+        fires = await store.list_schedule_fires("d", 100)
+        assert len(fires) == 50 and fires[0].id == "f59"
+        assert await store.delete_schedule("d")
+        assert not await store.delete_schedule("d")
+
+
+async def test_migrations(tmp_path: Path) -> None:
+    empty = tmp_path / "v0.db"
+    sqlite3.connect(empty).close()  # a v0 database: no tables, user_version 0
+    async with open_sqlite_store(empty) as store:
+        await store.save(session("s"))
+    with sqlite3.connect(empty) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+    newer = tmp_path / "v9.db"
+    with sqlite3.connect(newer) as conn:
+        conn.execute("PRAGMA user_version = 9")
+    with pytest.raises(StoreError, match="schema version 9, newer"):
+        async with open_sqlite_store(newer):
+            pass
+
+    garbage = tmp_path / "junk.db"
+    garbage.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(CorruptDataError):
+        async with open_sqlite_store(garbage):
+            pass
+
+
+def test_migrate_runs_each_step_once() -> None:
+    steps = ("CREATE TABLE a (x)", "CREATE TABLE b (x); INSERT INTO b VALUES (1)")
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    assert migrate(conn, ":memory:", steps[:1]) == 1
+    assert migrate(conn, ":memory:", steps) == 2
+    assert migrate(conn, ":memory:", steps) == 2
+    assert conn.execute("SELECT COUNT(*) FROM b").fetchone()[0] == 1
+    with pytest.raises(StoreError, match="newer"):
+        migrate(conn, ":memory:", steps[:1])
+
+
+async def test_corrupt_turn_row_names_table_session_seq(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db) as store:
+        await store.save(session("s", turns=(turn(0), turn(1), turn(2))))
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE turns SET body = ? WHERE seq = 1", (b'{"id": "t1", "role"',))
+    async with open_sqlite_store(db) as store:
+        with pytest.raises(CorruptDataError, match=r"table turns.*'s'.*seq 1"):
+            await store.load("s")
+        with pytest.raises(CorruptDataError, match="seq 1"):
+            await store.get_turns("s", 1)
+        assert [t.id for t in await store.get_turns("s", 2)] == ["t2"]
+
+
+async def test_locked_database_maps_to_unavailable(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db, busy_timeout_ms=10, busy_retries=2) as store:
+        await store.save(session("s"))
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreUnavailableError, match="locked after 2 retries"):
+                await store.append_turns("s", [turn(0)])
+            assert store.statistics().busy_retries == 2
+            # Reads still see the last committed snapshot under WAL.
+            assert await store.get_turns("s") == []
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        await store.append_turns("s", [turn(0)])
+        assert len(await store.get_turns("s")) == 1
+
+
+async def test_lock_released_within_budget_is_invisible(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db, busy_timeout_ms=20, busy_retries=10) as store:
+        await store.save(session("s"))
+        blocker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        async with trio.open_nursery() as nursery:
+
+            async def release() -> None:
+                await trio.sleep(0.1)
+                blocker.execute("ROLLBACK")
+
+            nursery.start_soon(release)
+            await store.append_turns("s", [turn(0)])
+        blocker.close()
+        assert store.statistics().busy_retries >= 1
+        assert len(await store.get_turns("s")) == 1
+
+
+async def test_closed_store_refuses(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        pass
+    with pytest.raises(StoreClosedError):
+        await store.load("s")
+    await store.aclose()  # idempotent
+    with pytest.raises(ValidationError):
+        async with open_sqlite_store(tmp_path / "x.db", durability="sometimes"):  # type: ignore[arg-type]
+            pass
+
+
+async def test_every_durability_level_opens(tmp_path: Path) -> None:
+    for level in ("full", "normal", "off"):
+        async with open_sqlite_store(tmp_path / f"{level}.db", durability=level) as store:
+            await store.save(session("s"))
+            assert await store.list() == ["s"]
+
+
+async def test_ids_are_fresh(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        ids = {await store.generate_session_id() for _ in range(5)}
+        ids |= {await store.generate_turn_id() for _ in range(5)}
+        assert len(ids) == 10
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.sampled_from("ab"), st.integers(1, 3)),
+        st.tuples(st.just("save"), st.sampled_from("ab"), st.integers(0, 3)),
+        st.tuples(st.just("drop"), st.sampled_from("ab"), st.integers(0, 5)),
+        st.tuples(st.just("patch"), st.sampled_from("ab"), st.integers(0, 3)),
+        st.tuples(st.just("run"), st.sampled_from("ab"), st.integers(0, 2)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_OPS)
+async def test_matches_the_memory_store(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Any]
+) -> None:
+    """Any program of writes leaves SQLite (after a reopen) and memory with the same sessions."""
+    db = tmp_path_factory.mktemp("prop") / "s.db"
+    memory = MemoryStore()
+    counter = 0
+
+    async def apply(store: Any, op: tuple[str, str, int]) -> None:
+        kind, sid, n = op
+        try:
+            if kind == "append":
+                await store.append_turns(sid, [turn(counter + i) for i in range(n)])
+            elif kind == "save":
+                await store.save(session(sid, turns=tuple(turn(100 + i) for i in range(n))))
+            elif kind == "drop":
+
+                def drop(h: SessionHistory) -> SessionHistory | None:
+                    if n >= len(h.turns):
+                        return None
+                    return SessionHistory(turns=h.turns[:n] + h.turns[n + 1 :], runs=h.runs)
+
+                await store.mutate_history(sid, drop)
+            elif kind == "patch":
+                await store.patch_meta(sid, {f"k{n}": n})
+            else:
+                await store.update_run(sid, run(f"r{n}", "completed"))
+        except SessionNotFoundError:
+            pass
+
+    async with open_sqlite_store(db, durability="off") as sqlite_store:
+        for op in ops:
+            await apply(memory, op)
+            await apply(sqlite_store, op)
+            counter += 10
+    async with open_sqlite_store(db, durability="off") as reopened:
+        assert await reopened.list() is not None
+        for sid in "ab":
+            want = await memory.load(sid)
+            got = await reopened.load(sid)
+            if want is None:
+                assert got is None
+                continue
+            assert got is not None
+            assert got.turns == want.turns
+            assert got.runs == want.runs
+            assert got.metadata == want.metadata
+            meta = await reopened.get_meta(sid)
+            assert meta is not None and meta.turn_count == len(want.turns)
+
+
+def test_store_is_exported() -> None:
+    import zidane_actors.stores as stores
+
+    assert stores.SQLiteStore is SQLiteStore

@@ -1,0 +1,1223 @@
+"""The SQLite session store: the embedded default, safe for many processes on one file.
+
+Every operation runs on one ``sqlite3`` connection in a worker thread
+(``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``), inside one
+transaction: ``BEGIN IMMEDIATE`` for writes (so two processes never both
+read-then-write), a deferred ``BEGIN`` for reads (a consistent WAL
+snapshot). ``SQLITE_BUSY`` waits ``busy_timeout_ms`` inside SQLite, then is
+retried with backoff; only an exhausted retry budget surfaces, as
+:class:`~zidane_actors.errors.StoreUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
+
+import attrs
+import msgspec
+import outcome
+import trio
+from msgspec import UNSET
+
+from ..errors import (
+    CorruptDataError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    ValidationError,
+)
+from ..model import (
+    FIRE_HISTORY,
+    AppendTurnsOptions,
+    ArtifactFilter,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    current_run_owner,
+    decode,
+    decoder,
+    encode,
+    filter_artifacts,
+    merge_artifact,
+    merge_session_metadata,
+    new_id,
+    patch_metadata,
+    run_claim_blocked,
+    select_artifact_evictions,
+    send_request_evictions,
+    snapshot_status,
+    validate_id,
+)
+from ._protocol import (
+    WRITE_METHODS,
+    HistoryMutation,
+    MutateResult,
+    RunClaim,
+    StoreWrite,
+    TurnsMutation,
+)
+from ._sqlite_schema import migrate
+
+__all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
+
+T = TypeVar("T")
+
+Durability: TypeAlias = Literal["full", "normal", "off"]
+"""How hard a commit is pushed to disk (``PRAGMA synchronous`` under WAL).
+
+- ``"full"``: every commit fsyncs the WAL; an acknowledged write survives a
+  process crash and a power loss.
+- ``"normal"``: survives a process crash (``kill -9``); a power loss or OS
+  crash may drop the last commits, never corrupting the file.
+- ``"off"``: no fsync; survives a process crash only; a power loss or OS
+  crash may drop recent commits or corrupt the database.
+"""
+
+_SYNCHRONOUS: Final = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
+_BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+_CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+_Conn: TypeAlias = sqlite3.Connection
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Busy(Exception):
+    """Internal: the database stayed locked past the busy timeout."""
+
+
+@attrs.frozen
+class SQLiteStoreStatistics:
+    """Counters of one open store (``SQLiteStore.statistics()``)."""
+
+    path: str
+    transactions: int
+    busy_retries: int
+    tasks_waiting: int
+
+
+def _decode_row(raw: bytes, type_: type[T], table: str, session_id: str, where: str) -> T:
+    try:
+        value: T = decoder(cast(Hashable, type_)).decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise CorruptDataError(
+            f"table {table}: row of session {session_id!r} at {where} does not decode: {exc}"
+        ) from None
+    return value
+
+
+def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[SessionTurn, ...]:
+    """Decode turn bodies in one pass; on failure, name the first bad row's seq."""
+    try:
+        turns: tuple[SessionTurn, ...] = decoder(tuple[SessionTurn, ...]).decode(
+            b"[" + b",".join(body for _, body in rows) + b"]"
+        )
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        for seq, body in rows:
+            _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}")
+        raise CorruptDataError(
+            f"table turns: rows of session {session_id!r} do not decode"
+        ) from None
+    return turns
+
+
+def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
+    return _decode_row(raw.encode(), dict[str, Any], "sessions", session_id, "column metadata")
+
+
+def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
+    if raw is None:
+        return None
+    return _decode_row(raw.encode(), RunOwner, "sessions", session_id, "column run_owner")
+
+
+def _metadata_json(metadata: Mapping[str, Any]) -> str:
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise ValidationError("session metadata must be a mapping with string keys")
+    try:
+        return encode({k: v for k, v in metadata.items() if v is not UNSET}).decode()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
+
+
+def _valid_body(value: object, type_: type[T], what: str) -> bytes:
+    """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
+    if not isinstance(value, type_):
+        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    try:
+        body = encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
+    decode(body, type_, what=what)
+    return body
+
+
+def _valid_header(data: object) -> SessionData:
+    """``data`` with its header fields checked (turns and runs are checked one by one)."""
+    if not isinstance(data, SessionData):
+        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
+    validate_id(data.id)
+    _metadata_json(data.metadata)
+    _valid_body(msgspec.structs.replace(data, turns=(), runs=()), SessionData, "session data")
+    return data
+
+
+def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
+    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
+    if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
+        raise ValidationError(
+            f"turns must be a sequence of SessionTurn, got {type(turns).__name__}"
+        )
+    rows = []
+    for i, turn in enumerate(turns):
+        body = _valid_body(turn, SessionTurn, f"turn {i}")
+        validate_id(turn.id, what=f"turn id at $[{i}]")
+        rows.append((start + i, turn.id, turn.role, body))
+    return rows
+
+
+def _run_body(run: object) -> bytes:
+    body = _valid_body(run, SessionRun, "run")
+    assert isinstance(run, SessionRun)
+    validate_id(run.id, what="run id")
+    return body
+
+
+def _owner_json(owner: RunOwner) -> str:
+    return _valid_body(owner, RunOwner, "run owner").decode()
+
+
+def _session_id(value: object) -> str:
+    return validate_id(value, what="session id")
+
+
+class SQLiteStore:
+    """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
+
+    Create it with :func:`open_sqlite_store`. Besides the protocol it offers
+    :meth:`run_epoch` (the lease epoch ``claim_run`` bumps),
+    :meth:`apply_writes` (group commit) and :meth:`statistics`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], conn: _Conn, *, busy_retries: int) -> None:
+        self._path = os.fspath(path)
+        self._conn: _Conn | None = conn
+        self._limiter = trio.CapacityLimiter(1)
+        self._busy_retries = busy_retries
+        self._transactions = 0
+        self._busy_retry_count = 0
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    def statistics(self) -> SQLiteStoreStatistics:
+        """Transaction and retry counters, and tasks queued for the connection."""
+        return SQLiteStoreStatistics(
+            path=self._path,
+            transactions=self._transactions,
+            busy_retries=self._busy_retry_count,
+            tasks_waiting=self._limiter.statistics().tasks_waiting,
+        )
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def _in_transaction(self, fn: Callable[[_Conn], T], write: bool) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StoreClosedError(f"SQLite store {self._path} is closed")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+        self._transactions += 1
+        return result
+
+    def _translate(self, exc: sqlite3.Error) -> Exception:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code in _BUSY_CODES or "locked" in str(exc):
+            return _Busy(str(exc))
+        if code in _CORRUPT_CODES:
+            return CorruptDataError(f"SQLite database {self._path} is corrupt: {exc}")
+        return StoreError(f"SQLite database {self._path}: {exc}")
+
+    async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
+        delay = 0.01
+        for attempt in range(self._busy_retries + 1):
+            if self._conn is None:
+                raise StoreClosedError(f"SQLite store {self._path} is closed")
+            try:
+                return await trio.to_thread.run_sync(
+                    self._in_transaction, fn, write, limiter=self._limiter
+                )
+            except _Busy as exc:
+                if attempt == self._busy_retries:
+                    raise StoreUnavailableError(
+                        f"SQLite database {self._path} stayed locked after "
+                        f"{self._busy_retries} retries: {exc}"
+                    ) from None
+                self._busy_retry_count += 1
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    async def _read(self, fn: Callable[[_Conn], T]) -> T:
+        return await self._run(fn, write=False)
+
+    async def _write(self, fn: Callable[[_Conn], T]) -> T:
+        return await self._run(fn, write=True)
+
+    async def aclose(self) -> None:
+        """Close the connection; later calls raise ``StoreClosedError``. Idempotent."""
+        conn = self._conn
+        if conn is None:
+            return
+        self._conn = None
+        await trio.to_thread.run_sync(conn.close, limiter=self._limiter)
+
+    # -- shared row helpers (run inside a transaction) -----------------------------
+
+    @staticmethod
+    def _header(conn: _Conn, session_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = conn.execute(
+            "SELECT agent_id, project_root, status, metadata, created_at, updated_at,"
+            " run_owner, run_epoch, rev FROM sessions WHERE id = ?",
+            (session_id,),
+        ).fetchone()
+        return row
+
+    @staticmethod
+    def _turn_rows(conn: _Conn, session_id: str) -> builtins.list[tuple[int, bytes]]:
+        return conn.execute(
+            "SELECT seq, body FROM turns WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall()
+
+    @staticmethod
+    def _runs(conn: _Conn, session_id: str) -> tuple[SessionRun, ...]:
+        rows = conn.execute(
+            "SELECT id, body FROM runs WHERE session_id = ? ORDER BY position", (session_id,)
+        ).fetchall()
+        return tuple(
+            _decode_row(body, SessionRun, "runs", session_id, f"run {run_id!r}")
+            for run_id, body in rows
+        )
+
+    @staticmethod
+    def _bump(conn: _Conn, session_id: str, *, updated_at: int | None) -> None:
+        if updated_at is None:
+            conn.execute("UPDATE sessions SET rev = rev + 1 WHERE id = ?", (session_id,))
+        else:
+            conn.execute(
+                "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?",
+                (updated_at, session_id),
+            )
+
+    @staticmethod
+    def _append_rows(
+        conn: _Conn, session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
+    ) -> None:
+        conn.executemany(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+            [(session_id, *row) for row in rows],
+        )
+
+    @staticmethod
+    def _upsert_run(conn: _Conn, session_id: str, run: SessionRun) -> None:
+        body = _run_body(run)
+        updated = conn.execute(
+            "UPDATE runs SET body = ? WHERE session_id = ? AND id = ?",
+            (body, session_id, run.id),
+        ).rowcount
+        if not updated:
+            conn.execute(
+                "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?,"
+                " (SELECT COALESCE(MAX(position), -1) + 1 FROM runs WHERE session_id = ?), ?)",
+                (session_id, run.id, session_id, body),
+            )
+
+    @staticmethod
+    def _replace_runs(conn: _Conn, session_id: str, runs: Sequence[SessionRun]) -> None:
+        conn.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
+        conn.executemany(
+            "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?, ?, ?)",
+            [(session_id, r.id, i, _run_body(r)) for i, r in enumerate(runs)],
+        )
+
+    def _write_header(self, conn: _Conn, data: SessionData, metadata: Mapping[str, Any]) -> None:
+        stored = conn.execute(
+            "SELECT status, run_owner FROM sessions WHERE id = ?", (data.id,)
+        ).fetchone()
+        stored_status = stored[0] if stored else None
+        stored_owner = _decode_owner(stored[1], data.id) if stored else None
+        status, owner = snapshot_status(stored_status, stored_owner, data.status)
+        conn.execute(
+            "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
+            " updated_at, run_owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id,"
+            " project_root = excluded.project_root, status = excluded.status,"
+            " metadata = excluded.metadata, created_at = excluded.created_at,"
+            " updated_at = excluded.updated_at, run_owner = excluded.run_owner,"
+            " rev = sessions.rev + 1",
+            (
+                data.id,
+                data.agent_id,
+                data.project_root,
+                status,
+                _metadata_json(metadata),
+                data.created_at,
+                data.updated_at,
+                None if owner is None else _owner_json(owner),
+            ),
+        )
+
+    # -- required methods ---------------------------------------------------------
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The whole session (header, turns, runs), or ``None``."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> SessionData | None:
+            head = self._header(conn, session_id)
+            if head is None:
+                return None
+            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, _ = head
+            return SessionData(
+                id=session_id,
+                created_at=created_at,
+                updated_at=updated_at,
+                status=status,
+                metadata=_decode_metadata(metadata, session_id),
+                turns=_decode_turns(session_id, self._turn_rows(conn, session_id)),
+                runs=self._runs(conn, session_id),
+                agent_id=agent_id,
+                project_root=project_root,
+                run_owner=_decode_owner(owner, session_id),
+            )
+
+        return await self._read(op)
+
+    def _op_save(self, conn: _Conn, data: SessionData) -> None:
+        data = _valid_header(data)
+        rows = _turn_rows_of(data.turns, 0)
+        self._write_header(conn, data, data.metadata)
+        conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
+        self._append_rows(conn, data.id, rows)
+        self._replace_runs(conn, data.id, data.runs)
+
+    async def save(self, data: SessionData) -> None:
+        """Create or overwrite the whole document (turns and runs replaced)."""
+        await self._write(lambda conn: self._op_save(conn, data))
+
+    def _op_append_turns(
+        self,
+        conn: _Conn,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        _session_id(session_id)
+        rows = _turn_rows_of(turns, 0)
+        run = None
+        if options is not None:
+            _valid_body(options, AppendTurnsOptions, "append options")
+            run = options.run
+        if self._header(conn, session_id) is None:
+            raise SessionNotFoundError(
+                f"cannot append turns: SQLite store {self._path} has no session {session_id!r}"
+            )
+        if not rows and run is None:
+            return
+        (last,) = conn.execute(
+            "SELECT MAX(seq) FROM turns WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        start = 0 if last is None else last + 1
+        self._append_rows(conn, session_id, [(start + r[0], *r[1:]) for r in rows])
+        if run is not None:
+            self._upsert_run(conn, session_id, run)
+        self._bump(conn, session_id, updated_at=_now())
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        """Append turns in O(1) of the history; ``options.run`` is upserted in the same commit."""
+        await self._write(lambda conn: self._op_append_turns(conn, session_id, turns, options))
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """Turns ``from_`` (0-based) onward, at most ``limit``, oldest first."""
+        _session_id(session_id)
+        if from_ < 0 or (limit is not None and limit < 0):
+            raise ValidationError(
+                f"get_turns needs from_ >= 0 and limit >= 0, got {from_}, {limit}"
+            )
+
+        def op(conn: _Conn) -> builtins.list[SessionTurn]:
+            rows = conn.execute(
+                "SELECT seq, body FROM turns WHERE session_id = ? AND seq >= ?"
+                " ORDER BY seq LIMIT ?",
+                (session_id, from_, -1 if limit is None else limit),
+            ).fetchall()
+            return list(_decode_turns(session_id, rows))
+
+        return await self._read(op)
+
+    def _op_update_run(
+        self,
+        conn: _Conn,
+        session_id: str,
+        run: SessionRun,
+        options: UpdateRunOptions | None = None,
+    ) -> None:
+        _session_id(session_id)
+        _run_body(run)
+        if options is not None:
+            _valid_body(options, UpdateRunOptions, "update run options")
+        if self._header(conn, session_id) is None:
+            return
+        self._upsert_run(conn, session_id, run)
+        self._bump(conn, session_id, updated_at=_now())
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
+        await self._write(lambda conn: self._op_update_run(conn, session_id, run, options))
+
+    def _op_update_status(
+        self,
+        conn: _Conn,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        _session_id(session_id)
+        if status not in ("error", "running", "completed", "idle"):
+            raise ValidationError(f"unknown session status {status!r}")
+        owner = (owner or current_run_owner()) if status == "running" else None
+        conn.execute(
+            "UPDATE sessions SET status = ?, run_owner = ?, rev = rev + 1,"
+            " updated_at = CASE WHEN ? THEN updated_at ELSE ? END WHERE id = ?",
+            (
+                status,
+                None if owner is None else _owner_json(owner),
+                preserve_updated_at,
+                _now(),
+                session_id,
+            ),
+        )
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        """Set the status (``running`` records ``owner``); unknown ids are a no-op."""
+        await self._write(
+            lambda conn: self._op_update_status(
+                conn, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
+            )
+        )
+
+    def _op_delete(self, conn: _Conn, session_id: str) -> None:
+        _session_id(session_id)
+        conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        conn.execute("DELETE FROM send_requests WHERE session_id = ?", (session_id,))
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session with its turns, runs, artifacts and send-request ids."""
+        await self._write(lambda conn: self._op_delete(conn, session_id))
+
+    @staticmethod
+    def _where(filter: SessionFilter | None) -> tuple[str, builtins.list[Any], str]:
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        limit = ""
+        if filter is not None:
+            if filter.agent_id is not None:
+                clauses.append("s.agent_id = ?")
+                params.append(filter.agent_id)
+            if filter.project_root is None:
+                clauses.append("s.project_root IS NULL")
+            elif filter.project_root is not UNSET:
+                clauses.append("s.project_root = ?")
+                params.append(filter.project_root)
+            if filter.limit is not None:
+                limit = f" LIMIT {int(filter.limit)}"
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return where, params, limit
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, most recently updated first."""
+        where, params, limit = self._where(filter)
+
+        def op(conn: _Conn) -> builtins.list[str]:
+            rows = conn.execute(
+                f"SELECT s.id FROM sessions s{where} ORDER BY s.updated_at DESC, s.id{limit}",
+                params,
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._read(op)
+
+    # -- header reads ---------------------------------------------------------------
+
+    _META_SELECT: Final = (
+        "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
+        " s.updated_at, s.run_owner, s.rev,"
+        " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id),"
+        " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id AND t.role = 'user'),"
+        " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
+        " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
+        " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+        "  (SELECT t.seq FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
+        "   ORDER BY t.seq LIMIT 1) END,"
+        " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+        "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
+        "   ORDER BY t.seq LIMIT 1) END"
+        " FROM sessions s"
+    )
+
+    @staticmethod
+    def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
+        (sid, agent_id, project_root, status, metadata, created_at, updated_at, owner, rev,
+         turns, users, runs, artifacts, first_seq, first_body) = row  # fmt: skip
+        first = None
+        if first_body is not None:
+            first = _decode_row(first_body, SessionTurn, "turns", sid, f"seq {first_seq}")
+        return SessionMetaRow(
+            id=sid,
+            metadata=_decode_metadata(metadata, sid),
+            run_count=runs,
+            turn_count=turns,
+            updated_at=updated_at,
+            user_message_count=users,
+            agent_id=agent_id,
+            artifact_count=artifacts,
+            created_at=created_at,
+            first_user_turn=first,
+            project_root=project_root,
+            rev=rev,
+            run_owner=_decode_owner(owner, sid),
+            status=status,
+        )
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One header row with its counts, without reading the turns."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> SessionMetaRow | None:
+            row = conn.execute(f"{self._META_SELECT} WHERE s.id = ?", (session_id,)).fetchone()
+            return None if row is None else self._meta_row(row)
+
+        return await self._read(op)
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Header rows with SQL aggregates, most recently updated first, in one query."""
+        where, params, limit = self._where(filter)
+
+        def op(conn: _Conn) -> builtins.list[SessionMetaRow]:
+            rows = conn.execute(
+                f"{self._META_SELECT}{where} ORDER BY s.updated_at DESC, s.id{limit}", params
+            ).fetchall()
+            return [self._meta_row(r) for r in rows]
+
+        return await self._read(op)
+
+    async def run_epoch(self, session_id: str) -> int | None:
+        """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> int | None:
+            row = conn.execute(
+                "SELECT run_epoch FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(op)
+
+    # -- header writes ---------------------------------------------------------------
+
+    def _op_save_meta(
+        self, conn: _Conn, data: SessionData, options: SaveMetaOptions | None = None
+    ) -> None:
+        data = _valid_header(data)
+        for run in data.runs:
+            _run_body(run)
+        keys = None
+        if options is not None:
+            keys = decode(
+                _valid_body(options, SaveMetaOptions, "save_meta options"), SaveMetaOptions
+            ).meta_keys
+        stored = conn.execute("SELECT metadata FROM sessions WHERE id = ?", (data.id,)).fetchone()
+        metadata = merge_session_metadata(
+            None if stored is None else _decode_metadata(stored[0], data.id), data.metadata, keys
+        )
+        self._write_header(conn, data, metadata)
+        for run in data.runs:
+            self._upsert_run(conn, data.id, run)
+
+    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        """Write the header (``metaKeys`` merge) and upsert the snapshot's runs; turns untouched."""
+        await self._write(lambda conn: self._op_save_meta(conn, data, options))
+
+    def _op_patch_meta(self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        _session_id(session_id)
+        if not isinstance(patch, Mapping):
+            raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
+        _metadata_json(patch)
+        stored = conn.execute(
+            "SELECT metadata FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if stored is None:
+            return
+        merged = patch_metadata(_decode_metadata(stored[0], session_id), patch)
+        conn.execute(
+            "UPDATE sessions SET metadata = ?, rev = rev + 1 WHERE id = ?",
+            (_metadata_json(merged), session_id),
+        )
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
+        await self._write(lambda conn: self._op_patch_meta(conn, session_id, patch))
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Set ``running`` in one IMMEDIATE transaction unless a live owner holds it.
+
+        A successful claim records ``owner`` (default: this process), stamps
+        ``updatedAt`` and bumps ``run_epoch``; an unknown id is claimed
+        without writing a row.
+        """
+        _session_id(session_id)
+        if not isinstance(stale_at, int) or isinstance(stale_at, bool) or stale_at < 0:
+            raise ValidationError(f"stale_at must be an integer >= 0, got {stale_at!r}")
+        claimer_json = _owner_json(owner or current_run_owner())
+
+        def op(conn: _Conn) -> RunClaim:
+            row = conn.execute(
+                "SELECT status, run_owner, updated_at FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                return RunClaim(claimed=True)
+            status, stored_owner, updated_at = row
+            now = _now()
+            if run_claim_blocked(
+                status, _decode_owner(stored_owner, session_id), updated_at, stale_at, now
+            ):
+                return RunClaim(claimed=False)
+            conn.execute(
+                "UPDATE sessions SET status = 'running', run_owner = ?, updated_at = ?,"
+                " run_epoch = run_epoch + 1, rev = rev + 1 WHERE id = ?",
+                (claimer_json, now, session_id),
+            )
+            return RunClaim(claimed=True, previous=status)
+
+        return await self._write(op)
+
+    # -- history edits -------------------------------------------------------------------
+
+    def _mutate(
+        self,
+        session_id: str,
+        edit: Callable[[tuple[SessionTurn, ...], tuple[SessionRun, ...]], SessionHistory | None],
+    ) -> Callable[[_Conn], MutateResult]:
+        def op(conn: _Conn) -> MutateResult:
+            if self._header(conn, session_id) is None:
+                return "no-session"
+            rows = self._turn_rows(conn, session_id)
+            turns = _decode_turns(session_id, rows)
+            runs = self._runs(conn, session_id)
+            result = edit(turns, runs)
+            if result is None:
+                return "unchanged"
+            if not isinstance(result, SessionHistory):
+                raise ValidationError(
+                    "a history mutation must return a SessionHistory or None, "
+                    f"got {type(result).__name__}"
+                )
+            if result.turns is not turns:
+                new_rows = _turn_rows_of(result.turns, 0)
+                bodies = [r[3] for r in new_rows]
+                keep = 0
+                for (_, old), new in zip(rows, bodies, strict=False):
+                    if old != new:
+                        break
+                    keep += 1
+                conn.execute(
+                    "DELETE FROM turns WHERE session_id = ? AND seq >= ?", (session_id, keep)
+                )
+                self._append_rows(conn, session_id, new_rows[keep:])
+            if result.runs is not runs and result.runs != runs:
+                self._replace_runs(conn, session_id, result.runs)
+            self._bump(conn, session_id, updated_at=_now())
+            return "ok"
+
+        return op
+
+    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+        """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction."""
+        _session_id(session_id)
+
+        def edit(
+            turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
+        ) -> SessionHistory | None:
+            return mutate(SessionHistory(turns=turns, runs=runs))
+
+        return await self._write(self._mutate(session_id, edit))
+
+    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+        """Turns-only form of :meth:`mutate_history` (runs untouched)."""
+        _session_id(session_id)
+
+        def edit(
+            turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
+        ) -> SessionHistory | None:
+            result = mutate(turns)
+            return None if result is None else SessionHistory(turns=tuple(result), runs=runs)
+
+        return await self._write(self._mutate(session_id, edit))
+
+    # -- artifacts -------------------------------------------------------------------------
+
+    @staticmethod
+    def _artifacts(conn: _Conn, session_id: str) -> builtins.list[SessionArtifact]:
+        rows = conn.execute(
+            "SELECT id, body FROM artifacts WHERE session_id = ? ORDER BY rowid", (session_id,)
+        ).fetchall()
+        return [
+            _decode_row(body, SessionArtifact, "artifacts", session_id, f"artifact {aid!r}")
+            for aid, body in rows
+        ]
+
+    def _op_upsert_artifact(self, conn: _Conn, artifact: SessionArtifact) -> SessionArtifact | None:
+        body = _valid_body(artifact, SessionArtifact, "artifact")
+        sid = _session_id(artifact.session_id)
+        validate_id(artifact.id, what="artifact id")
+        if self._header(conn, sid) is None:
+            return None
+        row = conn.execute(
+            "SELECT id, body FROM artifacts WHERE session_id = ? AND kind = ? AND uri = ?",
+            (sid, artifact.kind, artifact.uri),
+        ).fetchone()
+        if row is not None:
+            existing = _decode_row(
+                row[1], SessionArtifact, "artifacts", sid, f"artifact {row[0]!r}"
+            )
+            stored = merge_artifact(existing, artifact)
+            conn.execute(
+                "UPDATE artifacts SET body = ? WHERE session_id = ? AND id = ?",
+                (encode(stored), sid, existing.id),
+            )
+        else:
+            stored = artifact
+            evict = select_artifact_evictions(self._artifacts(conn, sid))
+            conn.executemany(
+                "DELETE FROM artifacts WHERE session_id = ? AND id = ?",
+                [(sid, aid) for aid in evict],
+            )
+            conn.execute(
+                "INSERT INTO artifacts (session_id, id, kind, uri, body) VALUES (?, ?, ?, ?, ?)",
+                (sid, artifact.id, artifact.kind, artifact.uri, body),
+            )
+        self._bump(conn, sid, updated_at=None)
+        return stored
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)`` (``merge_artifact``), evicting past the cap."""
+        return await self._write(lambda conn: self._op_upsert_artifact(conn, artifact))
+
+    def _op_delete_artifact(self, conn: _Conn, session_id: str, artifact_id: str) -> None:
+        _session_id(session_id)
+        if conn.execute(
+            "DELETE FROM artifacts WHERE session_id = ? AND id = ?", (session_id, artifact_id)
+        ).rowcount:
+            self._bump(conn, session_id, updated_at=None)
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        await self._write(lambda conn: self._op_delete_artifact(conn, session_id, artifact_id))
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
+
+        def op(conn: _Conn) -> builtins.list[SessionArtifact]:
+            if filter is not None and filter.session_id is not None:
+                return filter_artifacts(self._artifacts(conn, filter.session_id), filter)
+            rows = conn.execute("SELECT session_id, id, body FROM artifacts").fetchall()
+            return filter_artifacts(
+                (
+                    _decode_row(body, SessionArtifact, "artifacts", sid, f"artifact {aid!r}")
+                    for sid, aid, body in rows
+                ),
+                filter,
+            )
+
+        return await self._read(op)
+
+    # -- send requests ------------------------------------------------------------------------
+
+    @staticmethod
+    def _send_record(row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
+        request_id, fingerprint, created_at, result = row
+        value: Any = UNSET
+        if result is not None:
+            value = _decode_row(
+                result, object, "send_requests", session_id, f"request {request_id!r}"
+            )
+        return SendRequestRecord(
+            request_id=request_id, fingerprint=fingerprint, created_at=created_at, result=value
+        )
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Claim ``request_id`` in one insert-or-detect step, keeping the newest ids per session."""
+        _session_id(session_id)
+        validate_id(request_id, what="send request id")
+        if not isinstance(fingerprint, str):
+            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+
+        def op(conn: _Conn) -> SendRequestClaim:
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+            records = [self._send_record(r, session_id) for r in rows]
+            for record in records:
+                if record.request_id == request_id:
+                    return SendRequestClaim(claimed=False, record=record)
+            conn.executemany(
+                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                [(session_id, rid) for rid in send_request_evictions(records)],
+            )
+            conn.execute(
+                "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (session_id, request_id, fingerprint, _now()),
+            )
+            return SendRequestClaim(claimed=True)
+
+        return await self._write(op)
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record holding ``request_id``, without claiming it."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> SendRequestRecord | None:
+            row = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ? AND request_id = ?",
+                (session_id, request_id),
+            ).fetchone()
+            return None if row is None else self._send_record(row, session_id)
+
+        return await self._read(op)
+
+    def _op_settle_send_request(
+        self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        _session_id(session_id)
+        validate_id(request_id, what="send request id")
+        try:
+            encoded = encode(result)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValidationError(f"send result is not JSON-serializable: {exc}") from None
+        if result is None:
+            conn.execute(
+                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                (session_id, request_id),
+            )
+        else:
+            conn.execute(
+                "UPDATE send_requests SET result = ? WHERE session_id = ? AND request_id = ?",
+                (encoded, session_id, request_id),
+            )
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
+        await self._write(
+            lambda conn: self._op_settle_send_request(conn, session_id, request_id, result)
+        )
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _fire(body: bytes, schedule_id: str) -> ScheduleFire:
+        return _decode_row(body, ScheduleFire, "schedule_fires", schedule_id, "a fire")
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
+        _valid_body(schedule, Schedule, "schedule")
+        validate_id(schedule.id, what="schedule id")
+        body = encode(msgspec.structs.replace(schedule, last_fire=None, next_fire_at=None))
+
+        def op(conn: _Conn) -> None:
+            conn.execute(
+                "INSERT INTO schedules (id, enabled, next_fire_at, created_at, body)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                " enabled = excluded.enabled, created_at = excluded.created_at,"
+                " body = excluded.body, next_fire_at = CASE WHEN ? THEN"
+                " schedules.next_fire_at ELSE excluded.next_fire_at END",
+                (
+                    schedule.id,
+                    schedule.enabled,
+                    schedule.next_fire_at,
+                    schedule.created_at,
+                    body,
+                    keep_next_fire_at,
+                ),
+            )
+
+        await self._write(op)
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule with its newest fire, oldest first."""
+
+        def op(conn: _Conn) -> builtins.list[Schedule]:
+            rows = conn.execute(
+                "SELECT s.id, s.next_fire_at, s.body, (SELECT f.body FROM schedule_fires f"
+                " WHERE f.schedule_id = s.id ORDER BY f.fired_at DESC, f.rowid DESC LIMIT 1)"
+                " FROM schedules s ORDER BY s.created_at, s.id"
+            ).fetchall()
+            return [
+                msgspec.structs.replace(
+                    _decode_row(body, Schedule, "schedules", sid, "its row"),
+                    next_fire_at=next_fire_at,
+                    last_fire=None if fire is None else self._fire(fire, sid),
+                )
+                for sid, next_fire_at, body, fire in rows
+            ]
+
+        return await self._read(op)
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+
+        def op(conn: _Conn) -> bool:
+            conn.execute("DELETE FROM schedule_fires WHERE schedule_id = ?", (id,))
+            return conn.execute("DELETE FROM schedules WHERE id = ?", (id,)).rowcount > 0
+
+        return await self._write(op)
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Move ``nextFireAt`` from ``due_at`` to ``next`` if still due: once across processes."""
+
+        def op(conn: _Conn) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE schedules SET next_fire_at = ?"
+                    " WHERE id = ? AND enabled AND next_fire_at = ?",
+                    (next, id, due_at),
+                ).rowcount
+                == 1
+            )
+
+        return await self._write(op)
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire, keeping the newest ``FIRE_HISTORY`` of its schedule."""
+
+        body = _valid_body(fire, ScheduleFire, "schedule fire")
+        validate_id(fire.schedule_id, what="schedule id")
+        validate_id(fire.id, what="fire id")
+
+        def op(conn: _Conn) -> None:
+            if not conn.execute(
+                "SELECT 1 FROM schedules WHERE id = ?", (fire.schedule_id,)
+            ).fetchone():
+                return
+            conn.execute(
+                "DELETE FROM schedule_fires WHERE schedule_id = ? AND id = ?",
+                (fire.schedule_id, fire.id),
+            )
+            conn.execute(
+                "INSERT INTO schedule_fires (schedule_id, id, fired_at, body) VALUES (?, ?, ?, ?)",
+                (fire.schedule_id, fire.id, fire.fired_at, body),
+            )
+            conn.execute(
+                "DELETE FROM schedule_fires WHERE schedule_id = ? AND rowid NOT IN"
+                " (SELECT rowid FROM schedule_fires WHERE schedule_id = ?"
+                "  ORDER BY fired_at DESC, rowid DESC LIMIT ?)",
+                (fire.schedule_id, fire.schedule_id, FIRE_HISTORY),
+            )
+
+        await self._write(op)
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest first."""
+
+        def op(conn: _Conn) -> builtins.list[ScheduleFire]:
+            rows = conn.execute(
+                "SELECT body FROM schedule_fires WHERE schedule_id = ?"
+                " ORDER BY fired_at DESC, rowid DESC LIMIT ?",
+                (schedule_id, max(limit, 0)),
+            ).fetchall()
+            return [self._fire(r[0], schedule_id) for r in rows]
+
+        return await self._read(op)
+
+    # -- ids ------------------------------------------------------------------------------------
+
+    async def generate_session_id(self) -> str:
+        """A new random session id."""
+        return new_id()
+
+    async def generate_turn_id(self) -> str:
+        """A new random turn id."""
+        return new_id()
+
+    # -- group commit ---------------------------------------------------------------------------
+
+    def _write_op(self, write: StoreWrite) -> Callable[..., Any]:
+        if write.method not in WRITE_METHODS:
+            raise ValidationError(f"{write.method!r} is not a batchable store write")
+        op: Callable[..., Any] = getattr(self, f"_op_{write.method}")
+        return op
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Apply ``writes`` in order in ONE transaction, each in its own SAVEPOINT.
+
+        A write that raises is rolled back alone and answered ``outcome.Error``;
+        a failed commit answers every write with that error.
+        """
+        if not writes:
+            return []
+        ops = [outcome.capture(self._write_op, w) for w in writes]
+
+        def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
+            results: builtins.list[outcome.Outcome[Any]] = []
+            for write, bound in zip(writes, ops, strict=True):
+                if isinstance(bound, outcome.Error):
+                    results.append(bound)
+                    continue
+                conn.execute("SAVEPOINT w")
+                try:
+                    value = bound.unwrap()(conn, *write.args, **write.kwargs)
+                except sqlite3.Error as exc:
+                    translated = self._translate(exc)
+                    if isinstance(translated, _Busy) or not conn.in_transaction:
+                        raise
+                    conn.execute("ROLLBACK TO w")
+                    results.append(outcome.Error(translated))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO w")
+                    results.append(outcome.Error(exc))
+                else:
+                    results.append(outcome.Value(value))
+                conn.execute("RELEASE w")
+            return results
+
+        try:
+            return await self._write(op)
+        except StoreError as exc:
+            return [outcome.Error(exc) for _ in writes]
+
+
+def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
+    try:
+        conn = sqlite3.connect(
+            path,
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    except sqlite3.Error as exc:
+        raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal" and path != ":memory:":
+            raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")
+        conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, path)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code in _CORRUPT_CODES:
+            raise CorruptDataError(f"{path} is not a usable SQLite database: {exc}") from exc
+        if code in _BUSY_CODES:
+            raise StoreUnavailableError(f"SQLite database {path} is locked: {exc}") from exc
+        raise StoreError(f"cannot open SQLite database {path}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@asynccontextmanager
+async def open_sqlite_store(
+    path: str | os.PathLike[str],
+    *,
+    durability: Durability = "full",
+    busy_timeout_ms: int = 5_000,
+    busy_retries: int = 8,
+) -> AsyncIterator[SQLiteStore]:
+    """Open (creating and migrating as needed) the SQLite store at ``path``; close on exit.
+
+    ``durability`` picks ``PRAGMA synchronous`` (see :data:`Durability`).
+    ``busy_timeout_ms`` is how long one attempt waits on another process's
+    lock; ``busy_retries`` more attempts follow, with backoff, before
+    :class:`~zidane_actors.errors.StoreUnavailableError`.
+    """
+    if durability not in _SYNCHRONOUS:
+        raise ValidationError(f"durability must be one of full/normal/off, got {durability!r}")
+    if busy_timeout_ms < 0 or busy_retries < 0:
+        raise ValidationError("busy_timeout_ms and busy_retries must be >= 0")
+    fspath = os.fspath(path)
+    conn = await trio.to_thread.run_sync(_connect, fspath, durability, busy_timeout_ms)
+    store = SQLiteStore(fspath, conn, busy_retries=busy_retries)
+    try:
+        yield store
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
