@@ -1,0 +1,1357 @@
+"""A session store on PostgreSQL, shared by many hosts.
+
+psycopg 3's blocking API runs in worker threads (no trio-native driver
+exists): every connection has its own ``CapacityLimiter(1)``, writes go
+through one writer connection and never abandon their thread on cancel,
+reads take any idle connection of the pool. Cross-host races (run claims,
+schedule fires, send-request ids, appends) are settled by row locks and
+conditional statements inside one transaction each.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Final, TypeAlias, TypeVar, get_args
+
+import attrs
+import msgspec
+import outcome
+import psycopg
+import trio
+from msgspec import UNSET
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from ..errors import (
+    ConflictError,
+    CorruptDataError,
+    InvalidNameError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    UnsupportedOperationError,
+    ValidationError,
+    ZidaneActorsError,
+)
+from ..model import (
+    FIRE_HISTORY,
+    AppendTurnsOptions,
+    ArtifactFilter,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    current_run_owner,
+    decode,
+    decoder,
+    encode_str,
+    filter_artifacts,
+    merge_artifact,
+    merge_session_metadata,
+    patch_metadata,
+    run_claim_blocked,
+    select_artifact_evictions,
+    send_request_evictions,
+    snapshot_status,
+    upsert_runs,
+    validate_id,
+)
+from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
+from ._postgres_schema import migrate
+from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
+
+__all__ = ["PostgresStore", "PostgresStoreStatistics", "open_postgres_store"]
+
+T = TypeVar("T")
+_Cursor: TypeAlias = psycopg.Cursor[tuple[Any, ...]]
+_Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
+
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_TRANSIENT: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+_BACKOFF_S: Final = 0.05
+_STATUSES: Final = frozenset(get_args(SessionStatus))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _json(value: object, what: str) -> str:
+    try:
+        return encode_str(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+def _checked(value: object, type_: type[T], what: str) -> T:
+    """``value`` validated by a JSON round trip (constraints, tags, JSON-ness)."""
+    if not isinstance(value, type_):
+        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    return decode(_json(value, what), type_, what=what)
+
+
+def _checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
+    """A sequence of ``type_`` values validated as a whole (paths index into it)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ValidationError(
+            f"{what} must be a sequence of {type_.__name__}, got {type(values).__name__}"
+        )
+    for i, value in enumerate(values):
+        if not isinstance(value, type_):
+            raise ValidationError(
+                f"{what} must hold {type_.__name__} values, got {type(value).__name__}",
+                path=f"$[{i}]",
+            )
+    items_type: Any = tuple[type_, ...]  # type: ignore[valid-type]
+    result: tuple[T, ...] = decode(_json(tuple(values), what), items_type, what=what)
+    return result
+
+
+def _checked_int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
+    for i, turn in enumerate(turns):
+        validate_id(turn.id, what=f"turn id at $.turns[{i}]")
+    for i, run in enumerate(runs):
+        validate_id(run.id, what=f"run id at $.runs[{i}]")
+
+
+def _checked_data(data: object) -> SessionData:
+    if not isinstance(data, SessionData):
+        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
+    validate_id(data.id)
+    if not isinstance(data.metadata, dict):
+        raise ValidationError("session metadata must be a dict", path="$.metadata")
+    return data
+
+
+def _checked_patch(patch: object) -> dict[str, Any]:
+    if not isinstance(patch, Mapping):
+        raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
+    for key in patch:
+        if not isinstance(key, str):
+            raise ValidationError(f"metadata patch keys must be strings, got {key!r}")
+    kept = {k: v for k, v in patch.items() if v is not UNSET}
+    valid = decode(_json(kept, "metadata patch"), dict[str, Any], what="metadata patch")
+    return {k: valid.get(k, UNSET) for k in patch}
+
+
+def _decode(text: str | None, type_: Any, table: str, key: str) -> Any:
+    if text is None:
+        raise CorruptDataError(f"{table} row {key} has no value where JSON was expected")
+    try:
+        return decoder(type_).decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise CorruptDataError(f"{table} row {key} does not decode: {exc}") from None
+
+
+def _map_error(exc: BaseException) -> BaseException:
+    """A psycopg failure as the matching :mod:`zidane_actors.errors` exception."""
+    if isinstance(exc, ZidaneActorsError) or not isinstance(exc, psycopg.Error):
+        return exc
+    diag = exc.diag.message_primary or str(exc)
+    if isinstance(exc, psycopg.IntegrityError):
+        mapped: ZidaneActorsError = ConflictError(f"PostgreSQL refused the write: {diag}")
+    elif isinstance(exc, psycopg.DataError):
+        mapped = ValidationError(f"PostgreSQL refused a value: {diag}")
+    elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        mapped = StoreUnavailableError(f"PostgreSQL is unavailable: {diag}")
+    else:
+        mapped = StoreError(f"PostgreSQL error: {diag}")
+    mapped.__cause__ = exc
+    return mapped
+
+
+# ---------------------------------------------------------------------------
+# Row access (synchronous, inside one transaction on the given cursor)
+
+
+def _lock_header(cur: _Cursor, session_id: str) -> tuple[Any, ...] | None:
+    cur.execute(
+        "SELECT status, run_owner::text, updated_at, metadata, turn_count"
+        " FROM sessions WHERE id = %s FOR UPDATE",
+        (session_id,),
+    )
+    return cur.fetchone()
+
+
+def _owner(text: str | None, session_id: str) -> RunOwner | None:
+    if text is None:
+        return None
+    owner: RunOwner = _decode(text, RunOwner, "sessions", f"id={session_id!r} run_owner")
+    return owner
+
+
+def _metadata(text: str, session_id: str) -> dict[str, Any]:
+    value: dict[str, Any] = _decode(text, dict[str, Any], "sessions", f"id={session_id!r} metadata")
+    return value
+
+
+def _insert_turns(cur: _Cursor, session_id: str, start: int, turns: Sequence[SessionTurn]) -> int:
+    """Insert ``turns`` at seq ``start``…; answer how many are user turns."""
+    if not turns:
+        return 0
+    cur.execute(
+        "INSERT INTO turns (session_id, seq, id, role, body)"
+        " SELECT %s, s, i, r, b FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])"
+        " AS u(s, i, r, b)",
+        (
+            session_id,
+            list(range(start, start + len(turns))),
+            [t.id for t in turns],
+            [t.role for t in turns],
+            [_json(t, f"turn {t.id!r}") for t in turns],
+        ),
+    )
+    return sum(1 for t in turns if t.role == "user")
+
+
+def _unique_turns(turns: Sequence[SessionTurn]) -> tuple[SessionTurn, ...]:
+    seen: set[str] = set()
+    for i, turn in enumerate(turns):
+        if turn.id in seen:
+            raise ValidationError(f"duplicate turn id {turn.id!r}", path=f"$.turns[{i}].id")
+        seen.add(turn.id)
+    return tuple(turns)
+
+
+def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
+    runs = upsert_runs((), runs)
+    if not runs:
+        return
+    cur.execute(
+        "INSERT INTO runs (session_id, id, seq, body)"
+        " SELECT %s, i, (SELECT coalesce(max(seq), -1) FROM runs WHERE session_id = %s) + o, b"
+        " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(i, b, o)"
+        " ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body",
+        (
+            session_id,
+            session_id,
+            [r.id for r in runs],
+            [_json(r, f"run {r.id!r}") for r in runs],
+        ),
+    )
+
+
+def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
+    turns = _unique_turns(turns)
+    cur.execute("DELETE FROM turns WHERE session_id = %s", (session_id,))
+    users = _insert_turns(cur, session_id, 0, turns)
+    cur.execute(
+        "UPDATE sessions SET turn_count = %s, user_turn_count = %s WHERE id = %s",
+        (len(turns), users, session_id),
+    )
+
+
+def _replace_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
+    cur.execute("DELETE FROM runs WHERE session_id = %s", (session_id,))
+    _upsert_runs(cur, session_id, runs)
+
+
+def _write_header(
+    cur: _Cursor, data: SessionData, metadata: Mapping[str, Any], keys: Sequence[str] | None
+) -> None:
+    validate_id(data.id)
+    stored = _lock_header(cur, data.id)
+    stored_status = stored[0] if stored else None
+    stored_owner = _owner(stored[1], data.id) if stored else None
+    stored_meta = _metadata(stored[3], data.id) if stored else None
+    status, owner = snapshot_status(stored_status, stored_owner, data.status)
+    merged = merge_session_metadata(stored_meta, metadata, keys)
+    cur.execute(
+        "INSERT INTO sessions"
+        " (id, created_at, updated_at, status, agent_id, project_root, metadata, run_owner)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+        " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
+        " updated_at = excluded.updated_at, status = excluded.status,"
+        " agent_id = excluded.agent_id, project_root = excluded.project_root,"
+        " metadata = excluded.metadata, run_owner = excluded.run_owner, rev = nextval('revs')",
+        (
+            data.id,
+            data.created_at,
+            data.updated_at,
+            status,
+            data.agent_id,
+            data.project_root,
+            _json(merged, f"metadata of session {data.id!r}"),
+            None if owner is None else _json(owner, "run owner"),
+        ),
+    )
+
+
+def _save(cur: _Cursor, data: SessionData) -> None:
+    data = _checked(_checked_data(data), SessionData, "session data")
+    _check_ids(data.turns, data.runs)
+    _write_header(cur, data, data.metadata, None)
+    _replace_turns(cur, data.id, data.turns)
+    _replace_runs(cur, data.id, data.runs)
+
+
+def _save_meta(cur: _Cursor, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    data = _checked(_checked_data(data), SessionData, "session data")
+    _check_ids((), data.runs)
+    keys = None
+    if options is not None:
+        keys = _checked(options, SaveMetaOptions, "save_meta options").meta_keys
+    _write_header(cur, data, data.metadata, keys)
+    _upsert_runs(cur, data.id, data.runs)
+
+
+def _append_turns(
+    cur: _Cursor,
+    session_id: str,
+    turns: Sequence[SessionTurn],
+    options: AppendTurnsOptions | None = None,
+) -> None:
+    validate_id(session_id)
+    turns = _checked_items(turns, SessionTurn, "turns")
+    run = None
+    if options is not None:
+        run = _checked(options, AppendTurnsOptions, "append options").run
+    _check_ids(turns, () if run is None else (run,))
+    header = _lock_header(cur, session_id)
+    if header is None:
+        raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+    if not turns and run is None:
+        return
+    fresh: list[SessionTurn] = []
+    if turns:
+        cur.execute(
+            "SELECT id FROM turns WHERE session_id = %s AND id = ANY(%s)",
+            (session_id, [t.id for t in turns]),
+        )
+        seen = {row[0] for row in cur.fetchall()}
+        for turn in turns:
+            if turn.id not in seen:
+                seen.add(turn.id)
+                fresh.append(turn)
+    users = _insert_turns(cur, session_id, header[4], fresh)
+    cur.execute(
+        "UPDATE sessions SET turn_count = turn_count + %s, user_turn_count = user_turn_count + %s,"
+        " updated_at = %s, rev = nextval('revs') WHERE id = %s",
+        (len(fresh), users, _now_ms(), session_id),
+    )
+    if run is not None:
+        _upsert_runs(cur, session_id, (run,))
+
+
+def _update_run(
+    cur: _Cursor, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+) -> None:
+    validate_id(session_id)
+    run = _checked(run, SessionRun, "run")
+    _check_ids((), (run,))
+    if options is not None:
+        _checked(options, UpdateRunOptions, "update run options")
+    cur.execute(
+        "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s RETURNING 1",
+        (_now_ms(), session_id),
+    )
+    if cur.fetchone() is not None:
+        _upsert_runs(cur, session_id, (run,))
+
+
+def _update_status(
+    cur: _Cursor,
+    session_id: str,
+    status: SessionStatus,
+    *,
+    owner: RunOwner | None = None,
+    preserve_updated_at: bool = False,
+) -> None:
+    validate_id(session_id)
+    if status not in _STATUSES:
+        raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
+    if owner is not None:
+        owner = _checked(owner, RunOwner, "run owner")
+    if status == "running":
+        owner_json: str | None = _json(owner or current_run_owner(), "run owner")
+    else:
+        owner_json = None
+    cur.execute(
+        "UPDATE sessions SET status = %s, run_owner = %s::jsonb, rev = nextval('revs'),"
+        " updated_at = CASE WHEN %s THEN updated_at ELSE %s END WHERE id = %s",
+        (status, owner_json, preserve_updated_at, _now_ms(), session_id),
+    )
+
+
+def _delete(cur: _Cursor, session_id: str) -> None:
+    validate_id(session_id)
+    cur.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+    cur.execute("DELETE FROM send_requests WHERE session_id = %s", (session_id,))
+
+
+def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    validate_id(session_id)
+    patch = _checked_patch(patch)
+    header = _lock_header(cur, session_id)
+    if header is None:
+        return
+    merged = patch_metadata(_metadata(header[3], session_id), patch)
+    cur.execute(
+        "UPDATE sessions SET metadata = %s, rev = nextval('revs') WHERE id = %s",
+        (_json(merged, f"metadata of session {session_id!r}"), session_id),
+    )
+
+
+def _artifact_row(row: tuple[Any, ...]) -> SessionArtifact:
+    artifact: SessionArtifact = _decode(
+        row[0], SessionArtifact, "artifacts", f"(session_id={row[1]!r}, id={row[2]!r})"
+    )
+    return artifact
+
+
+def _touch(cur: _Cursor, session_id: str) -> None:
+    cur.execute("UPDATE sessions SET rev = nextval('revs') WHERE id = %s", (session_id,))
+
+
+def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact | None:
+    artifact = _checked(artifact, SessionArtifact, "artifact")
+    validate_id(artifact.session_id)
+    validate_id(artifact.id, what="artifact id")
+    if _lock_header(cur, artifact.session_id) is None:
+        return None
+    cur.execute(
+        "SELECT body, session_id, id, kind FROM artifacts WHERE session_id = %s ORDER BY seq",
+        (artifact.session_id,),
+    )
+    current = [_artifact_row(row) for row in cur.fetchall()]
+    existing = next((a for a in current if a.kind == artifact.kind and a.uri == artifact.uri), None)
+    if existing is not None:
+        stored = merge_artifact(existing, artifact)
+        cur.execute(
+            "UPDATE artifacts SET body = %s, updated_at = %s, project_root = %s"
+            " WHERE session_id = %s AND id = %s",
+            (
+                _json(stored, "artifact"),
+                stored.updated_at,
+                stored.project_root,
+                stored.session_id,
+                stored.id,
+            ),
+        )
+        _touch(cur, stored.session_id)
+        return stored
+    evict = select_artifact_evictions(current)
+    if evict:
+        cur.execute(
+            "DELETE FROM artifacts WHERE session_id = %s AND id = ANY(%s)",
+            (artifact.session_id, evict),
+        )
+    cur.execute(
+        "INSERT INTO artifacts"
+        " (session_id, id, kind, uri, project_root, created_at, updated_at, body)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            artifact.session_id,
+            artifact.id,
+            artifact.kind,
+            artifact.uri,
+            artifact.project_root,
+            artifact.created_at,
+            artifact.updated_at,
+            _json(artifact, "artifact"),
+        ),
+    )
+    _touch(cur, artifact.session_id)
+    return artifact
+
+
+def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
+    validate_id(session_id)
+    validate_id(artifact_id, what="artifact id")
+    cur.execute(
+        "DELETE FROM artifacts WHERE session_id = %s AND id = %s RETURNING 1",
+        (session_id, artifact_id),
+    )
+    if cur.fetchone() is not None:
+        _touch(cur, session_id)
+
+
+def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
+    validate_id(session_id)
+    validate_id(request_id, what="request id")
+    _json(result, "send result")
+    if result is None:
+        cur.execute(
+            "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
+            (session_id, request_id),
+        )
+    else:
+        cur.execute(
+            "UPDATE send_requests SET result = %s WHERE session_id = %s AND request_id = %s",
+            (_json(result, "send result"), session_id, request_id),
+        )
+
+
+_WRITES: Final[Mapping[str, Callable[..., Any]]] = {
+    "append_turns": _append_turns,
+    "delete": _delete,
+    "delete_artifact": _delete_artifact,
+    "patch_meta": _patch_meta,
+    "save": _save,
+    "save_meta": _save_meta,
+    "settle_send_request": _settle_send_request,
+    "update_run": _update_run,
+    "update_status": _update_status,
+    "upsert_artifact": _upsert_artifact,
+}
+
+_META_SELECT: Final = (
+    "SELECT s.id, s.metadata, s.created_at, s.updated_at, s.status, s.agent_id,"
+    " s.project_root, s.run_owner::text, s.rev, s.turn_count, s.user_turn_count,"
+    " (SELECT count(*) FROM runs r WHERE r.session_id = s.id),"
+    " (SELECT count(*) FROM artifacts a WHERE a.session_id = s.id),"
+    " (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
+    "  ORDER BY t.seq LIMIT 1)"
+    " FROM sessions s"
+)
+
+
+def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
+    session_id = row[0]
+    metadata = _metadata(row[1], session_id)
+    first_user = None
+    if row[13] is not None and "title" not in metadata:
+        first_user = _decode(row[13], SessionTurn, "turns", f"(session_id={session_id!r}) first")
+    return SessionMetaRow(
+        id=session_id,
+        metadata=metadata,
+        run_count=row[11],
+        turn_count=row[9],
+        updated_at=row[3],
+        user_message_count=row[10],
+        agent_id=row[5],
+        artifact_count=row[12],
+        created_at=row[2],
+        first_user_turn=first_user,
+        project_root=row[6],
+        rev=row[8],
+        run_owner=_owner(row[7], session_id),
+        status=row[4],
+    )
+
+
+def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filter is not None:
+        filter = _checked(filter, SessionFilter, "session filter")
+        if filter.agent_id is not None:
+            clauses.append("s.agent_id = %s")
+            params.append(filter.agent_id)
+        if filter.project_root is None:
+            clauses.append("s.project_root IS NULL")
+        elif filter.project_root is not UNSET:
+            clauses.append("s.project_root = %s")
+            params.append(filter.project_root)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    order = ' ORDER BY s.updated_at DESC, s.id COLLATE "C"'
+    if filter is not None and filter.limit is not None:
+        order += " LIMIT %s"
+        params.append(filter.limit)
+    return where + order, params
+
+
+def _decode_list(
+    cur: _Cursor, text: str | None, type_: Any, table: str, session_id: str
+) -> tuple[Any, ...]:
+    """Decode a JSON array aggregated from ``table`` rows, naming the bad row on failure."""
+    if text is None:
+        return ()
+    try:
+        items: tuple[Any, ...] = decoder(tuple[type_, ...]).decode(f"[{text}]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        cur.execute(
+            f"SELECT seq, body FROM {table} WHERE session_id = %s ORDER BY seq",
+            (session_id,),
+        )
+        for seq, body in cur.fetchall():
+            _decode(body, type_, table, f"(session_id={session_id!r}, seq={seq})")
+        raise CorruptDataError(f"{table} rows of session {session_id!r} do not decode") from None
+    return items
+
+
+def _history(cur: _Cursor, session_id: str) -> SessionHistory:
+    cur.execute(
+        "SELECT (SELECT string_agg(body, ',' ORDER BY seq) FROM turns WHERE session_id = %s),"
+        " (SELECT string_agg(body, ',' ORDER BY seq) FROM runs WHERE session_id = %s)",
+        (session_id, session_id),
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return SessionHistory(
+        turns=_decode_list(cur, row[0], SessionTurn, "turns", session_id),
+        runs=_decode_list(cur, row[1], SessionRun, "runs", session_id),
+    )
+
+
+def _mutate(
+    cur: _Cursor, session_id: str, mutate: HistoryMutation, *, runs_too: bool
+) -> MutateResult:
+    validate_id(session_id)
+    if _lock_header(cur, session_id) is None:
+        return "no-session"
+    history = _history(cur, session_id)
+    result = mutate(history)
+    if result is None:
+        return "unchanged"
+    if not isinstance(result, SessionHistory):
+        raise ValidationError(
+            "mutate_history callback must return a SessionHistory or None,"
+            f" got {type(result).__name__}"
+        )
+    turns = _checked_items(result.turns, SessionTurn, "history turns")
+    runs = history.runs
+    if runs_too and result.runs != history.runs:
+        runs = _checked_items(result.runs, SessionRun, "history runs")
+    _check_ids(turns, runs)
+    if turns != history.turns:
+        _replace_turns(cur, session_id, turns)
+    if runs is not history.runs:
+        _replace_runs(cur, session_id, runs)
+    cur.execute(
+        "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
+        (_now_ms(), session_id),
+    )
+    return "ok"
+
+
+def _send_record(request_id: str, row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
+    result: Any = UNSET
+    if row[2] is not None:
+        result = _decode(
+            row[2], Any, "send_requests", f"(session_id={session_id!r}, request_id={request_id!r})"
+        )
+    return SendRequestRecord(
+        request_id=request_id, fingerprint=row[0], created_at=row[1], result=result
+    )
+
+
+def _schedule(row: tuple[Any, ...]) -> Schedule:
+    schedule: Schedule = _decode(row[0], Schedule, "schedules", f"id={row[1]!r}")
+    last_fire = None
+    if row[3] is not None:
+        last_fire = _decode(row[3], ScheduleFire, "schedule_fires", f"schedule_id={row[1]!r}")
+    return msgspec.structs.replace(schedule, next_fire_at=row[2], last_fire=last_fire)
+
+
+# ---------------------------------------------------------------------------
+# Connections
+
+
+@attrs.define
+class _Conn:
+    """One database connection, reconnected on demand, used by one thread at a time."""
+
+    dsn: str
+    schema: str
+    connect_timeout: float
+    limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    raw: _Connection | None = None
+    connected: bool = False
+    reconnects: int = 0
+
+    def ensure(self) -> _Connection:
+        if self.raw is not None and not self.raw.closed and not self.raw.broken:
+            return self.raw
+        self.discard()
+        raw: _Connection = psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+        )
+        raw.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        if self.connected:
+            self.reconnects += 1
+        self.connected = True
+        self.raw = raw
+        return raw
+
+    def discard(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
+            self.raw = None
+
+
+@attrs.frozen
+class PostgresStoreStatistics:
+    """What :meth:`PostgresStore.statistics` reports."""
+
+    schema: str
+    connections: int
+    idle_readers: int
+    retries: int
+    reconnects: int
+
+
+@attrs.define(eq=False)
+class PostgresStore:
+    """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
+
+    Build it with :func:`open_postgres_store`. Beyond the protocol it offers
+    :meth:`run_epoch`, the fencing token every successful :meth:`claim_run`
+    increments.
+    """
+
+    _schema: str
+    _writer: _Conn
+    _readers: builtins.list[_Conn]
+    _idle_send: trio.MemorySendChannel[_Conn]
+    _idle_recv: trio.MemoryReceiveChannel[_Conn]
+    _max_retries: int
+    _closed: bool = False
+    _retries: int = 0
+
+    # -- plumbing --------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"PostgreSQL store on schema {self._schema!r} is closed")
+
+    def _transact(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
+        """Run ``op`` in one transaction, retrying transient failures a bounded number of times."""
+        last: BaseException | None = None
+        for attempt in range(self._max_retries + 1):
+            if attempt:
+                self._retries += 1
+                time.sleep(_BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                raw = conn.ensure()
+            except psycopg.OperationalError as exc:
+                last = exc
+                continue
+            try:
+                with raw.transaction(), raw.cursor() as cur:
+                    return op(cur)
+            except _TRANSIENT as exc:
+                last = exc
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not raw.broken and not raw.closed:
+                    raise _map_error(exc) from None
+                conn.discard()
+                if not idempotent:
+                    raise StoreUnavailableError(
+                        f"PostgreSQL connection lost during a non-idempotent write"
+                        f" (its outcome is unknown): {exc}"
+                    ) from exc
+                last = exc
+            except psycopg.Error as exc:
+                raise _map_error(exc) from None
+        raise StoreUnavailableError(
+            f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
+        ) from last
+
+    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+        self._check_open()
+        return await trio.to_thread.run_sync(
+            self._transact, self._writer, op, idempotent, limiter=self._writer.limiter
+        )
+
+    @asynccontextmanager
+    async def _reader(self) -> AsyncIterator[_Conn]:
+        conn = await self._idle_recv.receive()
+        try:
+            yield conn
+        finally:
+            self._idle_send.send_nowait(conn)
+
+    async def _read(self, op: Callable[[_Cursor], T]) -> T:
+        self._check_open()
+        async with self._reader() as conn:
+            return await trio.to_thread.run_sync(
+                self._transact, conn, op, True, limiter=conn.limiter
+            )
+
+    def statistics(self) -> PostgresStoreStatistics:
+        """Pool size, idle readers, retries made and reconnects so far."""
+        conns = [self._writer, *(c for c in self._readers if c is not self._writer)]
+        return PostgresStoreStatistics(
+            schema=self._schema,
+            connections=len(conns),
+            idle_readers=self._idle_send.statistics().current_buffer_used,
+            retries=self._retries,
+            reconnects=sum(c.reconnects for c in conns),
+        )
+
+    async def aclose(self) -> None:
+        """Close every connection once its current operation finished. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in {id(c): c for c in [self._writer, *self._readers]}.values():
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(conn.discard, limiter=conn.limiter)
+
+    # -- required methods ------------------------------------------------
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The whole session in one statement (a consistent snapshot), or ``None``."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> SessionData | None:
+            cur.execute(
+                "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
+                " run_owner::text,"
+                " (SELECT string_agg(body, ',' ORDER BY seq) FROM turns WHERE session_id = s.id),"
+                " (SELECT string_agg(body, ',' ORDER BY seq) FROM runs WHERE session_id = s.id)"
+                " FROM sessions s WHERE id = %s",
+                (session_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                return None
+            return SessionData(
+                id=session_id,
+                created_at=row[0],
+                updated_at=row[1],
+                status=row[2],
+                agent_id=row[3],
+                project_root=row[4],
+                metadata=_metadata(row[5], session_id),
+                run_owner=_owner(row[6], session_id),
+                turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
+                runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
+            )
+
+        return await self._read(op)
+
+    async def save(self, data: SessionData) -> None:
+        """Create or overwrite the whole document (turns and runs replaced)."""
+        await self._write(lambda cur: _save(cur, data))
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        """Append turns; ids already stored are skipped, so a retried append adds nothing."""
+        await self._write(lambda cur: _append_turns(cur, session_id, turns, options))
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """Turns ``from_``… (at most ``limit``), oldest first; ``[]`` for an unknown id."""
+        validate_id(session_id)
+        _checked_int(from_, "from_")
+        if limit is not None:
+            _checked_int(limit, "limit")
+
+        def op(cur: _Cursor) -> builtins.list[SessionTurn]:
+            cur.execute(
+                "SELECT string_agg(body, ',' ORDER BY seq) FROM (SELECT seq, body FROM turns"
+                " WHERE session_id = %s AND seq >= %s ORDER BY seq LIMIT %s) t",
+                (session_id, from_, limit),
+            )
+            row = cur.fetchone()
+            return list(
+                _decode_list(cur, row[0] if row else None, SessionTurn, "turns", session_id)
+            )
+
+        return await self._read(op)
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        """Upsert one run record; an unknown session id is a no-op."""
+        await self._write(lambda cur: _update_run(cur, session_id, run, options))
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        """Set the status; ``running`` records ``owner`` (default: this process)."""
+        await self._write(
+            lambda cur: _update_status(
+                cur, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
+            )
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session with its turns, runs, artifacts and send-request ids."""
+        await self._write(lambda cur: _delete(cur, session_id))
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, most recently updated first, filtered."""
+        tail, params = _session_where(filter)
+
+        def op(cur: _Cursor) -> builtins.list[str]:
+            cur.execute("SELECT s.id FROM sessions s" + tail, params)
+            return [row[0] for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    # -- batching --------------------------------------------------------
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Apply ``writes`` in one transaction, each in its own savepoint, in order."""
+
+        def op(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+            conn = cur.connection
+            results: builtins.list[outcome.Outcome[Any]] = []
+            for write in writes:
+                fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
+                if fn is None:
+                    results.append(
+                        outcome.Error(
+                            UnsupportedOperationError(
+                                f"{getattr(write, 'method', type(write).__name__)!r}"
+                                " is not a batchable write"
+                            )
+                        )
+                    )
+                    continue
+                try:
+                    with conn.transaction():
+                        value = fn(cur, *write.args, **write.kwargs)
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    raise
+                except Exception as exc:
+                    results.append(outcome.Error(_map_error(exc)))
+                else:
+                    results.append(outcome.Value(value))
+            return results
+
+        try:
+            return await self._write(op)
+        except StoreError as exc:
+            return [outcome.Error(exc) for _ in writes]
+
+    # -- optional methods ------------------------------------------------
+
+    async def run_epoch(self, session_id: str) -> int | None:
+        """The session's lease epoch (bumped by every claim), or ``None`` for an unknown id.
+
+        A run holder passes it along with its writes so a later claimant can
+        fence off a holder that lost its claim.
+        """
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> int | None:
+            cur.execute("SELECT run_epoch FROM sessions WHERE id = %s", (session_id,))
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(op)
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Set ``running`` under a row lock unless a live owner holds it; bumps ``run_epoch``."""
+        validate_id(session_id)
+        _checked_int(stale_at, "stale_at")
+        claimant = current_run_owner() if owner is None else _checked(owner, RunOwner, "run owner")
+
+        def op(cur: _Cursor) -> RunClaim:
+            header = _lock_header(cur, session_id)
+            if header is None:
+                return RunClaim(claimed=True)
+            status, owner_text, updated_at = header[0], header[1], header[2]
+            now = _now_ms()
+            stored_owner = _owner(owner_text, session_id)
+            if run_claim_blocked(status, stored_owner, updated_at, stale_at, now):
+                return RunClaim(claimed=False)
+            cur.execute(
+                "UPDATE sessions SET status = 'running', run_owner = %s::jsonb, updated_at = %s,"
+                " run_epoch = run_epoch + 1, rev = nextval('revs') WHERE id = %s",
+                (_json(claimant, "run owner"), now, session_id),
+            )
+            return RunClaim(claimed=True, previous=status)
+
+        return await self._write(op, idempotent=False)
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled: one winner across hosts."""
+        validate_id(id, what="schedule id")
+        _checked_int(due_at, "due_at")
+        if next is not None:
+            _checked_int(next, "next")
+
+        def op(cur: _Cursor) -> bool:
+            cur.execute(
+                "UPDATE schedules SET next_fire_at = %s"
+                " WHERE id = %s AND enabled AND next_fire_at = %s RETURNING 1",
+                (next, id, due_at),
+            )
+            return cur.fetchone() is not None
+
+        return await self._write(op, idempotent=False)
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Insert the request id or answer the record holding it; keeps the newest ids only."""
+        validate_id(session_id)
+        validate_id(request_id, what="request id")
+        if not isinstance(fingerprint, str):
+            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+
+        def op(cur: _Cursor) -> SendRequestClaim:
+            cur.execute(
+                "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
+                (session_id, request_id, fingerprint, _now_ms()),
+            )
+            inserted = cur.fetchone()
+            if inserted is None:
+                cur.execute(
+                    "SELECT fingerprint, created_at, result FROM send_requests"
+                    " WHERE session_id = %s AND request_id = %s",
+                    (session_id, request_id),
+                )
+                row = cur.fetchone()
+                assert row is not None
+                return SendRequestClaim(
+                    claimed=False, record=_send_record(request_id, row, session_id)
+                )
+            cur.execute("SELECT count(*) FROM send_requests WHERE session_id = %s", (session_id,))
+            count = cur.fetchone()
+            if count is not None and count[0] > _SEND_REQUEST_HISTORY:
+                cur.execute(
+                    "SELECT request_id, fingerprint, created_at FROM send_requests"
+                    " WHERE session_id = %s AND seq <> %s ORDER BY seq",
+                    (session_id, inserted[0]),
+                )
+                others = [
+                    SendRequestRecord(request_id=r[0], fingerprint=r[1], created_at=r[2])
+                    for r in cur.fetchall()
+                ]
+                cur.execute(
+                    "DELETE FROM send_requests WHERE session_id = %s AND request_id = ANY(%s)",
+                    (session_id, send_request_evictions(others)),
+                )
+            return SendRequestClaim(claimed=True)
+
+        return await self._write(op, idempotent=False)
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record of a claimed request id, or ``None``."""
+        validate_id(session_id)
+        validate_id(request_id, what="request id")
+
+        def op(cur: _Cursor) -> SendRequestRecord | None:
+            cur.execute(
+                "SELECT fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = %s AND request_id = %s",
+                (session_id, request_id),
+            )
+            row = cur.fetchone()
+            return None if row is None else _send_record(request_id, row, session_id)
+
+        return await self._read(op)
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
+        await self._write(lambda cur: _settle_send_request(cur, session_id, request_id, result))
+
+    async def generate_session_id(self) -> str:
+        """A UUID from the server's ``gen_random_uuid()``."""
+        return await self._read(_gen_uuid)
+
+    async def generate_turn_id(self) -> str:
+        """A UUID from the server's ``gen_random_uuid()``."""
+        return await self._read(_gen_uuid)
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One session's summary row, answered from the header and indexes."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> SessionMetaRow | None:
+            cur.execute(_META_SELECT + " WHERE s.id = %s", (session_id,))
+            row = cur.fetchone()
+            return None if row is None else _meta_row(row)
+
+        return await self._read(op)
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Session summaries, most recently updated first, in one query."""
+        tail, params = _session_where(filter)
+
+        def op(cur: _Cursor) -> builtins.list[SessionMetaRow]:
+            cur.execute(_META_SELECT + tail, params)
+            return [_meta_row(row) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        """Persist the header and upsert the snapshot's runs; turns are never touched."""
+        await self._write(lambda cur: _save_meta(cur, data, options))
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        """Merge ``patch`` into stored metadata under a row lock; unknown ids are a no-op."""
+        await self._write(lambda cur: _patch_meta(cur, session_id, patch))
+
+    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+        """Read, rewrite and store turns and runs in one transaction holding the row lock."""
+        return await self._write(
+            lambda cur: _mutate(cur, session_id, mutate, runs_too=True), idempotent=False
+        )
+
+    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+        """Turns-only form of :meth:`mutate_history`."""
+
+        def on_history(history: SessionHistory) -> SessionHistory | None:
+            turns = mutate(history.turns)
+            if turns is None:
+                return None
+            return SessionHistory(
+                turns=_checked_items(turns, SessionTurn, "turns"), runs=history.runs
+            )
+
+        return await self._write(
+            lambda cur: _mutate(cur, session_id, on_history, runs_too=False), idempotent=False
+        )
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)``; unknown sessions answer ``None``."""
+        return await self._write(lambda cur: _upsert_artifact(cur, artifact))
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        await self._write(lambda cur: _delete_artifact(cur, session_id, artifact_id))
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest first, filtered in SQL and ordered like ``filter_artifacts``."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if filter is not None:
+            filter = _checked(filter, ArtifactFilter, "artifact filter")
+            for column, value in (
+                ("session_id", filter.session_id),
+                ("kind", filter.kind),
+                ("uri", filter.uri),
+            ):
+                if value is not None:
+                    clauses.append(f"{column} = %s")
+                    params.append(value)
+            if filter.since is not None:
+                clauses.append("updated_at >= %s")
+                params.append(filter.since)
+            if filter.project_root is None:
+                clauses.append("project_root IS NULL")
+            elif filter.project_root is not UNSET:
+                clauses.append("project_root = %s")
+                params.append(filter.project_root)
+        query = "SELECT body, session_id, id FROM artifacts"
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += ' ORDER BY updated_at DESC, id COLLATE "C"'
+        if filter is not None and filter.limit is not None:
+            query += " LIMIT %s"
+            params.append(filter.limit)
+
+        def op(cur: _Cursor) -> builtins.list[SessionArtifact]:
+            cur.execute(query, params)
+            return filter_artifacts((_artifact_row(row) for row in cur.fetchall()), filter)
+
+        return await self._read(op)
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
+        schedule = _checked(schedule, Schedule, "schedule")
+        validate_id(schedule.id, what="schedule id")
+        body = _json(msgspec.structs.replace(schedule, last_fire=None), "schedule")
+
+        def op(cur: _Cursor) -> None:
+            cur.execute(
+                "INSERT INTO schedules (id, enabled, next_fire_at, created_at, body)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET"
+                " enabled = excluded.enabled, created_at = excluded.created_at,"
+                " body = excluded.body, next_fire_at = CASE WHEN %s"
+                " THEN schedules.next_fire_at ELSE excluded.next_fire_at END",
+                (
+                    schedule.id,
+                    schedule.enabled,
+                    schedule.next_fire_at,
+                    schedule.created_at,
+                    body,
+                    keep_next_fire_at,
+                ),
+            )
+
+        await self._write(op)
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+        validate_id(id, what="schedule id")
+
+        def op(cur: _Cursor) -> bool:
+            cur.execute("DELETE FROM schedules WHERE id = %s RETURNING 1", (id,))
+            found = cur.fetchone() is not None
+            cur.execute("DELETE FROM schedule_fires WHERE schedule_id = %s", (id,))
+            return found
+
+        return await self._write(op, idempotent=False)
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule with its newest fire, oldest first."""
+
+        def op(cur: _Cursor) -> builtins.list[Schedule]:
+            cur.execute(
+                "SELECT s.body, s.id, s.next_fire_at, (SELECT f.body FROM schedule_fires f"
+                " WHERE f.schedule_id = s.id ORDER BY f.fired_at DESC, f.seq DESC LIMIT 1)"
+                ' FROM schedules s ORDER BY s.created_at, s.id COLLATE "C"'
+            )
+            return [_schedule(row) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
+        fire = _checked(fire, ScheduleFire, "schedule fire")
+        validate_id(fire.schedule_id, what="schedule id")
+        validate_id(fire.id, what="fire id")
+        body = _json(fire, "schedule fire")
+
+        def op(cur: _Cursor) -> None:
+            cur.execute("SELECT 1 FROM schedules WHERE id = %s", (fire.schedule_id,))
+            if cur.fetchone() is None:
+                return
+            cur.execute(
+                "DELETE FROM schedule_fires WHERE schedule_id = %s AND id = %s",
+                (fire.schedule_id, fire.id),
+            )
+            cur.execute(
+                "INSERT INTO schedule_fires (schedule_id, id, fired_at, body)"
+                " VALUES (%s, %s, %s, %s)",
+                (fire.schedule_id, fire.id, fire.fired_at, body),
+            )
+            cur.execute(
+                "DELETE FROM schedule_fires WHERE schedule_id = %s AND seq IN"
+                " (SELECT seq FROM schedule_fires WHERE schedule_id = %s"
+                "  ORDER BY fired_at DESC, seq DESC OFFSET %s)",
+                (fire.schedule_id, fire.schedule_id, FIRE_HISTORY),
+            )
+
+        await self._write(op)
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest first."""
+        validate_id(schedule_id, what="schedule id")
+        count = _checked_int(limit, "limit")
+
+        def op(cur: _Cursor) -> builtins.list[ScheduleFire]:
+            cur.execute(
+                "SELECT body, id FROM schedule_fires WHERE schedule_id = %s"
+                " ORDER BY fired_at DESC, seq DESC LIMIT %s",
+                (schedule_id, count),
+            )
+            return [
+                _decode(
+                    row[0],
+                    ScheduleFire,
+                    "schedule_fires",
+                    f"(schedule_id={schedule_id!r}, id={row[1]!r})",
+                )
+                for row in cur.fetchall()
+            ]
+
+        return await self._read(op)
+
+
+def _gen_uuid(cur: _Cursor) -> str:
+    cur.execute("SELECT gen_random_uuid()::text")
+    row = cur.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@contextmanager
+def _opened(conns: Sequence[_Conn]) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        for conn in conns:
+            conn.discard()
+        raise
+
+
+def _connect_all(conns: Sequence[_Conn], migrate_on: _Conn) -> None:
+    with _opened(conns):
+        try:
+            for conn in conns:
+                conn.ensure()
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+        raw = migrate_on.ensure()
+        try:
+            migrate(raw, migrate_on.schema)
+        except psycopg.Error as exc:
+            raise _map_error(exc) from None
+
+
+@asynccontextmanager
+async def open_postgres_store(
+    dsn: str,
+    *,
+    schema: str = "zidane",
+    pool_size: int = 4,
+    connect_timeout: float = 10.0,
+    retries: int = 3,
+) -> AsyncIterator[PostgresStore]:
+    """Open (creating or migrating) the store held in PostgreSQL schema ``schema``.
+
+    ``pool_size`` connections are opened: one for writes, the rest for reads
+    (with ``pool_size=1`` reads share the writer). Transient failures are
+    retried ``retries`` times for operations that are safe to repeat, then
+    raise :class:`~zidane_actors.errors.StoreUnavailableError`. The store is
+    closed on exit.
+    """
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidNameError(f"schema name {schema!r} must match [a-z_][a-z0-9_]{{0,62}}")
+    if pool_size < 1:
+        raise ValidationError(f"pool_size must be at least 1, got {pool_size}")
+    if retries < 0:
+        raise ValidationError(f"retries must be at least 0, got {retries}")
+    writer = _Conn(dsn, schema, connect_timeout)
+    readers = [_Conn(dsn, schema, connect_timeout) for _ in range(pool_size - 1)] or [writer]
+    conns = [writer, *(r for r in readers if r is not writer)]
+    with trio.CancelScope(shield=True):
+        await trio.to_thread.run_sync(_connect_all, conns, writer)
+    idle_send, idle_recv = trio.open_memory_channel[_Conn](len(readers))
+    for reader in readers:
+        idle_send.send_nowait(reader)
+    store = PostgresStore(
+        schema=schema,
+        writer=writer,
+        readers=readers,
+        idle_send=idle_send,
+        idle_recv=idle_recv,
+        max_retries=retries,
+    )
+    try:
+        yield store
+    finally:
+        await store.aclose()

@@ -1,0 +1,138 @@
+"""Tables of the PostgreSQL store and their migrations.
+
+Each schema (PostgreSQL namespace) holds one store. Migrations run in one
+transaction under an advisory lock keyed on the schema name, so hosts that
+start at the same time apply them once, one after the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+import psycopg
+from psycopg import sql
+
+from ..errors import StoreError
+
+__all__ = ["SCHEMA_VERSION", "migrate"]
+
+_V1: Final = """
+CREATE SEQUENCE revs;
+
+CREATE TABLE sessions (
+    id text PRIMARY KEY,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    status text NOT NULL CHECK (status IN ('error', 'running', 'completed', 'idle')),
+    agent_id text,
+    project_root text,
+    metadata text NOT NULL,
+    run_owner jsonb,
+    run_epoch bigint NOT NULL DEFAULT 0,
+    rev bigint NOT NULL DEFAULT nextval('revs'),
+    turn_count bigint NOT NULL DEFAULT 0,
+    user_turn_count bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_recent ON sessions (updated_at DESC, id COLLATE "C");
+
+CREATE TABLE turns (
+    session_id text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    id text NOT NULL,
+    role text NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (session_id, seq),
+    UNIQUE (session_id, id)
+);
+CREATE INDEX turns_user ON turns (session_id, seq) WHERE role = 'user';
+
+CREATE TABLE runs (
+    session_id text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    id text NOT NULL,
+    seq bigint NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
+CREATE INDEX runs_order ON runs (session_id, seq);
+
+CREATE TABLE artifacts (
+    session_id text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    id text NOT NULL,
+    kind text NOT NULL,
+    uri text NOT NULL,
+    project_root text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    body text NOT NULL,
+    PRIMARY KEY (session_id, id),
+    UNIQUE (session_id, kind, uri)
+);
+CREATE INDEX artifacts_recent ON artifacts (updated_at DESC, id COLLATE "C");
+
+CREATE TABLE send_requests (
+    session_id text NOT NULL,
+    request_id text NOT NULL,
+    fingerprint text NOT NULL,
+    created_at bigint NOT NULL,
+    result text,
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    PRIMARY KEY (session_id, request_id)
+);
+
+CREATE TABLE schedules (
+    id text PRIMARY KEY,
+    enabled boolean NOT NULL,
+    next_fire_at bigint,
+    created_at bigint NOT NULL,
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    body text NOT NULL
+);
+
+CREATE TABLE schedule_fires (
+    schedule_id text NOT NULL,
+    id text NOT NULL,
+    fired_at bigint NOT NULL,
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    body text NOT NULL,
+    PRIMARY KEY (schedule_id, id)
+);
+CREATE INDEX schedule_fires_recent ON schedule_fires (schedule_id, fired_at DESC, seq DESC);
+"""
+
+_MIGRATIONS: Final = (_V1,)
+
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The schema version this code writes; a newer stored version is refused."""
+
+
+def _lock_key(schema: str) -> int:
+    digest = hashlib.blake2b(f"zidane_actors:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
+    """Create or upgrade ``schema`` to :data:`SCHEMA_VERSION`; answer the version found.
+
+    ``conn`` must be in autocommit mode with ``search_path`` set to ``schema``.
+    """
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        cur.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version"
+            " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur.execute("SELECT coalesce(max(version), 0) FROM schema_version")
+        row = cur.fetchone()
+        found = int(str(row[0])) if row is not None else 0
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"PostgreSQL schema {schema!r} is at version {found}, newer than the"
+                f" version {SCHEMA_VERSION} this zidane_actors knows: upgrade zidane_actors"
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            cur.execute(_MIGRATIONS[version - 1])
+            cur.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+    return found
