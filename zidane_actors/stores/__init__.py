@@ -1,6 +1,7 @@
 """Layer 4: the ``SessionStore`` protocol and the bundled stores."""
 
 from ._memory import MemoryStore, create_memory_store, open_memory_store
+from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
 from ._protocol import (
     OPTIONAL_METHODS,
     WRITE_METHODS,
@@ -14,6 +15,7 @@ from ._protocol import (
     TurnsMutation,
     store_capabilities,
 )
+from ._remote import RemoteStore, create_remote_store
 from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite_store
 
 __all__ = [
@@ -25,6 +27,9 @@ __all__ = [
     "HistoryMutation",
     "MemoryStore",
     "MutateResult",
+    "PostgresStore",
+    "PostgresStoreStatistics",
+    "RemoteStore",
     "RunClaim",
     "SQLiteStore",
     "SQLiteStoreStatistics",
@@ -32,7 +37,9 @@ __all__ = [
     "StoreWrite",
     "TurnsMutation",
     "create_memory_store",
+    "create_remote_store",
     "open_memory_store",
+    "open_postgres_store",
     "open_sqlite_store",
     "store_capabilities",
 ]

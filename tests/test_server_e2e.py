@@ -1,0 +1,186 @@
+"""The ``serve`` command end to end: a real server process and a real HTTP client.
+
+``ServerProcess`` is also the harness of the remote-store, fault and fuzz tests.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import httpx
+import pytest
+
+from zidane_actors.model import SessionData, SessionTurn, TextBlock, decode, encode
+from zidane_actors.stores import create_remote_store
+
+READY_TIMEOUT_S = 20.0
+
+
+class ServerProcess:
+    """``zidane-actors serve`` as a subprocess on 127.0.0.1; ``url`` once ready."""
+
+    def __init__(
+        self,
+        store: str,
+        *,
+        port: int = 0,
+        token: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.port = port
+        self.token = token
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        """Start the process and wait for the printed listening URL."""
+        argv = [sys.executable, "-m", "zidane_actors.cli", "serve", "--store", self.store]
+        argv += ["--port", str(self.port)]
+        if self.token is not None:
+            argv += ["--token", self.token]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ZIDANE_ACTORS_")}
+        env.update(self.env)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT_S)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("listening on "):
+            self.kill()
+            assert self.proc.stderr is not None
+            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()!r}")
+        self.url = line.removeprefix("listening on ").strip()
+        self.port = int(self.url.rsplit(":", 1)[1])
+        return self.url
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> int:
+        """SIGTERM and wait; the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(10)
+        finally:
+            self.kill()
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+    def restart(self) -> str:
+        """Kill and start again on the same port and store."""
+        self.kill()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return self.start()
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+@pytest.fixture
+def sqlite_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(f"sqlite:{tmp_path / 'sessions.db'}")
+    server.start()
+    yield server
+    server.stop()
+
+
+def _turn(n: int) -> SessionTurn:
+    return SessionTurn(
+        id=f"t{n}", role="user", content=(TextBlock(text=f"message {n}"),), created_at=n
+    )
+
+
+async def test_serve_sqlite_round_trip_over_http(sqlite_server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=sqlite_server.url) as client:
+        session = SessionData(id="s1", created_at=1, updated_at=1)
+        r = await client.put("/sessions/s1", content=encode(session))
+        assert r.status_code == 204
+        body = b'{"turns": [' + encode(_turn(1)) + b"," + encode(_turn(2)) + b"]}"
+        r = await client.post("/sessions/s1/turns", content=body)
+        assert r.json() == {"appended": 2}
+        r = await client.get("/sessions/s1")
+        loaded = decode(r.content, SessionData)
+        assert [t.id for t in loaded.turns] == ["t1", "t2"]
+        r = await client.get("/sessions", params={"limit": "5"})
+        assert r.json() == {"ids": ["s1"]}
+        r = await client.get("/openapi.json")
+        assert r.json()["openapi"] == "3.1.0"
+
+
+async def test_serve_survives_restart_on_the_same_file(sqlite_server: ServerProcess) -> None:
+    async with create_remote_store(sqlite_server.url) as store:
+        await store.save(SessionData(id="s1", created_at=1, updated_at=1))
+        await store.append_turns("s1", [_turn(1)])
+        sqlite_server.restart()
+        data = await store.load("s1")
+        assert data is not None
+        assert [t.id for t in data.turns] == ["t1"]
+
+
+async def test_serve_requires_the_configured_token(tmp_path: Path) -> None:
+    server = ServerProcess("memory", token="s3cret")
+    url = server.start()
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert (await client.get("/sessions")).status_code == 401
+            wrong = {"authorization": "Bearer nope"}
+            assert (await client.get("/sessions", headers=wrong)).status_code == 401
+            good = {"authorization": "Bearer s3cret"}
+            assert (await client.get("/sessions", headers=good)).json() == {"ids": []}
+    finally:
+        assert server.stop() == 0
+
+
+async def test_serve_reads_the_token_from_the_environment() -> None:
+    server = ServerProcess("memory", env={"ZIDANE_ACTORS_TOKEN": "from-env"})
+    url = server.start()
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert (await client.get("/sessions")).status_code == 401
+            r = await client.get("/sessions", headers={"authorization": "Bearer from-env"})
+            assert r.status_code == 200
+    finally:
+        server.stop()
+
+
+def test_serve_exits_cleanly_on_sigterm() -> None:
+    server = ServerProcess("memory")
+    server.start()
+    assert server.stop() == 0
+
+
+def test_serve_reports_a_busy_port_in_one_line() -> None:
+    first = ServerProcess("memory")
+    first.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "zidane_actors.cli", "serve", "--store", "memory"]
+            + ["--port", str(first.port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 1
+        assert proc.stderr.startswith("zidane-actors: error:")
+        assert "Traceback" not in proc.stderr
+    finally:
+        first.stop()

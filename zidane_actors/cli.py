@@ -1,0 +1,537 @@
+"""``zidane-actors``: serve a store over REST, inspect, export, import, heal and copy sessions.
+
+Exit codes: 0 ok, 1 runtime error, 2 usage error. Expected failures print
+one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Final, TextIO
+
+import msgspec
+import trio
+
+from .errors import UnsupportedOperationError, ValidationError, ZidaneActorsError
+from .model import (
+    ImageBlock,
+    SessionContentBlock,
+    SessionData,
+    SessionHistory,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    decode,
+    encode_str,
+    to_builtins,
+    validate_id,
+)
+from .stores import SessionStore, store_capabilities
+
+__all__ = ["main"]
+
+DEFAULT_STORE: Final = "sqlite:./zidane-sessions.db"
+TOKEN_ENV: Final = "ZIDANE_ACTORS_TOKEN"
+FAULTS_ENV: Final = "ZIDANE_ACTORS_FAULTS"
+_PREVIEW: Final = 400
+
+
+class _UsageError(Exception):
+    """A command line that parses but makes no sense (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+# -- store URLs ---------------------------------------------------------
+
+
+def _optional_store(name: str, what: str) -> Callable[..., AbstractAsyncContextManager[Any]]:
+    from . import stores
+
+    opener = getattr(stores, name, None)
+    if opener is None:
+        raise UnsupportedOperationError(f"the {what} store is not available in this build")
+    return opener  # type: ignore[no-any-return]
+
+
+@asynccontextmanager
+async def open_store_url(url: str) -> AsyncIterator[SessionStore]:
+    """Open the store a URL names: ``sqlite:PATH``, ``memory:``, ``postgres://…``,
+    ``file:DIR`` or ``http(s)://…`` (a remote session API; ``ZIDANE_ACTORS_TOKEN``
+    is sent as its bearer token)."""
+    if url in ("memory", "memory:"):
+        from .stores import open_memory_store
+
+        async with open_memory_store() as store:
+            yield store
+    elif url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
+        from .stores import open_sqlite_store
+
+        path = url.removeprefix("sqlite:")
+        if not path:
+            raise ValidationError("sqlite store URL needs a path: sqlite:PATH")
+        async with open_sqlite_store(path) as store:
+            yield store
+    elif url.startswith(("postgres://", "postgresql://", "postgres:")):
+        dsn = url if "://" in url else url.removeprefix("postgres:")
+        async with _optional_store("open_postgres_store", "postgres")(dsn) as store:
+            yield store
+    elif url.startswith("file:"):
+        directory = url.removeprefix("file:")
+        if not directory:
+            raise ValidationError("file store URL needs a directory: file:DIR")
+        async with _optional_store("open_file_map_store", "file map")(directory) as store:
+            yield store
+    elif url.startswith(("http://", "https://")):
+        from .stores import create_remote_store
+
+        token = os.environ.get(TOKEN_ENV)
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        async with create_remote_store(url, headers=headers) as store:
+            yield store
+    else:
+        raise ValidationError(
+            f"unknown store URL {url!r}: use sqlite:PATH, memory:, postgres://…, "
+            "file:DIR or http(s)://…"
+        )
+
+
+# -- serve --------------------------------------------------------------
+
+
+async def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from .server import parse_faults, serve
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    faults_spec = os.environ.get(FAULTS_ENV)
+    faults = parse_faults(faults_spec) if faults_spec else None
+    async with open_store_url(args.store) as store, trio.open_nursery() as nursery:
+        url = await nursery.start(
+            lambda task_status: serve(
+                store,
+                args.host,
+                args.port,
+                token=token,
+                max_body_bytes=args.max_body_bytes,
+                faults=faults,
+                task_status=task_status,
+            )
+        )
+        print(f"listening on {url}", file=out, flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+# -- sessions -----------------------------------------------------------
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _title(metadata: dict[str, Any], first_user: SessionTurn | None) -> str:
+    title = metadata.get("title")
+    if isinstance(title, str) and title:
+        return title
+    if first_user is not None:
+        text = " ".join(b.text for b in first_user.content if isinstance(b, TextBlock))
+        return text.replace("\n", " ")[:60]
+    return ""
+
+
+async def _list(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+    from .model import SessionFilter
+
+    filter = SessionFilter(agent_id=args.agent, limit=args.limit)
+    if "list_meta" in store_capabilities(store):
+        rows = await store.list_meta(filter)  # type: ignore[attr-defined]
+        lines = [
+            (
+                r.id,
+                r.status or "-",
+                r.turn_count,
+                _when(r.updated_at),
+                _title(r.metadata, r.first_user_turn),
+            )
+            for r in rows
+        ]
+    else:
+        lines = []
+        for sid in await store.list(filter):
+            data = await store.load(sid)
+            if data is None:
+                continue
+            first = next((t for t in data.turns if t.role == "user"), None)
+            lines.append(
+                (
+                    sid,
+                    data.status,
+                    len(data.turns),
+                    _when(data.updated_at),
+                    _title(data.metadata, first),
+                )
+            )
+    if not lines:
+        print("no sessions", file=out)
+        return 0
+    width = max(len(line[0]) for line in lines)
+    print(f"{'ID':<{width}}  {'STATUS':<9}  {'TURNS':>5}  {'UPDATED (UTC)':<19}  TITLE", file=out)
+    for sid, status, turns, updated, title in lines:
+        print(f"{sid:<{width}}  {status:<9}  {turns:>5}  {updated:<19}  {title}", file=out)
+    return 0
+
+
+async def _load(store: SessionStore, session_id: str) -> SessionData:
+    from .errors import SessionNotFoundError
+
+    data = await store.load(validate_id(session_id))
+    if data is None:
+        raise SessionNotFoundError(f"no session {session_id!r} in the store")
+    return data
+
+
+def _clip(text: str) -> str:
+    text = text.rstrip()
+    return text if len(text) <= _PREVIEW else text[:_PREVIEW] + f"… ({len(text)} chars)"
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.splitlines() or [""])
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    if isinstance(block.output, str):
+        return block.output
+    parts = []
+    for part in block.output:
+        kind = "image" if isinstance(part, ImageBlock) else "file"
+        parts.append(part.text if isinstance(part, TextBlock) else f"[{kind}]")
+    return "\n".join(parts)
+
+
+def _block_lines(
+    block: SessionContentBlock, results: dict[str, ToolResultBlock], shown: set[str]
+) -> list[str]:
+    if isinstance(block, TextBlock):
+        return [_indent(_clip(block.text), "    ")]
+    if isinstance(block, ToolCallBlock):
+        lines = [f"    → tool call {block.name} {json.dumps(block.input)[:200]}  (id {block.id})"]
+        result = results.get(block.id)
+        if result is None:
+            lines.append("      ← (no result)")
+        else:
+            shown.add(block.id)
+            flag = " [error]" if result.is_error else ""
+            lines.append(f"      ← result{flag}:")
+            lines.append(_indent(_clip(_result_text(result)), "        "))
+        return lines
+    if isinstance(block, ToolResultBlock):
+        if block.call_id in shown:
+            return []
+        return [
+            f"    ← result for unknown call {block.call_id}:",
+            _indent(_clip(_result_text(block)), "        "),
+        ]
+    kind = type(block).__name__.removesuffix("Block").lower()
+    text = getattr(block, "text", "") or ""
+    return [f"    [{kind}] {_clip(text)}" if text else f"    [{kind}]"]
+
+
+def _run_tree(runs: Sequence[SessionRun]) -> list[str]:
+    ids = {r.id for r in runs}
+    children: dict[str | None, list[SessionRun]] = {}
+    for run in runs:
+        parent = run.parent_run_id if run.parent_run_id in ids else None
+        children.setdefault(parent, []).append(run)
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int, seen: set[str]) -> None:
+        for run in children.get(parent, []):
+            if run.id in seen:
+                continue
+            seen.add(run.id)
+            prompt = run.prompt.replace("\n", " ")[:60]
+            label = f" {run.label}" if run.label else ""
+            lines.append(f"  {'  ' * depth}- {run.id} [{run.status}]{label} {prompt!r}")
+            walk(run.id, depth + 1, seen)
+
+    walk(None, 0, set())
+    return lines
+
+
+def _transcript(data: SessionData) -> str:
+    lines = [
+        f"session {data.id}",
+        f"  status {data.status}, created {_when(data.created_at)},"
+        f" updated {_when(data.updated_at)} (UTC)",
+    ]
+    if data.agent_id:
+        lines.append(f"  agent {data.agent_id}")
+    if data.project_root:
+        lines.append(f"  project {data.project_root}")
+    for key, value in sorted(data.metadata.items()):
+        lines.append(f"  {key}: {json.dumps(value)[:120]}")
+    if data.runs:
+        lines.append("runs:")
+        lines.extend(_run_tree(data.runs))
+    results = {
+        b.call_id: b for t in data.turns for b in t.content if isinstance(b, ToolResultBlock)
+    }
+    shown: set[str] = set()
+    lines.append(f"turns ({len(data.turns)}):")
+    for n, turn in enumerate(data.turns, 1):
+        run = f", run {turn.run_id}" if turn.run_id else ""
+        body = [line for b in turn.content for line in _block_lines(b, results, shown)]
+        if not body and turn.role != "user":
+            continue  # a tool turn whose results were shown with their calls
+        lines.append(f"[{n}] {turn.role} ({_when(turn.created_at)}{run})")
+        lines.extend(body)
+    return "\n".join(lines)
+
+
+async def _show(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+    print(_transcript(await _load(store, args.id)), file=out)
+    return 0
+
+
+async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+    data = await _load(store, args.id)
+    if args.format == "jsonl":
+        header = msgspec.structs.replace(data, turns=())
+        print(encode_str({"session": header}), file=out)
+        for turn in data.turns:
+            print(encode_str({"turn": turn}), file=out)
+        return 0
+    from . import wire
+
+    messages = wire.to_wire_messages(data.turns)
+    convert = wire.to_anthropic if args.format == "anthropic" else wire.to_openai
+    print(json.dumps(to_builtins(convert(messages)), indent=2, ensure_ascii=False), file=out)
+    return 0
+
+
+def _read_jsonl(path: str) -> list[SessionData]:
+    """Sessions of a JSONL export; every bad line is reported with its number."""
+    sessions: list[SessionData] = []
+    current: SessionData | None = None
+    turns: list[SessionTurn] = []
+    errors: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            sessions.append(msgspec.structs.replace(current, turns=current.turns + tuple(turns)))
+
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
+                if len(envelope) != 1 or not envelope.keys() <= {"session", "turn"}:
+                    raise ValidationError('each line must be {"session": …} or {"turn": …}')
+                if "session" in envelope:
+                    session = decode(bytes(envelope["session"]), SessionData, what="session")
+                    validate_id(session.id)
+                    flush()
+                    current, turns = session, []
+                else:
+                    turn = decode(bytes(envelope["turn"]), SessionTurn, what="turn")
+                    if current is None:
+                        raise ValidationError("a turn line comes before any session line")
+                    turns.append(turn)
+            except ValidationError as exc:
+                errors.append(f"{path}:{n}: {exc}")
+    flush()
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ValidationError(errors[0] + more)
+    return sessions
+
+
+async def _import(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+    sessions = _read_jsonl(args.file)
+    if not args.replace:
+        for data in sessions:
+            if await store.load(data.id) is not None:
+                raise ValidationError(
+                    f"session {data.id!r} already exists in the store (pass --replace)"
+                )
+    for data in sessions:
+        await store.save(data)
+        print(f"imported {data.id} ({len(data.turns)} turns, {len(data.runs)} runs)", file=out)
+    return 0
+
+
+async def _heal(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+    from . import wire
+
+    data = await _load(store, args.id)
+    healed, drops = wire.drop_invalid_tool_pairings(data.turns)
+    if not drops:
+        print(f"{data.id}: nothing to heal", file=out)
+        return 0
+    if "mutate_history" in store_capabilities(store):
+
+        def mutate(history: SessionHistory) -> SessionHistory | None:
+            turns, again = wire.drop_invalid_tool_pairings(history.turns)
+            return SessionHistory(turns=tuple(turns), runs=history.runs) if again else None
+
+        await store.mutate_history(data.id, mutate)  # type: ignore[attr-defined]
+    else:
+        await store.save(msgspec.structs.replace(data, turns=tuple(healed)))
+    for drop in drops:
+        print(f"dropped {json.dumps(to_builtins(drop))}", file=out)
+    print(f"{data.id}: dropped {len(drops)} invalid tool pairing(s)", file=out)
+    return 0
+
+
+async def _rm(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+    await _load(store, args.id)
+    await store.delete(args.id)
+    print(f"deleted {args.id}", file=out)
+    return 0
+
+
+def _progress(done: int, total: int, err: TextIO) -> None:
+    width = 30
+    filled = width * done // total if total else width
+    bar = "#" * filled + "-" * (width - filled)
+    print(f"\rcopying [{bar}] {done}/{total} sessions", end="", file=err, flush=True)
+
+
+async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    async with open_store_url(args.source) as source, open_store_url(args.target) as target:
+        ids = await source.list()
+        _progress(0, len(ids), err)
+        copied = 0
+        for n, sid in enumerate(ids, 1):
+            data = await source.load(sid)
+            if data is not None:
+                await target.save(data)
+                copied += 1
+            _progress(n, len(ids), err)
+        print(file=err)
+    print(f"copied {copied} session(s) from {args.source} to {args.target}", file=out)
+    return 0
+
+
+_SESSION_COMMANDS: Final = {
+    "list": _list,
+    "show": _show,
+    "export": _export,
+    "import": _import,
+    "heal": _heal,
+    "rm": _rm,
+}
+
+
+async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.command == "serve":
+        return await _serve(args, out)
+    if args.command == "copy":
+        return await _copy(args, out, err)
+    async with open_store_url(args.store) as store:
+        return await _SESSION_COMMANDS[args.action](store, args, out)
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="zidane-actors", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def store_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--store", default=DEFAULT_STORE, help=f"store URL (default {DEFAULT_STORE})"
+        )
+
+    serve = commands.add_parser("serve", help="serve a store over the REST session API")
+    store_option(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8787, help="0 picks a free port")
+    serve.add_argument("--token", help=f"bearer token required from clients (env {TOKEN_ENV})")
+    serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+
+    sessions = commands.add_parser("sessions", help="inspect and edit stored sessions")
+    actions = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    listing = actions.add_parser("list", help="list sessions, most recent first")
+    store_option(listing)
+    listing.add_argument("--agent", help="only sessions of this agent id")
+    listing.add_argument("--limit", type=int)
+    for name, text in (
+        ("show", "print a readable transcript"),
+        ("heal", "drop invalid tool pairings"),
+        ("rm", "delete a session"),
+    ):
+        p = actions.add_parser(name, help=text)
+        store_option(p)
+        p.add_argument("id")
+    export = actions.add_parser("export", help="print a session as JSONL or provider messages")
+    store_option(export)
+    export.add_argument("id")
+    export.add_argument("--format", choices=("jsonl", "anthropic", "openai"), default="jsonl")
+    imp = actions.add_parser("import", help="import sessions from a JSONL export")
+    store_option(imp)
+    imp.add_argument("file")
+    imp.add_argument("--replace", action="store_true", help="overwrite sessions that exist")
+
+    copy = commands.add_parser("copy", help="copy every session between two stores")
+    copy.add_argument("--from", dest="source", required=True, help="source store URL")
+    copy.add_argument("--to", dest="target", required=True, help="target store URL")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; answers the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        for name in ("port", "limit", "max_body_bytes"):
+            value = getattr(args, name, None)
+            if value is not None and value < 0:
+                raise _UsageError(f"zidane-actors: --{name.replace('_', '-')} must be >= 0")
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return trio.run(_run, args, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        expected = _expected(exc)
+        if expected is None:
+            raise
+        print(f"zidane-actors: error: {expected}", file=sys.stderr)
+        return 1
+
+
+def _expected(exc: BaseException) -> BaseException | None:
+    """The library or OS error ``exc`` is (or a nursery's group wraps), else ``None``."""
+    if isinstance(exc, (ZidaneActorsError, OSError)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_expected(e) for e in exc.exceptions]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

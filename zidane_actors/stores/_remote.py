@@ -1,0 +1,769 @@
+"""A ``SessionStore`` that talks to the REST session API (``zidane_actors.server``).
+
+The request and response bodies of that API are defined here, next to the
+client, so the server (a later layer) and the client share one definition.
+
+Idempotent calls (GET, PUT, PATCH, DELETE and the turn append, which the
+server deduplicates by turn id) are retried with exponential backoff and
+jitter on transport errors, timeouts and 5xx answers. Claims are never
+retried: a lost answer to a claim cannot be told apart from a lost race.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import random
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Final, Literal, TypeVar
+
+import attrs
+import httpx
+import msgspec
+import trio
+from msgspec import UNSET
+
+from ..errors import (
+    ConflictError,
+    InvalidNameError,
+    RemoteStoreError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreUnavailableError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from ..model import (
+    AppendTurnsOptions,
+    ArtifactFilter,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    current_run_owner,
+    decode,
+    encode,
+    validate_id,
+)
+from ._protocol import HistoryMutation, MutateResult, RunClaim, TurnsMutation
+
+__all__ = [
+    "AppendTurnsBody",
+    "AppendTurnsResult",
+    "ClaimFireBody",
+    "ClaimRunBody",
+    "ClaimRunResult",
+    "ClaimSendRequestBody",
+    "ClaimedResult",
+    "DeletedResult",
+    "ErrorBody",
+    "ErrorDetail",
+    "HistoryBody",
+    "HistoryResult",
+    "HistoryState",
+    "IdResult",
+    "IdsResult",
+    "PatchMetaBody",
+    "RemoteStore",
+    "SaveMetaBody",
+    "SettleSendRequestBody",
+    "UpdateRunBody",
+    "UpdateStatusBody",
+    "UpsertArtifactResult",
+    "create_remote_store",
+    "history_rev",
+]
+
+T = TypeVar("T")
+
+_RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+_BACKOFF_BASE_S: Final = 0.05
+_BACKOFF_CAP_S: Final = 2.0
+_HISTORY_ATTEMPTS: Final = 8
+
+
+class _Body(
+    msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True
+):
+    """Base of the API's request and response bodies."""
+
+
+class ErrorDetail(_Body, frozen=True):
+    """What went wrong: a stable ``code``, a readable ``message``, the bad field's ``path``."""
+
+    code: str
+    message: str
+    path: str | None = None
+
+
+class ErrorBody(_Body, frozen=True):
+    """Every error answer of the API."""
+
+    error: ErrorDetail
+
+
+class AppendTurnsBody(_Body, frozen=True):
+    """``POST /sessions/{id}/turns``."""
+
+    turns: tuple[SessionTurn, ...]
+    options: AppendTurnsOptions | None = None
+
+
+class AppendTurnsResult(_Body, frozen=True):
+    """How many turns were appended, and the ids skipped because they were stored already."""
+
+    appended: int
+    skipped: tuple[str, ...] = ()
+
+
+class UpdateRunBody(_Body, frozen=True):
+    """``PUT /sessions/{id}/runs/{runId}``."""
+
+    run: SessionRun
+    options: UpdateRunOptions | None = None
+
+
+class UpdateStatusBody(_Body, frozen=True):
+    """``PUT /sessions/{id}/status``."""
+
+    status: SessionStatus
+    owner: RunOwner | None = None
+    preserve_updated_at: bool = False
+
+
+class SaveMetaBody(_Body, frozen=True):
+    """``PUT /sessions/{id}/meta``."""
+
+    session: SessionData
+    options: SaveMetaOptions | None = None
+
+
+class PatchMetaBody(_Body, frozen=True):
+    """``PATCH /sessions/{id}/meta``: keys to set, and keys to remove."""
+
+    set: dict[str, JsonValue] = msgspec.field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+
+
+class ClaimRunBody(_Body, frozen=True):
+    """``POST /sessions/{id}/claim-run``."""
+
+    stale_at: int
+    owner: RunOwner | None = None
+
+
+class ClaimRunResult(_Body, frozen=True):
+    """The answer of a run claim."""
+
+    claimed: bool
+    previous: SessionStatus | None = None
+
+
+class HistoryState(_Body, frozen=True):
+    """``GET /sessions/{id}/history``: the history and its revision."""
+
+    history: SessionHistory
+    rev: str
+
+
+class HistoryBody(_Body, frozen=True):
+    """``PUT /sessions/{id}/history``: write ``history`` if the stored one is at ``expectedRev``."""
+
+    history: SessionHistory
+    expected_rev: str
+
+
+class HistoryResult(_Body, frozen=True):
+    """The answer of a history write; ``rev`` is the stored revision afterwards."""
+
+    result: Literal["ok", "no-session", "unchanged"]
+    rev: str | None = None
+
+
+class ClaimSendRequestBody(_Body, frozen=True):
+    """``POST /sessions/{id}/send-requests/{requestId}/claim``."""
+
+    fingerprint: str
+
+
+class SettleSendRequestBody(_Body, frozen=True):
+    """``PUT /sessions/{id}/send-requests/{requestId}/result``; ``null`` drops the claim."""
+
+    result: JsonValue
+
+
+class UpsertArtifactResult(_Body, frozen=True):
+    """The stored artifact, or ``null`` for an unknown session."""
+
+    artifact: SessionArtifact | None
+
+
+class ClaimFireBody(_Body, frozen=True):
+    """``POST /schedules/{id}/claim-fire``."""
+
+    due_at: int
+    next: int | None
+
+
+class ClaimedResult(_Body, frozen=True):
+    """Whether a claim took."""
+
+    claimed: bool
+
+
+class DeletedResult(_Body, frozen=True):
+    """Whether a delete removed something."""
+
+    deleted: bool
+
+
+class IdResult(_Body, frozen=True):
+    """A generated id."""
+
+    id: str
+
+
+class IdsResult(_Body, frozen=True):
+    """Session ids, most recently updated first."""
+
+    ids: tuple[str, ...]
+
+
+def history_rev(history: SessionHistory) -> str:
+    """The revision of a history: SHA-256 of its canonical JSON.
+
+    A content hash works over every backing store (none has to keep a
+    counter), and a client can compute the revision of the history it is
+    about to write, which tells it whether a write whose answer was lost
+    has landed.
+    """
+    return hashlib.sha256(encode(history)).hexdigest()
+
+
+def _filter_params(filter: SessionFilter | None) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if filter is None:
+        return params
+    if filter.agent_id is not None:
+        params["agentId"] = filter.agent_id
+    if filter.limit is not None:
+        params["limit"] = str(filter.limit)
+    if isinstance(filter.project_root, str):
+        params["projectRoot"] = filter.project_root
+    elif filter.project_root is None:
+        params["untaggedOnly"] = "true"
+    return params
+
+
+def _artifact_params(filter: ArtifactFilter | None) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if filter is None:
+        return params
+    for key, value in (
+        ("kind", filter.kind),
+        ("sessionId", filter.session_id),
+        ("uri", filter.uri),
+    ):
+        if value is not None:
+            params[key] = value
+    if filter.limit is not None:
+        params["limit"] = str(filter.limit)
+    if filter.since is not None:
+        params["since"] = str(filter.since)
+    if isinstance(filter.project_root, str):
+        params["projectRoot"] = filter.project_root
+    elif filter.project_root is None:
+        params["untaggedOnly"] = "true"
+    return params
+
+
+def _seg(value: str, what: str) -> str:
+    """An id checked safe for a URL path segment (no escaping needed)."""
+    return validate_id(value, what=what)
+
+
+def _backoff(attempt: int) -> float:
+    """Full-jitter exponential backoff: uniform in ``[0, min(cap, base * 2**attempt)]``."""
+    return random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
+
+
+@attrs.define(eq=False)
+class RemoteStore:
+    """A ``SessionStore`` over HTTP; every optional method maps to a route.
+
+    A route the server's backing store lacks answers 501, raised here as
+    :class:`~zidane_actors.errors.UnsupportedOperationError`; call
+    :meth:`capabilities` to learn the server's set up front.
+    """
+
+    url: str
+    _client: httpx.AsyncClient
+    timeout_ms: int
+    retries: int
+    _closed: bool = False
+
+    async def __aenter__(self) -> RemoteStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool; later calls raise ``StoreClosedError``."""
+        self._closed = True
+        await self._client.aclose()
+
+    # -- transport -------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        params: Mapping[str, str] | None = None,
+        retry: bool,
+        ok_missing: bool = False,
+        expect: tuple[int, ...] = (),
+    ) -> httpx.Response | None:
+        """Send one call (retried when ``retry``); ``None`` for a 404 when ``ok_missing``.
+
+        Statuses in ``expect`` are returned as is for the caller to read.
+        """
+        if self._closed:
+            raise StoreClosedError(f"remote store {self.url} is closed")
+        content = encode(body) if body is not None else None
+        headers = {"content-type": "application/json"} if content is not None else None
+        attempts = self.retries + 1 if retry else 1
+        last: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                await trio.sleep(_backoff(attempt))
+            try:
+                with trio.fail_after(self.timeout_ms / 1000):
+                    response = await self._client.request(
+                        method, path, content=content, params=params, headers=headers
+                    )
+            except (httpx.TransportError, trio.TooSlowError) as exc:
+                last = exc
+                continue
+            if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
+                last = _error(response, method, path)
+                continue
+            if response.is_success or response.status_code in expect:
+                return response
+            if response.status_code == 404 and ok_missing:
+                return None
+            raise _error(response, method, path)
+        if isinstance(last, (httpx.TransportError, trio.TooSlowError)):
+            what = (
+                "timed out"
+                if isinstance(last, (httpx.TimeoutException, trio.TooSlowError))
+                else str(last) or type(last).__name__
+            )
+            raise StoreUnavailableError(
+                f"{method} {self.url}{path} failed after {attempts} attempt(s): {what}"
+            ) from last
+        assert last is not None
+        raise last
+
+    async def _json(
+        self,
+        type_: type[T],
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        params: Mapping[str, str] | None = None,
+        retry: bool,
+    ) -> T:
+        response = await self._request(method, path, body=body, params=params, retry=retry)
+        assert response is not None
+        return decode(response.content, type_, what=f"answer of {method} {path}")
+
+    # -- required methods ------------------------------------------------
+
+    async def capabilities(self) -> frozenset[str]:
+        """The optional methods the server's backing store implements."""
+        response = await self._request("GET", "/capabilities", retry=True)
+        assert response is not None
+        return frozenset(decode(response.content, tuple[str, ...], what="capabilities"))
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The session, or ``None`` when the server has none with that id."""
+        path = f"/sessions/{_seg(session_id, 'session id')}"
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        return decode(response.content, SessionData, what=f"answer of GET {path}")
+
+    async def save(self, data: SessionData) -> None:
+        """Create or overwrite the whole document (``PUT /sessions/{id}``)."""
+        await self._request(
+            "PUT", f"/sessions/{_seg(data.id, 'session id')}", body=data, retry=True
+        )
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        """Append turns; the server skips ids it holds already, so a retry never duplicates."""
+        body = AppendTurnsBody(turns=tuple(turns), options=options)
+        await self._request(
+            "POST", f"/sessions/{_seg(session_id, 'session id')}/turns", body=body, retry=True
+        )
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """A slice of a session's turns, oldest first."""
+        params = {"from": str(from_)}
+        if limit is not None:
+            params["limit"] = str(limit)
+        turns = await self._json(
+            tuple[SessionTurn, ...],
+            "GET",
+            f"/sessions/{_seg(session_id, 'session id')}/turns",
+            params=params,
+            retry=True,
+        )
+        return builtins.list(turns)
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
+        path = f"/sessions/{_seg(session_id, 'session id')}/runs/{_seg(run.id, 'run id')}"
+        await self._request("PUT", path, body=UpdateRunBody(run=run, options=options), retry=True)
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        """Set the status; ``running`` records ``owner`` (default: this client process)."""
+        if status == "running" and owner is None:
+            owner = current_run_owner()
+        body = UpdateStatusBody(status=status, owner=owner, preserve_updated_at=preserve_updated_at)
+        await self._request(
+            "PUT", f"/sessions/{_seg(session_id, 'session id')}/status", body=body, retry=True
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session (``DELETE /sessions/{id}``)."""
+        await self._request("DELETE", f"/sessions/{_seg(session_id, 'session id')}", retry=True)
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, most recently updated first, filtered."""
+        result = await self._json(
+            IdsResult, "GET", "/sessions", params=_filter_params(filter), retry=True
+        )
+        return builtins.list(result.ids)
+
+    # -- optional methods ------------------------------------------------
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Claim the session for a run on the server, atomically (never retried)."""
+        body = ClaimRunBody(stale_at=stale_at, owner=owner or current_run_owner())
+        result = await self._json(
+            ClaimRunResult,
+            "POST",
+            f"/sessions/{_seg(session_id, 'session id')}/claim-run",
+            body=body,
+            retry=False,
+        )
+        return RunClaim(claimed=result.claimed, previous=result.previous)
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Take the fire due at ``due_at`` once across every host (never retried)."""
+        result = await self._json(
+            ClaimedResult,
+            "POST",
+            f"/schedules/{_seg(id, 'schedule id')}/claim-fire",
+            body=ClaimFireBody(due_at=due_at, next=next),
+            retry=False,
+        )
+        return result.claimed
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Claim a request id atomically on the server (never retried)."""
+        path = (
+            f"/sessions/{_seg(session_id, 'session id')}"
+            f"/send-requests/{_seg(request_id, 'request id')}/claim"
+        )
+        return await self._json(
+            SendRequestClaim,
+            "POST",
+            path,
+            body=ClaimSendRequestBody(fingerprint=fingerprint),
+            retry=False,
+        )
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        path = (
+            f"/sessions/{_seg(session_id, 'session id')}"
+            f"/artifacts/{_seg(artifact_id, 'artifact id')}"
+        )
+        await self._request("DELETE", path, retry=True)
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+        result = await self._json(
+            DeletedResult, "DELETE", f"/schedules/{_seg(id, 'schedule id')}", retry=True
+        )
+        return result.deleted
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record of a claimed request id, or ``None``."""
+        path = (
+            f"/sessions/{_seg(session_id, 'session id')}"
+            f"/send-requests/{_seg(request_id, 'request id')}"
+        )
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        return decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
+
+    async def generate_session_id(self) -> str:
+        """A new session id issued by the server's store."""
+        return (await self._json(IdResult, "POST", "/session-ids", retry=True)).id
+
+    async def generate_turn_id(self) -> str:
+        """A new turn id issued by the server's store."""
+        return (await self._json(IdResult, "POST", "/turn-ids", retry=True)).id
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One session's header row, or ``None``."""
+        path = f"/sessions/{_seg(session_id, 'session id')}/meta"
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        return decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest ``updatedAt`` first, filtered."""
+        result = await self._json(
+            tuple[SessionArtifact, ...],
+            "GET",
+            "/artifacts",
+            params=_artifact_params(filter),
+            retry=True,
+        )
+        return builtins.list(result)
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Session summaries, most recently updated first, filtered like ``list``."""
+        result = await self._json(
+            tuple[SessionMetaRow, ...],
+            "GET",
+            "/session-meta",
+            params=_filter_params(filter),
+            retry=True,
+        )
+        return builtins.list(result)
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest first."""
+        result = await self._json(
+            tuple[ScheduleFire, ...],
+            "GET",
+            f"/schedules/{_seg(schedule_id, 'schedule id')}/fires",
+            params={"limit": str(limit)},
+            retry=True,
+        )
+        return builtins.list(result)
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule with its last fire, oldest first."""
+        result = await self._json(tuple[Schedule, ...], "GET", "/schedules", retry=True)
+        return builtins.list(result)
+
+    async def _history(self, session_id: str) -> HistoryState | None:
+        path = f"/sessions/{_seg(session_id, 'session id')}/history"
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        return decode(response.content, HistoryState, what=f"answer of GET {path}")
+
+    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+        """Read → ``mutate`` → write guarded by the history's revision, retried on conflict.
+
+        The server compares the revision inside its store's atomic
+        ``mutate_history``, so a turn appended between the read and the
+        write is never erased: the write loses with 409 and this reads again.
+        """
+        path = f"/sessions/{_seg(session_id, 'session id')}/history"
+        for _ in range(_HISTORY_ATTEMPTS):
+            state = await self._history(session_id)
+            if state is None:
+                return "no-session"
+            nxt = mutate(state.history)
+            if nxt is None:
+                return "unchanged"
+            target = history_rev(nxt)
+            if target == state.rev:
+                return "unchanged"
+            body = HistoryBody(history=nxt, expected_rev=state.rev)
+            response = await self._request("PUT", path, body=body, retry=True, expect=(409,))
+            assert response is not None
+            if response.status_code != 409:
+                result = decode(response.content, HistoryResult, what=f"answer of PUT {path}")
+                return result.result
+            # Lost the race — unless a retried attempt already wrote this very history.
+            current = await self._history(session_id)
+            if current is not None and current.rev == target:
+                return "ok"
+        raise ConflictError(
+            f"history of session {session_id!r} kept changing: "
+            f"gave up after {_HISTORY_ATTEMPTS} attempts"
+        )
+
+    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+        """Deprecated turns-only form of :meth:`mutate_history` (runs kept)."""
+
+        def on_history(history: SessionHistory) -> SessionHistory | None:
+            turns = mutate(history.turns)
+            if turns is None:
+                return None
+            return SessionHistory(turns=tuple(turns), runs=history.runs)
+
+        return await self.mutate_history(session_id, on_history)
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+        """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
+        body = PatchMetaBody(
+            set={k: v for k, v in patch.items() if v is not UNSET},
+            remove=tuple(k for k, v in patch.items() if v is UNSET),
+        )
+        await self._request(
+            "PATCH", f"/sessions/{_seg(session_id, 'session id')}/meta", body=body, retry=True
+        )
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire (``POST``, not retried: a repeat would be a second fire)."""
+        await self._request(
+            "POST",
+            f"/schedules/{_seg(fire.schedule_id, 'schedule id')}/fires",
+            body=fire,
+            retry=False,
+        )
+
+    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        """Persist the header and upsert the snapshot's runs; never deletes turns."""
+        await self._request(
+            "PUT",
+            f"/sessions/{_seg(data.id, 'session id')}/meta",
+            body=SaveMetaBody(session=data, options=options),
+            retry=True,
+        )
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule."""
+        params = {"keepNextFireAt": "true"} if keep_next_fire_at else None
+        await self._request(
+            "PUT",
+            f"/schedules/{_seg(schedule.id, 'schedule id')}",
+            body=schedule,
+            params=params,
+            retry=True,
+        )
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store a claimed send's result; ``None`` drops the claim."""
+        path = (
+            f"/sessions/{_seg(session_id, 'session id')}"
+            f"/send-requests/{_seg(request_id, 'request id')}/result"
+        )
+        await self._request("PUT", path, body=SettleSendRequestBody(result=result), retry=True)
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)``; ``None`` for an unknown session."""
+        path = f"/sessions/{_seg(artifact.session_id, 'session id')}/artifacts"
+        result = await self._json(UpsertArtifactResult, "PUT", path, body=artifact, retry=True)
+        return result.artifact
+
+
+def _error(response: httpx.Response, method: str, path: str) -> Exception:
+    """The library exception for an error answer."""
+    status = response.status_code
+    detail: ErrorDetail | None
+    try:
+        detail = msgspec.json.decode(response.content, type=ErrorBody).error
+    except msgspec.MsgspecError:
+        detail = None
+    message = detail.message if detail else (response.text[:200] or response.reason_phrase)
+    code = detail.code if detail else None
+    where = f"{method} {path}"
+    if status == 404 and code == "session_not_found":
+        return SessionNotFoundError(message)
+    if status == 409:
+        return ConflictError(message)
+    if status == 400 and code == "invalid_name":
+        return InvalidNameError(message)
+    if status in (400, 413, 422):
+        return ValidationError(f"{where} rejected: {message}", path=detail.path if detail else None)
+    if status == 501:
+        return UnsupportedOperationError(message)
+    if status in (502, 503, 504):
+        return StoreUnavailableError(f"{where}: {message} (HTTP {status})")
+    return RemoteStoreError(f"{where}: {message}", status=status, code=code)
+
+
+def create_remote_store(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout_ms: int = 30_000,
+    retries: int = 3,
+) -> RemoteStore:
+    """A store over the REST session API at ``url``.
+
+    ``headers`` go with every request (e.g. ``{"authorization": "Bearer …"}``);
+    ``timeout_ms`` bounds each attempt; ``retries`` is how many times an
+    idempotent call is repeated after a transport error, timeout or 5xx.
+    """
+    if not url.startswith(("http://", "https://")):
+        raise ValidationError(f"remote store url must start with http:// or https://, got {url!r}")
+    if timeout_ms <= 0:
+        raise ValidationError(f"timeout_ms must be positive, got {timeout_ms}")
+    if retries < 0:
+        raise ValidationError(f"retries must be >= 0, got {retries}")
+    base = url.rstrip("/")
+    client = httpx.AsyncClient(
+        base_url=base, headers=dict(headers or {}), timeout=timeout_ms / 1000
+    )
+    return RemoteStore(url=base, client=client, timeout_ms=timeout_ms, retries=retries)
