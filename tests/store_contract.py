@@ -1,0 +1,1649 @@
+"""The store contract: one reusable test suite every ``SessionStore`` must pass.
+
+A concrete suite subclasses :class:`StoreContract` and overrides
+:meth:`StoreContract.open_storage`: an async context manager that creates
+fresh, empty backing storage (a temp database, a schema, a server) and
+yields an *opener*, a zero-argument callable returning an async context
+manager that opens a store on that storage::
+
+    class TestSqliteStore(StoreContract):
+        required_capabilities = OPTIONAL_METHODS | {"apply_writes"}
+
+        @asynccontextmanager
+        async def open_storage(self) -> AsyncIterator[StoreOpener]:
+            with tempfile.TemporaryDirectory() as tmp:
+                yield lambda: open_sqlite_store(Path(tmp) / "sessions.db")
+
+From it the suite derives the ``store`` fixture (a store on fresh storage)
+and the ``reopen`` fixture (``store = await reopen()`` closes the current
+store and opens a new one on the same storage: durability checks compare
+what was written with what the new store reads). The hypothesis property
+builds its own storage per example through ``open_storage`` (fixtures go
+stale between examples).
+
+Optional methods are tested when ``store_capabilities(store)`` has them and
+skipped otherwise, unless ``required_capabilities`` names them: then a
+missing method fails. ``apply_writes`` (group commit) counts as a capability
+named ``"apply_writes"``. A store without ``rev`` in its meta rows sets
+``keeps_rev = False``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any, ClassVar
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from msgspec import UNSET
+from msgspec.structs import replace
+
+from zidane_actors.errors import (
+    InvalidNameError,
+    SessionNotFoundError,
+    StoreClosedError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from zidane_actors.model import (
+    ARTIFACTS_PER_SESSION_CAP,
+    FIRE_HISTORY,
+    ID_MAX_LENGTH,
+    RUN_OWNER_HOLD_MS,
+    SEND_REQUEST_HISTORY,
+    AppendTurnsOptions,
+    ArtifactFilter,
+    FileBlock,
+    ImageBlock,
+    ReasoningBlock,
+    RunErrorDetail,
+    RunEstimate,
+    RunOwner,
+    RunUserWait,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionRun,
+    SessionRunAgent,
+    SessionRunRetry,
+    SessionTurn,
+    StoredRunBehavior,
+    StoredRunOptions,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    TurnUsage,
+    current_run_owner,
+    host_id,
+    validate_id,
+)
+from zidane_actors.stores import BatchingStore, SessionStore, StoreWrite, store_capabilities
+
+__all__ = ["StoreContract", "StoreHarness", "StoreOpener"]
+
+StoreOpener = Callable[[], AbstractAsyncContextManager[SessionStore]]
+"""Opens a store on one backing storage; each call gives a store over the same data."""
+
+Reopen = Callable[[], Awaitable[SessionStore]]
+
+BAD_IDS: tuple[object, ...] = ("../x", "", "a" * (ID_MAX_LENGTH + 1), "a/b", ".hidden", "x\n", 7)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- value builders ---------------------------------------------------------------------------
+
+
+def make_turn(n: int, role: str = "user", *, run_id: str | None = None) -> SessionTurn:
+    return SessionTurn(
+        id=f"t{n}",
+        role=role,  # type: ignore[arg-type]
+        content=(TextBlock(f"turn {n} — ünïcödé 日本語 🎉"),),
+        created_at=1_000 + n,
+        run_id=run_id,
+    )
+
+
+def make_run(run_id: str, status: str = "completed", **fields: Any) -> SessionRun:
+    return SessionRun(
+        id=run_id,
+        prompt=f"prompt of {run_id}",
+        started_at=1_000,
+        status=status,  # type: ignore[arg-type]
+        **fields,
+    )
+
+
+def make_session(session_id: str, **fields: Any) -> SessionData:
+    fields.setdefault("created_at", 1_000)
+    fields.setdefault("updated_at", 2_000)
+    return SessionData(id=session_id, **fields)
+
+
+def rich_turns() -> tuple[SessionTurn, ...]:
+    """Turns using every content block type, usage and nested metadata."""
+    return (
+        SessionTurn(
+            id="u1",
+            role="user",
+            content=(
+                TextBlock("read /etc/hosts, s'il vous plaît — «日本語» 🎉"),
+                ImageBlock(media_type="image/png", data="aGVsbG8="),
+                FileBlock(url="https://example.com/a.pdf", name="a.pdf"),
+            ),
+            created_at=1_001,
+            metadata={"source": {"kind": "tui", "tags": ["a", "b"], "n": 2.5, "ok": True}},
+        ),
+        SessionTurn(
+            id="a1",
+            role="assistant",
+            content=(
+                ReasoningBlock(text="thinking…", provider="anthropic", signature="c2ln"),
+                ReasoningBlock(provider="anthropic", redacted_data="cmVk"),
+                ToolCallBlock(id="call_1", name="read", input={"path": "/etc/hosts", "n": [1]}),
+            ),
+            created_at=1_002,
+            run_id="r1",
+            usage=TurnUsage(input=10, output=20, cache_read=5, cost=0.25, model="m-1"),
+        ),
+        SessionTurn(
+            id="tr1",
+            role="user",
+            content=(
+                ToolResultBlock(
+                    call_id="call_1",
+                    output=(TextBlock("127.0.0.1 localhost"), ImageBlock(ref="blob:1")),
+                    is_error=False,
+                    name="read",
+                ),
+                ToolResultBlock(call_id="call_2", output="boom", is_error=True),
+                FileBlock(text="plain document", name="notes.txt"),
+            ),
+            created_at=1_003,
+            run_id="r1",
+        ),
+        SessionTurn(id="c1", role="command", content=(TextBlock("/compact"),), created_at=1_004),
+    )
+
+
+def rich_run() -> SessionRun:
+    """A run record with every nested field filled."""
+    return make_run(
+        "r1",
+        "error",
+        agent=SessionRunAgent(id="coder", label="Coder"),
+        cost=0.5,
+        depth=0,
+        ended_at=3_000,
+        error="rate limited",
+        error_detail=RunErrorDetail(message="429", status_code=429, retry_after_ms=1500.0),
+        estimate=RunEstimate(at=1_100, high_ms=9.5, initial_ms=3.0, revisions=1, total_ms=4.0),
+        label="main",
+        loop_turn=2,
+        options=StoredRunOptions(
+            behavior=StoredRunBehavior(max_turns=3, retry={"attempts": 2}),
+            model=("m-1", {"id": "m-2", "weight": 1}),
+            thinking="high",
+        ),
+        stream_retries=(
+            SessionRunRetry(attempt=1, delay_ms=10.0, max_attempts=3, message="x", turn_id="a1"),
+        ),
+        tokens_in=10,
+        tokens_out=20,
+        total_usage=TurnUsage(input=10, output=20),
+        turns=2,
+        turn_usage=(TurnUsage(input=10, output=20, turn_id="a1"),),
+        user_wait=RunUserWait(ms=12.0),
+        wall_ms=2000.5,
+    )
+
+
+def make_artifact(
+    artifact_id: str,
+    session_id: str = "s1",
+    *,
+    kind: str = "pull_request",
+    uri: str | None = None,
+    created_at: int = 1_000,
+    updated_at: int | None = None,
+    **fields: Any,
+) -> SessionArtifact:
+    return SessionArtifact(
+        id=artifact_id,
+        session_id=session_id,
+        kind=kind,
+        uri=uri or f"https://example.com/{kind}/{artifact_id}",
+        label=fields.pop("label", f"artifact {artifact_id}"),
+        created_at=created_at,
+        updated_at=created_at if updated_at is None else updated_at,
+        **fields,
+    )
+
+
+def make_schedule(schedule_id: str, **fields: Any) -> Schedule:
+    fields.setdefault("enabled", True)
+    fields.setdefault("created_at", 1_000)
+    fields.setdefault("updated_at", 1_000)
+    fields.setdefault("interval_ms", 60_000)
+    return Schedule(id=schedule_id, prompt=f"run {schedule_id}", **fields)
+
+
+def make_fire(fire_id: str, schedule_id: str, fired_at: int, **fields: Any) -> ScheduleFire:
+    fields.setdefault("status", "ok")
+    return ScheduleFire(
+        id=fire_id, schedule_id=schedule_id, due_at=fired_at, fired_at=fired_at, **fields
+    )
+
+
+def dead_pid() -> int:
+    """A pid no process on this host can have (above the kernel's ``pid_max``)."""
+    with open("/proc/sys/kernel/pid_max", encoding="ascii") as f:
+        return int(f.read()) + 1
+
+
+class StoreHarness:
+    """One backing storage and the store currently open on it (``reopen`` swaps it)."""
+
+    def __init__(self, opener: StoreOpener) -> None:
+        self._opener = opener
+        self._current: AsyncExitStack | None = None
+
+    async def reopen(self) -> SessionStore:
+        """Close the current store (if any) and open a new one on the same storage."""
+        if self._current is not None:
+            await self._current.aclose()
+            self._current = None
+        stack = AsyncExitStack()
+        store = await stack.enter_async_context(self._opener())
+        self._current = stack
+        return store
+
+    async def aclose(self) -> None:
+        if self._current is not None:
+            await self._current.aclose()
+            self._current = None
+
+
+# -- the suite --------------------------------------------------------------------------------
+
+
+class StoreContract:
+    """Behaviour every ``SessionStore`` shares; subclass and override :meth:`open_storage`."""
+
+    required_capabilities: ClassVar[frozenset[str]] = frozenset()
+    """Optional methods (and ``"apply_writes"``) this store must have: missing ones fail."""
+
+    keeps_rev: ClassVar[bool] = True
+    """Whether meta rows carry a ``rev`` change counter."""
+
+    def open_storage(self) -> AbstractAsyncContextManager[StoreOpener]:
+        """Fresh, empty backing storage, yielding an opener of stores on it."""
+        pytest.fail(f"{type(self).__name__} must override open_storage()")
+
+    @pytest.fixture
+    async def harness(self) -> AsyncIterator[StoreHarness]:
+        async with self.open_storage() as opener:
+            harness = StoreHarness(opener)
+            try:
+                yield harness
+            finally:
+                await harness.aclose()
+
+    @pytest.fixture
+    async def store(self, harness: StoreHarness) -> SessionStore:
+        return await harness.reopen()
+
+    @pytest.fixture
+    def reopen(self, harness: StoreHarness) -> Reopen:
+        return harness.reopen
+
+    def need(self, store: object, *names: str) -> Any:
+        """``store`` typed as having ``names``; skip (or fail, when required) if it lacks one."""
+        caps = set(store_capabilities(store))
+        if isinstance(store, BatchingStore):
+            caps.add("apply_writes")
+        missing = sorted(set(names) - caps)
+        if missing:
+            required = sorted(set(missing) & self.required_capabilities)
+            if required:
+                pytest.fail(f"store lacks required capabilities {required}")
+            pytest.skip(f"store lacks optional {missing}")
+        return store
+
+    # -- capabilities -----------------------------------------------------------------------
+
+    async def test_required_capabilities_present(self, store: SessionStore) -> None:
+        assert isinstance(store, SessionStore)
+        caps = set(store_capabilities(store))
+        if isinstance(store, BatchingStore):
+            caps.add("apply_writes")
+        assert self.required_capabilities <= caps, self.required_capabilities - caps
+
+    # -- load / save ------------------------------------------------------------------------
+
+    async def test_load_unknown_is_none(self, store: SessionStore) -> None:
+        assert await store.load("nope") is None
+        assert await store.list() == []
+
+    async def test_save_load_roundtrip_every_field(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        data = make_session(
+            "s1",
+            status="completed",
+            metadata={"title": "Ünïcode — 日本語 🎉", "model": {"id": "m", "n": [1, 2.5, None]}},
+            turns=rich_turns(),
+            runs=(rich_run(), make_run("r2", "aborted")),
+            agent_id="coder",
+            project_root="/home/me/proj",
+        )
+        await store.save(data)
+        assert await store.load("s1") == data
+        store = await reopen()
+        assert await store.load("s1") == data
+        assert await store.list() == ["s1"]
+
+    async def test_save_empty_session(self, store: SessionStore) -> None:
+        data = make_session("empty")
+        await store.save(data)
+        assert await store.load("empty") == data
+        assert await store.get_turns("empty") == []
+
+    async def test_save_huge_metadata(self, store: SessionStore, reopen: Reopen) -> None:
+        metadata = {f"key-{i}-ключ": {"v": "x" * 1_000, "i": i} for i in range(300)}
+        metadata["blob"] = "€" * 200_000
+        data = make_session("big", metadata=metadata)
+        await store.save(data)
+        store = await reopen()
+        loaded = await store.load("big")
+        assert loaded is not None
+        assert loaded.metadata == metadata
+
+    async def test_save_overwrites_turns_and_runs(self, store: SessionStore) -> None:
+        await store.save(
+            make_session("s1", turns=(make_turn(1), make_turn(2)), runs=(make_run("r1"),))
+        )
+        replacement = make_session(
+            "s1", updated_at=3_000, turns=(make_turn(9),), runs=(make_run("r9"),)
+        )
+        await store.save(replacement)
+        assert await store.load("s1") == replacement
+
+    async def test_save_never_moves_status_into_running(self, store: SessionStore) -> None:
+        foreign = RunOwner(host_id="elsewhere", pid=1, token="t")
+        await store.save(make_session("s1", status="running", run_owner=foreign))
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("idle", None)
+
+        owner = RunOwner(host_id="elsewhere", pid=2, token="u")
+        await store.update_status("s1", "running", owner=owner)
+        await store.save(make_session("s1", status="running", turns=(make_turn(1),)))
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("running", owner)
+        assert loaded.turns == (make_turn(1),)
+
+        await store.save(make_session("s1", status="error", run_owner=owner))
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("error", None)
+
+    async def test_returned_values_do_not_alias_the_store(self, store: SessionStore) -> None:
+        data = make_session("s1", metadata={"todo": ["a"]}, turns=(make_turn(1),))
+        await store.save(data)
+        loaded = await store.load("s1")
+        assert loaded is not None
+        loaded.metadata["todo"].append("mutated")
+        loaded.metadata["new"] = 1
+        again = await store.load("s1")
+        assert again is not None
+        assert again.metadata == {"todo": ["a"]}
+
+    # -- append_turns / get_turns -----------------------------------------------------------
+
+    async def test_append_turns_in_order(self, store: SessionStore, reopen: Reopen) -> None:
+        await store.save(make_session("s1", turns=(make_turn(1),)))
+        before = now_ms()
+        await store.append_turns("s1", [make_turn(2), make_turn(3, "assistant")])
+        await store.append_turns("s1", (make_turn(4),))
+        store = await reopen()
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert [t.id for t in loaded.turns] == ["t1", "t2", "t3", "t4"]
+        assert loaded.turns[2] == make_turn(3, "assistant")
+        assert loaded.updated_at >= before
+
+    async def test_append_rich_turns_roundtrip(self, store: SessionStore, reopen: Reopen) -> None:
+        await store.save(make_session("s1"))
+        await store.append_turns("s1", rich_turns())
+        store = await reopen()
+        assert tuple(await store.get_turns("s1")) == rich_turns()
+
+    async def test_append_turns_to_unknown_session_raises(self, store: SessionStore) -> None:
+        with pytest.raises(SessionNotFoundError):
+            await store.append_turns("ghost", [make_turn(1)])
+        assert await store.load("ghost") is None
+        assert await store.list() == []
+
+    async def test_append_empty_turns_is_a_no_op(self, store: SessionStore) -> None:
+        data = make_session("s1", turns=(make_turn(1),))
+        await store.save(data)
+        await store.append_turns("s1", [])
+        assert await store.load("s1") == data
+
+    async def test_append_turns_upserts_run_in_same_write(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        await store.save(make_session("s1", runs=(make_run("r0"),)))
+        started = make_run("r1", "running", loop_turn=0)
+        await store.append_turns("s1", [make_turn(1, run_id="r1")], AppendTurnsOptions(run=started))
+        progressed = make_run("r1", "running", loop_turn=1, wall_ms=50.0)
+        await store.append_turns(
+            "s1", [make_turn(2, "assistant", run_id="r1")], AppendTurnsOptions(run=progressed)
+        )
+        store = await reopen()
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.runs == (make_run("r0"), progressed)
+        assert [t.id for t in loaded.turns] == ["t1", "t2"]
+
+    async def test_get_turns_slicing(self, store: SessionStore) -> None:
+        turns = tuple(make_turn(i) for i in range(6))
+        await store.save(make_session("s1", turns=turns))
+        assert tuple(await store.get_turns("s1")) == turns
+        assert tuple(await store.get_turns("s1", 2)) == turns[2:]
+        assert tuple(await store.get_turns("s1", 2, 3)) == turns[2:5]
+        assert tuple(await store.get_turns("s1", 4, 100)) == turns[4:]
+        assert await store.get_turns("s1", 6) == []
+        assert await store.get_turns("s1", 60, 2) == []
+        assert await store.get_turns("s1", 0, 0) == []
+        assert await store.get_turns("s1", 3, 0) == []
+        assert await store.get_turns("ghost") == []
+        with pytest.raises(ValidationError):
+            await store.get_turns("s1", -1)
+        with pytest.raises(ValidationError):
+            await store.get_turns("s1", 0, -1)
+
+    # -- update_run -------------------------------------------------------------------------
+
+    async def test_update_run_upserts(self, store: SessionStore, reopen: Reopen) -> None:
+        await store.save(make_session("s1", runs=(make_run("r1"), make_run("r2"))))
+        await store.update_run("s1", make_run("r3", "running"))
+        await store.update_run("s1", make_run("r1", "error", error="boom"))
+        await store.update_run("s1", make_run("r3", "completed", ended_at=5_000))
+        store = await reopen()
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.runs == (
+            make_run("r1", "error", error="boom"),
+            make_run("r2"),
+            make_run("r3", "completed", ended_at=5_000),
+        )
+
+    async def test_update_run_unknown_session_writes_nothing(self, store: SessionStore) -> None:
+        await store.update_run("ghost", make_run("r1"))
+        assert await store.load("ghost") is None
+        assert await store.list() == []
+
+    # -- update_status ----------------------------------------------------------------------
+
+    async def test_update_status_running_records_owner(self, store: SessionStore) -> None:
+        await store.save(make_session("s1"))
+        before = now_ms()
+        await store.update_status("s1", "running")
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("running", current_run_owner())
+        assert loaded.updated_at >= before
+
+        owner = RunOwner(host_id="other-host", pid=42, token="abc", started_at=5)
+        await store.update_status("s1", "running", owner=owner)
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.run_owner == owner
+
+        await store.update_status("s1", "completed")
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("completed", None)
+
+    async def test_update_status_preserve_updated_at(self, store: SessionStore) -> None:
+        await store.save(make_session("s1", updated_at=2_000))
+        await store.update_status("s1", "running", preserve_updated_at=True)
+        await store.update_status("s1", "idle", preserve_updated_at=True)
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.updated_at) == ("idle", 2_000)
+        await store.update_status("s1", "error")
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.status == "error"
+        assert loaded.updated_at > 2_000
+
+    async def test_update_status_unknown_session_writes_nothing(self, store: SessionStore) -> None:
+        await store.update_status("ghost", "running")
+        assert await store.load("ghost") is None
+        assert await store.list() == []
+
+    # -- delete -----------------------------------------------------------------------------
+
+    async def test_delete(self, store: SessionStore, reopen: Reopen) -> None:
+        await store.save(make_session("s1", turns=(make_turn(1),)))
+        await store.save(make_session("s2"))
+        await store.delete("s1")
+        await store.delete("s1")
+        await store.delete("never-existed")
+        store = await reopen()
+        assert await store.load("s1") is None
+        assert await store.get_turns("s1") == []
+        assert await store.list() == ["s2"]
+
+    async def test_delete_drops_artifacts_and_send_requests(self, store: SessionStore) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts", "claim_send_request")
+        await full.save(make_session("s1"))
+        await full.upsert_artifact(make_artifact("a1", "s1"))
+        await full.claim_send_request("s1", "req-1", "fp")
+        await full.delete("s1")
+        assert await full.list_artifacts() == []
+        await full.save(make_session("s1"))
+        assert await full.list_artifacts(ArtifactFilter(session_id="s1")) == []
+        assert (await full.claim_send_request("s1", "req-1", "fp")).claimed
+
+    # -- list -------------------------------------------------------------------------------
+
+    async def test_list_newest_first_ties_by_id(self, store: SessionStore) -> None:
+        for session_id, updated_at in [("b", 5), ("a", 5), ("c", 9), ("d", 1), ("e", 5)]:
+            await store.save(make_session(session_id, created_at=0, updated_at=updated_at))
+        assert await store.list() == ["c", "a", "b", "e", "d"]
+        assert await store.list(SessionFilter(limit=2)) == ["c", "a"]
+        assert await store.list(SessionFilter(limit=0)) == []
+
+    async def test_list_filters(self, store: SessionStore) -> None:
+        rows = [
+            ("p1-a", "/p1", "agent-a", 10),
+            ("p1-b", "/p1", "agent-b", 20),
+            ("p2-a", "/p2", "agent-a", 30),
+            ("none-a", None, "agent-a", 40),
+            ("none-none", None, None, 50),
+        ]
+        for session_id, root, agent, updated_at in rows:
+            await store.save(
+                make_session(session_id, project_root=root, agent_id=agent, updated_at=updated_at)
+            )
+        every = ["none-none", "none-a", "p2-a", "p1-b", "p1-a"]
+        assert await store.list() == every
+        assert await store.list(SessionFilter()) == every
+        assert await store.list(SessionFilter(project_root="/p1")) == ["p1-b", "p1-a"]
+        assert await store.list(SessionFilter(project_root=None)) == ["none-none", "none-a"]
+        assert await store.list(SessionFilter(agent_id="agent-a")) == ["none-a", "p2-a", "p1-a"]
+        assert await store.list(SessionFilter(agent_id="agent-a", project_root="/p1")) == ["p1-a"]
+        assert await store.list(SessionFilter(agent_id="agent-a", project_root=None)) == ["none-a"]
+        assert await store.list(SessionFilter(agent_id="agent-a", limit=1)) == ["none-a"]
+        assert await store.list(SessionFilter(project_root="/elsewhere")) == []
+
+    # -- save_meta --------------------------------------------------------------------------
+
+    async def test_save_meta_new_session_writes_header_and_runs_only(
+        self, store: SessionStore
+    ) -> None:
+        full = self.need(store, "save_meta")
+        snapshot = make_session(
+            "s1", turns=(make_turn(1),), runs=(make_run("r1"),), agent_id="a", metadata={"k": 1}
+        )
+        await full.save_meta(snapshot)
+        loaded = await full.load("s1")
+        assert loaded == replace(snapshot, turns=())
+
+    async def test_save_meta_never_deletes_turns_or_runs(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "save_meta")
+        await full.save(
+            make_session(
+                "s1", turns=(make_turn(1), make_turn(2)), runs=(make_run("r1"), make_run("r2"))
+            )
+        )
+        await full.append_turns("s1", [make_turn(3)])
+        stale = make_session(
+            "s1",
+            updated_at=7_000,
+            status="completed",
+            agent_id="agent-x",
+            project_root="/p",
+            metadata={"title": "T"},
+            turns=(make_turn(1),),
+            runs=(make_run("r2", "error"), make_run("r3")),
+        )
+        await full.save_meta(stale)
+        full = await reopen()
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert [t.id for t in loaded.turns] == ["t1", "t2", "t3"]
+        assert loaded.runs == (make_run("r1"), make_run("r2", "error"), make_run("r3"))
+        assert (loaded.updated_at, loaded.status, loaded.agent_id, loaded.project_root) == (
+            7_000,
+            "completed",
+            "agent-x",
+            "/p",
+        )
+        assert loaded.metadata == {"title": "T"}
+
+    async def test_save_meta_meta_keys_merge(self, store: SessionStore) -> None:
+        full = self.need(store, "save_meta")
+        await full.save(make_session("s1", metadata={"a": 1, "b": 2, "c": 3, "d": 4}))
+        snapshot = make_session("s1", metadata={"a": 10, "b": 99, "c": UNSET, "z": 26})
+        await full.save_meta(snapshot, SaveMetaOptions(meta_keys=("a", "c", "d", "z")))
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert loaded.metadata == {"a": 10, "b": 2, "z": 26}
+
+        await full.save_meta(make_session("s1", metadata={"only": True, "gone": UNSET}))
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert loaded.metadata == {"only": True}
+
+    async def test_save_meta_running_snapshot_rule(self, store: SessionStore) -> None:
+        full = self.need(store, "save_meta")
+        await full.save_meta(make_session("s1", status="running"))
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("idle", None)
+
+        owner = RunOwner(host_id="h", pid=3, token="x")
+        await full.update_status("s1", "running", owner=owner)
+        ignored = RunOwner(host_id="h", pid=4, token="y")
+        await full.save_meta(make_session("s1", status="running", run_owner=ignored))
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("running", owner)
+
+        await full.save_meta(make_session("s1", status="completed", run_owner=ignored))
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("completed", None)
+
+    # -- get_meta / list_meta ---------------------------------------------------------------
+
+    async def test_get_meta_row(self, store: SessionStore) -> None:
+        full = self.need(store, "get_meta")
+        assert await full.get_meta("ghost") is None
+        turns = (make_turn(1, "system"), make_turn(2), make_turn(3, "assistant"), make_turn(4))
+        data = make_session(
+            "s1", turns=turns, runs=(make_run("r1"),), agent_id="a", project_root="/p"
+        )
+        await full.save(data)
+        row = await full.get_meta("s1")
+        assert row is not None
+        assert (row.id, row.turn_count, row.run_count, row.user_message_count) == ("s1", 4, 1, 2)
+        assert (row.updated_at, row.created_at, row.status) == (2_000, 1_000, "idle")
+        assert (row.agent_id, row.project_root, row.run_owner) == ("a", "/p", None)
+        assert row.first_user_turn == make_turn(2)
+        assert row.metadata == {}
+        if "upsert_artifact" in store_capabilities(store):
+            assert row.artifact_count == 0
+        if self.keeps_rev:
+            assert row.rev is not None
+
+        await full.save(replace(data, metadata={"title": "Named"}))
+        row = await full.get_meta("s1")
+        assert row is not None
+        assert row.metadata == {"title": "Named"}
+
+    async def test_rev_grows_with_every_write(self, store: SessionStore) -> None:
+        full = self.need(store, "get_meta")
+        if not self.keeps_rev:
+            pytest.skip("this store keeps no rev counter")
+        caps = store_capabilities(store)
+        seen: list[int] = []
+
+        async def bump() -> None:
+            row = await full.get_meta("s1")
+            assert row is not None
+            assert row.rev is not None
+            assert not seen or row.rev > seen[-1], (seen, row.rev)
+            seen.append(row.rev)
+
+        await full.save(make_session("s1"))
+        await bump()
+        await full.append_turns("s1", [make_turn(1)])
+        await bump()
+        await full.update_run("s1", make_run("r1"))
+        await bump()
+        await full.update_status("s1", "completed", preserve_updated_at=True)
+        await bump()
+        if "save_meta" in caps:
+            await full.save_meta(make_session("s1", updated_at=1))
+            await bump()
+        if "patch_meta" in caps:
+            await full.patch_meta("s1", {"k": "v"})
+            await bump()
+        if "claim_run" in caps:
+            await full.claim_run("s1", stale_at=0)
+            await bump()
+        if "mutate_history" in caps:
+            await full.mutate_history("s1", lambda h: SessionHistory(turns=(), runs=h.runs))
+            await bump()
+        if "upsert_artifact" in caps:
+            await full.upsert_artifact(make_artifact("a1", "s1"))
+            await bump()
+        if "delete_artifact" in caps:
+            await full.delete_artifact("s1", "a1")
+            await bump()
+
+    async def test_list_meta_matches_list_and_get_meta(self, store: SessionStore) -> None:
+        full = self.need(store, "list_meta", "get_meta")
+        assert await full.list_meta() == []
+        for i, (root, agent) in enumerate([("/p", "a"), (None, "a"), ("/p", "b"), (None, None)]):
+            await full.save(
+                make_session(
+                    f"s{i}",
+                    updated_at=100 + (i % 2),
+                    project_root=root,
+                    agent_id=agent,
+                    turns=(make_turn(i),),
+                )
+            )
+        filters = [
+            None,
+            SessionFilter(project_root="/p"),
+            SessionFilter(project_root=None),
+            SessionFilter(agent_id="a"),
+            SessionFilter(agent_id="a", project_root=None),
+            SessionFilter(limit=3),
+            SessionFilter(limit=0),
+        ]
+        for session_filter in filters:
+            rows = await full.list_meta(session_filter)
+            assert [r.id for r in rows] == await full.list(session_filter)
+            for row in rows:
+                assert row == await full.get_meta(row.id)
+
+    # -- patch_meta -------------------------------------------------------------------------
+
+    async def test_patch_meta(self, store: SessionStore, reopen: Reopen) -> None:
+        full = self.need(store, "patch_meta")
+        owner = RunOwner(host_id="h", pid=3, token="x")
+        await full.save(make_session("s1", metadata={"a": 1, "b": 2}))
+        await full.update_status("s1", "running", owner=owner, preserve_updated_at=True)
+        await full.patch_meta("s1", {"b": UNSET, "c": {"deep": ["ü"]}, "a": 5})
+        full = await reopen()
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert loaded.metadata == {"a": 5, "c": {"deep": ["ü"]}}
+        assert (loaded.status, loaded.run_owner, loaded.updated_at) == ("running", owner, 2_000)
+
+    async def test_patch_meta_unknown_session_writes_nothing(self, store: SessionStore) -> None:
+        full = self.need(store, "patch_meta")
+        await full.patch_meta("ghost", {"a": 1})
+        assert await full.load("ghost") is None
+        assert await full.list() == []
+
+    # -- claim_run --------------------------------------------------------------------------
+
+    async def test_claim_run_unknown_id_claims_without_row(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_run")
+        claim = await full.claim_run("ghost", stale_at=now_ms())
+        assert claim.claimed
+        assert await full.load("ghost") is None
+        assert await full.list() == []
+
+    async def test_claim_run_idle_session(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_run")
+        await full.save(make_session("s1", status="completed"))
+        before = now_ms()
+        claim = await full.claim_run("s1", stale_at=before - 60_000)
+        assert (claim.claimed, claim.previous) == (True, "completed")
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("running", current_run_owner())
+        assert loaded.updated_at >= before
+
+    async def test_claim_run_blocked_by_live_owner(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_run")
+        await full.save(make_session("s1"))
+        await full.update_status("s1", "running")
+        held = await full.load("s1")
+        other = RunOwner(host_id="other-host", pid=1, token="z")
+        claim = await full.claim_run("s1", stale_at=now_ms() - 60_000, owner=other)
+        assert not claim.claimed
+        assert await full.load("s1") == held
+        # Quiet past stale_at but within this host's hold window: still held.
+        claim = await full.claim_run("s1", stale_at=now_ms() + 60_000, owner=other)
+        assert not claim.claimed
+        assert await full.load("s1") == held
+
+    @pytest.mark.parametrize(
+        "dead",
+        [
+            pytest.param(lambda: RunOwner(host_id=host_id(), pid=dead_pid(), token="t"), id="pid"),
+            pytest.param(
+                lambda: RunOwner(host_id=host_id(), pid=os.getpid(), token="other"), id="token"
+            ),
+        ],
+    )
+    async def test_claim_run_takes_over_dead_owner(
+        self, store: SessionStore, dead: Callable[[], RunOwner]
+    ) -> None:
+        full = self.need(store, "claim_run")
+        await full.save(make_session("s1"))
+        await full.update_status("s1", "running", owner=dead())
+        mine = RunOwner(host_id="claimer", pid=7, token="me")
+        claim = await full.claim_run("s1", stale_at=now_ms() - 60_000, owner=mine)
+        assert (claim.claimed, claim.previous) == (True, "running")
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.status, loaded.run_owner) == ("running", mine)
+
+    async def test_claim_run_foreign_owner_fresh_vs_stale(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_run")
+        foreign = RunOwner(host_id="another-machine", pid=1, token="f")
+        await full.save(make_session("s1"))
+        await full.update_status("s1", "running", owner=foreign)
+        assert not (await full.claim_run("s1", stale_at=now_ms() - 60_000)).claimed
+        claim = await full.claim_run("s1", stale_at=now_ms() + 1_000)
+        assert (claim.claimed, claim.previous) == (True, "running")
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert loaded.run_owner == current_run_owner()
+
+    async def test_claim_run_own_host_past_hold_window(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_run")
+        quiet_since = now_ms() - 2 * RUN_OWNER_HOLD_MS
+        await full.save(make_session("s1", updated_at=quiet_since))
+        await full.update_status("s1", "running", preserve_updated_at=True)
+        claim = await full.claim_run("s1", stale_at=now_ms())
+        assert (claim.claimed, claim.previous) == (True, "running")
+
+    # -- mutate_history / mutate_turns ------------------------------------------------------
+
+    async def test_mutate_history(self, store: SessionStore, reopen: Reopen) -> None:
+        full = self.need(store, "mutate_history")
+        assert await full.mutate_history("ghost", lambda h: h) == "no-session"
+        assert await full.load("ghost") is None
+        runs = (make_run("r1"), make_run("r2"))
+        data = make_session("s1", turns=tuple(make_turn(i) for i in range(4)), runs=runs)
+        await full.save(data)
+        assert await full.mutate_history("s1", lambda h: None) == "unchanged"
+        assert await full.load("s1") == data
+
+        seen: list[SessionHistory] = []
+
+        def drop_second(history: SessionHistory) -> SessionHistory:
+            seen.append(history)
+            return SessionHistory(turns=history.turns[:1] + history.turns[2:], runs=history.runs)
+
+        assert await full.mutate_history("s1", drop_second) == "ok"
+        assert seen == [SessionHistory(turns=data.turns, runs=runs)]
+
+        def rewind(history: SessionHistory) -> SessionHistory:
+            return SessionHistory(turns=history.turns[:1], runs=history.runs[:1])
+
+        assert await full.mutate_history("s1", rewind) == "ok"
+        full = await reopen()
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.turns, loaded.runs) == ((make_turn(0),), (make_run("r1"),))
+
+    async def test_mutate_history_raising_writes_nothing(self, store: SessionStore) -> None:
+        full = self.need(store, "mutate_history")
+        data = make_session("s1", turns=(make_turn(1),), metadata={"m": [1]})
+        await full.save(data)
+
+        class Boom(Exception):
+            pass
+
+        def explode(history: SessionHistory) -> SessionHistory:
+            raise Boom
+
+        with pytest.raises(Boom):
+            await full.mutate_history("s1", explode)
+        assert await full.load("s1") == data
+
+        def invalid(history: SessionHistory) -> SessionHistory:
+            return SessionHistory(turns=({"id": "x"},), runs=())  # type: ignore[arg-type]
+
+        with pytest.raises(ValidationError):
+            await full.mutate_history("s1", invalid)
+        assert await full.load("s1") == data
+
+    async def test_mutate_turns(self, store: SessionStore) -> None:
+        full = self.need(store, "mutate_turns")
+        assert await full.mutate_turns("ghost", lambda t: t) == "no-session"
+        data = make_session("s1", turns=(make_turn(1), make_turn(2)), runs=(make_run("r1"),))
+        await full.save(data)
+        assert await full.mutate_turns("s1", lambda t: None) == "unchanged"
+        assert await full.mutate_turns("s1", lambda t: [*t, make_turn(3)][1:]) == "ok"
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert (loaded.turns, loaded.runs) == ((make_turn(2), make_turn(3)), (make_run("r1"),))
+
+        def explode(turns: tuple[SessionTurn, ...]) -> list[SessionTurn]:
+            raise KeyError("x")
+
+        with pytest.raises(KeyError):
+            await full.mutate_turns("s1", explode)
+        assert await full.load("s1") == loaded
+
+    # -- send requests ----------------------------------------------------------------------
+
+    async def test_send_request_lifecycle(self, store: SessionStore, reopen: Reopen) -> None:
+        full = self.need(store, "claim_send_request", "find_send_request", "settle_send_request")
+        await full.save(make_session("s1"))
+        assert await full.find_send_request("s1", "req-1") is None
+        before = now_ms()
+        assert (await full.claim_send_request("s1", "req-1", "fp-1")).claimed
+        record = await full.find_send_request("s1", "req-1")
+        assert record is not None
+        assert (record.request_id, record.fingerprint, record.result) == ("req-1", "fp-1", UNSET)
+        assert record.created_at >= before
+
+        again = await full.claim_send_request("s1", "req-1", "fp-1")
+        assert (again.claimed, again.record) == (False, record)
+        mismatch = await full.claim_send_request("s1", "req-1", "fp-other")
+        assert not mismatch.claimed
+        assert mismatch.record is not None
+        assert mismatch.record.fingerprint == "fp-1"
+        # Ids are per session.
+        assert (await full.claim_send_request("s2", "req-1", "fp-2")).claimed
+
+        result = {"turnId": "t9", "text": "ünï", "n": [1, 2.5]}
+        await full.settle_send_request("s1", "req-1", result)
+        full = await reopen()
+        settled = await full.find_send_request("s1", "req-1")
+        assert settled is not None
+        assert (settled.fingerprint, settled.result) == ("fp-1", result)
+        replay = await full.claim_send_request("s1", "req-1", "fp-1")
+        assert (replay.claimed, replay.record) == (False, settled)
+
+        await full.settle_send_request("s1", "req-1", None)
+        assert await full.find_send_request("s1", "req-1") is None
+        assert (await full.claim_send_request("s1", "req-1", "fp-3")).claimed
+
+    async def test_settle_unknown_request_is_a_no_op(self, store: SessionStore) -> None:
+        full = self.need(store, "settle_send_request", "find_send_request")
+        await full.save(make_session("s1"))
+        await full.settle_send_request("s1", "never-claimed", {"x": 1})
+        await full.settle_send_request("ghost", "never-claimed", None)
+        assert await full.find_send_request("s1", "never-claimed") is None
+        assert await full.load("ghost") is None
+
+    async def test_send_request_history_bound(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_send_request", "find_send_request")
+        await full.save(make_session("s1"))
+        for i in range(SEND_REQUEST_HISTORY + 1):
+            assert (await full.claim_send_request("s1", f"req-{i}", "fp")).claimed
+        assert await full.find_send_request("s1", "req-0") is None
+        for i in (1, SEND_REQUEST_HISTORY // 2, SEND_REQUEST_HISTORY):
+            assert await full.find_send_request("s1", f"req-{i}") is not None
+
+    # -- artifacts --------------------------------------------------------------------------
+
+    async def test_upsert_artifact_unknown_session(self, store: SessionStore) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        assert await full.upsert_artifact(make_artifact("a1", "ghost")) is None
+        assert await full.list_artifacts() == []
+        assert await full.load("ghost") is None
+
+    async def test_upsert_artifact_merges_on_kind_and_uri(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        await full.save(make_session("s1"))
+        first = make_artifact(
+            "a1",
+            uri="https://example.com/pr/1",
+            run_id="r1",
+            turn_id="t1",
+            meta={"number": 1, "title": "ünï"},
+            created_at=1_000,
+            updated_at=1_500,
+        )
+        assert await full.upsert_artifact(first) == first
+        incoming = make_artifact(
+            "a-new",
+            uri="https://example.com/pr/1",
+            label="renamed",
+            run_id="r2",
+            created_at=5_000,
+            updated_at=1_200,
+            project_root="/p",
+        )
+        merged = await full.upsert_artifact(incoming)
+        expected = replace(first, label="renamed", project_root="/p")
+        assert merged == expected
+        full = await reopen()
+        assert await full.list_artifacts() == [expected]
+
+        newer = make_artifact("a-x", uri="https://example.com/pr/1", meta=None, updated_at=9_000)
+        stored = await full.upsert_artifact(newer)
+        assert stored is not None
+        assert (stored.id, stored.meta, stored.updated_at) == ("a1", None, 9_000)
+
+    async def test_list_artifacts_order_and_filters(self, store: SessionStore) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        await full.save(make_session("s1"))
+        await full.save(make_session("s2"))
+        rows = [
+            make_artifact("a1", "s1", kind="branch", created_at=100, project_root="/p"),
+            make_artifact("a2", "s1", kind="pull_request", created_at=300),
+            make_artifact("a3", "s2", kind="branch", created_at=200, project_root="/q"),
+            make_artifact("a4", "s2", kind="commit", created_at=300, project_root="/p"),
+        ]
+        for row in rows:
+            await full.upsert_artifact(row)
+        a3 = rows[2]
+
+        async def ids(f: ArtifactFilter | None = None) -> list[str]:
+            return [a.id for a in await full.list_artifacts(f)]
+
+        assert await ids() == ["a2", "a4", "a3", "a1"]
+        assert await ids(ArtifactFilter(session_id="s1")) == ["a2", "a1"]
+        assert await ids(ArtifactFilter(kind="branch")) == ["a3", "a1"]
+        assert await ids(ArtifactFilter(kind="branch", uri=a3.uri)) == ["a3"]
+        assert await ids(ArtifactFilter(since=200)) == ["a2", "a4", "a3"]
+        assert await ids(ArtifactFilter(project_root="/p")) == ["a4", "a1"]
+        assert await ids(ArtifactFilter(project_root=None)) == ["a2"]
+        assert await ids(ArtifactFilter(project_root="/p", session_id="s2")) == ["a4"]
+        assert await ids(ArtifactFilter(limit=2)) == ["a2", "a4"]
+        assert await ids(ArtifactFilter(limit=0)) == []
+        assert await ids(ArtifactFilter(session_id="ghost")) == []
+
+    async def test_delete_artifact(self, store: SessionStore) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts", "delete_artifact")
+        await full.save(make_session("s1"))
+        await full.upsert_artifact(make_artifact("a1"))
+        await full.upsert_artifact(make_artifact("a2"))
+        await full.delete_artifact("s1", "a1")
+        await full.delete_artifact("s1", "a1")
+        await full.delete_artifact("s1", "unknown")
+        await full.delete_artifact("ghost", "a2")
+        assert [a.id for a in await full.list_artifacts()] == ["a2"]
+
+    async def test_artifact_count_in_meta(self, store: SessionStore) -> None:
+        full = self.need(store, "upsert_artifact", "get_meta")
+        await full.save(make_session("s1"))
+        await full.upsert_artifact(make_artifact("a1"))
+        await full.upsert_artifact(make_artifact("a2"))
+        await full.upsert_artifact(make_artifact("a3", uri=make_artifact("a1").uri))
+        row = await full.get_meta("s1")
+        assert row is not None
+        assert row.artifact_count == 2
+
+    async def test_artifact_cap_evicts_files_first(self, store: SessionStore) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        await full.save(make_session("s1"))
+        cap = ARTIFACTS_PER_SESSION_CAP
+        # Two old non-file rows, then files, then the rest: files go first, oldest first.
+        await full.upsert_artifact(make_artifact("pr-old", kind="pull_request", created_at=1))
+        await full.upsert_artifact(make_artifact("br-old", kind="branch", created_at=2))
+        await full.upsert_artifact(make_artifact("file-b", kind="file", created_at=20))
+        await full.upsert_artifact(make_artifact("file-a", kind="file", created_at=10))
+        for i in range(cap - 4):
+            await full.upsert_artifact(make_artifact(f"c{i}", kind="commit", created_at=100 + i))
+        assert len(await full.list_artifacts()) == cap
+
+        await full.upsert_artifact(make_artifact("n1", kind="commit", created_at=9_000))
+        ids = {a.id for a in await full.list_artifacts()}
+        assert len(ids) == cap
+        assert "file-a" not in ids
+        assert {"file-b", "pr-old", "br-old", "n1"} <= ids
+
+        await full.upsert_artifact(make_artifact("n2", kind="commit", created_at=9_001))
+        await full.upsert_artifact(make_artifact("n3", kind="commit", created_at=9_002))
+        ids = {a.id for a in await full.list_artifacts()}
+        assert len(ids) == cap
+        assert "file-b" not in ids
+        assert "pr-old" not in ids
+        assert {"br-old", "n1", "n2", "n3"} <= ids
+
+        # An upsert of an existing (kind, uri) evicts nothing.
+        await full.upsert_artifact(
+            make_artifact("dup", kind="commit", uri=make_artifact("c0", kind="commit").uri)
+        )
+        assert {a.id for a in await full.list_artifacts()} == ids
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def test_schedules(self, store: SessionStore, reopen: Reopen) -> None:
+        full = self.need(
+            store, "save_schedule", "list_schedules", "delete_schedule", "list_schedule_fires"
+        )
+        assert await full.list_schedules() == []
+        late = make_schedule("late", created_at=500, next_fire_at=10_000, session_id="s1")
+        early = make_schedule("early", created_at=100, cron="*/5 * * * *", interval_ms=None)
+        await full.save_schedule(late)
+        await full.save_schedule(early)
+        fire = make_fire("f0", "late", 1)
+        await full.save_schedule(replace(early, last_fire=fire, name="renamed"))
+        full = await reopen()
+        renamed = replace(early, name="renamed")
+        assert await full.list_schedules() == [renamed, late]
+
+        assert await full.delete_schedule("late")
+        assert not await full.delete_schedule("late")
+        assert await full.list_schedules() == [renamed]
+
+    async def test_save_schedule_keep_next_fire_at(self, store: SessionStore) -> None:
+        full = self.need(store, "save_schedule", "list_schedules")
+        await full.save_schedule(make_schedule("s", next_fire_at=5_000))
+        await full.save_schedule(
+            make_schedule("s", next_fire_at=1, name="edited"), keep_next_fire_at=True
+        )
+        [kept] = await full.list_schedules()
+        assert (kept.name, kept.next_fire_at) == ("edited", 5_000)
+        await full.save_schedule(make_schedule("s", next_fire_at=7_000))
+        [replaced] = await full.list_schedules()
+        assert (replaced.name, replaced.next_fire_at) == (None, 7_000)
+        # keep_next_fire_at on a new schedule stores the given value.
+        await full.save_schedule(
+            make_schedule("new", next_fire_at=3, created_at=2_000), keep_next_fire_at=True
+        )
+        assert [s.next_fire_at for s in await full.list_schedules()] == [7_000, 3]
+
+    async def test_claim_schedule_fire(self, store: SessionStore) -> None:
+        full = self.need(store, "save_schedule", "list_schedules", "claim_schedule_fire")
+        await full.save_schedule(make_schedule("s", next_fire_at=1_000))
+        assert not await full.claim_schedule_fire("s", 999, 2_000)
+        assert await full.claim_schedule_fire("s", 1_000, 2_000)
+        assert not await full.claim_schedule_fire("s", 1_000, 2_000)
+        [schedule] = await full.list_schedules()
+        assert schedule.next_fire_at == 2_000
+        assert await full.claim_schedule_fire("s", 2_000, None)
+        [schedule] = await full.list_schedules()
+        assert schedule.next_fire_at is None
+        assert not await full.claim_schedule_fire("ghost", 1_000, 2_000)
+        await full.save_schedule(make_schedule("off", enabled=False, next_fire_at=1_000))
+        assert not await full.claim_schedule_fire("off", 1_000, 2_000)
+
+    async def test_schedule_fires(self, store: SessionStore, reopen: Reopen) -> None:
+        full = self.need(
+            store,
+            "save_schedule",
+            "list_schedules",
+            "record_schedule_fire",
+            "list_schedule_fires",
+            "delete_schedule",
+        )
+        await full.save_schedule(make_schedule("s"))
+        await full.save_schedule(make_schedule("t", created_at=2_000))
+        await full.record_schedule_fire(make_fire("f1", "s", 100))
+        await full.record_schedule_fire(
+            make_fire("f3", "s", 300, status="error", error="boom", session_id="s1")
+        )
+        await full.record_schedule_fire(make_fire("f2", "s", 200, run_id="r1"))
+        full = await reopen()
+        fires = await full.list_schedule_fires("s", 10)
+        assert [f.id for f in fires] == ["f3", "f2", "f1"]
+        assert fires[0] == make_fire("f3", "s", 300, status="error", error="boom", session_id="s1")
+        assert [f.id for f in await full.list_schedule_fires("s", 2)] == ["f3", "f2"]
+        assert await full.list_schedule_fires("t", 10) == []
+        schedules = await full.list_schedules()
+        assert [(s.id, s.last_fire) for s in schedules] == [("s", fires[0]), ("t", None)]
+
+        for i in range(FIRE_HISTORY + 5):
+            await full.record_schedule_fire(make_fire(f"g{i}", "t", 1_000 + i))
+        kept = await full.list_schedule_fires("t", FIRE_HISTORY + 10)
+        assert len(kept) == FIRE_HISTORY
+        assert kept[0].id == f"g{FIRE_HISTORY + 4}"
+        assert kept[-1].id == "g5"
+
+        assert await full.delete_schedule("t")
+        assert await full.list_schedule_fires("t", 10) == []
+
+    # -- ids --------------------------------------------------------------------------------
+
+    async def test_generated_ids(self, store: SessionStore) -> None:
+        full = self.need(store, "generate_session_id", "generate_turn_id")
+        ids = {await full.generate_session_id() for _ in range(20)}
+        ids |= {await full.generate_turn_id() for _ in range(20)}
+        assert len(ids) == 40
+        for value in ids:
+            assert validate_id(value) == value
+
+    # -- validation -------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+    async def test_bad_session_ids_rejected(self, store: SessionStore, bad: Any) -> None:
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.load(bad),
+            lambda: store.append_turns(bad, [make_turn(1)]),
+            lambda: store.get_turns(bad),
+            lambda: store.update_run(bad, make_run("r1")),
+            lambda: store.update_status(bad, "idle"),
+            lambda: store.delete(bad),
+        ]
+        if isinstance(bad, str):
+            calls.append(lambda: store.save(replace(make_session("x"), id=bad)))
+        caps = store_capabilities(store)
+        full: Any = store
+        if "get_meta" in caps:
+            calls.append(lambda: full.get_meta(bad))
+        if "patch_meta" in caps:
+            calls.append(lambda: full.patch_meta(bad, {}))
+        if "claim_run" in caps:
+            calls.append(lambda: full.claim_run(bad, stale_at=0))
+        if "claim_send_request" in caps:
+            calls.append(lambda: full.claim_send_request(bad, "r", "fp"))
+            calls.append(lambda: full.claim_send_request("s1", bad, "fp"))
+        if "delete_schedule" in caps:
+            calls.append(lambda: full.delete_schedule(bad))
+        for call in calls:
+            with pytest.raises(InvalidNameError):
+                await call()
+        assert await store.list() == []
+
+    async def test_bad_nested_ids_rejected(self, store: SessionStore) -> None:
+        with pytest.raises(InvalidNameError):
+            await store.save(make_session("s1", runs=(make_run("../run"),)))
+        with pytest.raises(InvalidNameError):
+            await store.save(make_session("s1", turns=(replace(make_turn(1), id="a/b"),)))
+        assert await store.load("s1") is None
+
+    async def test_wrong_types_rejected(self, store: SessionStore) -> None:
+        data = make_session("s1", turns=(make_turn(1),))
+        await store.save(data)
+        raw = msgspec.to_builtins(make_turn(2))
+        attempts: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.save(msgspec.to_builtins(data)),  # type: ignore[arg-type]
+            lambda: store.append_turns("s1", [raw]),
+            lambda: store.append_turns("s1", "t2"),  # type: ignore[arg-type]
+            lambda: store.append_turns("s1", [replace(make_turn(2), created_at=-5)]),
+            lambda: store.append_turns("s1", [replace(make_turn(2), role="robot")]),
+            lambda: store.update_run("s1", msgspec.to_builtins(make_run("r1"))),  # type: ignore[arg-type]
+            lambda: store.update_run("s1", replace(make_run("r1"), status="weird")),
+            lambda: store.update_status("s1", "bogus"),  # type: ignore[arg-type]
+            lambda: store.save(replace(data, metadata={"x": object()})),
+            lambda: store.save(replace(data, created_at="yesterday")),
+            lambda: store.list({"limit": 3}),  # type: ignore[arg-type]
+            lambda: store.list(SessionFilter(limit=-1)),
+        ]
+        for attempt in attempts:
+            with pytest.raises(ValidationError):
+                await attempt()
+        assert await store.load("s1") == data
+
+    async def test_wrong_types_rejected_by_optional_methods(self, store: SessionStore) -> None:
+        caps = store_capabilities(store)
+        full: Any = store
+        await store.save(make_session("s1"))
+        attempts: list[Callable[[], Awaitable[object]]] = []
+        if "patch_meta" in caps:
+            attempts.append(lambda: full.patch_meta("s1", ["not", "a", "mapping"]))
+            attempts.append(lambda: full.patch_meta("s1", {"x": object()}))
+        if "save_meta" in caps:
+            attempts.append(lambda: full.save_meta({"id": "s1"}))
+        if "upsert_artifact" in caps:
+            attempts.append(lambda: full.upsert_artifact({"id": "a"}))
+            attempts.append(lambda: full.upsert_artifact(replace(make_artifact("a"), uri="")))
+        if "claim_send_request" in caps:
+            attempts.append(lambda: full.claim_send_request("s1", "r", 42))
+        if "save_schedule" in caps:
+            attempts.append(lambda: full.save_schedule(make_schedule("x", interval_ms=0)))
+        if "record_schedule_fire" in caps:
+            attempts.append(
+                lambda: full.record_schedule_fire(replace(make_fire("f", "x", 1), status="?"))
+            )
+        if "claim_run" in caps:
+            attempts.append(lambda: full.claim_run("s1", stale_at="soon"))
+        if not attempts:
+            pytest.skip("store has none of the optional write methods")
+        for attempt in attempts:
+            with pytest.raises(ValidationError):
+                await attempt()
+        assert await store.load("s1") == make_session("s1")
+
+    # -- close ------------------------------------------------------------------------------
+
+    async def test_closed_store_refuses_calls(self, store: SessionStore) -> None:
+        full = self.need(store, "aclose")
+        await full.save(make_session("s1"))
+        await full.aclose()
+        await full.aclose()
+        for call in (
+            lambda: full.load("s1"),
+            lambda: full.save(make_session("s2")),
+            lambda: full.list(),
+            lambda: full.append_turns("s1", [make_turn(1)]),
+        ):
+            with pytest.raises(StoreClosedError):
+                await call()
+
+    # -- group commit -----------------------------------------------------------------------
+
+    async def test_apply_writes_outcomes(self, store: SessionStore, reopen: Reopen) -> None:
+        full = self.need(store, "apply_writes")
+        writes = [
+            StoreWrite("save", (make_session("s1"),)),
+            StoreWrite("append_turns", ("s1", [make_turn(1)])),
+            StoreWrite("append_turns", ("ghost", [make_turn(2)])),
+            StoreWrite("update_run", ("s1", make_run("r1"))),
+            StoreWrite("update_status", ("s1", "running"), {"preserve_updated_at": True}),
+            StoreWrite("update_run", ("s1", {"not": "a run"})),
+            StoreWrite("load", ("s1",)),
+            StoreWrite("append_turns", ("s1", [make_turn(3)])),
+            StoreWrite("save", (make_session("s2"),)),
+        ]
+        results = await full.apply_writes(writes)
+        assert len(results) == len(writes)
+        errors = {i: r.error for i, r in enumerate(results) if hasattr(r, "error")}
+        assert set(errors) == {2, 5, 6}
+        assert isinstance(errors[2], SessionNotFoundError)
+        assert isinstance(errors[5], ValidationError)
+        assert isinstance(errors[6], UnsupportedOperationError)
+        full = await reopen()
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert [t.id for t in loaded.turns] == ["t1", "t3"]
+        assert loaded.runs == (make_run("r1"),)
+        assert loaded.status == "running"
+        assert await full.load("ghost") is None
+        assert await full.load("s2") == make_session("s2")
+
+    # -- durability of everything -----------------------------------------------------------
+
+    async def test_reopen_keeps_every_kind_of_record(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        caps = store_capabilities(store)
+        full: Any = store
+        await full.save(make_session("s1", turns=rich_turns(), runs=(rich_run(),)))
+        await full.update_status("s1", "running", owner=RunOwner(host_id="h", pid=1, token="t"))
+        if "upsert_artifact" in caps:
+            await full.upsert_artifact(make_artifact("a1", meta={"deep": [1, {"x": None}]}))
+        if "claim_send_request" in caps:
+            await full.claim_send_request("s1", "req", "fp")
+        if "save_schedule" in caps:
+            await full.save_schedule(make_schedule("sch", next_fire_at=5))
+        if "record_schedule_fire" in caps:
+            await full.record_schedule_fire(make_fire("f1", "sch", 4))
+
+        async def snapshot(s: Any) -> list[object]:
+            state: list[object] = [await s.load("s1"), await s.list()]
+            if "get_meta" in caps:
+                state.append(await s.get_meta("s1"))
+            if "list_artifacts" in caps:
+                state.append(await s.list_artifacts())
+            if "find_send_request" in caps:
+                state.append(await s.find_send_request("s1", "req"))
+            if "list_schedules" in caps:
+                state.append(await s.list_schedules())
+            return state
+
+        before = await snapshot(full)
+        full = await reopen()
+        assert await snapshot(full) == before
+
+    # -- the reference-model property -------------------------------------------------------
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+    )
+    @given(program=st.lists(st.deferred(lambda: _OPERATION), max_size=25))
+    async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
+        program = _renumber(program)
+        async with self.open_storage() as opener:
+            harness = StoreHarness(opener)
+            try:
+                store = await harness.reopen()
+                model = _ReferenceModel()
+                for op in program:
+                    if op[0] == "reopen":
+                        store = await harness.reopen()
+                        continue
+                    expected_error = model.apply(op, store_capabilities(store))
+                    if expected_error is None:
+                        await _run(store, op)
+                    else:
+                        with pytest.raises(expected_error):
+                            await _run(store, op)
+                await model.check(store)
+                store = await harness.reopen()
+                await model.check(store)
+            finally:
+                await harness.aclose()
+
+
+# -- the reference model ----------------------------------------------------------------------
+
+_SESSION_IDS = st.sampled_from(["s0", "s1", "s2"])
+_RUN_IDS = st.sampled_from(["r0", "r1", "r2"])
+_AGENTS = st.sampled_from([None, "agent-a", "agent-b"])
+_ROOTS = st.sampled_from([None, "/p", "/q"])
+_STATUS = st.sampled_from(["idle", "running", "completed", "error"])
+_META_KEYS = st.sampled_from(["title", "model", "ünï", "todo"])
+_META_VALUES = st.one_of(
+    st.none(),
+    st.integers(-5, 5),
+    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=5),
+    st.lists(st.integers(0, 3), max_size=2),
+)
+_OWNERS = st.sampled_from(
+    [RunOwner(host_id="h1", pid=1, token="a"), RunOwner(host_id="h2", pid=2, token="b")]
+)
+_TURNS = st.lists(st.sampled_from(["user", "assistant"]), max_size=3).map(
+    lambda roles: tuple(make_turn(0, role) for role in roles)
+)
+_RUN = st.builds(make_run, _RUN_IDS, st.sampled_from(["running", "completed", "aborted"]))
+_RUNS = st.lists(_RUN, max_size=3, unique_by=lambda r: r.id).map(tuple)
+_METADATA = st.dictionaries(_META_KEYS, _META_VALUES, max_size=3)
+_SESSIONS = st.builds(
+    make_session,
+    _SESSION_IDS,
+    updated_at=st.integers(0, 10),
+    status=_STATUS,
+    metadata=_METADATA,
+    turns=_TURNS,
+    runs=_RUNS,
+    agent_id=_AGENTS,
+    project_root=_ROOTS,
+)
+_OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
+    st.tuples(st.just("save"), _SESSIONS),
+    st.tuples(
+        st.just("save_meta"),
+        _SESSIONS,
+        st.none() | st.lists(_META_KEYS, max_size=3, unique=True).map(tuple),
+    ),
+    st.tuples(
+        st.just("append_turns"),
+        _SESSION_IDS,
+        _TURNS,
+        st.none() | st.just(()) | _RUN.map(lambda run: (run,)),
+    ),
+    st.tuples(st.just("update_run"), _SESSION_IDS, _RUN),
+    st.tuples(st.just("update_status"), _SESSION_IDS, _STATUS, _OWNERS, st.booleans()),
+    st.tuples(
+        st.just("patch_meta"),
+        _SESSION_IDS,
+        st.dictionaries(_META_KEYS, _META_VALUES | st.just(UNSET), max_size=2),
+    ),
+    st.tuples(st.just("drop_first_turn"), _SESSION_IDS),
+    st.tuples(st.just("delete"), _SESSION_IDS),
+    st.tuples(st.just("reopen")),
+)
+
+
+def _renumber(program: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Give every drawn turn a unique id, in program order (turn ids never repeat)."""
+    counter = itertools.count()
+
+    def fresh(turns: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
+        return tuple(replace(t, id=f"t{next(counter)}") for t in turns)
+
+    renumbered = []
+    for op in program:
+        if op[0] in ("save", "save_meta"):
+            op = (op[0], replace(op[1], turns=fresh(op[1].turns)), *op[2:])
+        elif op[0] == "append_turns":
+            op = (op[0], op[1], fresh(op[2]), op[3])
+        renumbered.append(op)
+    return renumbered
+
+
+async def _run(store: Any, op: tuple[Any, ...]) -> None:
+    name = op[0]
+    caps = store_capabilities(store)
+    if name == "save" or (name == "save_meta" and "save_meta" not in caps):
+        await store.save(op[1])
+    elif name == "save_meta":
+        await store.save_meta(op[1], None if op[2] is None else SaveMetaOptions(meta_keys=op[2]))
+    elif name == "append_turns":
+        options = None if op[3] is None else AppendTurnsOptions(run=op[3][0] if op[3] else None)
+        await store.append_turns(op[1], op[2], options)
+    elif name == "update_run":
+        await store.update_run(op[1], op[2])
+    elif name == "update_status":
+        await store.update_status(op[1], op[2], owner=op[3], preserve_updated_at=op[4])
+    elif name == "patch_meta" and "patch_meta" in caps:
+        await store.patch_meta(op[1], op[2])
+    elif name == "drop_first_turn" and "mutate_history" in caps:
+        await store.mutate_history(
+            op[1], lambda h: SessionHistory(turns=h.turns[1:], runs=h.runs) if h.turns else None
+        )
+    elif name == "delete":
+        await store.delete(op[1])
+
+
+class _ReferenceModel:
+    """The contract's semantics over plain dicts: what a store must be observed to hold."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, SessionData] = {}
+        self.stamped: set[str] = set()
+
+    def apply(self, op: tuple[Any, ...], caps: frozenset[str]) -> type[Exception] | None:
+        name = op[0]
+        fallback = {"save_meta": "save", "patch_meta": None, "drop_first_turn": None}
+        if name == "save_meta" and "save_meta" not in caps:
+            name = fallback[name]
+        if name == "patch_meta" and "patch_meta" not in caps:
+            return None
+        if name == "drop_first_turn" and "mutate_history" not in caps:
+            return None
+        stored = self.sessions.get(op[1].id if name in ("save", "save_meta") else op[1])
+        if name in ("save", "save_meta"):
+            data: SessionData = op[1]
+            status, owner = (
+                ((stored.status if stored else "idle"), stored.run_owner if stored else None)
+                if data.status == "running"
+                else (data.status, None)
+            )
+            if name == "save":
+                self.sessions[data.id] = replace(data, status=status, run_owner=owner)
+            else:
+                keys = op[2]
+                if keys is None or stored is None:
+                    metadata = dict(data.metadata)
+                else:
+                    metadata = dict(stored.metadata)
+                    for key in keys:
+                        if key in data.metadata:
+                            metadata[key] = data.metadata[key]
+                        else:
+                            metadata.pop(key, None)
+                runs = list(stored.runs) if stored else []
+                for run in data.runs:
+                    at = next((i for i, r in enumerate(runs) if r.id == run.id), None)
+                    if at is None:
+                        runs.append(run)
+                    else:
+                        runs[at] = run
+                self.sessions[data.id] = replace(
+                    data,
+                    status=status,
+                    run_owner=owner,
+                    metadata=metadata,
+                    turns=stored.turns if stored else (),
+                    runs=tuple(runs),
+                )
+            self.stamped.discard(data.id)
+            return None
+        session_id = op[1]
+        if name == "delete":
+            self.sessions.pop(session_id, None)
+            return None
+        if stored is None:
+            return SessionNotFoundError if name == "append_turns" else None
+        if name == "append_turns":
+            turns, runs = op[2], op[3]
+            if not turns and not runs:
+                return None
+            updated = replace(stored, turns=stored.turns + turns)
+            if runs:
+                updated = replace(updated, runs=_upsert(updated.runs, runs[0]))
+            self.sessions[session_id] = updated
+            self.stamped.add(session_id)
+        elif name == "update_run":
+            self.sessions[session_id] = replace(stored, runs=_upsert(stored.runs, op[2]))
+            self.stamped.add(session_id)
+        elif name == "update_status":
+            status, owner, preserve = op[2], op[3], op[4]
+            self.sessions[session_id] = replace(
+                stored, status=status, run_owner=owner if status == "running" else None
+            )
+            if not preserve:
+                self.stamped.add(session_id)
+        elif name == "patch_meta":
+            metadata = dict(stored.metadata)
+            for key, value in op[2].items():
+                if value is UNSET:
+                    metadata.pop(key, None)
+                else:
+                    metadata[key] = value
+            self.sessions[session_id] = replace(stored, metadata=metadata)
+        elif name == "drop_first_turn" and stored.turns:
+            self.sessions[session_id] = replace(stored, turns=stored.turns[1:])
+            self.stamped.add(session_id)
+        return None
+
+    async def check(self, store: Any) -> None:
+        for session_id in ("s0", "s1", "s2"):
+            expected = self.sessions.get(session_id)
+            loaded = await store.load(session_id)
+            if expected is None:
+                assert loaded is None, session_id
+                continue
+            assert loaded is not None, session_id
+            if session_id in self.stamped:
+                # The store stamps its own clock: only the other fields are predictable.
+                loaded = replace(loaded, updated_at=expected.updated_at)
+            assert loaded == expected, session_id
+            assert tuple(await store.get_turns(session_id)) == expected.turns
+        listed = await store.list()
+        assert sorted(listed) == sorted(self.sessions)
+        stamps = []
+        for session_id in listed:
+            data = await store.load(session_id)
+            stamps.append((-data.updated_at, session_id))
+        assert stamps == sorted(stamps)
+        for agent in (None, "agent-a"):
+            for root in (UNSET, None, "/p"):
+                filter = SessionFilter(agent_id=agent, project_root=root)
+                want = {
+                    d.id
+                    for d in self.sessions.values()
+                    if (agent is None or d.agent_id == agent)
+                    and (root is UNSET or d.project_root == root)
+                }
+                assert set(await store.list(filter)) == want
+
+
+def _upsert(runs: tuple[SessionRun, ...], run: SessionRun) -> tuple[SessionRun, ...]:
+    if any(r.id == run.id for r in runs):
+        return tuple(run if r.id == run.id else r for r in runs)
+    return (*runs, run)

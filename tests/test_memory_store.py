@@ -1,0 +1,110 @@
+"""The store contract on the memory store, plus what only the memory store promises."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import outcome
+import pytest
+import trio
+from store_contract import StoreContract, StoreOpener, make_session, make_turn
+
+from zidane_actors.errors import StoreClosedError, ValidationError
+from zidane_actors.model import SessionData
+from zidane_actors.stores import (
+    OPTIONAL_METHODS,
+    BatchingStore,
+    FullSessionStore,
+    MemoryStore,
+    StoreWrite,
+    create_memory_store,
+    open_memory_store,
+    store_capabilities,
+)
+
+
+class TestMemoryStore(StoreContract):
+    required_capabilities = OPTIONAL_METHODS | {"apply_writes"}
+
+    @asynccontextmanager
+    async def open_storage(self) -> AsyncIterator[StoreOpener]:
+        async with open_memory_store() as store:
+
+            @asynccontextmanager
+            async def same_store() -> AsyncIterator[MemoryStore]:
+                yield store
+
+            yield same_store
+
+
+async def test_create_memory_store_is_a_full_batching_store() -> None:
+    store = create_memory_store()
+    assert isinstance(store, FullSessionStore)
+    assert isinstance(store, BatchingStore)
+    assert store_capabilities(store) == OPTIONAL_METHODS
+    await store.aclose()
+
+
+async def test_open_memory_store_closes_on_exit() -> None:
+    async with open_memory_store() as store:
+        await store.save(make_session("s1"))
+        assert not store.closed
+    assert store.closed
+    with pytest.raises(StoreClosedError):
+        await store.load("s1")
+    with pytest.raises(StoreClosedError):
+        await store.apply_writes([StoreWrite("delete", ("s1",))])
+
+
+async def test_two_stores_share_nothing() -> None:
+    async with open_memory_store() as a, open_memory_store() as b:
+        await a.save(make_session("s1"))
+        assert await b.load("s1") is None
+
+
+async def test_apply_writes_in_order_one_outcome_each() -> None:
+    async with open_memory_store() as store:
+        results = await store.apply_writes(
+            [
+                StoreWrite("save", (make_session("s1"),)),
+                StoreWrite("append_turns", ("s1", [make_turn(1)])),
+                StoreWrite("save", ("not a session",)),
+                StoreWrite("append_turns", ("s1", [make_turn(2)])),
+                StoreWrite("delete", ("s2",)),
+            ]
+        )
+        assert [type(r) for r in results] == [
+            outcome.Value,
+            outcome.Value,
+            outcome.Error,
+            outcome.Value,
+            outcome.Value,
+        ]
+        bad = results[2]
+        assert isinstance(bad, outcome.Error)
+        assert isinstance(bad.error, ValidationError)
+        assert [t.id for t in await store.get_turns("s1")] == ["t1", "t2"]
+        assert await store.apply_writes([]) == []
+
+
+async def test_cancelled_before_a_write_applies_nothing() -> None:
+    async with open_memory_store() as store:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await store.save(make_session("s1"))
+        assert scope.cancelled_caught
+        assert await store.load("s1") is None
+
+
+async def test_stored_values_are_validated_copies() -> None:
+    async with open_memory_store() as store:
+        metadata: dict[str, object] = {"todo": ["a"]}
+        await store.save(SessionData(id="s1", created_at=1, updated_at=2, metadata=metadata))
+        metadata["todo"] = "changed after save"
+        row = await store.get_meta("s1")
+        assert row is not None
+        row.metadata["injected"] = True
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.metadata == {"todo": ["a"]}
