@@ -1,0 +1,336 @@
+"""A small generic actor: one task, a bounded mailbox, one-shot replies.
+
+Rules (see ``docs/runtime.md``):
+
+* The mailbox is a bounded ``trio.open_memory_channel``. A command is a frozen
+  attrs value carrying a :class:`Reply` slot that the actor resolves
+  synchronously, first writer wins.
+* A ``Cancelled`` raised while sending means the command was *not accepted*.
+  Once accepted, :meth:`Actor.call` waits for the verdict in a shielded scope,
+  so an accepted command is applied and its result returned.
+* Each command is handled in a shielded scope, so a cancelled actor never
+  stops half-way through applying one.
+* On close the actor fails every command still queued with
+  :class:`~zidane_actors.errors.ActorClosed` (it drains with
+  ``receive_nowait()``: closing a receive end drops its buffer silently).
+* A *fatal* error (by default anything that is not an ``Exception``) crashes
+  the actor: the command in hand and every queued one fail with
+  :class:`~zidane_actors.errors.ActorCrashed`, later calls get ``ActorClosed``.
+  Any other error goes back to the command's caller and the actor lives on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+import attrs
+import outcome
+import trio
+
+from ..errors import ActorClosed, ActorCrashed
+
+__all__ = [
+    "Actor",
+    "ActorState",
+    "ActorStatistics",
+    "Command",
+    "Reply",
+    "open_actor",
+]
+
+T = TypeVar("T")
+C = TypeVar("C", bound="Command[Any]")
+
+ActorState: TypeAlias = Literal["running", "closing", "closed", "crashed"]
+
+
+class Reply(Generic[T]):
+    """A one-shot reply slot: resolved once (first writer wins), awaited by anyone."""
+
+    __slots__ = ("_event", "_outcome")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._outcome: outcome.Outcome[T] | None = None
+
+    def resolve(self, result: outcome.Outcome[T]) -> bool:
+        """Set the verdict; ``False`` (and no effect) when it was already set."""
+        if self._outcome is not None:
+            return False
+        self._outcome = result
+        self._event.set()
+        return True
+
+    def done(self) -> bool:
+        """Whether the verdict is in."""
+        return self._outcome is not None
+
+    async def wait(self) -> T:
+        """Wait for the verdict: the command's result, or its error raised here."""
+        await self._event.wait()
+        result = self._outcome
+        if isinstance(result, outcome.Error):
+            raise result.error
+        assert isinstance(result, outcome.Value)
+        value: T = result.value
+        return value
+
+
+@attrs.frozen(eq=False)
+class Command(Generic[T]):
+    """Base of actor commands: a frozen value carrying its reply slot."""
+
+    reply: Reply[T] = attrs.field(factory=Reply, kw_only=True, repr=False)
+
+
+@attrs.frozen
+class ActorStatistics:
+    """A snapshot of an actor: its state, mailbox use and counters."""
+
+    state: ActorState
+    queued: int
+    """Commands accepted and waiting (buffered or blocked in ``send``)."""
+    processed: int
+    """Commands whose verdict was a result."""
+    failed: int
+    """Commands whose verdict was an error (including drained ones)."""
+    mailbox_size: int
+    busy: bool
+    """Whether a command is being handled right now."""
+
+
+def _not_an_exception(exc: BaseException) -> bool:
+    return not isinstance(exc, Exception)
+
+
+BatchHandler: TypeAlias = Callable[[Sequence[C]], Awaitable[Sequence[outcome.Outcome[Any]]]]
+
+
+class Actor(Generic[C]):
+    """One task applying commands from a bounded mailbox, one batch at a time.
+
+    ``handle`` is awaited for each command and its result (or error) becomes
+    the command's verdict. ``handle_batch`` (with ``max_batch > 1``) instead
+    receives every command already queued, up to ``max_batch``, and answers
+    one outcome per command, in order. Start the actor with :meth:`run` in a
+    nursery (or use :func:`open_actor`).
+    """
+
+    def __init__(
+        self,
+        handle: Callable[[C], Awaitable[Any]] | None = None,
+        *,
+        handle_batch: BatchHandler[C] | None = None,
+        mailbox_size: int = 64,
+        max_batch: int = 1,
+        fatal: Callable[[BaseException], bool] = _not_an_exception,
+        on_crash: Callable[[BaseException], None] | None = None,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        if (handle is None) == (handle_batch is None):
+            raise TypeError("give exactly one of handle and handle_batch")
+        if mailbox_size < 1 or max_batch < 1:
+            raise ValueError("mailbox_size and max_batch must be at least 1")
+        self._handle = handle
+        self._handle_batch = handle_batch
+        self._max_batch = max_batch if handle_batch is not None else 1
+        self._fatal = fatal
+        self._on_crash = on_crash
+        self._on_stop = on_stop
+        self._mailbox_size = mailbox_size
+        self._send, self._receive = trio.open_memory_channel[C](mailbox_size)
+        self._state: ActorState = "running"
+        self._crash: BaseException | None = None
+        self._busy = False
+        self._processed = 0
+        self._failed = 0
+        self._started = False
+
+    # -- caller side ---------------------------------------------------------
+
+    @property
+    def state(self) -> ActorState:
+        """``running``, ``closing`` (draining), ``closed`` or ``crashed``."""
+        return self._state
+
+    @property
+    def crash_cause(self) -> BaseException | None:
+        """What crashed the actor, when it crashed."""
+        return self._crash
+
+    def idle(self) -> bool:
+        """Running, handling nothing and with nothing queued."""
+        return (
+            self._state == "running"
+            and not self._busy
+            and self._send.statistics().current_buffer_used == 0
+            and self._send.statistics().tasks_waiting_send == 0
+        )
+
+    def _closed_error(self) -> ActorClosed:
+        if self._crash is not None:
+            err = ActorClosed(f"actor crashed: {self._crash!r}")
+            err.__cause__ = self._crash
+            return err
+        return ActorClosed("actor is closed")
+
+    async def call(self, command: Command[T]) -> T:
+        """Send ``command`` and wait for its verdict.
+
+        Cancelled while sending: the command was not accepted. Once accepted the
+        wait is shielded, so the verdict (result or error) always comes back.
+        """
+        if self._state != "running":
+            raise self._closed_error()
+        try:
+            await self._send.send(command)  # type: ignore[arg-type]
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self._closed_error() from None
+        with trio.CancelScope(shield=True):
+            result = await command.reply.wait()
+        return result
+
+    def submit(self, command: Command[T]) -> Reply[T]:
+        """Enqueue without waiting; await the returned reply later.
+
+        Raises ``trio.WouldBlock`` when the mailbox is full and ``ActorClosed``
+        when the actor stopped.
+        """
+        if self._state != "running":
+            raise self._closed_error()
+        try:
+            self._send.send_nowait(command)  # type: ignore[arg-type]
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self._closed_error() from None
+        return command.reply
+
+    def close(self) -> None:
+        """Stop accepting; the command in hand finishes, queued ones fail with ``ActorClosed``.
+
+        Idempotent. A never-started actor fails its queue right away.
+        """
+        if self._state == "running":
+            self._state = "closing"
+        self._send.close()
+        if not self._started:
+            self._stop(None)
+
+    def statistics(self) -> ActorStatistics:
+        """A snapshot of the actor's state and counters."""
+        stats = self._send.statistics()
+        return ActorStatistics(
+            state=self._state,
+            queued=stats.current_buffer_used + stats.tasks_waiting_send,
+            processed=self._processed,
+            failed=self._failed,
+            mailbox_size=self._mailbox_size,
+            busy=self._busy,
+        )
+
+    # -- actor side ----------------------------------------------------------
+
+    def _resolve(self, command: C, result: outcome.Outcome[Any]) -> None:
+        if command.reply.resolve(result):
+            if isinstance(result, outcome.Error):
+                self._failed += 1
+            else:
+                self._processed += 1
+
+    def _stop(self, crash: BaseException | None) -> None:
+        """Fail everything queued and close the mailbox; no checkpoint in between."""
+        if self._state in ("closed", "crashed"):
+            return
+        if crash is not None:
+            self._crash = crash
+        while True:
+            try:
+                command = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            self._resolve(command, outcome.Error(self._verdict_error(crash)))
+        self._receive.close()
+        self._send.close()
+        self._state = "crashed" if crash is not None else "closed"
+        if self._on_stop is not None:
+            self._on_stop()
+        if crash is not None and self._on_crash is not None:
+            self._on_crash(crash)
+
+    def _verdict_error(self, crash: BaseException | None) -> BaseException:
+        if crash is None:
+            return ActorClosed("actor closed before handling the command")
+        err = ActorCrashed(f"actor crashed: {crash!r}")
+        err.__cause__ = crash
+        return err
+
+    async def _apply(self, batch: list[C]) -> BaseException | None:
+        """Handle ``batch``; answer the crash cause when one of them was fatal."""
+        if self._handle_batch is not None:
+            answer = await outcome.acapture(self._handle_batch, batch)
+            if isinstance(answer, outcome.Error):
+                results: Sequence[outcome.Outcome[Any]] = [answer] * len(batch)
+            else:
+                results = answer.unwrap()
+        else:
+            assert self._handle is not None
+            results = [await outcome.acapture(self._handle, batch[0])]
+        for command, result in zip(batch, results, strict=True):
+            if isinstance(result, outcome.Error) and self._fatal(result.error):
+                crash = result.error
+                for pending in batch:
+                    self._resolve(pending, outcome.Error(self._verdict_error(crash)))
+                return crash
+            self._resolve(command, result)
+        return None
+
+    async def run(self) -> None:
+        """The actor loop; returns when closed, cancelled or crashed (never raises for a crash)."""
+        if self._started:
+            raise RuntimeError("an actor runs once")
+        self._started = True
+        crash: BaseException | None = None
+        try:
+            while self._state == "running":
+                try:
+                    first = await self._receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                if self._state != "running":
+                    self._resolve(first, outcome.Error(self._verdict_error(None)))
+                    break
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                self._busy = True
+                try:
+                    with trio.CancelScope(shield=True):
+                        crash = await self._apply(batch)
+                finally:
+                    self._busy = False
+                if crash is not None:
+                    break
+        finally:
+            self._stop(crash)
+
+
+@asynccontextmanager
+async def open_actor(
+    handle: Callable[[C], Awaitable[Any]],
+    *,
+    mailbox_size: int = 64,
+    fatal: Callable[[BaseException], bool] = _not_an_exception,
+    on_crash: Callable[[BaseException], None] | None = None,
+) -> AsyncIterator[Actor[C]]:
+    """Run an :class:`Actor` for the ``async with`` body, closing it on exit."""
+    actor: Actor[C] = Actor(handle, mailbox_size=mailbox_size, fatal=fatal, on_crash=on_crash)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        try:
+            yield actor
+        finally:
+            actor.close()

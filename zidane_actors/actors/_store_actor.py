@@ -1,0 +1,223 @@
+"""The store actor: one task owning a store, serving every session in mailbox order.
+
+Its handle satisfies ``SessionStore`` and exposes exactly the optional methods
+the wrapped store has. When the store is a ``BatchingStore``, a queued run of
+writes (from any number of sessions) goes to ``apply_writes`` in one call: the
+run keeps mailbox order, so no session's writes are ever reordered.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import outcome
+import trio
+
+from ..model import (
+    AppendTurnsOptions,
+    RunOwner,
+    SessionData,
+    SessionFilter,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+)
+from ..stores._protocol import (
+    WRITE_METHODS,
+    BatchingStore,
+    SessionStore,
+    StoreWrite,
+    store_capabilities,
+)
+from ._actor import Actor, ActorStatistics, Command
+
+__all__ = ["StoreActor", "StoreActorStatistics", "open_store_actor"]
+
+
+@attrs.frozen(eq=False)
+class _StoreCall(Command[Any]):
+    method: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class StoreActorStatistics:
+    """The store actor's mailbox and its group-commit counters."""
+
+    actor: ActorStatistics
+    calls: int
+    """Store calls answered (reads and writes)."""
+    batches: int
+    """``apply_writes`` calls made."""
+    batched_writes: int
+    """Writes that went through ``apply_writes``."""
+
+    @property
+    def avg_batch_size(self) -> float:
+        """Mean writes per ``apply_writes`` call (0 before the first)."""
+        return self.batched_writes / self.batches if self.batches else 0.0
+
+
+def _never_fatal(exc: BaseException) -> bool:
+    # A store error belongs to the caller (the session actor decides what it means).
+    return False
+
+
+class StoreActor:
+    """A ``SessionStore`` whose calls run one at a time in a dedicated task."""
+
+    def __init__(self, store: SessionStore, *, mailbox_size: int = 1024, max_batch: int = 64):
+        self._store = store
+        self._capabilities = store_capabilities(store)
+        self._batching = isinstance(store, BatchingStore) and max_batch > 1
+        self._calls = 0
+        self._batches = 0
+        self._batched_writes = 0
+        self._actor: Actor[_StoreCall] = Actor(
+            handle_batch=self._handle_batch,
+            mailbox_size=mailbox_size,
+            max_batch=max_batch,
+            fatal=_never_fatal,
+        )
+
+    @property
+    def wrapped(self) -> SessionStore:
+        """The store this actor owns."""
+        return self._store
+
+    def statistics(self) -> StoreActorStatistics:
+        """Mailbox state and group-commit counters."""
+        return StoreActorStatistics(
+            actor=self._actor.statistics(),
+            calls=self._calls,
+            batches=self._batches,
+            batched_writes=self._batched_writes,
+        )
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        # Only the optional methods the wrapped store has, so capability checks match.
+        if name in self.__dict__.get("_capabilities", ()):
+
+            async def forward(*args: Any, **kwargs: Any) -> Any:
+                return await self._call(name, *args, **kwargs)
+
+            forward.__name__ = name
+            return forward
+        raise AttributeError(name)
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._actor.call(_StoreCall(method, args, kwargs))
+
+    async def _handle_batch(self, batch: Sequence[_StoreCall]) -> list[outcome.Outcome[Any]]:
+        results: list[outcome.Outcome[Any]] = []
+        i = 0
+        while i < len(batch):
+            end = i
+            while self._batching and end < len(batch) and batch[end].method in WRITE_METHODS:
+                end += 1
+            if end - i > 1:
+                results.extend(await self._apply_writes(batch[i:end]))
+                i = end
+                continue
+            call = batch[i]
+            method = getattr(self._store, call.method)
+            results.append(await outcome.acapture(method, *call.args, **call.kwargs))
+            i += 1
+        self._calls += len(batch)
+        return results
+
+    async def _apply_writes(self, calls: Sequence[_StoreCall]) -> list[outcome.Outcome[Any]]:
+        assert isinstance(self._store, BatchingStore)
+        writes = [StoreWrite(c.method, c.args, dict(c.kwargs)) for c in calls]
+        self._batches += 1
+        self._batched_writes += len(writes)
+        try:
+            results = await self._store.apply_writes(writes)
+        except BaseException as exc:  # shielded by the actor: never a Cancelled
+            return [outcome.Error(exc) for _ in calls]
+        if len(results) != len(calls):
+            err = RuntimeError(f"apply_writes answered {len(results)} outcomes for {len(calls)}")
+            return [outcome.Error(err) for _ in calls]
+        return list(results)
+
+    # -- SessionStore (required methods) -------------------------------------
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """See ``SessionStore.load``."""
+        result: SessionData | None = await self._call("load", session_id)
+        return result
+
+    async def save(self, data: SessionData) -> None:
+        """See ``SessionStore.save``."""
+        await self._call("save", data)
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        """See ``SessionStore.append_turns``."""
+        await self._call("append_turns", session_id, turns, options)
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """See ``SessionStore.get_turns``."""
+        result: builtins.list[SessionTurn] = await self._call("get_turns", session_id, from_, limit)
+        return result
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> None:
+        """See ``SessionStore.update_run``."""
+        await self._call("update_run", session_id, run, options)
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> None:
+        """See ``SessionStore.update_status``."""
+        await self._call(
+            "update_status",
+            session_id,
+            status,
+            owner=owner,
+            preserve_updated_at=preserve_updated_at,
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """See ``SessionStore.delete``."""
+        await self._call("delete", session_id)
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """See ``SessionStore.list``."""
+        result: builtins.list[str] = await self._call("list", filter)
+        return result
+
+
+@asynccontextmanager
+async def open_store_actor(
+    store: SessionStore, *, mailbox_size: int = 1024, max_batch: int = 64
+) -> AsyncIterator[StoreActor]:
+    """Run a :class:`StoreActor` over ``store`` for the ``async with`` body.
+
+    The store itself stays open: whoever opened it closes it.
+    """
+    handle = StoreActor(store, mailbox_size=mailbox_size, max_batch=max_batch)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(handle._actor.run)
+        try:
+            yield handle
+        finally:
+            handle._actor.close()
