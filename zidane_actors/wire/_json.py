@@ -1,0 +1,35 @@
+"""Copying untrusted JSON objects into fresh builtins (so outputs never alias inputs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._common import fail
+
+__all__ = ["copy_json_object"]
+
+
+def _copy(value: object, path: str, depth: int) -> Any:
+    if depth > 256:
+        fail("JSON nesting is too deep", path)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_copy(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                fail(f"object key {key!r} is not a string", path)
+            out[key] = _copy(item, f"{path}.{key}", depth + 1)
+        return out
+    fail(f"not a JSON value: {type(value).__name__}", path)
+
+
+def copy_json_object(value: object, path: str) -> dict[str, Any]:
+    """A deep copy of the JSON object ``value``, or a located error if it is not one."""
+    if not isinstance(value, Mapping):
+        fail(f"expected an object, got {type(value).__name__}", path)
+    copied: dict[str, Any] = _copy(value, path, 0)
+    return copied
