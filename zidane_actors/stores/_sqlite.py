@@ -31,6 +31,7 @@ from ..errors import (
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
+    UnsupportedOperationError,
     ValidationError,
 )
 from ..model import (
@@ -179,8 +180,9 @@ def _valid_header(data: object) -> SessionData:
     if not isinstance(data, SessionData):
         raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
     validate_id(data.id)
-    _metadata_json(data.metadata)
-    _valid_body(msgspec.structs.replace(data, turns=(), runs=()), SessionData, "session data")
+    metadata = msgspec.json.decode(_metadata_json(data.metadata))
+    header = msgspec.structs.replace(data, metadata=metadata, turns=(), runs=())
+    _valid_body(header, SessionData, "session data")
     return data
 
 
@@ -572,6 +574,7 @@ class SQLiteStore:
         params: builtins.list[Any] = []
         limit = ""
         if filter is not None:
+            _valid_body(filter, SessionFilter, "session filter")
             if filter.agent_id is not None:
                 clauses.append("s.agent_id = ?")
                 params.append(filter.agent_id)
@@ -881,6 +884,8 @@ class SQLiteStore:
         self, filter: ArtifactFilter | None = None
     ) -> builtins.list[SessionArtifact]:
         """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
+        if filter is not None:
+            _valid_body(filter, ArtifactFilter, "artifact filter")
 
         def op(conn: _Conn) -> builtins.list[SessionArtifact]:
             if filter is not None and filter.session_id is not None:
@@ -1037,6 +1042,7 @@ class SQLiteStore:
 
     async def delete_schedule(self, id: str) -> bool:
         """Remove a schedule and its fires; ``False`` when it was gone."""
+        validate_id(id, what="schedule id")
 
         def op(conn: _Conn) -> bool:
             conn.execute("DELETE FROM schedule_fires WHERE schedule_id = ?", (id,))
@@ -1046,6 +1052,10 @@ class SQLiteStore:
 
     async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
         """Move ``nextFireAt`` from ``due_at`` to ``next`` if still due: once across processes."""
+        validate_id(id, what="schedule id")
+        for value, what in ((due_at, "due_at"), (next, "next")):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
 
         def op(conn: _Conn) -> bool:
             return (
@@ -1092,12 +1102,15 @@ class SQLiteStore:
         self, schedule_id: str, limit: int
     ) -> builtins.list[ScheduleFire]:
         """A schedule's fires, newest first."""
+        validate_id(schedule_id, what="schedule id")
+        if not isinstance(limit, int) or limit < 0:
+            raise ValidationError(f"limit must be an integer >= 0, got {limit!r}")
 
         def op(conn: _Conn) -> builtins.list[ScheduleFire]:
             rows = conn.execute(
                 "SELECT body FROM schedule_fires WHERE schedule_id = ?"
                 " ORDER BY fired_at DESC, rowid DESC LIMIT ?",
-                (schedule_id, max(limit, 0)),
+                (schedule_id, limit),
             ).fetchall()
             return [self._fire(r[0], schedule_id) for r in rows]
 
@@ -1116,8 +1129,9 @@ class SQLiteStore:
     # -- group commit ---------------------------------------------------------------------------
 
     def _write_op(self, write: StoreWrite) -> Callable[..., Any]:
-        if write.method not in WRITE_METHODS:
-            raise ValidationError(f"{write.method!r} is not a batchable store write")
+        if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
+            name = getattr(write, "method", type(write).__name__)
+            raise UnsupportedOperationError(f"{name!r} is not a batchable store write")
         op: Callable[..., Any] = getattr(self, f"_op_{write.method}")
         return op
 
