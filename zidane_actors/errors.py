@@ -14,6 +14,7 @@ __all__ = [
     "ActorError",
     "ConflictError",
     "CorruptDataError",
+    "CorruptDataWarning",
     "ExtensionStateError",
     "InvalidNameError",
     "NoStoreError",
@@ -74,6 +75,10 @@ class ConflictError(StoreError):
 
 class CorruptDataError(StoreError):
     """Persisted data (a database row, a file on disk) does not decode."""
+
+
+class CorruptDataWarning(UserWarning):
+    """Damaged persisted data was skipped (a line truncated by a crash mid-write)."""
 
 
 class StoreUnavailableError(StoreError):
