@@ -1,0 +1,153 @@
+"""The store actor: capability forwarding, mailbox order, group commit."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import outcome
+import pytest
+import trio
+
+from zidane_actors.actors import open_store_actor
+from zidane_actors.errors import SessionNotFoundError
+from zidane_actors.model import SessionData, SessionTurn, TextBlock
+from zidane_actors.stores import (
+    MemoryStore,
+    SessionStore,
+    StoreWrite,
+    create_memory_store,
+    store_capabilities,
+)
+
+
+def turn(i: int, tag: str) -> SessionTurn:
+    return SessionTurn(
+        id=f"{tag}-{i}", role="user", content=(TextBlock(text=f"{tag} {i}"),), created_at=i
+    )
+
+
+class RecordingStore(MemoryStore):
+    """A memory store that records every ``apply_writes`` batch it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[tuple[str, str]]] = []
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        self.batches.append([(w.method, w.args[0] if w.args else "") for w in writes])
+        return await super().apply_writes(writes)
+
+
+class MinimalStore:
+    """Only the required methods plus ``get_meta``, delegating to a memory store."""
+
+    def __init__(self) -> None:
+        self._inner = create_memory_store()
+
+    async def load(self, session_id: str) -> SessionData | None:
+        return await self._inner.load(session_id)
+
+    async def save(self, data: SessionData) -> None:
+        await self._inner.save(data)
+
+    async def append_turns(self, session_id: str, turns: Any, options: Any = None) -> None:
+        await self._inner.append_turns(session_id, turns, options)
+
+    async def get_turns(self, session_id: str, from_: int = 0, limit: int | None = None) -> Any:
+        return await self._inner.get_turns(session_id, from_, limit)
+
+    async def update_run(self, session_id: str, run: Any, options: Any = None) -> None:
+        await self._inner.update_run(session_id, run, options)
+
+    async def update_status(self, session_id: str, status: Any, **kwargs: Any) -> None:
+        await self._inner.update_status(session_id, status, **kwargs)
+
+    async def delete(self, session_id: str) -> None:
+        await self._inner.delete(session_id)
+
+    async def list(self, filter: Any = None) -> builtins.list[str]:
+        return await self._inner.list(filter)
+
+    async def get_meta(self, session_id: str) -> Any:
+        return await self._inner.get_meta(session_id)
+
+
+async def test_handle_forwards_exactly_the_wrapped_capabilities() -> None:
+    for store in (create_memory_store(), MinimalStore()):
+        async with open_store_actor(store) as handle:  # type: ignore[arg-type]
+            assert isinstance(handle, SessionStore)
+            assert store_capabilities(handle) == store_capabilities(store)
+    minimal = MinimalStore()
+    async with open_store_actor(minimal) as handle:  # type: ignore[arg-type]
+        assert store_capabilities(handle) == {"get_meta"}
+        assert not hasattr(handle, "save_meta")
+        with pytest.raises(AttributeError):
+            handle.mutate_history  # noqa: B018
+        await handle.save(SessionData(id="s1", created_at=1, updated_at=1))
+        row = await handle.get_meta("s1")
+        assert row is not None and row.id == "s1"
+
+
+async def test_errors_go_to_the_caller_and_the_actor_lives_on() -> None:
+    async with open_store_actor(create_memory_store()) as handle:
+        with pytest.raises(SessionNotFoundError):
+            await handle.append_turns("missing", [turn(0, "x")])
+        await handle.save(SessionData(id="s1", created_at=1, updated_at=1))
+        assert await handle.list() == ["s1"]
+        stats = handle.statistics()
+    assert stats.actor.failed == 1 and stats.calls == 3
+
+
+async def test_group_commit_batches_many_sessions_without_reordering_any() -> None:
+    store = RecordingStore()
+    sessions = [f"s{i}" for i in range(20)]
+    for sid in sessions:
+        await store.save(SessionData(id=sid, created_at=1, updated_at=1))
+    async with open_store_actor(store, max_batch=64) as handle:
+
+        async def writer(sid: str) -> None:
+            for i in range(10):
+                await handle.append_turns(sid, [turn(i, sid)])
+
+        async with trio.open_nursery() as nursery:
+            for sid in sessions:
+                nursery.start_soon(writer, sid)
+        stats = handle.statistics()
+    for sid in sessions:
+        data = await store.load(sid)
+        assert data is not None
+        assert [t.id for t in data.turns] == [f"{sid}-{i}" for i in range(10)]
+    assert stats.batches == len(store.batches) > 0
+    assert stats.avg_batch_size > 1
+    assert stats.batched_writes == sum(len(b) for b in store.batches)
+    # Each batch holds each session at most once: a session waits for its own write.
+    for batch in store.batches:
+        ids = [sid for _, sid in batch]
+        assert len(ids) == len(set(ids))
+
+
+async def test_a_failing_write_in_a_batch_fails_alone() -> None:
+    store = RecordingStore()
+    await store.save(SessionData(id="ok", created_at=1, updated_at=1))
+    async with open_store_actor(store) as handle:
+        results: dict[str, BaseException | None] = {}
+
+        async def write(sid: str) -> None:
+            try:
+                await handle.append_turns(sid, [turn(0, sid)])
+                results[sid] = None
+            except SessionNotFoundError as exc:
+                results[sid] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write, "ok")
+            nursery.start_soon(write, "missing")
+    assert results["ok"] is None
+    assert isinstance(results["missing"], SessionNotFoundError)
+    assert any(len(b) == 2 for b in store.batches)
+    data = await store.load("ok")
+    assert data is not None and len(data.turns) == 1

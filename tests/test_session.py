@@ -1,0 +1,496 @@
+"""The Session handle: reads, mutations, save routing, runs, heals, listeners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from zidane_actors.actors import (
+    RunStats,
+    create_session,
+    load_session,
+    open_session_host,
+)
+from zidane_actors.errors import (
+    ConflictError,
+    InvalidNameError,
+    NoStoreError,
+    SessionNotFoundError,
+    ValidationError,
+)
+from zidane_actors.model import (
+    AppendTurnsOptions,
+    SaveMetaOptions,
+    SessionArtifactInput,
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    TurnUsage,
+)
+from zidane_actors.stores import MemoryStore, create_memory_store
+from zidane_actors.wire import PairingDrop, interrupted_tool_result_output
+
+
+def text_turn(
+    tid: str, role: str = "user", text: str = "hi", run_id: str | None = None
+) -> SessionTurn:
+    return SessionTurn(
+        id=tid,
+        role=role,
+        content=(TextBlock(text=text),),
+        created_at=1,
+        run_id=run_id,  # type: ignore[arg-type]
+    )
+
+
+class CallLog(MemoryStore):
+    """A memory store logging its bulk ``save`` and ``save_meta`` calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any]] = []
+
+    async def save(self, data: SessionData) -> None:
+        self.calls.append(("save", len(data.turns)))
+        await super().save(data)
+
+    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+        self.calls.append(("save_meta", options.meta_keys if options is not None else None))
+        await super().save_meta(data, options)
+
+
+class NoSaveMeta(CallLog):
+    """Without ``save_meta``: every save is a bulk save."""
+
+    save_meta = None  # type: ignore[assignment]
+
+
+class NoMutateHistory(CallLog):
+    """Without ``mutate_history``: the heal falls back to a guarded save."""
+
+    mutate_history = None  # type: ignore[assignment]
+
+
+async def test_create_append_save_load_roundtrip() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session(agent_id="reviewer", metadata={"title": "t"})
+        assert session.is_empty and session.agent_id == "reviewer"
+        assert (await store.load(session.id)) is not None  # the header is saved at once
+        await session.append_turns([text_turn("t1"), text_turn("t2", "assistant")])
+        assert [t.id for t in session.turns] == ["t1", "t2"]
+        await session.set_meta("color", "green")
+        await session.save()
+    async with open_session_host(store) as other:
+        restored = await other.load_session(session.id)
+        assert restored is not None
+        assert [t.id for t in restored.turns] == ["t1", "t2"]
+        assert restored.metadata == {"title": "t", "color": "green"}
+        assert restored.to_json() == session.to_json()
+
+
+async def test_create_validates_ids_and_refuses_existing_ones() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        with pytest.raises(InvalidNameError):
+            await host.create_session(id="../etc")
+        await host.create_session(id="s1")
+        with pytest.raises(ConflictError):
+            await host.create_session(id="s1")
+    async with open_session_host(store) as host:
+        with pytest.raises(ConflictError):
+            await host.create_session(id="s1")  # held by the store
+
+
+async def test_generate_session_id_is_used_when_the_store_has_it() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session()
+        assert await store.load(session.id) is not None
+        assert isinstance(await session.generate_turn_id(), str)
+
+
+async def test_failed_store_write_leaves_memory_unchanged() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="gone")
+        await session.append_turns([text_turn("a")])
+        await store.delete("gone")
+        with pytest.raises(SessionNotFoundError):
+            await session.append_turns([text_turn("b")])
+        assert [t.id for t in session.turns] == ["a"]
+        with pytest.raises(ValidationError):
+            await session.append_turns(["not a turn"])  # type: ignore[list-item]
+        # the actor lives on
+        await session.set_meta("k", 1)
+        assert session.metadata["k"] == 1
+
+
+async def test_save_routes_to_save_meta_with_changed_keys_unless_history_was_replaced() -> None:
+    store = CallLog()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        store.calls.clear()
+        await session.set_meta("a", 1)
+        await session.set_meta("b", 2)
+        await session.save()
+        assert store.calls == [("save_meta", ("a", "b"))]
+        await session.save()
+        assert store.calls[-1] == ("save_meta", ())
+        await session.set_turns([text_turn("x")])
+        await session.save()
+        assert store.calls[-1] == ("save", 1)
+        await session.set_meta("c", 3)
+        await session.save()
+        assert store.calls[-1] == ("save_meta", ("c",))
+        await session.set_runs([])
+        await session.save()
+        assert store.calls[-1] == ("save", 1)
+
+
+async def test_save_uses_bulk_save_without_save_meta_and_needs_a_store() -> None:
+    store = NoSaveMeta()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        store.calls.clear()
+        await session.set_meta("a", 1)
+        await session.save()
+        await session.save_meta_keys(["a"])
+        assert store.calls == [("save", 0), ("save", 0)]
+    lonely = await create_session()
+    with pytest.raises(NoStoreError):
+        await lonely.save()
+    with pytest.raises(NoStoreError):
+        await lonely.save_meta_keys(["x"])
+
+
+async def test_save_meta_never_deletes_turns_appended_by_another_writer() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        await session.append_turns([text_turn("mine")])
+        await store.append_turns("s", [text_turn("theirs")])
+        await session.set_meta("k", "v")
+        await session.save()
+    stored = await store.load("s")
+    assert stored is not None and [t.id for t in stored.turns] == ["mine", "theirs"]
+    assert stored.metadata == {"k": "v"}
+
+
+async def test_save_meta_keys_persists_only_those_keys() -> None:
+    store = CallLog()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        await session.set_meta("a", 1)
+        await session.set_meta("b", 2)
+        store.calls.clear()
+        await session.save_meta_keys(["a"])
+        assert store.calls == [("save_meta", ("a",))]
+        stored = await store.load("s")
+        assert stored is not None and stored.metadata == {"a": 1}
+        await session.save()
+        assert store.calls[-1] == ("save_meta", ("b",))
+
+
+async def test_meta_listeners_run_in_order_and_unsubscribe() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        seen: list[tuple[str, str, Any]] = []
+        session.on_meta(lambda k, v: seen.append(("first", k, v)))
+        stop = session.on_meta(lambda k, v: seen.append(("second", k, v)))
+        before = session.updated_at
+        await trio.sleep(0.002)
+        await session.set_meta("title", "x", touch=False)
+        assert session.updated_at == before
+        stop()
+        await session.set_meta("title", msgspec.UNSET)
+        assert "title" not in session.metadata
+    assert seen == [
+        ("first", "title", "x"),
+        ("second", "title", "x"),
+        ("first", "title", msgspec.UNSET),
+    ]
+
+
+async def test_saved_listeners_are_awaited_in_order_and_a_failure_fails_save() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        seen: list[str] = []
+
+        async def slow() -> None:
+            await trio.lowlevel.checkpoint()
+            seen.append("async")
+
+        session.on_saved(slow)
+        session.on_saved(lambda: seen.append("sync"))  # type: ignore[arg-type,func-returns-value]
+        await session.save()
+        assert seen == ["async", "sync"]
+
+        def fail() -> None:
+            raise RuntimeError("listener broke")
+
+        stop = session.on_saved(fail)
+        session.on_saved(lambda: seen.append("skipped"))  # type: ignore[arg-type,func-returns-value]
+        with pytest.raises(RuntimeError, match="listener broke"):
+            await session.save()
+        assert "skipped" not in seen
+        stop()
+
+
+async def test_metadata_is_read_only_and_values_are_copied() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        value = {"nested": [1, 2]}
+        await session.set_meta("k", value)
+        value["nested"].append(3)
+        assert session.metadata["k"] == {"nested": [1, 2]}
+        with pytest.raises(TypeError):
+            session.metadata["k"] = 1  # type: ignore[index]
+        with pytest.raises(ValidationError):
+            await session.set_meta("bad", object())
+
+
+async def test_run_lifecycle_persists_through_update_run() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        run = await session.start_run("r1", "do it", label="main", depth=0)
+        assert run.status == "running" and session.runs[0].label == "main"
+        with pytest.raises(ConflictError):
+            await session.start_run("r1")
+        usage = (TurnUsage(input=3, output=4, cache_read=1), TurnUsage(input=2, output=1))
+        done = await session.complete_run("r1", RunStats(5, 5, 2, cost=0.5, turn_usage=usage))
+        assert done.status == "completed" and done.tokens_in == 5 and done.cost == 0.5
+        assert done.total_usage == TurnUsage(input=5, output=5, cache_read=1, cost=0.5)
+        await session.start_run("r2")
+        await session.abort_run("r2")
+        await session.start_run("r3")
+        await session.error_run("r3", "boom", RunStats(1, 0, 1))
+        with pytest.raises(ValidationError):
+            await session.complete_run("nope", RunStats(0, 0, 0))
+        extra = SessionRun(id="r4", prompt="p", started_at=1, status="completed")
+        await session.update_run(extra)
+        await session.append_turns(
+            [text_turn("t", run_id="r5")],
+            AppendTurnsOptions(run=SessionRun(id="r5", prompt="", started_at=1, status="running")),
+        )
+    stored = await store.load("s")
+    assert stored is not None
+    assert [(r.id, r.status) for r in stored.runs] == [
+        ("r1", "completed"),
+        ("r2", "aborted"),
+        ("r3", "error"),
+        ("r4", "completed"),
+        ("r5", "running"),
+    ]
+    assert stored.runs[2].error == "boom"
+    assert stored.runs == session.runs
+
+
+async def test_update_status_is_persisted_and_running_is_demoted_on_load() -> None:
+    store = CallLog()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        await session.update_status("running")
+        assert session.status == "running" and session.to_json().run_owner is not None
+        with pytest.raises(ValidationError):
+            await session.update_status("flying")  # type: ignore[arg-type]
+    stored = await store.load("s")
+    assert stored is not None and stored.status == "running"
+    reader = await load_session(store, "s", persist_heal=False)
+    assert reader is not None and reader.status == "idle"
+    assert (await store.load("s")).status == "running"  # type: ignore[union-attr]
+    owner = await load_session(store, "s")
+    assert owner is not None and owner.status == "idle"
+    again = await store.load("s")
+    assert again is not None and again.status == "idle"
+    assert again.updated_at == stored.updated_at  # preserve_updated_at
+
+
+async def test_load_missing_is_none_and_bad_ids_raise() -> None:
+    store = create_memory_store()
+    assert await load_session(store, "nope") is None
+    with pytest.raises(InvalidNameError):
+        await load_session(store, "a/b")
+    async with open_session_host(store) as host:
+        assert await host.load_session("nope") is None
+
+
+def pairing_damaged() -> SessionData:
+    call = ToolCallBlock(id="c1", name="grep")
+    return SessionData(
+        id="s",
+        created_at=1,
+        updated_at=1,
+        turns=(
+            text_turn("u1"),
+            SessionTurn(id="a1", role="assistant", content=(call,), created_at=2),
+            SessionTurn(
+                id="u2",
+                role="user",
+                content=(ToolResultBlock(call_id="c1", output="ok"),),
+                created_at=3,
+            ),
+            SessionTurn(
+                id="u3",
+                role="user",
+                content=(ToolResultBlock(call_id="ghost", output="?"),),
+                created_at=4,
+            ),
+        ),
+    )
+
+
+async def test_load_time_pairing_heal_is_persisted_with_a_bulk_save() -> None:
+    store = CallLog()
+    await MemoryStore.save(store, pairing_damaged())
+    drops: list[PairingDrop] = []
+    session = await load_session(store, "s", on_pairing_drop=drops.append)
+    assert session is not None
+    assert [t.id for t in session.turns] == ["u1", "a1", "u2"]
+    assert {d.kind for d in drops} >= {"orphan-tool-result"}
+    assert store.calls == [("save", 3)]
+    stored = await store.load("s")
+    assert stored is not None and [t.id for t in stored.turns] == ["u1", "a1", "u2"]
+
+
+async def test_unpersisted_load_heal_arms_the_next_save() -> None:
+    store = CallLog()
+    await MemoryStore.save(store, pairing_damaged())
+    session = await load_session(store, "s", persist_heal=False)
+    assert session is not None and len(session.turns) == 3
+    assert store.calls == []
+    assert len((await store.load("s")).turns) == 4  # type: ignore[union-attr]
+    await session.save()
+    assert store.calls == [("save", 3)]
+    await session.save()
+    assert store.calls[-1] == ("save_meta", ())
+
+
+def interrupted() -> SessionData:
+    return SessionData(
+        id="s",
+        created_at=1,
+        updated_at=1,
+        turns=(
+            text_turn("u1", run_id="r"),
+            SessionTurn(
+                id="a1",
+                role="assistant",
+                content=(ToolCallBlock(id="c1", name="bash"), ToolCallBlock(id="c2", name="grep")),
+                created_at=2,
+                run_id="r",
+            ),
+            SessionTurn(
+                id="u2",
+                role="user",
+                content=(ToolResultBlock(call_id="c1", output="ok"),),
+                created_at=3,
+                run_id="r",
+            ),
+            SessionTurn(
+                id="a2",
+                role="assistant",
+                content=(ToolCallBlock(id="c3", name="edit"),),
+                created_at=4,
+                run_id="r",
+            ),
+        ),
+    )
+
+
+@pytest.mark.parametrize("with_mutate", [True, False])
+async def test_heal_interrupted_tool_calls_closes_open_calls_and_persists(
+    with_mutate: bool,
+) -> None:
+    store = CallLog() if with_mutate else NoMutateHistory()
+    await MemoryStore.save(store, interrupted())
+    async with open_session_host(store) as host:
+        session = await host.load_session("s")
+        assert session is not None
+        assert await session.heal_interrupted_tool_calls() is True
+        ids = [t.id for t in session.turns]
+        assert ids == ["u1", "a1", "u2", "a2", "a2.interrupted"]
+        u2 = session.turns[2].content
+        assert [b.call_id for b in u2 if isinstance(b, ToolResultBlock)] == ["c1", "c2"]
+        closing = session.turns[4].content[0]
+        assert isinstance(closing, ToolResultBlock) and closing.is_error
+        assert closing.output == interrupted_tool_result_output("edit")
+        assert await session.heal_interrupted_tool_calls() is False
+        stored = await store.load("s")
+        assert stored is not None and stored.turns == session.turns
+        assert all(name != "save" for name, _ in store.calls[1:]) or not with_mutate
+
+
+async def test_heal_without_mutate_history_skips_persist_when_turns_moved() -> None:
+    store = NoMutateHistory()
+    await MemoryStore.save(store, interrupted())
+    async with open_session_host(store) as host:
+        session = await host.load_session("s")
+        assert session is not None
+        await store.append_turns("s", [text_turn("elsewhere")])
+        assert await session.heal_interrupted_tool_calls() is True
+        assert len(session.turns) == 5
+        stored = await store.load("s")
+        assert stored is not None and len(stored.turns) == 5
+        assert stored.turns[-1].id == "elsewhere"  # the other writer's turn survived
+
+
+async def test_artifacts_roundtrip_and_degrade_without_store_support() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session(project_root="/repo")
+        art = await session.add_artifact(
+            SessionArtifactInput(kind="pull_request", uri="https://x/1", label="PR 1"),
+            run_id="r1",
+        )
+        assert art is not None and art.project_root == "/repo" and art.run_id == "r1"
+        listed = await session.list_artifacts(kind="pull_request")
+        assert [a.uri for a in listed] == ["https://x/1"]
+        assert await session.list_artifacts(kind="commit") == ()
+    lonely = await create_session()
+    assert await lonely.add_artifact(SessionArtifactInput(kind="k", uri="u", label="l")) is None
+    assert await lonely.list_artifacts() == ()
+
+
+async def test_to_messages_repairs_pairing_without_touching_turns() -> None:
+    store = create_memory_store()
+    await store.save(interrupted())
+    session = await load_session(store, "s")
+    assert session is not None
+    messages = await session.to_messages()
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert len(session.turns) == 4
+
+
+async def test_standalone_session_without_store_works_in_memory() -> None:
+    session = await create_session(metadata={"a": 1}, project_root="/p")
+    assert session.store is None and session.project_root == "/p"
+    await session.append_turns([text_turn("t")])
+    await session.start_run("r")
+    await session.update_status("running")
+    await session.set_agent_id("agent")
+    assert session.agent_id == "agent" and session.status == "running"
+    assert not session.is_empty and session.runs[0].id == "r"
+    assert "Session" in repr(session)
+
+
+async def test_nowait_forms_enqueue_and_reply_later() -> None:
+    async with open_session_host(create_memory_store(), mailbox_size=4) as host:
+        session = await host.create_session()
+        replies = [session.append_turns_nowait([text_turn(f"t{i}")]) for i in range(4)]
+        with pytest.raises(trio.WouldBlock):
+            session.set_meta_nowait("k", 1)
+        for reply in replies:
+            await reply.wait()
+        await session.set_meta_nowait("k", 1).wait()
+        await session.start_run_nowait("r").wait()
+        await session.complete_run_nowait("r", RunStats(1, 1, 1)).wait()
+        await session.update_status_nowait("completed").wait()
+        assert [t.id for t in session.turns] == ["t0", "t1", "t2", "t3"]
+        assert session.metadata["k"] == 1 and session.status == "completed"

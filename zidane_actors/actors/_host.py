@@ -1,0 +1,301 @@
+"""The session host: one actor per session id per process, evicted when idle.
+
+The host owns a nursery for the session actors and a store actor in front of
+the store. Actors start on a session's first mutation and are evicted when
+idle (least recently used beyond ``max_live_sessions``, and after
+``idle_seconds`` without a command); an evicted session's handle keeps its
+state, answers reads, and revives an actor on its next mutation.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from ..errors import ActorClosed, ConflictError
+from ..model import JsonValue
+from ..stores._protocol import SessionStore
+from ..wire import PairingDrop
+from ._actor import Actor
+from ._session import (
+    Clock,
+    Session,
+    _loaded_session_data,
+    _new_session_data,
+    _SessionCommand,
+    _wall_clock,
+)
+from ._store_actor import StoreActor, StoreActorStatistics, open_store_actor
+
+__all__ = ["HostStatistics", "SessionHost", "open_session_host"]
+
+_log = logging.getLogger("zidane_actors.host")
+
+CrashHook = Callable[[str, BaseException], None]
+
+
+@attrs.frozen
+class HostStatistics:
+    """A snapshot of a host: its actors, their turnover, crashes, and the store actor."""
+
+    live_actors: int
+    """Session actors running now."""
+    known_sessions: int
+    """Sessions some handle still refers to (live or evicted)."""
+    started: int
+    """Actors started (first start and revivals)."""
+    evictions: int
+    crashes: int
+    store: StoreActorStatistics
+
+
+@attrs.define
+class _PendingLoad:
+    done: trio.Event = attrs.field(factory=trio.Event)
+    session: Session | None = None
+
+
+class SessionHost:
+    """Creates and loads sessions, running one actor per live session id.
+
+    Build it with :func:`open_session_host`.
+    """
+
+    def __init__(
+        self,
+        store: StoreActor,
+        nursery: trio.Nursery,
+        *,
+        max_live_sessions: int,
+        idle_seconds: float,
+        on_crash: CrashHook | None,
+        mailbox_size: int,
+        clock: Clock,
+    ) -> None:
+        self._store = store
+        self._nursery = nursery
+        self._max_live = max_live_sessions
+        self._idle_seconds = idle_seconds
+        self._on_crash = on_crash
+        self._mailbox_size = mailbox_size
+        self._clock = clock
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._live: OrderedDict[str, Session] = OrderedDict()
+        self._loading: dict[str, _PendingLoad] = {}
+        self._closed = False
+        self._started = 0
+        self._evictions = 0
+        self._crashes = 0
+
+    @property
+    def store(self) -> StoreActor:
+        """The store actor every session of this host writes through."""
+        return self._store
+
+    def statistics(self) -> HostStatistics:
+        """Live actors, evictions, crashes and the store actor's counters."""
+        return HostStatistics(
+            live_actors=len(self._live),
+            known_sessions=len(self._sessions),
+            started=self._started,
+            evictions=self._evictions,
+            crashes=self._crashes,
+            store=self._store.statistics(),
+        )
+
+    # -- sessions ------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        agent_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        project_root: str | None = None,
+    ) -> Session:
+        """A new session, its header saved to the store.
+
+        An id this host or the store already holds raises :class:`ConflictError`.
+        """
+        self._check_open()
+        if id is not None and (id in self._sessions or id in self._loading):
+            raise ConflictError(f"session {id!r} is already open in this host")
+        data = await _new_session_data(
+            self._store,
+            id=id,
+            agent_id=agent_id,
+            metadata=metadata,
+            project_root=project_root,
+            clock=self._clock,
+        )
+        if data.id in self._sessions:
+            raise ConflictError(f"session {data.id!r} is already open in this host")
+        session = Session(data, store=self._store, runner=self, clock=self._clock)
+        self._sessions[data.id] = session
+        return session
+
+    async def load_session(
+        self,
+        session_id: str,
+        *,
+        persist_heal: bool = True,
+        on_pairing_drop: Callable[[PairingDrop], None] | None = None,
+    ) -> Session | None:
+        """The session with this id, or ``None`` when the store has none.
+
+        A session already open in this host is returned as is (same handle,
+        same actor); otherwise it is read from the store with the load-time
+        heals of :func:`load_session`. Concurrent loads of one id share one read.
+        """
+        while True:
+            self._check_open()
+            existing = self._sessions.get(session_id)
+            if existing is not None:
+                return existing
+            pending = self._loading.get(session_id)
+            if pending is None:
+                break
+            await pending.done.wait()
+            if pending.session is not None:
+                return pending.session
+        pending = _PendingLoad()
+        self._loading[session_id] = pending
+        try:
+            loaded = await _loaded_session_data(
+                self._store,
+                session_id,
+                persist_heal=persist_heal,
+                on_pairing_drop=on_pairing_drop,
+            )
+            if loaded is None:
+                return None
+            data, bulk = loaded
+            session = Session(data, store=self._store, runner=self, clock=self._clock, bulk=bulk)
+            self._sessions[session_id] = session
+            pending.session = session
+            return session
+        finally:
+            del self._loading[session_id]
+            pending.done.set()
+
+    # -- the runner protocol -------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ActorClosed("the session host is closed")
+
+    def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]:
+        """The session's running actor, started (or revived) when it has none."""
+        self._check_open()
+        actor = session._live_actor()
+        if actor is None:
+            actor = session._new_actor(mailbox_size=self._mailbox_size, on_crash=self._crashed)
+            self._nursery.start_soon(actor.run)
+            self._started += 1
+            self._sessions[session.id] = session
+        self._live[session.id] = session
+        self._live.move_to_end(session.id)
+        if len(self._live) > self._max_live:
+            self._evict_lru(keep=session)
+        return actor
+
+    def _evict(self, session: Session) -> None:
+        actor = session._live_actor()
+        self._live.pop(session.id, None)
+        if actor is not None:
+            actor.close()
+            self._evictions += 1
+
+    def _evict_lru(self, *, keep: Session) -> None:
+        excess = len(self._live) - self._max_live
+        for candidate in list(self._live.values()):
+            if excess <= 0:
+                break
+            actor = candidate._live_actor()
+            if candidate is not keep and (actor is None or actor.idle()):
+                self._evict(candidate)
+                excess -= 1
+
+    def _crashed(self, session: Session, exc: BaseException) -> None:
+        self._crashes += 1
+        self._live.pop(session.id, None)
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+        if self._on_crash is not None:
+            try:
+                self._on_crash(session.id, exc)
+            except Exception:
+                _log.exception("on_crash hook failed for session %r", session.id)
+
+    async def _reap(self) -> None:
+        interval = max(self._idle_seconds / 4, 0.01)
+        while True:
+            await trio.sleep(interval)
+            now = trio.current_time()
+            for session in list(self._live.values()):
+                actor = session._live_actor()
+                idle_for = now - session._last_active
+                if actor is None or (actor.idle() and idle_for >= self._idle_seconds):
+                    self._evict(session)
+
+    def _close(self) -> None:
+        self._closed = True
+        for session in list(self._live.values()):
+            actor = session._live_actor()
+            if actor is not None:
+                actor.close()
+        self._live.clear()
+
+
+@asynccontextmanager
+async def open_session_host(
+    store: SessionStore,
+    *,
+    max_live_sessions: int = 10_000,
+    idle_seconds: float = 300.0,
+    on_crash: CrashHook | None = None,
+    mailbox_size: int = 64,
+    store_mailbox_size: int = 1024,
+    max_batch: int = 64,
+    clock: Clock | None = None,
+) -> AsyncIterator[SessionHost]:
+    """Run a :class:`SessionHost` over ``store`` for the ``async with`` body.
+
+    ``store`` is wrapped in a store actor (group commit when it batches). On
+    exit every actor finishes the command in hand, fails its queue with
+    ``ActorClosed``, and stops; the store itself is left open.
+    """
+    if max_live_sessions < 1 or idle_seconds <= 0:
+        raise ValueError("max_live_sessions must be >= 1 and idle_seconds > 0")
+    async with (
+        open_store_actor(store, mailbox_size=store_mailbox_size, max_batch=max_batch) as actor,
+        trio.open_nursery() as nursery,
+    ):
+        host = SessionHost(
+            actor,
+            nursery,
+            max_live_sessions=max_live_sessions,
+            idle_seconds=idle_seconds,
+            on_crash=on_crash,
+            mailbox_size=mailbox_size,
+            clock=clock or _wall_clock,
+        )
+        reaper = trio.CancelScope()
+
+        async def reap() -> None:
+            with reaper:
+                await host._reap()
+
+        nursery.start_soon(reap)
+        try:
+            yield host
+        finally:
+            host._close()
+            reaper.cancel()

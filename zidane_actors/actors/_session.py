@@ -1,0 +1,1060 @@
+"""The session actor and its :class:`Session` handle.
+
+A :class:`Session` holds the state of one conversation. Reads are synchronous
+snapshots of that state; every mutation is a command applied by the session's
+actor, one at a time. A mutation that writes to the store writes there first
+and changes memory only once the store acknowledged it, so an acknowledged
+write is durable and visible, and a failed one leaves memory unchanged.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, Protocol, TypeVar, cast
+
+import attrs
+import msgspec
+import trio
+
+from ..errors import ActorClosed, ConflictError, NoStoreError, ValidationError
+from ..model import (
+    AppendTurnsOptions,
+    ArtifactFilter,
+    JsonValue,
+    RunErrorDetail,
+    RunStatus,
+    SaveMetaOptions,
+    SessionArtifact,
+    SessionArtifactInput,
+    SessionData,
+    SessionHistory,
+    SessionMessage,
+    SessionRun,
+    SessionRunAgent,
+    SessionStatus,
+    SessionTurn,
+    ToolCallBlock,
+    ToolResultBlock,
+    TurnUsage,
+    UpdateRunOptions,
+    current_run_owner,
+    demote_stale_running_status,
+    new_id,
+    upsert_runs,
+    validate_id,
+)
+from ..stores._protocol import FullSessionStore, SessionStore, store_capabilities
+from ..wire import (
+    PairingDrop,
+    PairingRepair,
+    ResolveContentRef,
+    drop_invalid_tool_pairings,
+    interrupted_tool_result_output,
+    to_wire_messages,
+)
+from ._actor import Actor, Command, Reply
+
+__all__ = [
+    "Clock",
+    "MetaListener",
+    "RunStats",
+    "SavedListener",
+    "Session",
+    "close_interrupted_tool_calls",
+    "create_session",
+    "load_session",
+]
+
+T = TypeVar("T")
+
+Clock = Callable[[], int]
+"""A time source answering epoch milliseconds."""
+
+MetaListener = Callable[[str, Any], None]
+"""An ``on_meta`` listener: the key and value ``set_meta`` just wrote."""
+
+SavedListener = Callable[[], Awaitable[None] | None]
+"""An ``on_saved`` listener, awaited by ``save()`` when it returns an awaitable."""
+
+_STATUSES: Final = frozenset({"error", "running", "completed", "idle"})
+
+
+def _wall_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen
+class RunStats:
+    """What a finished run spent: tokens, turns, and optionally cost and per-turn usage."""
+
+    tokens_in: int
+    tokens_out: int
+    turns: int
+    cost: float | None = None
+    turn_usage: tuple[TurnUsage, ...] | None = None
+
+
+def _total_usage(stats: RunStats) -> TurnUsage:
+    usage = stats.turn_usage or ()
+    cache_read = [u.cache_read for u in usage if u.cache_read is not None]
+    cache_creation = [u.cache_creation for u in usage if u.cache_creation is not None]
+    return TurnUsage(
+        input=stats.tokens_in,
+        output=stats.tokens_out,
+        cache_read=sum(cache_read) if cache_read else None,
+        cache_creation=sum(cache_creation) if cache_creation else None,
+        cost=stats.cost,
+    )
+
+
+def _json_copy(value: Any, what: str) -> Any:
+    """A deep copy of a JSON value (``UNSET`` kept), refusing non-JSON values."""
+    if value is msgspec.UNSET:
+        return value
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+def _checked_turns(turns: Iterable[SessionTurn], what: str) -> tuple[SessionTurn, ...]:
+    checked = tuple(turns)
+    for i, turn in enumerate(checked):
+        if not isinstance(turn, SessionTurn):
+            raise ValidationError(
+                f"expected a SessionTurn, got {type(turn).__name__}", path=f"$.{what}[{i}]"
+            )
+    return checked
+
+
+def _checked_runs(runs: Iterable[SessionRun]) -> tuple[SessionRun, ...]:
+    checked = tuple(runs)
+    for i, run in enumerate(checked):
+        if not isinstance(run, SessionRun):
+            raise ValidationError(
+                f"expected a SessionRun, got {type(run).__name__}", path=f"$.runs[{i}]"
+            )
+    return checked
+
+
+def close_interrupted_tool_calls(turns: Sequence[SessionTurn]) -> tuple[SessionTurn, ...] | None:
+    """``turns`` with every unanswered tool call closed by a synthetic error result.
+
+    The result goes into the next turn when that is a same-run user turn that
+    already carries tool results, else into a new user turn right after the
+    call (its id derived from the calling turn's, so the heal is
+    deterministic). ``None`` when no call is open. Pure.
+    """
+    answered = {
+        block.call_id
+        for turn in turns
+        for block in turn.content
+        if isinstance(block, ToolResultBlock)
+    }
+    healed: list[SessionTurn] = []
+    changed = False
+    pending: tuple[ToolResultBlock, ...] = ()
+    pending_after: SessionTurn | None = None
+    for turn in turns:
+        if pending and pending_after is not None:
+            if (
+                turn.role == "user"
+                and turn.run_id == pending_after.run_id
+                and any(isinstance(b, ToolResultBlock) for b in turn.content)
+            ):
+                turn = msgspec.structs.replace(turn, content=turn.content + pending)
+            else:
+                healed.append(_interrupted_turn(pending_after, pending))
+            pending, pending_after = (), None
+        healed.append(turn)
+        if turn.role == "assistant":
+            open_calls = tuple(
+                ToolResultBlock(
+                    call_id=b.id,
+                    output=interrupted_tool_result_output(b.name),
+                    is_error=True,
+                    name=b.name,
+                )
+                for b in turn.content
+                if isinstance(b, ToolCallBlock) and b.id not in answered
+            )
+            if open_calls:
+                changed = True
+                pending, pending_after = open_calls, turn
+    if pending and pending_after is not None:
+        healed.append(_interrupted_turn(pending_after, pending))
+    return tuple(healed) if changed else None
+
+
+def _interrupted_turn(after: SessionTurn, results: tuple[ToolResultBlock, ...]) -> SessionTurn:
+    return SessionTurn(
+        id=f"{after.id}.interrupted",
+        role="user",
+        content=results,
+        created_at=after.created_at,
+        run_id=after.run_id,
+    )
+
+
+def _lane_for_run(runs: Sequence[SessionRun]) -> Callable[[str | None], str]:
+    """Wire-view lanes: depth-0 runs share the main view, resumed runs their chain root's."""
+    by_id = {r.id: r for r in runs}
+
+    def lane(run_id: str | None) -> str:
+        run = by_id.get(run_id) if run_id is not None else None
+        if run_id is None or (run is not None and not run.depth):
+            return "main"
+        if run is None:
+            return f"run:{run_id}"
+        seen = {run.id}
+        while run.resumed_from_run_id in by_id and run.resumed_from_run_id not in seen:
+            run = by_id[run.resumed_from_run_id]
+            seen.add(run.id)
+        return f"run:{run.id}"
+
+    return lane
+
+
+class _Runner(Protocol):
+    """Where session actors live: answers the (possibly revived) actor of a session."""
+
+    def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]: ...
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class _SessionCommand(Command[T], abc.ABC):
+    """A session mutation: the actor awaits ``apply`` and its result is the verdict."""
+
+    @abc.abstractmethod
+    async def apply(self, session: Session) -> T: ...
+
+
+@attrs.frozen(eq=False)
+class _AppendTurns(_SessionCommand[None]):
+    turns: tuple[SessionTurn, ...]
+    options: AppendTurnsOptions | None
+
+    async def apply(self, session: Session) -> None:
+        await session._do_append_turns(self.turns, self.options)
+
+
+@attrs.frozen(eq=False)
+class _Save(_SessionCommand[None]):
+    async def apply(self, session: Session) -> None:
+        await session._do_save()
+
+
+@attrs.frozen(eq=False)
+class _SaveMetaKeys(_SessionCommand[bool]):
+    keys: tuple[str, ...]
+
+    async def apply(self, session: Session) -> bool:
+        return await session._do_save_meta_keys(self.keys)
+
+
+@attrs.frozen(eq=False)
+class _SetMeta(_SessionCommand[None]):
+    key: str
+    value: Any
+    touch: bool
+
+    async def apply(self, session: Session) -> None:
+        session._do_set_meta(self.key, lambda _: self.value, self.touch)
+
+
+@attrs.frozen(eq=False)
+class _UpdateMeta(_SessionCommand[None]):
+    key: str
+    update: Callable[[Any], Any]
+    touch: bool
+
+    async def apply(self, session: Session) -> None:
+        session._do_set_meta(self.key, self.update, self.touch)
+
+
+@attrs.frozen(eq=False)
+class _StartRun(_SessionCommand[SessionRun]):
+    run_id: str
+    prompt: str
+    extras: Mapping[str, Any]
+
+    async def apply(self, session: Session) -> SessionRun:
+        return await session._do_start_run(self.run_id, self.prompt, self.extras)
+
+
+@attrs.frozen(eq=False)
+class _FinishRun(_SessionCommand[SessionRun]):
+    run_id: str
+    status: RunStatus
+    stats: RunStats | None
+    error: str | None = None
+    detail: RunErrorDetail | None = None
+
+    async def apply(self, session: Session) -> SessionRun:
+        return await session._do_finish_run(self)
+
+
+@attrs.frozen(eq=False)
+class _UpdateRun(_SessionCommand[None]):
+    run: SessionRun
+    options: UpdateRunOptions | None
+
+    async def apply(self, session: Session) -> None:
+        await session._do_update_run(self.run, self.options)
+
+
+@attrs.frozen(eq=False)
+class _UpdateStatus(_SessionCommand[None]):
+    status: SessionStatus
+
+    async def apply(self, session: Session) -> None:
+        await session._do_update_status(self.status)
+
+
+@attrs.frozen(eq=False)
+class _Replace(_SessionCommand[None]):
+    """``set_turns`` / ``set_runs`` / ``set_agent_id``: memory only."""
+
+    changes: Mapping[str, Any]
+    arm_bulk: bool
+
+    async def apply(self, session: Session) -> None:
+        session._commit(msgspec.structs.replace(session._data, **self.changes))
+        session._bulk = session._bulk or self.arm_bulk
+
+
+@attrs.frozen(eq=False)
+class _AddArtifact(_SessionCommand[SessionArtifact | None]):
+    input: SessionArtifactInput
+    run_id: str | None
+    turn_id: str | None
+
+    async def apply(self, session: Session) -> SessionArtifact | None:
+        return await session._do_add_artifact(self.input, self.run_id, self.turn_id)
+
+
+@attrs.frozen(eq=False)
+class _Heal(_SessionCommand[bool]):
+    async def apply(self, session: Session) -> bool:
+        return await session._do_heal()
+
+
+# -- the handle -----------------------------------------------------------------------------
+
+
+class Session:
+    """A live session: snapshot reads, mutations through the session's actor.
+
+    Get one from :meth:`SessionHost.create_session` / :meth:`SessionHost.load_session`
+    (or the standalone :func:`create_session` / :func:`load_session`).
+    """
+
+    def __init__(
+        self,
+        data: SessionData,
+        *,
+        store: SessionStore | None,
+        runner: _Runner,
+        clock: Clock = _wall_clock,
+        bulk: bool = False,
+    ) -> None:
+        self._data = data
+        self._store = store
+        self._caps = store_capabilities(store) if store is not None else frozenset()
+        self._runner = runner
+        self._now = clock
+        self._changed: set[str] = set()
+        self._bulk = bulk
+        self._meta_listeners: list[tuple[object, MetaListener]] = []
+        self._saved_listeners: list[tuple[object, SavedListener]] = []
+        self._actor: Actor[_SessionCommand[Any]] | None = None
+        self._crash: BaseException | None = None
+        self._last_active = trio.current_time() if _in_trio() else 0.0
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id!r} turns={len(self.turns)} status={self.status!r}>"
+
+    # -- snapshot reads ------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """Session id."""
+        return self._data.id
+
+    @property
+    def agent_id(self) -> str | None:
+        """Agent profile label, if any."""
+        return self._data.agent_id
+
+    @property
+    def created_at(self) -> int:
+        """Creation time, epoch ms."""
+        return self._data.created_at
+
+    @property
+    def updated_at(self) -> int:
+        """Last update time, epoch ms."""
+        return self._data.updated_at
+
+    @property
+    def status(self) -> SessionStatus:
+        """Top-level status."""
+        return self._data.status
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """Read-only view of the metadata (replaced, never changed in place, by writes)."""
+        return MappingProxyType(self._data.metadata)
+
+    @property
+    def turns(self) -> tuple[SessionTurn, ...]:
+        """Raw persisted turns; use :meth:`to_messages` for a provider request."""
+        return self._data.turns
+
+    @property
+    def runs(self) -> tuple[SessionRun, ...]:
+        """Run records, in start order."""
+        return self._data.runs
+
+    @property
+    def project_root(self) -> str | None:
+        """Project tag stamped at creation."""
+        return self._data.project_root
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the session has no turns yet."""
+        return not self._data.turns
+
+    @property
+    def store(self) -> SessionStore | None:
+        """The store this session persists to (the host's store actor in a host)."""
+        return self._store
+
+    def to_json(self) -> SessionData:
+        """The session as a :class:`SessionData` value."""
+        return msgspec.structs.replace(self._data, metadata=dict(self._data.metadata))
+
+    # -- listeners -----------------------------------------------------------
+
+    def on_meta(self, listener: MetaListener) -> Callable[[], None]:
+        """Call ``listener(key, value)`` after each ``set_meta``, in subscription order."""
+        token = object()
+        self._meta_listeners.append((token, listener))
+        return lambda: self._unsubscribe(self._meta_listeners, token)
+
+    def on_saved(self, listener: SavedListener) -> Callable[[], None]:
+        """Await ``listener()`` after each successful ``save()``, in subscription order."""
+        token = object()
+        self._saved_listeners.append((token, listener))
+        return lambda: self._unsubscribe(self._saved_listeners, token)
+
+    @staticmethod
+    def _unsubscribe(listeners: list[tuple[object, Any]], token: object) -> None:
+        listeners[:] = [entry for entry in listeners if entry[0] is not token]
+
+    # -- mailbox plumbing ----------------------------------------------------
+
+    def _new_actor(
+        self,
+        *,
+        mailbox_size: int,
+        on_crash: Callable[[Session, BaseException], None] | None = None,
+    ) -> Actor[_SessionCommand[Any]]:
+        """A fresh (not yet started) actor for this session; the runner starts it."""
+
+        async def handle(command: _SessionCommand[Any]) -> Any:
+            self._last_active = trio.current_time()
+            return await command.apply(self)
+
+        def crashed(exc: BaseException) -> None:
+            self._crash = exc
+            if on_crash is not None:
+                on_crash(self, exc)
+
+        self._actor = Actor(handle, mailbox_size=mailbox_size, on_crash=crashed)
+        return self._actor
+
+    def _live_actor(self) -> Actor[_SessionCommand[Any]] | None:
+        actor = self._actor
+        return actor if actor is not None and actor.state == "running" else None
+
+    def _check_alive(self) -> None:
+        if self._crash is not None:
+            err = ActorClosed(f"session {self.id!r} crashed: {self._crash!r}")
+            err.__cause__ = self._crash
+            raise err
+
+    async def _call(self, command: _SessionCommand[T]) -> T:
+        self._check_alive()
+        self._last_active = trio.current_time()
+        return await self._runner.actor_for(self).call(command)
+
+    def _submit(self, command: _SessionCommand[T]) -> Reply[T]:
+        self._check_alive()
+        self._last_active = trio.current_time()
+        return self._runner.actor_for(self).submit(command)
+
+    # -- mutations -----------------------------------------------------------
+
+    async def append_turns(
+        self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
+    ) -> None:
+        """Append turns in memory and through ``store.append_turns`` (store first)."""
+        await self._call(_AppendTurns(_checked_turns(turns, "turns"), options))
+
+    def append_turns_nowait(
+        self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
+    ) -> Reply[None]:
+        """Enqueue :meth:`append_turns`; raises ``trio.WouldBlock`` when the mailbox is full."""
+        return self._submit(_AppendTurns(_checked_turns(turns, "turns"), options))
+
+    async def save(self) -> None:
+        """Persist the session, then await the ``on_saved`` listeners in order.
+
+        Through ``save_meta`` with the metadata keys changed since the last
+        save, unless ``set_turns``/``set_runs``/a load-time heal replaced the
+        history (or the store has no ``save_meta``): then a bulk ``save``.
+        Raises :class:`NoStoreError` without a store.
+        """
+        if self._store is None:
+            raise NoStoreError(f"session {self.id!r} has no store to save to")
+        await self._call(_Save())
+        await self._run_saved_listeners()
+
+    async def _run_saved_listeners(self) -> None:
+        for _, listener in list(self._saved_listeners):
+            result = listener()
+            if result is not None:
+                await result
+
+    async def save_meta_keys(self, keys: Iterable[str]) -> None:
+        """Persist only these metadata keys (plus header and runs), never the turns.
+
+        Falls back to :meth:`save` on a store without ``save_meta``.
+        """
+        if self._store is None:
+            raise NoStoreError(f"session {self.id!r} has no store to save to")
+        checked = tuple(keys)
+        for i, key in enumerate(checked):
+            if not isinstance(key, str):
+                raise ValidationError("metadata keys must be strings", path=f"$.keys[{i}]")
+        if await self._call(_SaveMetaKeys(checked)):
+            await self._run_saved_listeners()
+
+    async def set_meta(self, key: str, value: Any, *, touch: bool = True) -> None:
+        """Set a metadata key in memory (``msgspec.UNSET`` removes it); saved by the next save.
+
+        ``touch=False`` keeps ``updated_at``. Listeners run right after the write.
+        """
+        await self._call(
+            _SetMeta(_checked_key(key), _json_copy(value, f"metadata[{key!r}]"), touch)
+        )
+
+    def set_meta_nowait(self, key: str, value: Any, *, touch: bool = True) -> Reply[None]:
+        """Enqueue :meth:`set_meta` without waiting."""
+        return self._submit(
+            _SetMeta(_checked_key(key), _json_copy(value, f"metadata[{key!r}]"), touch)
+        )
+
+    async def _update_meta(
+        self, key: str, update: Callable[[Any], Any], *, touch: bool = True
+    ) -> None:
+        """Read-modify-write one metadata key inside the actor (``update(current)`` → new)."""
+        await self._call(_UpdateMeta(_checked_key(key), update, touch))
+
+    async def start_run(
+        self,
+        run_id: str,
+        prompt: str | None = None,
+        *,
+        agent: SessionRunAgent | None = None,
+        depth: int | None = None,
+        label: str | None = None,
+        parent_call_id: str | None = None,
+        parent_run_id: str | None = None,
+        resumed_from_run_id: str | None = None,
+    ) -> SessionRun:
+        """Record a new ``running`` run (persisted through ``store.update_run``)."""
+        return await self._call(self._start_run_command(run_id, prompt, locals()))
+
+    def start_run_nowait(
+        self,
+        run_id: str,
+        prompt: str | None = None,
+        *,
+        agent: SessionRunAgent | None = None,
+        depth: int | None = None,
+        label: str | None = None,
+        parent_call_id: str | None = None,
+        parent_run_id: str | None = None,
+        resumed_from_run_id: str | None = None,
+    ) -> Reply[SessionRun]:
+        """Enqueue :meth:`start_run` without waiting."""
+        return self._submit(self._start_run_command(run_id, prompt, locals()))
+
+    @staticmethod
+    def _start_run_command(run_id: str, prompt: str | None, args: Mapping[str, Any]) -> _StartRun:
+        validate_id(run_id, what="run id")
+        names = ("agent", "depth", "label", "parent_call_id", "parent_run_id")
+        extras = {name: args[name] for name in (*names, "resumed_from_run_id")}
+        return _StartRun(run_id, prompt or "", {k: v for k, v in extras.items() if v is not None})
+
+    async def complete_run(self, run_id: str, stats: RunStats) -> SessionRun:
+        """Mark a run completed with its stats."""
+        return await self._call(_FinishRun(run_id, "completed", stats))
+
+    def complete_run_nowait(self, run_id: str, stats: RunStats) -> Reply[SessionRun]:
+        """Enqueue :meth:`complete_run` without waiting."""
+        return self._submit(_FinishRun(run_id, "completed", stats))
+
+    async def abort_run(self, run_id: str, stats: RunStats | None = None) -> SessionRun:
+        """Mark a run aborted, backfilling its stats when given."""
+        return await self._call(_FinishRun(run_id, "aborted", stats))
+
+    def abort_run_nowait(self, run_id: str, stats: RunStats | None = None) -> Reply[SessionRun]:
+        """Enqueue :meth:`abort_run` without waiting."""
+        return self._submit(_FinishRun(run_id, "aborted", stats))
+
+    async def error_run(
+        self,
+        run_id: str,
+        error: str,
+        stats: RunStats | None = None,
+        detail: RunErrorDetail | None = None,
+    ) -> SessionRun:
+        """Mark a run errored with its one-line error (and optional stats and detail)."""
+        return await self._call(_FinishRun(run_id, "error", stats, error, detail))
+
+    def error_run_nowait(
+        self,
+        run_id: str,
+        error: str,
+        stats: RunStats | None = None,
+        detail: RunErrorDetail | None = None,
+    ) -> Reply[SessionRun]:
+        """Enqueue :meth:`error_run` without waiting."""
+        return self._submit(_FinishRun(run_id, "error", stats, error, detail))
+
+    async def update_run(self, run: SessionRun, options: UpdateRunOptions | None = None) -> None:
+        """Upsert a run record through ``store.update_run``, then in memory."""
+        await self._call(_UpdateRun(_checked_runs((run,))[0], options))
+
+    def update_run_nowait(
+        self, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> Reply[None]:
+        """Enqueue :meth:`update_run` without waiting."""
+        return self._submit(_UpdateRun(_checked_runs((run,))[0], options))
+
+    async def update_status(self, status: SessionStatus) -> None:
+        """Set the top-level status through ``store.update_status``, then in memory."""
+        await self._call(_UpdateStatus(_checked_status(status)))
+
+    def update_status_nowait(self, status: SessionStatus) -> Reply[None]:
+        """Enqueue :meth:`update_status` without waiting."""
+        return self._submit(_UpdateStatus(_checked_status(status)))
+
+    async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
+        """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
+        await self._call(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
+
+    def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
+        """Enqueue :meth:`set_turns` without waiting."""
+        return self._submit(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
+
+    async def set_runs(self, runs: Iterable[SessionRun]) -> None:
+        """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""
+        await self._call(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
+
+    def set_runs_nowait(self, runs: Iterable[SessionRun]) -> Reply[None]:
+        """Enqueue :meth:`set_runs` without waiting."""
+        return self._submit(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
+
+    async def set_agent_id(self, agent_id: str) -> None:
+        """Re-label the agent profile in memory (persisted by the next save)."""
+        await self._call(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
+
+    def set_agent_id_nowait(self, agent_id: str) -> Reply[None]:
+        """Enqueue :meth:`set_agent_id` without waiting."""
+        return self._submit(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
+
+    async def generate_turn_id(self) -> str:
+        """A turn id from ``store.generate_turn_id`` when it has one, else a UUID4."""
+        if "generate_turn_id" in self._caps:
+            store = cast(FullSessionStore, self._store)
+            return await store.generate_turn_id()
+        return new_id()
+
+    async def add_artifact(
+        self,
+        input: SessionArtifactInput,
+        *,
+        run_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> SessionArtifact | None:
+        """Record an artifact; ``None`` when the store keeps no artifacts."""
+        if not isinstance(input, SessionArtifactInput):
+            raise ValidationError(
+                f"expected a SessionArtifactInput, got {type(input).__name__}", path="$.input"
+            )
+        return await self._call(_AddArtifact(input, run_id, turn_id))
+
+    async def list_artifacts(
+        self, kind: str | None = None, since: int | None = None, limit: int | None = None
+    ) -> tuple[SessionArtifact, ...]:
+        """This session's artifacts, newest first; empty when the store keeps none."""
+        if "list_artifacts" not in self._caps:
+            return ()
+        store = cast(FullSessionStore, self._store)
+        found = await store.list_artifacts(
+            ArtifactFilter(session_id=self.id, kind=kind, since=since, limit=limit)
+        )
+        return tuple(found)
+
+    async def heal_interrupted_tool_calls(self) -> bool:
+        """Close every tool call whose result was never persisted; ``True`` when any was.
+
+        Call it only while this process owns the session's next run. Persists
+        through ``mutate_history`` (re-derived from the stored turns) when the
+        store has it, else a ``save`` guarded by a turn re-count; a failed
+        persist keeps the in-memory heal and never arms a bulk save.
+        """
+        return await self._call(_Heal())
+
+    async def to_messages(
+        self,
+        *,
+        provider: str | None = None,
+        resolve_content_ref: ResolveContentRef | None = None,
+        user_tail_directive: str | None = None,
+        on_repair: Callable[[PairingRepair], None] | None = None,
+    ) -> list[SessionMessage]:
+        """The turns as wire-ready messages (pairing repaired; never written back)."""
+        messages: list[SessionMessage] = await to_wire_messages(
+            self._data.turns,
+            provider=provider,
+            resolve_content_ref=resolve_content_ref,
+            user_tail_directive=user_tail_directive,
+            on_repair=on_repair,
+        )
+        return messages
+
+    # -- the actor's side (only ever run by this session's actor) ------------
+
+    def _commit(self, data: SessionData) -> None:
+        self._data = data
+
+    def _full(self) -> FullSessionStore:
+        return cast(FullSessionStore, self._store)
+
+    async def _do_append_turns(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> None:
+        data = self._data
+        runs = data.runs
+        if options is not None and options.run is not None:
+            runs = upsert_runs(runs, (options.run,))
+        new = msgspec.structs.replace(
+            data, turns=data.turns + turns, runs=runs, updated_at=self._now()
+        )
+        if self._store is not None:
+            await self._store.append_turns(data.id, turns, options)
+        self._commit(new)
+
+    async def _do_save(self) -> None:
+        assert self._store is not None
+        data = self._data
+        if "save_meta" in self._caps and not self._bulk:
+            keys = tuple(sorted(self._changed))
+            await self._full().save_meta(data, SaveMetaOptions(meta_keys=keys))
+        else:
+            await self._store.save(data)
+            self._bulk = False
+        self._changed.clear()
+
+    async def _do_save_meta_keys(self, keys: tuple[str, ...]) -> bool:
+        """Answer whether this was a full save (so ``on_saved`` listeners run)."""
+        if "save_meta" not in self._caps:
+            await self._do_save()
+            return True
+        await self._full().save_meta(self._data, SaveMetaOptions(meta_keys=keys))
+        self._changed.difference_update(keys)
+        return False
+
+    def _do_set_meta(self, key: str, update: Callable[[Any], Any], touch: bool) -> None:
+        data = self._data
+        value = update(data.metadata.get(key, msgspec.UNSET))
+        metadata = dict(data.metadata)
+        if value is msgspec.UNSET:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+        updated_at = self._now() if touch else data.updated_at
+        self._commit(msgspec.structs.replace(data, metadata=metadata, updated_at=updated_at))
+        self._changed.add(key)
+        for _, listener in list(self._meta_listeners):
+            listener(key, value)
+
+    async def _write_run(self, run: SessionRun, options: UpdateRunOptions | None = None) -> None:
+        if self._store is not None:
+            await self._store.update_run(self.id, run, options)
+        data = self._data
+        self._commit(
+            msgspec.structs.replace(
+                data, runs=upsert_runs(data.runs, (run,)), updated_at=self._now()
+            )
+        )
+
+    async def _do_start_run(
+        self, run_id: str, prompt: str, extras: Mapping[str, Any]
+    ) -> SessionRun:
+        if any(r.id == run_id for r in self._data.runs):
+            raise ConflictError(f"session {self.id!r} already has a run {run_id!r}")
+        run = SessionRun(
+            id=run_id, prompt=prompt, started_at=self._now(), status="running", **extras
+        )
+        await self._write_run(run)
+        return run
+
+    async def _do_finish_run(self, command: _FinishRun) -> SessionRun:
+        current = next((r for r in self._data.runs if r.id == command.run_id), None)
+        if current is None:
+            raise ValidationError(
+                f"session {self.id!r} has no run {command.run_id!r}", path="$.runId"
+            )
+        changes: dict[str, Any] = {"status": command.status, "ended_at": self._now()}
+        if command.stats is not None:
+            stats = command.stats
+            changes.update(
+                tokens_in=stats.tokens_in,
+                tokens_out=stats.tokens_out,
+                turns=stats.turns,
+                total_usage=_total_usage(stats),
+            )
+            if stats.cost is not None:
+                changes["cost"] = stats.cost
+            if stats.turn_usage is not None:
+                changes["turn_usage"] = stats.turn_usage
+        if command.error is not None:
+            changes["error"] = command.error
+        if command.detail is not None:
+            changes["error_detail"] = command.detail
+        run = msgspec.structs.replace(current, **changes)
+        await self._write_run(run)
+        return run
+
+    async def _do_update_run(self, run: SessionRun, options: UpdateRunOptions | None) -> None:
+        await self._write_run(run, options)
+
+    async def _do_update_status(self, status: SessionStatus) -> None:
+        if self._store is not None:
+            await self._store.update_status(self.id, status)
+        owner = current_run_owner() if status == "running" else None
+        self._commit(
+            msgspec.structs.replace(
+                self._data, status=status, run_owner=owner, updated_at=self._now()
+            )
+        )
+
+    async def _do_add_artifact(
+        self, input: SessionArtifactInput, run_id: str | None, turn_id: str | None
+    ) -> SessionArtifact | None:
+        if "upsert_artifact" not in self._caps:
+            return None
+        now = self._now()
+        artifact = SessionArtifact(
+            id=new_id(),
+            session_id=self.id,
+            kind=input.kind,
+            uri=input.uri,
+            label=input.label,
+            created_at=now,
+            updated_at=now,
+            meta=input.meta,
+            project_root=input.project_root or self._data.project_root,
+            run_id=run_id,
+            turn_id=turn_id,
+        )
+        return await self._full().upsert_artifact(artifact)
+
+    async def _do_heal(self) -> bool:
+        before = self._data
+        healed = close_interrupted_tool_calls(before.turns)
+        if healed is None:
+            return False
+        self._commit(msgspec.structs.replace(before, turns=healed, updated_at=self._now()))
+        if self._store is None:
+            return True
+        try:
+            if "mutate_history" in self._caps:
+
+                def mutate(history: SessionHistory) -> SessionHistory | None:
+                    stored = close_interrupted_tool_calls(history.turns)
+                    return None if stored is None else SessionHistory(stored, history.runs)
+
+                await self._full().mutate_history(self.id, mutate)
+            elif len(await self._store.get_turns(self.id)) == len(before.turns):
+                await self._store.save(self._data)
+        except Exception:  # best-effort by contract: the in-memory heal stands
+            return True
+        return True
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _checked_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise ValidationError(f"metadata key must be a string, got {type(key).__name__}")
+    return key
+
+
+def _checked_status(status: object) -> SessionStatus:
+    if status not in _STATUSES:
+        raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
+    return cast(SessionStatus, status)
+
+
+def _checked_agent(agent_id: object) -> str:
+    if not isinstance(agent_id, str) or not agent_id:
+        raise ValidationError(f"agent id must be a non-empty string, got {agent_id!r}")
+    return agent_id
+
+
+# -- building sessions ----------------------------------------------------------------------
+
+
+async def _new_session_data(
+    store: SessionStore | None,
+    *,
+    id: str | None,
+    agent_id: str | None,
+    metadata: Mapping[str, JsonValue] | None,
+    project_root: str | None,
+    clock: Clock,
+) -> SessionData:
+    """A fresh session's data, persisted (header only) when there is a store."""
+    caps = store_capabilities(store) if store is not None else frozenset()
+    if id is None:
+        if "generate_session_id" in caps:
+            id = await cast(FullSessionStore, store).generate_session_id()
+        else:
+            id = new_id()
+    validate_id(id)
+    if agent_id is not None:
+        _checked_agent(agent_id)
+    meta = _json_copy(dict(metadata or {}), "metadata")
+    now = clock()
+    data = SessionData(
+        id=id,
+        created_at=now,
+        updated_at=now,
+        metadata=meta,
+        agent_id=agent_id,
+        project_root=project_root,
+    )
+    if store is not None:
+        if await store.load(id) is not None:
+            raise ConflictError(f"the store already holds a session {id!r}")
+        await store.save(data)
+    return data
+
+
+async def _loaded_session_data(
+    store: SessionStore,
+    session_id: str,
+    *,
+    persist_heal: bool,
+    on_pairing_drop: Callable[[PairingDrop], None] | None,
+) -> tuple[SessionData, bool] | None:
+    """The stored data with load-time heals applied, and whether a bulk save is armed."""
+    validate_id(session_id)
+    raw = await store.load(session_id)
+    if raw is None:
+        return None
+    data = demote_stale_running_status(raw)
+    if raw.status == "running" and persist_heal:
+        await store.update_status(session_id, data.status, preserve_updated_at=True)
+    healed = drop_invalid_tool_pairings(
+        data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
+    )
+    if healed is data.turns:
+        return data, False
+    data = msgspec.structs.replace(data, turns=tuple(healed))
+    if not persist_heal:
+        return data, True
+    await store.save(data)
+    return data, False
+
+
+@attrs.define
+class _StandaloneRunner:
+    """Actors as trio system tasks, for sessions made outside a host: never evicted."""
+
+    mailbox_size: int = 64
+
+    def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]:
+        actor = session._live_actor()
+        if actor is None:
+            actor = session._new_actor(mailbox_size=self.mailbox_size)
+            trio.lowlevel.spawn_system_task(actor.run)
+        return actor
+
+
+async def create_session(
+    store: SessionStore | None = None,
+    *,
+    id: str | None = None,
+    agent_id: str | None = None,
+    metadata: Mapping[str, JsonValue] | None = None,
+    project_root: str | None = None,
+    clock: Clock | None = None,
+) -> Session:
+    """A new session outside any host (its actor is a trio system task).
+
+    Uses ``store.generate_session_id`` when the store has it and no ``id`` is
+    given; with a store the new header is saved at once, and an id the store
+    already holds raises :class:`ConflictError`.
+    """
+    now = clock or _wall_clock
+    data = await _new_session_data(
+        store, id=id, agent_id=agent_id, metadata=metadata, project_root=project_root, clock=now
+    )
+    return Session(data, store=store, runner=_StandaloneRunner(), clock=now)
+
+
+async def load_session(
+    store: SessionStore,
+    session_id: str,
+    *,
+    persist_heal: bool = True,
+    on_pairing_drop: Callable[[PairingDrop], None] | None = None,
+    clock: Clock | None = None,
+) -> Session | None:
+    """Load a session outside any host; ``None`` when the store has none with that id.
+
+    A stored ``running`` status is demoted (persisted with
+    ``preserve_updated_at`` unless ``persist_heal=False``), and invalid tool
+    pairings are dropped (persisted with a bulk save, or armed for the next
+    :meth:`Session.save` when ``persist_heal=False``).
+    """
+    loaded = await _loaded_session_data(
+        store, session_id, persist_heal=persist_heal, on_pairing_drop=on_pairing_drop
+    )
+    if loaded is None:
+        return None
+    data, bulk = loaded
+    return Session(
+        data, store=store, runner=_StandaloneRunner(), clock=clock or _wall_clock, bulk=bulk
+    )
