@@ -25,6 +25,7 @@ import trio
 from msgspec import UNSET
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import (
     ConflictError,
@@ -138,12 +139,14 @@ def _check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None
 
 
 def _checked_data(data: object) -> SessionData:
+    """``data`` validated; metadata keys mapped to ``UNSET`` are dropped (absent = removed)."""
     if not isinstance(data, SessionData):
         raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
     validate_id(data.id)
     if not isinstance(data.metadata, dict):
         raise ValidationError("session metadata must be a dict", path="$.metadata")
-    return data
+    metadata = {k: v for k, v in data.metadata.items() if v is not UNSET}
+    return _checked(msgspec.structs.replace(data, metadata=metadata), SessionData, "session data")
 
 
 def _checked_patch(patch: object) -> dict[str, Any]:
@@ -301,7 +304,7 @@ def _write_header(
 
 
 def _save(cur: _Cursor, data: SessionData) -> None:
-    data = _checked(_checked_data(data), SessionData, "session data")
+    data = _checked_data(data)
     _check_ids(data.turns, data.runs)
     _write_header(cur, data, data.metadata, None)
     _replace_turns(cur, data.id, data.turns)
@@ -309,7 +312,7 @@ def _save(cur: _Cursor, data: SessionData) -> None:
 
 
 def _save_meta(cur: _Cursor, data: SessionData, options: SaveMetaOptions | None = None) -> None:
-    data = _checked(_checked_data(data), SessionData, "session data")
+    data = _checked_data(data)
     _check_ids((), data.runs)
     keys = None
     if options is not None:
@@ -677,9 +680,10 @@ class _Conn:
         if self.raw is not None and not self.raw.closed and not self.raw.broken:
             return self.raw
         self.discard()
-        raw: _Connection = psycopg.connect(
-            self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
-        )
+        options: dict[str, Any] = {"connect_timeout": max(1, round(self.connect_timeout))}
+        if "application_name" not in conninfo_to_dict(self.dsn):
+            options["application_name"] = f"zidane_actors:{self.schema}"
+        raw: _Connection = psycopg.connect(self.dsn, autocommit=True, **options)
         raw.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
         if self.connected:
             self.reconnects += 1
@@ -729,7 +733,12 @@ class PostgresStore:
             raise StoreClosedError(f"PostgreSQL store on schema {self._schema!r} is closed")
 
     def _transact(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
-        """Run ``op`` in one transaction, retrying transient failures a bounded number of times."""
+        """Run ``op`` in one transaction, retrying transient failures a bounded number of times.
+
+        Serialization failures and deadlocks roll back, so they are always
+        retried; a lost connection is retried when ``op`` is idempotent or
+        never started (``BEGIN`` failed).
+        """
         last: BaseException | None = None
         for attempt in range(self._max_retries + 1):
             if attempt:
@@ -740,8 +749,10 @@ class PostgresStore:
             except psycopg.OperationalError as exc:
                 last = exc
                 continue
+            started = False
             try:
                 with raw.transaction(), raw.cursor() as cur:
+                    started = True
                     return op(cur)
             except _TRANSIENT as exc:
                 last = exc
@@ -749,7 +760,7 @@ class PostgresStore:
                 if not raw.broken and not raw.closed:
                     raise _map_error(exc) from None
                 conn.discard()
-                if not idempotent:
+                if started and not idempotent:
                     raise StoreUnavailableError(
                         f"PostgreSQL connection lost during a non-idempotent write"
                         f" (its outcome is unknown): {exc}"

@@ -1,0 +1,366 @@
+"""The PostgreSQL store on its own: contract, schema, group commit, failures, bad rows."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import outcome
+import psycopg
+import pytest
+import trio
+from psycopg import sql
+from store_contract import StoreContract, StoreOpener
+
+from zidane_actors.errors import (
+    CorruptDataError,
+    InvalidNameError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from zidane_actors.model import (
+    AppendTurnsOptions,
+    RunOwner,
+    Schedule,
+    SessionData,
+    SessionHistory,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    host_id,
+)
+from zidane_actors.stores import (
+    OPTIONAL_METHODS,
+    PostgresStore,
+    StoreWrite,
+    open_postgres_store,
+)
+from zidane_actors.stores._postgres_schema import SCHEMA_VERSION
+
+DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+
+
+@contextmanager
+def fresh_schema() -> Iterator[str]:
+    """A schema name no other test uses, dropped (with everything in it) afterwards."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def admin(schema: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run ``query`` on ``schema`` from outside the store (to corrupt rows, kill sessions)."""
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        cur = conn.execute(query.encode(), params)
+        return cur.fetchall() if cur.description else []
+
+
+def turn(i: int, role: str = "user", text: str | None = None) -> SessionTurn:
+    return SessionTurn(
+        id=f"t{i}",
+        role=role,  # type: ignore[arg-type]
+        content=(TextBlock(text=text if text is not None else f"turn {i}"),),
+        created_at=1_000 + i,
+    )
+
+
+def session(sid: str, **kw: Any) -> SessionData:
+    return SessionData(id=sid, created_at=1, updated_at=2, **kw)
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    with fresh_schema() as name:
+        yield name
+
+
+@pytest.fixture
+async def store(schema: str) -> AsyncIterator[PostgresStore]:
+    async with open_postgres_store(DSN, schema=schema, pool_size=2) as opened:
+        yield opened
+
+
+class TestPostgresContract(StoreContract):
+    """The shared store contract against a fresh schema per test (and per example)."""
+
+    required_capabilities = OPTIONAL_METHODS | {"apply_writes"}
+
+    @asynccontextmanager
+    async def open_storage(self) -> AsyncIterator[StoreOpener]:
+        with fresh_schema() as name:
+            yield lambda: open_postgres_store(DSN, schema=name, pool_size=2)
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+
+async def test_schema_version_recorded(schema: str, store: PostgresStore) -> None:
+    assert admin(schema, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
+async def test_hosts_opening_at_once_migrate_once(schema: str) -> None:
+    async def open_one() -> None:
+        async with open_postgres_store(DSN, schema=schema, pool_size=1) as opened:
+            assert await opened.load("absent") is None
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(6):
+            nursery.start_soon(open_one)
+    assert admin(schema, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
+async def test_newer_schema_version_is_refused(schema: str, store: PostgresStore) -> None:
+    admin(schema, "INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match=r"version 2, newer than the version 1"):
+        async with open_postgres_store(DSN, schema=schema, pool_size=1):
+            pass
+
+
+@pytest.mark.parametrize("bad", ["", "Upper", "a-b", "1abc", 'x"; DROP', "a" * 64])
+async def test_bad_schema_name(bad: str) -> None:
+    with pytest.raises(InvalidNameError, match="schema name"):
+        async with open_postgres_store(DSN, schema=bad):
+            pass
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    with pytest.raises(StoreUnavailableError, match="cannot connect"):
+        async with open_postgres_store(
+            "host=127.0.0.1 port=1 user=postgres dbname=test", schema="x", connect_timeout=1
+        ):
+            pass
+
+
+# -- appends and turns -------------------------------------------------------------------------
+
+
+async def test_retried_append_adds_nothing(schema: str, store: PostgresStore) -> None:
+    await store.save(session("s"))
+    await store.append_turns("s", [turn(1), turn(2, "assistant")])
+    await store.append_turns("s", [turn(2, "assistant"), turn(3), turn(3)])
+    assert [t.id for t in await store.get_turns("s")] == ["t1", "t2", "t3"]
+    assert admin(schema, "SELECT seq FROM turns ORDER BY seq") == [(0,), (1,), (2,)]
+    meta = await store.get_meta("s")
+    assert meta is not None
+    assert (meta.turn_count, meta.user_message_count) == (3, 2)
+
+
+async def test_nul_and_unicode_text_roundtrip(store: PostgresStore) -> None:
+    odd = 'nul \x00 tab \t quote " backslash \\ 日本語 🎉 \u2028'
+    await store.save(session("s", metadata={"k\x00": odd}))
+    await store.append_turns("s", [turn(1, text=odd)])
+    loaded = await store.load("s")
+    assert loaded is not None
+    assert loaded.metadata == {"k\x00": odd}
+    first = loaded.turns[0].content[0]
+    assert isinstance(first, TextBlock)
+    assert first.text == odd
+
+
+async def test_save_refuses_duplicate_turn_ids(store: PostgresStore) -> None:
+    with pytest.raises(ValidationError, match=r"duplicate turn id 't1'.*\$\.turns\[1\]\.id"):
+        await store.save(session("s", turns=(turn(1), turn(1))))
+    assert await store.load("s") is None
+
+
+async def test_append_with_run_is_one_write(store: PostgresStore) -> None:
+    await store.save(session("s"))
+    run = SessionRun(id="r1", prompt="p", started_at=5, status="running")
+    with pytest.raises(InvalidNameError):
+        await store.append_turns(
+            "s", [turn(1)], AppendTurnsOptions(run=msgspec_replace(run, id="bad/id"))
+        )
+    assert await store.get_turns("s") == []
+    await store.append_turns("s", [turn(1)], AppendTurnsOptions(run=run))
+    loaded = await store.load("s")
+    assert loaded is not None
+    assert [r.id for r in loaded.runs] == ["r1"]
+
+
+def msgspec_replace(run: SessionRun, **changes: Any) -> SessionRun:
+    import msgspec
+
+    return msgspec.structs.replace(run, **changes)
+
+
+async def test_concurrent_appends_in_one_process(store: PostgresStore) -> None:
+    await store.save(session("s"))
+
+    async def writer(w: int) -> None:
+        for i in range(10):
+            t = SessionTurn(id=f"w{w}-{i}", role="user", content=(), created_at=i)
+            await store.append_turns("s", [t])
+
+    async with trio.open_nursery() as nursery:
+        for w in range(5):
+            nursery.start_soon(writer, w)
+    ids = [t.id for t in await store.get_turns("s")]
+    assert sorted(ids) == sorted(f"w{w}-{i}" for w in range(5) for i in range(10))
+    for w in range(5):
+        assert [x for x in ids if x.startswith(f"w{w}-")] == [f"w{w}-{i}" for i in range(10)]
+
+
+# -- run epoch ---------------------------------------------------------------------------------
+
+
+async def test_run_epoch_bumps_on_each_claim_only(store: PostgresStore) -> None:
+    assert await store.run_epoch("s") is None
+    await store.save(session("s"))
+    assert await store.run_epoch("s") == 0
+    me = RunOwner(host_id=host_id(), pid=1, token="x")
+    assert (await store.claim_run("s", stale_at=0, owner=me)).claimed
+    assert await store.run_epoch("s") == 1
+    assert not (await store.claim_run("s", stale_at=0)).claimed
+    assert await store.run_epoch("s") == 1
+    await store.update_status("s", "idle")
+    assert (await store.claim_run("s", stale_at=0)).claimed
+    assert await store.run_epoch("s") == 2
+
+
+# -- group commit ------------------------------------------------------------------------------
+
+
+async def test_apply_writes_failing_write_is_rolled_back_alone(store: PostgresStore) -> None:
+    results = await store.apply_writes(
+        [
+            StoreWrite("save", (session("a"),)),
+            StoreWrite("append_turns", ("a", [turn(1)])),
+            StoreWrite("append_turns", ("missing", [turn(1)])),
+            StoreWrite("save", (session("b", turns=(turn(1), turn(1))),)),
+            StoreWrite("load", ("a",)),
+            StoreWrite("append_turns", ("a", [turn(2)])),
+            StoreWrite("patch_meta", ("a", {"title": "A"})),
+        ]
+    )
+    assert isinstance(results[0], outcome.Value)
+    assert isinstance(results[1], outcome.Value)
+    assert isinstance(results[2], outcome.Error)
+    assert isinstance(results[2].error, SessionNotFoundError)
+    assert isinstance(results[3], outcome.Error)
+    assert isinstance(results[3].error, ValidationError)
+    assert isinstance(results[4], outcome.Error)
+    assert isinstance(results[4].error, UnsupportedOperationError)
+    assert isinstance(results[5], outcome.Value)
+    assert isinstance(results[6], outcome.Value)
+    loaded = await store.load("a")
+    assert loaded is not None
+    assert [t.id for t in loaded.turns] == ["t1", "t2"]
+    assert loaded.metadata == {"title": "A"}
+    assert await store.load("b") is None
+    assert await store.list() == ["a"]
+
+
+async def test_apply_writes_on_closed_store_fails_every_write(schema: str) -> None:
+    async with open_postgres_store(DSN, schema=schema, pool_size=1) as opened:
+        pass
+    results = await opened.apply_writes([StoreWrite("delete", ("a",))] * 2)
+    assert [type(r.error) for r in results if isinstance(r, outcome.Error)] == [
+        StoreClosedError,
+        StoreClosedError,
+    ]
+
+
+# -- connection loss ---------------------------------------------------------------------------
+
+
+def kill_store_connections(schema: str) -> int:
+    """Terminate every server session of the store (named after its schema)."""
+    rows = admin(
+        schema,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND application_name = %s",
+        (f"zidane_actors:{schema}",),
+    )
+    return len(rows)
+
+
+async def test_idempotent_operations_survive_connection_loss(
+    schema: str, store: PostgresStore
+) -> None:
+    await store.save(session("s"))
+    assert kill_store_connections(schema) >= 2
+    await store.append_turns("s", [turn(1)])
+    assert [t.id for t in await store.get_turns("s")] == ["t1"]
+    stats = store.statistics()
+    assert stats.reconnects >= 2
+    assert stats.retries >= 2
+
+
+async def test_non_idempotent_write_is_retried_only_when_nothing_was_sent(
+    schema: str, store: PostgresStore
+) -> None:
+    await store.save(session("s"))
+    kill_store_connections(schema)
+    # The dead connection fails at BEGIN, before the claim ran: retrying is safe.
+    assert (await store.claim_run("s", stale_at=0)).claimed
+    assert await store.run_epoch("s") == 1
+
+
+async def test_server_gone_is_unavailable_after_bounded_retries(schema: str) -> None:
+    async with open_postgres_store(DSN, schema=schema, pool_size=1, retries=2) as opened:
+        await opened.save(session("s"))
+        opened._writer.dsn = "host=127.0.0.1 port=1 user=postgres dbname=test connect_timeout=1"
+        kill_store_connections(schema)
+        with pytest.raises(StoreUnavailableError, match="after 3 attempts"):
+            await opened.update_status("s", "idle")
+        assert opened.statistics().retries == 2
+
+
+# -- bad rows ----------------------------------------------------------------------------------
+
+
+async def test_corrupt_turn_row_names_table_and_keys(schema: str, store: PostgresStore) -> None:
+    await store.save(session("s", turns=(turn(1), turn(2))))
+    admin(schema, "UPDATE turns SET body = '{\"id\": 3}' WHERE seq = 1")
+    with pytest.raises(CorruptDataError, match=r"turns row \(session_id='s', seq=1\)"):
+        await store.load("s")
+    with pytest.raises(CorruptDataError, match=r"turns row \(session_id='s', seq=1\)"):
+        await store.get_turns("s")
+
+
+async def test_corrupt_header_names_column(schema: str, store: PostgresStore) -> None:
+    await store.save(session("s"))
+    admin(schema, "UPDATE sessions SET metadata = 'not json'")
+    with pytest.raises(CorruptDataError, match=r"sessions row id='s' metadata"):
+        await store.get_meta("s")
+    with pytest.raises(CorruptDataError, match=r"sessions row id='s' metadata"):
+        await store.patch_meta("s", {"a": 1})
+
+
+async def test_corrupt_schedule_names_table(schema: str, store: PostgresStore) -> None:
+    await store.save_schedule(
+        Schedule(id="sch", prompt="p", enabled=True, created_at=1, updated_at=1, interval_ms=5)
+    )
+    admin(schema, "UPDATE schedules SET body = '[]'")
+    with pytest.raises(CorruptDataError, match=r"schedules row id='sch'"):
+        await store.list_schedules()
+
+
+# -- history edits -----------------------------------------------------------------------------
+
+
+async def test_mutate_history_renumbers_and_keeps_counts(schema: str, store: PostgresStore) -> None:
+    await store.save(session("s", turns=(turn(1), turn(2, "assistant"), turn(3))))
+
+    def drop_first(history: SessionHistory) -> SessionHistory:
+        return SessionHistory(turns=history.turns[1:], runs=history.runs)
+
+    assert await store.mutate_history("s", drop_first) == "ok"
+    assert admin(schema, "SELECT seq, id FROM turns ORDER BY seq") == [(0, "t2"), (1, "t3")]
+    await store.append_turns("s", [turn(4)])
+    meta = await store.get_meta("s")
+    assert meta is not None
+    assert (meta.turn_count, meta.user_message_count) == (3, 2)
+    assert meta.first_user_turn is not None
+    assert meta.first_user_turn.id == "t3"
