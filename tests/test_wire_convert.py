@@ -1,0 +1,506 @@
+"""Conversion cases built from the providers' documented wire shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_wire_sdk import check_anthropic, check_chat, check_responses_item
+
+from zidane_actors.errors import WireFormatError
+from zidane_actors.model import (
+    FileBlock,
+    ImageBlock,
+    ReasoningBlock,
+    SessionMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from zidane_actors.wire import (
+    RAW_ARGUMENTS_KEY,
+    anthropic_tool_id_map,
+    auto_detect_and_convert,
+    from_anthropic,
+    from_openai,
+    from_openai_responses,
+    reasoning_wire_action,
+    to_anthropic,
+    to_anthropic_request,
+    to_openai,
+    to_openai_request,
+    to_openai_responses,
+)
+
+
+def user(*blocks: Any) -> SessionMessage:
+    return SessionMessage(role="user", content=tuple(blocks))
+
+
+def assistant(*blocks: Any) -> SessionMessage:
+    return SessionMessage(role="assistant", content=tuple(blocks))
+
+
+# ---------------------------------------------------------------- Anthropic
+
+
+def test_from_anthropic_documented_tool_use_turn() -> None:
+    msg = {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Let me check.", "signature": "EqQBCgIYAh"},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+            {"type": "text", "text": "I'll check the weather."},
+            {
+                "type": "tool_use",
+                "id": "toolu_01A09q90qw90lq917835lq9",
+                "name": "get_weather",
+                "input": {"location": "San Francisco, CA"},
+            },
+        ],
+    }
+    assert from_anthropic(msg) == assistant(
+        ReasoningBlock(text="Let me check.", provider="anthropic", signature="EqQBCgIYAh"),
+        ReasoningBlock(provider="anthropic", redacted_data="EmwKAhgBEgy3va3pzix"),
+        TextBlock("I'll check the weather."),
+        ToolCallBlock(
+            id="toolu_01A09q90qw90lq917835lq9",
+            name="get_weather",
+            input={"location": "San Francisco, CA"},
+        ),
+    )
+    assert to_anthropic(from_anthropic(msg)) == msg
+
+
+def test_from_anthropic_tool_result_and_media() -> None:
+    msg = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [
+                    {"type": "text", "text": "15 degrees"},
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/"},
+                    },
+                ],
+                "is_error": False,
+            },
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "boom", "is_error": True},
+            {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
+            {
+                "type": "document",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+                "title": "a.pdf",
+            },
+            {
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": "hi"},
+            },
+            {"type": "document", "source": {"type": "url", "url": "https://x.test/b.pdf"}},
+            {"type": "text", "text": "What now?", "cache_control": {"type": "ephemeral"}},
+        ],
+    }
+    assert from_anthropic(msg) == user(
+        ToolResultBlock(
+            call_id="toolu_1",
+            output=(TextBlock("15 degrees"), ImageBlock(media_type="image/jpeg", data="/9j/")),
+        ),
+        ToolResultBlock(call_id="toolu_2", output="boom", is_error=True),
+        ImageBlock(url="https://x.test/a.png"),
+        FileBlock(media_type="application/pdf", data="JVBE", name="a.pdf"),
+        FileBlock(text="hi"),
+        FileBlock(url="https://x.test/b.pdf"),
+        TextBlock("What now?"),
+    )
+
+
+def test_from_anthropic_string_content() -> None:
+    assert from_anthropic({"role": "user", "content": "Hello"}) == user(TextBlock("Hello"))
+
+
+@pytest.mark.parametrize(
+    ("msg", "path"),
+    [
+        (
+            {"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]},
+            "$.content[0].source.type",
+        ),
+        ({"role": "user", "content": [{"type": "text"}]}, "$.content[0].text"),
+        ({"role": "bot", "content": "x"}, "$.role"),
+        ({"role": "user", "content": 3}, "$.content"),
+        ({"role": "user", "content": [{"type": "server_tool_use"}]}, "$.content[0].type"),
+        (
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "", "name": "f", "input": {}}],
+            },
+            "$.content[0].id",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "a", "name": "f", "input": []}],
+            },
+            "$.content[0].input",
+        ),
+        (
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "a", "is_error": "no"}],
+            },
+            "$.content[0].is_error",
+        ),
+    ],
+)
+def test_from_anthropic_errors_are_located(msg: dict[str, Any], path: str) -> None:
+    with pytest.raises(WireFormatError) as info:
+        from_anthropic(msg)
+    assert info.value.path == path
+
+
+def test_to_anthropic_rules() -> None:
+    out = to_anthropic(
+        user(
+            TextBlock(""),
+            TextBlock(" \n"),
+            ImageBlock(media_type="IMAGE/JPG", data="AA"),
+            ToolResultBlock(call_id="c", output=(TextBlock(""), TextBlock("ok"))),
+        )
+    )
+    check_anthropic(out)
+    assert out["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "AA"}},
+        {"type": "tool_result", "tool_use_id": "c", "content": [{"type": "text", "text": "ok"}]},
+    ]
+
+
+def test_to_anthropic_rejects_what_it_cannot_send() -> None:
+    with pytest.raises(WireFormatError) as info:
+        to_anthropic(user(TextBlock("x"), ImageBlock(media_type="image/bmp", data="AA")))
+    assert info.value.path == "$.content[1].mediaType"
+    with pytest.raises(WireFormatError) as info:
+        to_anthropic(user(ImageBlock(ref="blob:1")))
+    assert info.value.path == "$.content[0].ref"
+    with pytest.raises(WireFormatError):
+        to_anthropic(SessionMessage(role="system", content=(TextBlock("s"),)))
+    with pytest.raises(WireFormatError):
+        to_anthropic(user(ToolCallBlock(id="a", name="f")))
+
+
+def test_anthropic_tool_ids_are_remapped_consistently() -> None:
+    messages = [
+        assistant(
+            ToolCallBlock(id="call.1", name="f"),
+            ToolCallBlock(id="call 1", name="f"),
+            ToolCallBlock(id="ok_id", name="f"),
+        ),
+        user(
+            ToolResultBlock(call_id="call.1", output="a"),
+            ToolResultBlock(call_id="call 1", output="b"),
+            ToolResultBlock(call_id="ok_id", output="c"),
+        ),
+    ]
+    request = to_anthropic_request(messages)
+    calls = [b["id"] for b in request["messages"][0]["content"]]
+    results = [b["tool_use_id"] for b in request["messages"][1]["content"]]
+    assert calls == results
+    assert calls[2] == "ok_id"
+    assert len(set(calls)) == 3
+    assert all(c.replace("_", "").replace("-", "").isalnum() for c in calls)
+    # deterministic, and the same id in a single message maps the same way
+    assert anthropic_tool_id_map(messages) == anthropic_tool_id_map(list(reversed(messages)))
+    assert to_anthropic(messages[0])["content"][0]["id"] == calls[0]
+
+
+def test_anthropic_remap_never_collides_with_existing_ids() -> None:
+    taken = anthropic_tool_id_map([assistant(ToolCallBlock(id="a.b", name="f"))])["a.b"]
+    messages = [assistant(ToolCallBlock(id="a.b", name="f"), ToolCallBlock(id=taken, name="f"))]
+    mapping = anthropic_tool_id_map(messages)
+    assert mapping["a.b"] != taken
+    assert taken not in mapping
+
+
+def test_to_anthropic_request_system_and_empty_messages() -> None:
+    request = to_anthropic_request(
+        [
+            SessionMessage(role="system", content=(TextBlock("Be brief."),)),
+            user(TextBlock("hi")),
+            assistant(ReasoningBlock(text="foreign", provider="openai", signature="x", id="r")),
+        ]
+    )
+    assert request == {
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+    assert "system" not in to_anthropic_request([user(TextBlock("hi"))])
+    with pytest.raises(WireFormatError) as info:
+        to_anthropic_request([user(TextBlock("x")), user(ImageBlock(ref="r"))])
+    assert info.value.path == "$[1].content[0].ref"
+
+
+def test_reasoning_wire_action() -> None:
+    signed = ReasoningBlock(text="t", provider="anthropic", signature="s")
+    signature_only = ReasoningBlock(provider="anthropic", signature="s")
+    redacted = ReasoningBlock(provider="anthropic", redacted_data="d")
+    unsigned = ReasoningBlock(text="t", provider="anthropic")
+    openai = ReasoningBlock(text="t", provider="openai", signature="enc", id="rs_1")
+    anonymous = ReasoningBlock(text="t", signature="s")
+    assert reasoning_wire_action(signed, "anthropic") == "keep"
+    assert reasoning_wire_action(signature_only, "anthropic") == "keep"
+    assert reasoning_wire_action(redacted, "anthropic") == "keep"
+    assert reasoning_wire_action(unsigned, "anthropic") == "drop"
+    assert reasoning_wire_action(openai, "anthropic") == "drop"
+    assert reasoning_wire_action(anonymous, "anthropic") == "drop"
+    assert reasoning_wire_action(openai, "openai") == "keep"
+    assert reasoning_wire_action(signed, "openai") == "drop"
+    assert (
+        reasoning_wire_action(ReasoningBlock(provider="openai", signature="e"), "openai") == "drop"
+    )
+    out = to_anthropic(assistant(signed, openai, unsigned, signature_only, redacted))
+    assert out["content"] == [
+        {"type": "thinking", "thinking": "t", "signature": "s"},
+        {"type": "thinking", "thinking": "", "signature": "s"},
+        {"type": "redacted_thinking", "data": "d"},
+    ]
+    assert to_openai(assistant(TextBlock("x"), signed)) == [
+        {"role": "assistant", "content": [{"type": "text", "text": "x"}]}
+    ]
+
+
+# ---------------------------------------------------------------- OpenAI Chat Completions
+
+
+def test_from_openai_documented_messages() -> None:
+    assert from_openai({"role": "developer", "content": "Be brief."}) == SessionMessage(
+        role="system", content=(TextBlock("Be brief."),)
+    )
+    assert from_openai(
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in this image?"},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "https://x.test/a.jpg", "detail": "high"},
+                },
+                {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/"}},
+                {
+                    "type": "file",
+                    "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBE"},
+                },
+            ],
+        }
+    ) == user(
+        TextBlock("What is in this image?"),
+        ImageBlock(url="https://x.test/a.jpg"),
+        ImageBlock(media_type="image/jpeg", data="/9j/"),
+        FileBlock(media_type="application/pdf", data="JVBE", name="a.pdf"),
+    )
+    assert from_openai(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_abc",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"location":"Paris"}'},
+                }
+            ],
+        }
+    ) == assistant(ToolCallBlock(id="call_abc", name="get_weather", input={"location": "Paris"}))
+    assert from_openai({"role": "tool", "tool_call_id": "call_abc", "content": "15C"}) == user(
+        ToolResultBlock(call_id="call_abc", output="15C")
+    )
+    assert from_openai(
+        {"role": "assistant", "refusal": None, "content": [{"type": "refusal", "refusal": "No."}]}
+    ) == assistant(TextBlock("No."))
+
+
+@pytest.mark.parametrize("arguments", ["", "not json", "[1, 2]", "3", '"s"', "{bad"])
+def test_openai_arguments_that_are_not_objects_survive(arguments: str) -> None:
+    wire = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}
+        ],
+    }
+    neutral = from_openai(wire)
+    call = neutral.content[0]
+    assert isinstance(call, ToolCallBlock)
+    assert call.input == {RAW_ARGUMENTS_KEY: arguments}
+    back = to_openai(neutral)
+    assert back[0]["tool_calls"][0]["function"]["arguments"] == arguments
+    check_anthropic(to_anthropic(neutral))  # kept as a valid input object
+
+
+def test_from_openai_rejects_audio_and_file_ids() -> None:
+    with pytest.raises(WireFormatError, match="audio") as info:
+        from_openai(
+            {
+                "role": "user",
+                "content": [{"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}}],
+            }
+        )
+    assert info.value.path == "$.content[0].type"
+    with pytest.raises(WireFormatError) as info:
+        from_openai({"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]})
+    assert info.value.path == "$.content[0].file"
+    with pytest.raises(WireFormatError):
+        from_openai({"role": "tool", "content": "x"})
+
+
+def test_to_openai_tool_results_are_text_only() -> None:
+    out = to_openai(
+        user(
+            ToolResultBlock(
+                call_id="c1",
+                output=(TextBlock("see image"), ImageBlock(media_type="image/png", data="AA")),
+            ),
+            ToolResultBlock(call_id="c2", output="plain"),
+            TextBlock("next"),
+        )
+    )
+    for payload in out:
+        check_chat(payload)
+    assert out == [
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "see image"}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "plain"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+                {"type": "text", "text": "next"},
+            ],
+        },
+    ]
+
+
+def test_to_openai_request_system_role() -> None:
+    messages = [SessionMessage(role="system", content=(TextBlock("rules"),)), user(TextBlock("hi"))]
+    assert to_openai_request(messages)[0] == {
+        "role": "system",
+        "content": [{"type": "text", "text": "rules"}],
+    }
+    assert to_openai_request(messages, system_role="developer")[0]["role"] == "developer"
+    with pytest.raises(WireFormatError) as info:
+        to_openai_request([user(TextBlock("a")), assistant(ImageBlock(url="u"))])
+    assert info.value.path == "$[1].content[0]"
+
+
+# ---------------------------------------------------------------- OpenAI Responses
+
+
+def test_responses_documented_items() -> None:
+    items = [
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Need weather."}],
+            "encrypted_content": "gAAAA",
+        },
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city":"Paris"}',
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "15C"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "And this?"},
+                {"type": "input_image", "detail": "auto", "image_url": "data:image/png;base64,AA"},
+                {"type": "input_file", "file_url": "https://x.test/a.pdf"},
+            ],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Sunny.", "annotations": []}],
+        },
+    ]
+    assert from_openai_responses(items) == [
+        user(TextBlock("What's the weather in Paris?")),
+        assistant(
+            ReasoningBlock(text="Need weather.", provider="openai", signature="gAAAA", id="rs_1"),
+            ToolCallBlock(id="call_1", name="get_weather", input={"city": "Paris"}),
+        ),
+        user(
+            ToolResultBlock(call_id="call_1", output="15C"),
+            TextBlock("And this?"),
+            ImageBlock(media_type="image/png", data="AA"),
+            FileBlock(url="https://x.test/a.pdf"),
+        ),
+        assistant(TextBlock("Sunny.")),
+    ]
+    for item in to_openai_responses(from_openai_responses(items)):
+        check_responses_item(item)
+
+
+def test_responses_errors_are_located() -> None:
+    with pytest.raises(WireFormatError) as info:
+        from_openai_responses(
+            [{"role": "user", "content": "x"}, {"type": "item_reference", "id": "i"}]
+        )
+    assert info.value.path == "$[1].type"
+    with pytest.raises(WireFormatError) as info:
+        to_openai_responses([user(TextBlock("x")), assistant(ImageBlock(url="u"))])
+    assert info.value.path == "$[1].content[0]"
+
+
+# ---------------------------------------------------------------- auto-detect
+
+
+@pytest.mark.parametrize(
+    ("msg", "expected"),
+    [
+        ({"role": "user", "content": "hi"}, user(TextBlock("hi"))),
+        (
+            {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]},
+            user(ImageBlock(url="u")),
+        ),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
+            user(ImageBlock(url="u")),
+        ),
+        (
+            {"role": "tool", "tool_call_id": "c", "content": "r"},
+            user(ToolResultBlock(call_id="c", output="r")),
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            assistant(ToolCallBlock(id="c", name="f")),
+        ),
+        ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, user(TextBlock("x"))),
+        (
+            {"role": "developer", "content": "d"},
+            SessionMessage(role="system", content=(TextBlock("d"),)),
+        ),
+    ],
+)
+def test_auto_detect(msg: dict[str, Any], expected: SessionMessage) -> None:
+    assert auto_detect_and_convert(msg) == expected
+
+
+def test_converters_do_not_alias_inputs() -> None:
+    wire = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {"nested": {"k": [1]}}}],
+    }
+    neutral = from_anthropic(wire)
+    call = neutral.content[0]
+    assert isinstance(call, ToolCallBlock)
+    call.input["nested"]["k"].append(2)
+    assert wire["content"][0]["input"] == {"nested": {"k": [1]}}  # type: ignore[index]
