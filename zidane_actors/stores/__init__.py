@@ -1,5 +1,13 @@
 """Layer 4: the ``SessionStore`` protocol and the bundled stores."""
 
+from ._file_map import (
+    DirectoryFileMapAdapter,
+    FileMapAdapter,
+    FileMapStore,
+    FileMapStoreOptions,
+    create_file_map_store,
+    open_directory_adapter,
+)
 from ._memory import MemoryStore, create_memory_store, open_memory_store
 from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
 from ._protocol import (
@@ -22,7 +30,11 @@ __all__ = [
     "OPTIONAL_METHODS",
     "WRITE_METHODS",
     "BatchingStore",
+    "DirectoryFileMapAdapter",
     "Durability",
+    "FileMapAdapter",
+    "FileMapStore",
+    "FileMapStoreOptions",
     "FullSessionStore",
     "HistoryMutation",
     "MemoryStore",
@@ -36,8 +48,10 @@ __all__ = [
     "SessionStore",
     "StoreWrite",
     "TurnsMutation",
+    "create_file_map_store",
     "create_memory_store",
     "create_remote_store",
+    "open_directory_adapter",
     "open_memory_store",
     "open_postgres_store",
     "open_sqlite_store",
