@@ -1,0 +1,182 @@
+"""The session host: one actor per id, eviction and revival, crash isolation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from zidane_actors.actors import Session, open_session_host
+from zidane_actors.errors import ActorClosed, ActorCrashed
+from zidane_actors.model import AppendTurnsOptions, SessionTurn, TextBlock
+from zidane_actors.stores import MemoryStore, create_memory_store
+
+
+def text_turn(tid: str) -> SessionTurn:
+    return SessionTurn(id=tid, role="user", content=(TextBlock(text=tid),), created_at=1)
+
+
+class Boom(BaseException):
+    """Not an ``Exception``: fatal to the session actor that meets it."""
+
+
+class CrashingStore:
+    """Delegates to a memory store; appending a turn with id ``crash`` raises :class:`Boom`.
+
+    No ``apply_writes``, so every write reaches ``append_turns`` below.
+    """
+
+    def __init__(self, inner: MemoryStore, gate: trio.Event | None = None) -> None:
+        self._inner = inner
+        self.gate = gate
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "apply_writes":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> None:
+        if any(t.id == "crash" for t in turns):
+            if self.gate is not None:
+                await self.gate.wait()
+            raise Boom(f"injected into {session_id}")
+        await self._inner.append_turns(session_id, turns, options)
+
+
+async def test_two_loads_of_one_id_share_one_session() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        created = await host.create_session(id="s")
+        loaded = await host.load_session("s")
+        assert loaded is created
+        await created.append_turns([text_turn("a")])
+        assert [t.id for t in loaded.turns] == ["a"]
+    async with open_session_host(store) as host:
+        results: list[Session | None] = []
+
+        async def load() -> None:
+            results.append(await host.load_session("s"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(load)
+        assert len(results) == 5 and all(r is results[0] for r in results)
+        assert results[0] is not None and len(results[0].turns) == 1
+
+
+async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
+    store = create_memory_store()
+    async with open_session_host(store, max_live_sessions=3) as host:
+        sessions = [await host.create_session(id=f"s{i}") for i in range(10)]
+        for s in sessions:
+            await s.append_turns([text_turn(f"{s.id}-1")])
+        stats = host.statistics()
+        assert stats.live_actors == 3
+        assert stats.evictions == 7
+        assert stats.known_sessions == 10
+        first = sessions[0]
+        assert [t.id for t in first.turns] == ["s0-1"]  # reads work while evicted
+        await first.append_turns([text_turn("s0-2")])  # revives the actor
+        assert host.statistics().started == 11
+        assert host.statistics().live_actors == 3
+        assert (await host.load_session("s0")) is first
+    stored = await store.load("s0")
+    assert stored is not None and [t.id for t in stored.turns] == ["s0-1", "s0-2"]
+
+
+async def test_idle_actors_are_evicted_after_idle_seconds() -> None:
+    async with open_session_host(create_memory_store(), idle_seconds=0.05) as host:
+        session = await host.create_session()
+        await session.set_meta("k", 1)
+        assert host.statistics().live_actors == 1
+        await trio.sleep(0.2)
+        assert host.statistics().live_actors == 0
+        assert host.statistics().evictions == 1
+        await session.set_meta("k", 2)
+        assert session.metadata["k"] == 2 and host.statistics().live_actors == 1
+
+
+async def test_crash_is_isolated_surfaced_and_fails_pending_callers() -> None:
+    inner = create_memory_store()
+    gate = trio.Event()
+    store = CrashingStore(inner, gate)
+    crashes: list[tuple[str, BaseException]] = []
+    async with open_session_host(
+        store, on_crash=lambda sid, exc: crashes.append((sid, exc))
+    ) as host:  # type: ignore[arg-type]
+        bad = await host.create_session(id="bad")
+        good = await host.create_session(id="good")
+        await bad.append_turns([text_turn("before")])
+        doomed = bad.append_turns_nowait([text_turn("crash")])
+        await trio.testing.wait_all_tasks_blocked()
+        queued = bad.set_meta_nowait("k", 1)
+        gate.set()
+        await good.append_turns([text_turn("fine")])
+        for reply in (doomed, queued):
+            with pytest.raises(ActorCrashed) as info:
+                await reply.wait()
+            assert isinstance(info.value.__cause__, Boom)
+        with pytest.raises(ActorClosed):
+            await bad.set_meta("k", 2)
+        with pytest.raises(ActorClosed):
+            bad.set_meta_nowait("k", 2)
+        await good.append_turns([text_turn("still-fine")])
+        assert [sid for sid, _ in crashes] == ["bad"]
+        stats = host.statistics()
+        assert stats.crashes == 1 and stats.live_actors == 1
+        assert [t.id for t in bad.turns] == ["before"]  # reads still answer
+        fresh = await host.load_session("bad")  # a crashed session is reloaded from the store
+        assert fresh is not None and fresh is not bad
+        await fresh.append_turns([text_turn("after")])
+    stored = await inner.load("bad")
+    assert stored is not None and [t.id for t in stored.turns] == ["before", "after"]
+    good_data = await inner.load("good")
+    assert good_data is not None and len(good_data.turns) == 2
+
+
+async def test_a_failing_crash_hook_does_not_take_the_host_down() -> None:
+    def hook(session_id: str, exc: BaseException) -> None:
+        raise RuntimeError("hook broke")
+
+    store = CrashingStore(create_memory_store())
+    async with open_session_host(store, on_crash=hook) as host:  # type: ignore[arg-type]
+        bad = await host.create_session(id="bad")
+        with pytest.raises(ActorCrashed):
+            await bad.append_turns([text_turn("crash")])
+        other = await host.create_session(id="other")
+        await other.set_meta("k", 1)
+        assert host.statistics().crashes == 1
+
+
+async def test_closed_host_refuses_mutations_but_reads_still_work() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        await session.append_turns([text_turn("a")])
+    with pytest.raises(ActorClosed):
+        await session.append_turns([text_turn("b")])
+    with pytest.raises(ActorClosed):
+        await host.load_session(session.id)
+    assert [t.id for t in session.turns] == ["a"]
+
+
+async def test_host_arguments_are_checked() -> None:
+    with pytest.raises(ValueError):
+        async with open_session_host(create_memory_store(), max_live_sessions=0):
+            pass  # pragma: no cover
+
+
+async def test_statistics_include_the_store_actor() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        await session.append_turns([text_turn("a")])
+        stats = host.statistics()
+        assert stats.store.calls >= 3  # load + save at creation, then the append
+        assert stats.store.actor.state == "running"
