@@ -40,6 +40,7 @@ from ..errors import (
     ZidaneActorsError,
 )
 from ..model import (
+    ARTIFACTS_PER_SESSION_CAP,
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
@@ -436,13 +437,13 @@ def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact
     if _lock_header(cur, artifact.session_id) is None:
         return None
     cur.execute(
-        "SELECT body, session_id, id, kind FROM artifacts WHERE session_id = %s ORDER BY seq",
-        (artifact.session_id,),
+        "SELECT body, session_id, id FROM artifacts"
+        " WHERE session_id = %s AND kind = %s AND uri = %s",
+        (artifact.session_id, artifact.kind, artifact.uri),
     )
-    current = [_artifact_row(row) for row in cur.fetchall()]
-    existing = next((a for a in current if a.kind == artifact.kind and a.uri == artifact.uri), None)
-    if existing is not None:
-        stored = merge_artifact(existing, artifact)
+    found = cur.fetchone()
+    if found is not None:
+        stored = merge_artifact(_artifact_row(found), artifact)
         cur.execute(
             "UPDATE artifacts SET body = %s, updated_at = %s, project_root = %s"
             " WHERE session_id = %s AND id = %s",
@@ -456,7 +457,15 @@ def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact
         )
         _touch(cur, stored.session_id)
         return stored
-    evict = select_artifact_evictions(current)
+    cur.execute("SELECT count(*) FROM artifacts WHERE session_id = %s", (artifact.session_id,))
+    count = cur.fetchone()
+    evict: list[str] = []
+    if count is not None and count[0] + 1 > ARTIFACTS_PER_SESSION_CAP:
+        cur.execute(
+            "SELECT body, session_id, id FROM artifacts WHERE session_id = %s ORDER BY seq",
+            (artifact.session_id,),
+        )
+        evict = select_artifact_evictions([_artifact_row(row) for row in cur.fetchall()])
     if evict:
         cur.execute(
             "DELETE FROM artifacts WHERE session_id = %s AND id = ANY(%s)",

@@ -118,6 +118,9 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
     ``conn`` must be in autocommit mode with ``search_path`` set to ``schema``.
     """
     with conn.transaction(), conn.cursor() as cur:
+        # Safe without a flush: the migration is one transaction and reruns if lost,
+        # and the store's first durable commit flushes the WAL before it.
+        cur.execute("SET LOCAL synchronous_commit = off")
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         cur.execute(
