@@ -1,0 +1,88 @@
+"""One simulated host for the multi-process PostgreSQL tests.
+
+Run as ``python tests/_pg_worker.py DSN SCHEMA``: it opens the store (racing
+the other hosts through the schema migration), prints ``{"ready": pid}``, then
+answers one JSON line on stdout for each JSON command line on stdin:
+
+- ``{"op": "claim_run", "session": id, "at": epoch_s}`` → ``{"claimed": bool}``
+- ``{"op": "fire", "schedule": id, "due": ms, "next": ms, "at": epoch_s}`` → ``{"won": bool}``
+- ``{"op": "append", "session": id, "worker": w, "count": n, "batch": b, "at": epoch_s}``
+  appends ``n`` turns ``w{w}-{i}`` in batches of ``b``, each batch sent twice (a
+  retried write) and carrying the turn ``shared-{k}`` every host also appends;
+  answers ``{"appended": n}``
+- ``{"op": "quit"}`` closes the store and exits.
+
+``at`` is a wall-clock start time shared by every host, so their calls race.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import trio
+
+from zidane_actors.model import SessionTurn, TextBlock
+from zidane_actors.stores import PostgresStore, open_postgres_store
+
+
+async def _start_at(at: float) -> None:
+    await trio.sleep(max(0.0, at - time.time()))
+
+
+def _turn(turn_id: str) -> SessionTurn:
+    return SessionTurn(
+        id=turn_id,
+        role="user",
+        content=(TextBlock(text=f"from pid {os.getpid()}"),),
+        created_at=time.time_ns() // 1_000_000,
+    )
+
+
+async def _handle(store: PostgresStore, cmd: dict[str, Any]) -> dict[str, Any]:
+    op = cmd["op"]
+    if op == "claim_run":
+        await _start_at(cmd["at"])
+        claim = await store.claim_run(cmd["session"], stale_at=0)
+        return {"claimed": claim.claimed}
+    if op == "fire":
+        await _start_at(cmd["at"])
+        return {"won": await store.claim_schedule_fire(cmd["schedule"], cmd["due"], cmd["next"])}
+    if op == "append":
+        await _start_at(cmd["at"])
+        worker, count, batch = cmd["worker"], cmd["count"], cmd["batch"]
+        for start in range(0, count, batch):
+            turns = [_turn(f"w{worker}-{i}") for i in range(start, min(count, start + batch))]
+            turns.append(_turn(f"shared-{start // batch}"))
+            await store.append_turns(cmd["session"], turns)
+            await store.append_turns(cmd["session"], turns)
+        return {"appended": count}
+    raise ValueError(f"unknown command {op!r}")
+
+
+def _reply(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def main(dsn: str, schema: str) -> None:
+    async with open_postgres_store(dsn, schema=schema, pool_size=1) as store:
+        _reply({"ready": os.getpid()})
+        while True:
+            line = await trio.to_thread.run_sync(sys.stdin.readline)
+            if not line:
+                return
+            cmd = json.loads(line)
+            if cmd["op"] == "quit":
+                return
+            try:
+                _reply(await _handle(store, cmd))
+            except Exception as exc:
+                _reply({"error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], sys.argv[2])
