@@ -433,7 +433,7 @@ def _responses_user_or_system(msg: SessionMessage) -> list[dict[str, Any]]:
                 converted = (
                     _responses_part(p, f"{path}.output[{j}]") for j, p in enumerate(block.output)
                 )
-                output = [p for p in converted if p is not None] or ""
+                output = [p for p in converted if p is not None]
             out.append({"type": "function_call_output", "call_id": block.call_id, "output": output})
         elif isinstance(block, TextBlock | ImageBlock | FileBlock):
             if msg.role == "system" and not isinstance(block, TextBlock):
