@@ -399,11 +399,34 @@ async def test_to_wire_messages_always_pairs(turns: list[SessionTurn], _: Any) -
     check_anthropic_request(request)
 
 
+def assert_healed(turns: Sequence[SessionTurn], lane: Callable[[str | None], str | None]) -> None:
+    """Independent check of the heal's postconditions (its table, read as invariants)."""
+    calls_in_lane: dict[str | None, set[str]] = {}
+    last_calls: dict[str | None, set[str]] = {}
+    for i, t in enumerate(turns):
+        key = lane(t.run_id)
+        seen = calls_in_lane.setdefault(key, set())
+        results = [b.call_id for b in t.content if isinstance(b, ToolResultBlock)]
+        assert len(results) == len(set(results)), f"duplicate result in turn {i}"
+        assert set(results) <= last_calls.get(key, set()), f"orphan result in turn {i}"
+        calls = [b.id for b in t.content if isinstance(b, ToolCallBlock)]
+        assert len(calls) == len(set(calls)) and not seen & set(calls), f"duplicate call at {i}"
+        seen |= set(calls)
+        if t.role == "assistant":
+            last_calls[key] = set(calls)
+
+
+def _is_subsequence(small: Sequence[Any], big: Sequence[Any]) -> bool:
+    it = iter(big)
+    return all(any(x is y for y in it) for x in small)
+
+
 @SETTINGS
 @given(fuzz_turns, st.booleans())
 def test_drop_invalid_pairings_idempotent_and_drop_only(
     turns: list[SessionTurn], widen: bool
 ) -> None:
+    turns = [msgspec.structs.replace(t, id=f"t{i}") for i, t in enumerate(turns)]
     lane: Callable[[str | None], str] | None = (lambda r: "main") if widen else None
     before = _frozen(turns)
     drops: list[Any] = []
@@ -411,14 +434,16 @@ def test_drop_invalid_pairings_idempotent_and_drop_only(
     assert _frozen(turns) == before
     assert (out is turns) == (not drops)
     assert drop_invalid_tool_pairings(out, lane_for_run=lane) is out
-    # deletions only: every kept block is an input block of the turn it came from
-    by_id = {id(t): t for t in turns}
-    kept_turns = [t for t in out if id(t) in by_id]
-    assert len(out) <= len(turns)
-    assert all(t in turns for t in kept_turns)
-    assert sum(len(t.content) for t in out) <= sum(len(t.content) for t in turns)
-    for d in drops:
-        assert 0 <= d.index < len(turns)
+    assert_healed(out, lane or (lambda r: r))
+    # deletions only: turns keep their order, each keeps a subsequence of its own blocks
+    by_id = {t.id: t for t in turns}
+    assert [t.id for t in out] == [t.id for t in turns if t.id in {o.id for o in out}]
+    for t in out:
+        assert _is_subsequence(t.content, by_id[t.id].content)
+        assert t.role == by_id[t.id].role and t.run_id == by_id[t.id].run_id
+    dropped_turns = {d.index for d in drops if d.kind == "empty-turn"}
+    assert len(out) == len(turns) - len(dropped_turns)
+    assert all(0 <= d.index < len(turns) for d in drops)
 
 
 # ------------------------------------------------ arbitrary JSON never escapes as a foreign error
