@@ -453,15 +453,18 @@ class SQLiteStore:
         if options is not None:
             _valid_body(options, AppendTurnsOptions, "append options")
             run = options.run
-        if self._header(conn, session_id) is None:
+        head = conn.execute(
+            "SELECT (SELECT MAX(seq) FROM turns WHERE session_id = s.id) FROM sessions s"
+            " WHERE s.id = ?",
+            (session_id,),
+        ).fetchone()
+        if head is None:
             raise SessionNotFoundError(
                 f"cannot append turns: SQLite store {self._path} has no session {session_id!r}"
             )
         if not rows and run is None:
             return
-        (last,) = conn.execute(
-            "SELECT MAX(seq) FROM turns WHERE session_id = ?", (session_id,)
-        ).fetchone()
+        last = head[0]
         start = 0 if last is None else last + 1
         self._append_rows(conn, session_id, [(start + r[0], *r[1:]) for r in rows])
         if run is not None:
