@@ -484,6 +484,7 @@ def test_responses_errors_are_located() -> None:
             assistant(ToolCallBlock(id="c", name="f")),
         ),
         ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, user(TextBlock("x"))),
+        ({"role": "assistant", "content": None}, assistant()),
         (
             {"role": "developer", "content": "d"},
             SessionMessage(role="system", content=(TextBlock("d"),)),

@@ -30,13 +30,14 @@ def auto_detect_and_convert(msg: Mapping[str, Any]) -> SessionMessage:
     """Convert an Anthropic or OpenAI message; block types decide, Anthropic is the default.
 
     OpenAI Chat Completions is recognised by its roles (``tool``,
-    ``developer``), ``tool_calls`` or part types (``image_url``, ``file``,
+    ``developer``), ``tool_calls``, a ``null`` content or part types (``image_url``, ``file``,
     ``input_audio``, ``refusal``); a Responses ``message`` item by its
     ``input_*``/``output_text`` parts.
     """
     m = as_mapping(msg, "$")
     types = _part_types(m.get("content"))
-    if m.get("role") in ("tool", "developer") or "tool_calls" in m or types & _OPENAI_PARTS:
+    openai_shaped = m.get("role") in ("tool", "developer") or "tool_calls" in m
+    if openai_shaped or m.get("content") is None or types & _OPENAI_PARTS:
         return from_openai(m)
     if types & _RESPONSES_PARTS:
         return from_openai_responses([m])[0]
