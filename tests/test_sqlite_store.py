@@ -296,6 +296,29 @@ async def test_apply_writes_isolates_failures(tmp_path: Path) -> None:
         assert await store.apply_writes([]) == []
 
 
+async def test_apply_writes_transaction_failure_fails_every_write(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db, busy_timeout_ms=10, busy_retries=1) as store:
+        await store.save(session("a"))
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            results = await store.apply_writes(
+                [
+                    StoreWrite("append_turns", ("a", [turn(0)])),
+                    StoreWrite("patch_meta", ("a", {"k": 1})),
+                ]
+            )
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        errors = [r.error for r in results if isinstance(r, outcome.Error)]
+        assert len(errors) == 2
+        assert all(isinstance(e, StoreUnavailableError) for e in errors)
+        loaded = await store.load("a")
+        assert loaded is not None and loaded.turns == () and loaded.metadata == {}
+
+
 async def test_artifacts_upsert_cap_and_listing(tmp_path: Path) -> None:
     def art(i: int, kind: str = "file", uri: str | None = None, at: int = 0) -> SessionArtifact:
         return SessionArtifact(
