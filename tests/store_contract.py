@@ -1215,7 +1215,7 @@ class StoreContract:
 
     # -- validation -------------------------------------------------------------------------
 
-    @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+    @pytest.mark.parametrize("bad", BAD_IDS, ids=lambda v: repr(v)[:12])
     async def test_bad_session_ids_rejected(self, store: SessionStore, bad: Any) -> None:
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.load(bad),
