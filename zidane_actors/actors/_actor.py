@@ -147,6 +147,7 @@ class Actor(Generic[C]):
         self._processed = 0
         self._failed = 0
         self._started = False
+        self._stopped = trio.Event()
 
     # -- caller side ---------------------------------------------------------
 
@@ -217,6 +218,10 @@ class Actor(Generic[C]):
         if not self._started:
             self._stop(None)
 
+    async def wait_stopped(self) -> None:
+        """Return once the actor has stopped (closed or crashed) and failed its queue."""
+        await self._stopped.wait()
+
     def statistics(self) -> ActorStatistics:
         """A snapshot of the actor's state and counters."""
         stats = self._send.statistics()
@@ -253,6 +258,7 @@ class Actor(Generic[C]):
         self._receive.close()
         self._send.close()
         self._state = "crashed" if crash is not None else "closed"
+        self._stopped.set()
         if self._on_stop is not None:
             self._on_stop()
         if crash is not None and self._on_crash is not None:
@@ -297,11 +303,10 @@ class Actor(Generic[C]):
                     first = await self._receive.receive()
                 except (trio.EndOfChannel, trio.ClosedResourceError):
                     break
-                if self._state != "running":
-                    self._resolve(first, outcome.Error(self._verdict_error(None)))
-                    break
+                # A command handed straight to a waiting receive is in hand, even if
+                # close() ran since: it is applied, and only the queue is drained.
                 batch = [first]
-                while len(batch) < self._max_batch:
+                while len(batch) < self._max_batch and self._state == "running":
                     try:
                         batch.append(self._receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):

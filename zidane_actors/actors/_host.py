@@ -196,8 +196,9 @@ class SessionHost:
         self._check_open()
         actor = session._live_actor()
         if actor is None:
+            previous = session._actor
             actor = session._new_actor(mailbox_size=self._mailbox_size, on_crash=self._crashed)
-            self._nursery.start_soon(actor.run)
+            self._nursery.start_soon(_run_after, previous, actor)
             self._started += 1
             self._sessions[session.id] = session
         self._live[session.id] = session
@@ -252,6 +253,17 @@ class SessionHost:
             if actor is not None:
                 actor.close()
         self._live.clear()
+
+
+async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
+    """Run ``actor`` once ``previous`` (an evicted actor finishing its last command) stopped.
+
+    Commands sent meanwhile wait in the new mailbox, so one session never has
+    two actors applying commands at once.
+    """
+    if previous is not None:
+        await previous.wait_stopped()
+    await actor.run()
 
 
 @asynccontextmanager
