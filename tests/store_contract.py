@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 import msgspec
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
@@ -59,8 +60,10 @@ from zidane_actors.model import (
     SEND_REQUEST_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    DropPartials,
     FileBlock,
     ImageBlock,
+    PruneSteps,
     ReasoningBlock,
     RunErrorDetail,
     RunEstimate,
@@ -83,6 +86,7 @@ from zidane_actors.model import (
     ToolCallBlock,
     ToolResultBlock,
     TurnUsage,
+    UpdateRunOptions,
     current_run_owner,
     host_id,
     validate_id,
@@ -1320,6 +1324,103 @@ class StoreContract:
         ):
             with pytest.raises(StoreClosedError):
                 await call()
+
+    # -- concurrency ------------------------------------------------------------------------
+
+    async def test_concurrent_appends_lose_nothing(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        await store.save(make_session("s1"))
+        writers, per_writer = 4, 5
+
+        async def writer(w: int) -> None:
+            for i in range(per_writer):
+                await store.append_turns("s1", [make_turn(w * 100 + i)])
+
+        async with trio.open_nursery() as nursery:
+            for w in range(writers):
+                nursery.start_soon(writer, w)
+        store = await reopen()
+        ids = [t.id for t in await store.get_turns("s1")]
+        assert len(ids) == writers * per_writer
+        for w in range(writers):
+            assert [i for i in ids if int(i[1:]) // 100 == w] == [
+                f"t{w * 100 + i}" for i in range(per_writer)
+            ]
+
+    async def test_concurrent_claims_run_have_one_winner(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_run")
+        await full.save(make_session("s1"))
+        stale_at = now_ms() - 60_000
+        claims: list[bool] = []
+
+        async def claim(i: int) -> None:
+            owner = RunOwner(host_id=f"host-{i}", pid=i + 1, token=f"tok-{i}")
+            claims.append((await full.claim_run("s1", stale_at=stale_at, owner=owner)).claimed)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(claim, i)
+        assert sorted(claims) == [False] * 5 + [True]
+        loaded = await full.load("s1")
+        assert loaded is not None
+        assert loaded.status == "running"
+        assert loaded.run_owner is not None
+        assert loaded.run_owner.host_id.startswith("host-")
+
+    async def test_concurrent_send_claims_have_one_winner(self, store: SessionStore) -> None:
+        full = self.need(store, "claim_send_request")
+        await full.save(make_session("s1"))
+        claims: list[bool] = []
+
+        async def claim(i: int) -> None:
+            claims.append((await full.claim_send_request("s1", "req", f"fp-{i}")).claimed)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(claim, i)
+        assert sorted(claims) == [False] * 5 + [True]
+
+    async def test_concurrent_schedule_fire_claims_have_one_winner(
+        self, store: SessionStore
+    ) -> None:
+        full = self.need(store, "save_schedule", "claim_schedule_fire")
+        await full.save_schedule(make_schedule("s", next_fire_at=1_000))
+        wins: list[bool] = []
+
+        async def claim() -> None:
+            wins.append(await full.claim_schedule_fire("s", 1_000, 2_000))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(claim)
+        assert sorted(wins) == [False] * 5 + [True]
+
+    # -- options the store may ignore -------------------------------------------------------
+
+    async def test_step_options_are_accepted(self, store: SessionStore) -> None:
+        await store.save(make_session("s1"))
+        await store.append_turns(
+            "s1",
+            [make_turn(1, run_id="r1")],
+            AppendTurnsOptions(
+                drop_partials=DropPartials(run_id="r1"),
+                prune_steps=PruneSteps(run_id="r1", through_turn=1),
+                run=make_run("r1", "running"),
+            ),
+        )
+        await store.update_run(
+            "s1", make_run("r1"), UpdateRunOptions(prune_steps=PruneSteps(run_id="r1"))
+        )
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.turns, loaded.runs) == ((make_turn(1, run_id="r1"),), (make_run("r1"),))
+
+    async def test_unset_metadata_values_are_not_stored(self, store: SessionStore) -> None:
+        await store.save(make_session("s1", metadata={"keep": 1, "drop": UNSET}))
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.metadata == {"keep": 1}
 
     # -- group commit -----------------------------------------------------------------------
 
