@@ -395,7 +395,7 @@ def test_to_openai_request_system_role() -> None:
 
 
 def test_responses_documented_items() -> None:
-    items = [
+    items: list[dict[str, Any]] = [
         {"role": "user", "content": "What's the weather in Paris?"},
         {
             "type": "reasoning",

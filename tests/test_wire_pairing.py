@@ -169,13 +169,13 @@ def test_pairing_is_pure() -> None:
 # ---------------------------------------------------------------- drop_invalid_tool_pairings
 
 
-def turn(index: int, role: str, *blocks: Any, run_id: str | None = "r1") -> SessionTurn:
+def turn(index: int, role: Any, *blocks: Any, run_id: str | None = "r1") -> SessionTurn:
     return SessionTurn(
         id=f"t{index}",
         role=role,
         content=tuple(blocks),
         created_at=index,
-        run_id=run_id,  # type: ignore[arg-type]
+        run_id=run_id,
     )
 
 

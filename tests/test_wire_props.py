@@ -202,8 +202,8 @@ def chat_kept(m: SessionMessage) -> SessionMessage:
             if isinstance(b.output, str):
                 results.append(_bare_result(b, b.output))
             else:
-                texts = tuple(p for p in b.output if isinstance(p, TextBlock))
-                results.append(_bare_result(b, texts or ""))
+                text_parts = tuple(p for p in b.output if isinstance(p, TextBlock))
+                results.append(_bare_result(b, text_parts or ""))
                 moved.extend(_plain_text_file(p) for p in b.output if not isinstance(p, TextBlock))
         else:
             own.append(_plain_text_file(b))

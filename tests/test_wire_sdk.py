@@ -10,7 +10,7 @@ nested item all fail.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 import pytest
@@ -204,8 +204,9 @@ def test_chat_payloads_validate() -> None:
     for message in chat_safe:
         for payload in to_openai(message):
             check_chat(payload)
-    for role in ("system", "developer"):
-        request = to_openai_request(chat_safe, system_role=role)  # type: ignore[arg-type]
+    roles: tuple[Literal["system", "developer"], ...] = ("system", "developer")
+    for role in roles:
+        request = to_openai_request(chat_safe, system_role=role)
         assert request[0]["role"] == role
         for payload in request:
             check_chat(payload)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from ..errors import WireFormatError
 from ..model import (
@@ -76,7 +76,7 @@ def _file_data(block: FileBlock, path: str) -> str:
     return to_data_url(normalize_media_type(block.media_type or ""), block.data)
 
 
-def _unsupported_part(kind: str, path: str) -> None:
+def _unsupported_part(kind: str, path: str) -> NoReturn:
     if kind == "input_audio":
         fail("audio input is not supported by the neutral message model", f"{path}.type")
     fail(f"unsupported content part type {kind!r}", f"{path}.type")
@@ -103,7 +103,6 @@ def _chat_part_from(value: object, path: str, role: str) -> SessionContentBlock:
             fail("only inline file_data is supported (file_id needs the Files API)", f"{path}.file")
         return _file_from_data(data, name)
     _unsupported_part(kind, path)
-    raise AssertionError  # pragma: no cover
 
 
 def _chat_content(content: object, path: str, role: str) -> tuple[SessionContentBlock, ...]:
@@ -327,7 +326,6 @@ def _responses_part_from(value: object, path: str) -> ToolResultPart:
             return FileBlock(url=url, name=name)
         fail("only file_data or file_url files are supported", path)
     _unsupported_part(kind, path)
-    raise AssertionError  # pragma: no cover
 
 
 def _responses_content(content: object, path: str) -> tuple[ToolResultPart, ...]:

@@ -82,10 +82,6 @@ def orphaned_tool_result_marker(call_id: str) -> str:
 # ---------------------------------------------------------------- wire-time repair
 
 
-def _is_result(block: SessionContentBlock) -> bool:
-    return isinstance(block, ToolResultBlock)
-
-
 def ensure_tool_result_pairing(
     messages: Sequence[SessionMessage],
     *,
@@ -186,7 +182,7 @@ def ensure_tool_result_pairing(
                 assert isinstance(block, ToolResultBlock)
                 body.append(TextBlock(orphaned_tool_result_marker(block.call_id)))
                 changed = True
-            elif _is_result(block):
+            elif isinstance(block, ToolResultBlock):
                 changed = True  # an assigned result: re-placed after its call
             else:
                 body.append(block)
