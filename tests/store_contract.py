@@ -98,7 +98,7 @@ __all__ = ["StoreContract", "StoreHarness", "StoreOpener"]
 StoreOpener = Callable[[], AbstractAsyncContextManager[SessionStore]]
 """Opens a store on one backing storage; each call gives a store over the same data."""
 
-Reopen = Callable[[], Awaitable[SessionStore]]
+Reopen = Callable[[], Awaitable[Any]]
 
 BAD_IDS: tuple[object, ...] = ("../x", "", "a" * (ID_MAX_LENGTH + 1), "a/b", ".hidden", "x\n", 7)
 
@@ -366,7 +366,9 @@ class StoreContract:
         assert await store.get_turns("empty") == []
 
     async def test_save_huge_metadata(self, store: SessionStore, reopen: Reopen) -> None:
-        metadata = {f"key-{i}-ключ": {"v": "x" * 1_000, "i": i} for i in range(300)}
+        metadata: dict[str, object] = {
+            f"key-{i}-ключ": {"v": "x" * 1_000, "i": i} for i in range(300)
+        }
         metadata["blob"] = "€" * 200_000
         data = make_session("big", metadata=metadata)
         await store.save(data)
@@ -1261,12 +1263,12 @@ class StoreContract:
         await store.save(data)
         raw = msgspec.to_builtins(make_turn(2))
         attempts: list[Callable[[], Awaitable[object]]] = [
-            lambda: store.save(msgspec.to_builtins(data)),  # type: ignore[arg-type]
+            lambda: store.save(msgspec.to_builtins(data)),
             lambda: store.append_turns("s1", [raw]),
             lambda: store.append_turns("s1", "t2"),  # type: ignore[arg-type]
             lambda: store.append_turns("s1", [replace(make_turn(2), created_at=-5)]),
             lambda: store.append_turns("s1", [replace(make_turn(2), role="robot")]),
-            lambda: store.update_run("s1", msgspec.to_builtins(make_run("r1"))),  # type: ignore[arg-type]
+            lambda: store.update_run("s1", msgspec.to_builtins(make_run("r1"))),
             lambda: store.update_run("s1", replace(make_run("r1"), status="weird")),
             lambda: store.update_status("s1", "bogus"),  # type: ignore[arg-type]
             lambda: store.save(replace(data, metadata={"x": object()})),
@@ -1316,12 +1318,13 @@ class StoreContract:
         await full.save(make_session("s1"))
         await full.aclose()
         await full.aclose()
-        for call in (
+        calls: list[Callable[[], Awaitable[object]]] = [
             lambda: full.load("s1"),
             lambda: full.save(make_session("s2")),
             lambda: full.list(),
             lambda: full.append_turns("s1", [make_turn(1)]),
-        ):
+        ]
+        for call in calls:
             with pytest.raises(StoreClosedError):
                 await call()
 
@@ -1530,7 +1533,7 @@ _META_KEYS = st.sampled_from(["title", "model", "ünï", "todo"])
 _META_VALUES = st.one_of(
     st.none(),
     st.integers(-5, 5),
-    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=5),
+    st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=5),
     st.lists(st.integers(0, 3), max_size=2),
 )
 _OWNERS = st.sampled_from(

@@ -17,6 +17,7 @@ from zidane_actors.stores import (
     BatchingStore,
     FullSessionStore,
     MemoryStore,
+    SessionStore,
     StoreWrite,
     create_memory_store,
     open_memory_store,
@@ -40,8 +41,10 @@ class TestMemoryStore(StoreContract):
 
 async def test_create_memory_store_is_a_full_batching_store() -> None:
     store = create_memory_store()
-    assert isinstance(store, FullSessionStore)
-    assert isinstance(store, BatchingStore)
+    full: FullSessionStore = store  # the signatures match, checked by mypy
+    batching: BatchingStore = store
+    assert isinstance(full, SessionStore)
+    assert isinstance(batching, BatchingStore)
     assert store_capabilities(store) == OPTIONAL_METHODS
     await store.aclose()
 
