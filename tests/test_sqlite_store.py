@@ -481,6 +481,26 @@ async def test_lock_released_within_budget_is_invisible(tmp_path: Path) -> None:
         assert len(await store.get_turns("s")) == 1
 
 
+async def test_cancelled_write_in_flight_still_lands(tmp_path: Path) -> None:
+    """A write already running in the worker thread is never abandoned by a cancel."""
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db, busy_timeout_ms=5_000) as store:
+        await store.save(session("s"))
+        blocker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        async with trio.open_nursery() as nursery:
+
+            async def release() -> None:
+                await trio.sleep(0.3)
+                blocker.execute("ROLLBACK")
+
+            nursery.start_soon(release)
+            with trio.move_on_after(0.05):
+                await store.append_turns("s", [turn(0)])
+        blocker.close()
+        assert [t.id for t in await store.get_turns("s")] == ["t0"]
+
+
 async def test_closed_store_refuses(tmp_path: Path) -> None:
     async with open_sqlite_store(tmp_path / "s.db") as store:
         pass
