@@ -321,8 +321,8 @@ class _Api:
         async with self.locks.hold(sid):
             stored = {t.id for t in await self.store.get_turns(sid)}
             fresh = tuple(t for t in body.turns if t.id not in stored)
-            if fresh or body.options is not None:
-                await self.store.append_turns(sid, fresh, body.options)
+            # Called even with nothing fresh: an unknown session still answers 404.
+            await self.store.append_turns(sid, fresh, body.options)
         skipped = tuple(t.id for t in body.turns if t.id in stored)
         return _json(AppendTurnsResult(appended=len(fresh), skipped=skipped))
 

@@ -295,6 +295,26 @@ def _seg(value: str, what: str) -> str:
     return validate_id(value, what=what)
 
 
+def _typed(value: object, type_: type[T], what: str) -> T:
+    """``value`` if it is a ``type_``, else a :class:`ValidationError` naming ``what``."""
+    if not isinstance(value, type_):
+        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _typed_or_none(value: object, type_: type[T], what: str) -> T | None:
+    return None if value is None else _typed(value, type_, what)
+
+
+def _without_unset(data: SessionData) -> SessionData:
+    """``data`` without ``UNSET`` metadata values: absent keys mean the same, and JSON
+    has no ``undefined``."""
+    if not any(v is UNSET for v in data.metadata.values()):
+        return data
+    metadata = {k: v for k, v in data.metadata.items() if v is not UNSET}
+    return msgspec.structs.replace(data, metadata=metadata)
+
+
 def _backoff(attempt: int) -> float:
     """Full-jitter exponential backoff: uniform in ``[0, min(cap, base * 2**attempt)]``."""
     return random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
@@ -350,7 +370,12 @@ class RemoteStore:
         """
         if self._closed:
             raise StoreClosedError(f"remote store {self.url} is closed")
-        content = encode(body) if body is not None else None
+        try:
+            content = encode(body) if body is not None else None
+        except (TypeError, OverflowError) as exc:
+            raise ValidationError(
+                f"{method} {path}: body cannot be encoded as JSON: {exc}"
+            ) from None
         headers = {"content-type": "application/json"} if content is not None else None
         attempts = self.retries + 1 if retry else 1
         last: Exception | None = None
@@ -417,9 +442,9 @@ class RemoteStore:
 
     async def save(self, data: SessionData) -> None:
         """Create or overwrite the whole document (``PUT /sessions/{id}``)."""
-        await self._request(
-            "PUT", f"/sessions/{_seg(data.id, 'session id')}", body=data, retry=True
-        )
+        data = _typed(data, SessionData, "session")
+        path = f"/sessions/{_seg(data.id, 'session id')}"
+        await self._request("PUT", path, body=_without_unset(data), retry=True)
 
     async def append_turns(
         self,
@@ -428,7 +453,12 @@ class RemoteStore:
         options: AppendTurnsOptions | None = None,
     ) -> None:
         """Append turns; the server skips ids it holds already, so a retry never duplicates."""
-        body = AppendTurnsBody(turns=tuple(turns), options=options)
+        if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
+            raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
+        checked = tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
+        body = AppendTurnsBody(
+            turns=checked, options=_typed_or_none(options, AppendTurnsOptions, "options")
+        )
         await self._request(
             "POST", f"/sessions/{_seg(session_id, 'session id')}/turns", body=body, retry=True
         )
@@ -453,6 +483,8 @@ class RemoteStore:
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> None:
         """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
+        run = _typed(run, SessionRun, "run")
+        options = _typed_or_none(options, UpdateRunOptions, "options")
         path = f"/sessions/{_seg(session_id, 'session id')}/runs/{_seg(run.id, 'run id')}"
         await self._request("PUT", path, body=UpdateRunBody(run=run, options=options), retry=True)
 
@@ -465,6 +497,7 @@ class RemoteStore:
         preserve_updated_at: bool = False,
     ) -> None:
         """Set the status; ``running`` records ``owner`` (default: this client process)."""
+        owner = _typed_or_none(owner, RunOwner, "owner")
         if status == "running" and owner is None:
             owner = current_run_owner()
         body = UpdateStatusBody(status=status, owner=owner, preserve_updated_at=preserve_updated_at)
@@ -478,9 +511,8 @@ class RemoteStore:
 
     async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""
-        result = await self._json(
-            IdsResult, "GET", "/sessions", params=_filter_params(filter), retry=True
-        )
+        params = _filter_params(_typed_or_none(filter, SessionFilter, "filter"))
+        result = await self._json(IdsResult, "GET", "/sessions", params=params, retry=True)
         return builtins.list(result.ids)
 
     # -- optional methods ------------------------------------------------
@@ -489,6 +521,7 @@ class RemoteStore:
         self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
     ) -> RunClaim:
         """Claim the session for a run on the server, atomically (never retried)."""
+        owner = _typed_or_none(owner, RunOwner, "owner")
         body = ClaimRunBody(stale_at=stale_at, owner=owner or current_run_owner())
         result = await self._json(
             ClaimRunResult,
@@ -576,7 +609,7 @@ class RemoteStore:
             tuple[SessionArtifact, ...],
             "GET",
             "/artifacts",
-            params=_artifact_params(filter),
+            params=_artifact_params(_typed_or_none(filter, ArtifactFilter, "filter")),
             retry=True,
         )
         return builtins.list(result)
@@ -587,7 +620,7 @@ class RemoteStore:
             tuple[SessionMetaRow, ...],
             "GET",
             "/session-meta",
-            params=_filter_params(filter),
+            params=_filter_params(_typed_or_none(filter, SessionFilter, "filter")),
             retry=True,
         )
         return builtins.list(result)
@@ -663,6 +696,8 @@ class RemoteStore:
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
+        if not isinstance(patch, Mapping):
+            raise ValidationError(f"patch must be a mapping, got {type(patch).__name__}")
         body = PatchMetaBody(
             set={k: v for k, v in patch.items() if v is not UNSET},
             remove=tuple(k for k, v in patch.items() if v is UNSET),
@@ -673,6 +708,7 @@ class RemoteStore:
 
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire (``POST``, not retried: a repeat would be a second fire)."""
+        fire = _typed(fire, ScheduleFire, "fire")
         await self._request(
             "POST",
             f"/schedules/{_seg(fire.schedule_id, 'schedule id')}/fires",
@@ -682,15 +718,18 @@ class RemoteStore:
 
     async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
         """Persist the header and upsert the snapshot's runs; never deletes turns."""
+        data = _typed(data, SessionData, "session")
+        options = _typed_or_none(options, SaveMetaOptions, "options")
         await self._request(
             "PUT",
             f"/sessions/{_seg(data.id, 'session id')}/meta",
-            body=SaveMetaBody(session=data, options=options),
+            body=SaveMetaBody(session=_without_unset(data), options=options),
             retry=True,
         )
 
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule."""
+        schedule = _typed(schedule, Schedule, "schedule")
         params = {"keepNextFireAt": "true"} if keep_next_fire_at else None
         await self._request(
             "PUT",
@@ -712,6 +751,7 @@ class RemoteStore:
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``; ``None`` for an unknown session."""
+        artifact = _typed(artifact, SessionArtifact, "artifact")
         path = f"/sessions/{_seg(artifact.session_id, 'session id')}/artifacts"
         result = await self._json(UpsertArtifactResult, "PUT", path, body=artifact, retry=True)
         return result.artifact
