@@ -316,8 +316,8 @@ async def test_idempotent_operations_survive_connection_loss(
     await store.append_turns("s", [turn(1)])
     assert [t.id for t in await store.get_turns("s")] == ["t1"]
     stats = store.statistics()
-    assert stats.reconnects >= 2
-    assert stats.retries >= 2
+    assert stats.reconnects >= 1
+    assert stats.retries >= 1
 
 
 async def test_non_idempotent_write_is_retried_only_when_nothing_was_sent(

@@ -1,9 +1,10 @@
 """A session store on PostgreSQL, shared by many hosts.
 
 psycopg 3's blocking API runs in worker threads (no trio-native driver
-exists): every connection has its own ``CapacityLimiter(1)``, writes go
-through one writer connection and never abandon their thread on cancel,
-reads take any idle connection of the pool. Cross-host races (run claims,
+exists): every connection has its own ``CapacityLimiter(1)`` and no thread
+is ever abandoned on cancel. Batches of writes (group commit) run on one
+dedicated connection; reads and single writes take any idle connection of
+the pool. Cross-host races (run claims,
 schedule fires, send-request ids, appends) are settled by row locks and
 conditional statements inside one transaction each.
 """
@@ -89,6 +90,10 @@ _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _TRANSIENT: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _BACKOFF_S: Final = 0.05
 _STATUSES: Final = frozenset(get_args(SessionStatus))
+
+
+class _SlowPath(Exception):
+    """A write of a savepoint-free batch failed: roll back and rerun with savepoints."""
 
 
 def _now_ms() -> int:
@@ -322,42 +327,138 @@ def _save_meta(cur: _Cursor, data: SessionData, options: SaveMetaOptions | None 
     _upsert_runs(cur, data.id, data.runs)
 
 
+_FRESH_TURNS: Final = """
+fresh AS (
+    SELECT u.i, u.r, u.b, row_number() OVER (ORDER BY u.o) - 1 AS n
+    FROM unnest(%(ids)s::text[], %(roles)s::text[], %(bodies)s::text[])
+        WITH ORDINALITY AS u(i, r, b, o)
+    WHERE NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = %(sid)s AND t.id = u.i)
+)"""
+_COUNT_ADDED: Final = """
+UPDATE sessions SET
+    turn_count = turn_count + (SELECT count(*) FROM added),
+    user_turn_count = user_turn_count + (SELECT count(*) FROM added WHERE role = 'user'),
+    updated_at = %(now)s, rev = nextval('revs')
+WHERE id = %(sid)s
+"""
+
+_APPEND_SQL: Final = (
+    "WITH"
+    + _FRESH_TURNS
+    + """, added AS (
+    INSERT INTO turns (session_id, seq, id, role, body)
+    SELECT %(sid)s, %(start)s + n, i, r, b FROM fresh
+    RETURNING role
+)"""
+    + _COUNT_ADDED
+)
+"""After the row lock: skip stored turn ids, insert the rest at dense seqs, count them."""
+
+_APPEND_ONE_SQL: Final = (
+    "WITH head AS (SELECT turn_count FROM sessions WHERE id = %(sid)s FOR UPDATE),"
+    + _FRESH_TURNS
+    + """, added AS (
+    INSERT INTO turns (session_id, seq, id, role, body)
+    SELECT %(sid)s, head.turn_count + n, i, r, b FROM fresh, head
+    RETURNING role
+)"""
+    + _COUNT_ADDED
+    + " RETURNING 1"
+)
+"""The append as one statement, for pipelined batches.
+
+Its id check reads the statement's snapshot, taken before the row lock: a
+turn id appended by a transaction it waited on fails the unique constraint
+instead of being skipped, and the batch then reruns on the two-step path.
+"""
+
+
+def _checked_append(
+    session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
+) -> tuple[list[SessionTurn], SessionRun | None]:
+    """Validated turns (first of each id) and run of an append."""
+    validate_id(session_id)
+    checked = _checked_items(turns, SessionTurn, "turns")
+    run = None
+    if options is not None:
+        run = _checked(options, AppendTurnsOptions, "append options").run
+    _check_ids(checked, () if run is None else (run,))
+    seen: set[str] = set()
+    unique: list[SessionTurn] = []
+    for turn in checked:
+        if turn.id not in seen:
+            seen.add(turn.id)
+            unique.append(turn)
+    return unique, run
+
+
+def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, Any]:
+    return {
+        "sid": session_id,
+        "ids": [t.id for t in turns],
+        "roles": [t.role for t in turns],
+        "bodies": [_json(t, f"turn {t.id!r}") for t in turns],
+        "now": _now_ms(),
+    }
+
+
 def _append_turns(
     cur: _Cursor,
     session_id: str,
     turns: Sequence[SessionTurn],
     options: AppendTurnsOptions | None = None,
 ) -> None:
-    validate_id(session_id)
-    turns = _checked_items(turns, SessionTurn, "turns")
-    run = None
-    if options is not None:
-        run = _checked(options, AppendTurnsOptions, "append options").run
-    _check_ids(turns, () if run is None else (run,))
-    header = _lock_header(cur, session_id)
+    unique, run = _checked_append(session_id, turns, options)
+    # The row lock serializes appends to one session across hosts; the next
+    # statement's snapshot then sees every turn committed before it.
+    cur.execute("SELECT turn_count FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    header = cur.fetchone()
     if header is None:
         raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
-    if not turns and run is None:
-        return
-    fresh: list[SessionTurn] = []
-    if turns:
-        cur.execute(
-            "SELECT id FROM turns WHERE session_id = %s AND id = ANY(%s)",
-            (session_id, [t.id for t in turns]),
-        )
-        seen = {row[0] for row in cur.fetchall()}
-        for turn in turns:
-            if turn.id not in seen:
-                seen.add(turn.id)
-                fresh.append(turn)
-    users = _insert_turns(cur, session_id, header[4], fresh)
-    cur.execute(
-        "UPDATE sessions SET turn_count = turn_count + %s, user_turn_count = user_turn_count + %s,"
-        " updated_at = %s, rev = nextval('revs') WHERE id = %s",
-        (len(fresh), users, _now_ms(), session_id),
-    )
+    if unique:
+        cur.execute(_APPEND_SQL, {**_append_params(session_id, unique), "start": header[0]})
     if run is not None:
         _upsert_runs(cur, session_id, (run,))
+        cur.execute(
+            "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
+            (_now_ms(), session_id),
+        )
+
+
+def _pipelined_writes(
+    conn: _Connection, writes: Sequence[StoreWrite]
+) -> builtins.list[outcome.Outcome[Any]]:
+    """Every write of a batch, appends sent without waiting for their answers.
+
+    Any failure raises :class:`_SlowPath` (the caller rolls back and reruns
+    the batch with savepoints), so every outcome here is a value.
+    """
+    results: builtins.list[outcome.Outcome[Any]] = []
+    appended: builtins.list[tuple[str, _Cursor]] = []
+    try:
+        with conn.pipeline(), conn.cursor() as cur:
+            for write in writes:
+                fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
+                if fn is None:
+                    raise _SlowPath
+                if write.method == "append_turns":
+                    unique, run = _checked_append(*write.args, **write.kwargs)
+                    if unique and run is None:
+                        own = conn.cursor()
+                        own.execute(_APPEND_ONE_SQL, _append_params(write.args[0], unique))
+                        appended.append((write.args[0], own))
+                        results.append(outcome.Value(None))
+                        continue
+                results.append(outcome.Value(fn(cur, *write.args, **write.kwargs)))
+        for _, own in appended:
+            if own.fetchone() is None:
+                raise _SlowPath
+            own.close()
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except Exception:
+        raise _SlowPath from None
+    return results
 
 
 def _update_run(
@@ -712,7 +813,7 @@ class PostgresStoreStatistics:
 
     schema: str
     connections: int
-    idle_readers: int
+    idle_pooled: int
     retries: int
     reconnects: int
 
@@ -728,7 +829,7 @@ class PostgresStore:
 
     _schema: str
     _writer: _Conn
-    _readers: builtins.list[_Conn]
+    _pool: builtins.list[_Conn]
     _idle_send: trio.MemorySendChannel[_Conn]
     _idle_recv: trio.MemoryReceiveChannel[_Conn]
     _max_retries: int
@@ -781,14 +882,24 @@ class PostgresStore:
             f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
         ) from last
 
-    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+    async def _batch(self, op: Callable[[_Cursor], T]) -> T:
+        """Run a batch of writes on the batch connection (batches lock many rows: one at a
+        time, so they cannot deadlock one another)."""
         self._check_open()
         return await trio.to_thread.run_sync(
-            self._transact, self._writer, op, idempotent, limiter=self._writer.limiter
+            self._transact, self._writer, op, True, limiter=self._writer.limiter
         )
 
+    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+        """Run one write on any idle pooled connection (it locks at most one session row)."""
+        self._check_open()
+        async with self._pooled() as conn:
+            return await trio.to_thread.run_sync(
+                self._transact, conn, op, idempotent, limiter=conn.limiter
+            )
+
     @asynccontextmanager
-    async def _reader(self) -> AsyncIterator[_Conn]:
+    async def _pooled(self) -> AsyncIterator[_Conn]:
         conn = await self._idle_recv.receive()
         try:
             yield conn
@@ -797,18 +908,18 @@ class PostgresStore:
 
     async def _read(self, op: Callable[[_Cursor], T]) -> T:
         self._check_open()
-        async with self._reader() as conn:
+        async with self._pooled() as conn:
             return await trio.to_thread.run_sync(
                 self._transact, conn, op, True, limiter=conn.limiter
             )
 
     def statistics(self) -> PostgresStoreStatistics:
-        """Pool size, idle readers, retries made and reconnects so far."""
-        conns = [self._writer, *(c for c in self._readers if c is not self._writer)]
+        """Pool size, idle pooled connections, retries made and reconnects so far."""
+        conns = [self._writer, *(c for c in self._pool if c is not self._writer)]
         return PostgresStoreStatistics(
             schema=self._schema,
             connections=len(conns),
-            idle_readers=self._idle_send.statistics().current_buffer_used,
+            idle_pooled=self._idle_send.statistics().current_buffer_used,
             retries=self._retries,
             reconnects=sum(c.reconnects for c in conns),
         )
@@ -818,7 +929,7 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
-        for conn in {id(c): c for c in [self._writer, *self._readers]}.values():
+        for conn in {id(c): c for c in [self._writer, *self._pool]}.values():
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(conn.discard, limiter=conn.limiter)
 
@@ -930,9 +1041,17 @@ class PostgresStore:
     async def apply_writes(
         self, writes: Sequence[StoreWrite]
     ) -> builtins.list[outcome.Outcome[Any]]:
-        """Apply ``writes`` in one transaction, each in its own savepoint, in order."""
+        """Apply ``writes`` in one transaction, in order; a failing write fails alone.
 
-        def op(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+        The batch first runs pipelined without savepoints (appends cost no
+        round trip of their own); if any write fails, that attempt is rolled
+        back and the batch reruns with each write in its own savepoint.
+        """
+
+        def fast(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+            return _pipelined_writes(cur.connection, writes)
+
+        def savepoints(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
             conn = cur.connection
             results: builtins.list[outcome.Outcome[Any]] = []
             for write in writes:
@@ -959,7 +1078,10 @@ class PostgresStore:
             return results
 
         try:
-            return await self._write(op)
+            try:
+                return await self._batch(fast)
+            except _SlowPath:
+                return await self._batch(savepoints)
         except StoreError as exc:
             return [outcome.Error(exc) for _ in writes]
 
@@ -1343,8 +1465,9 @@ async def open_postgres_store(
 ) -> AsyncIterator[PostgresStore]:
     """Open (creating or migrating) the store held in PostgreSQL schema ``schema``.
 
-    ``pool_size`` connections are opened: one for writes, the rest for reads
-    (with ``pool_size=1`` reads share the writer). Transient failures are
+    ``pool_size`` connections are opened: one for batches of writes
+    (:meth:`PostgresStore.apply_writes`), the rest for reads and single
+    writes (with ``pool_size=1`` everything shares one connection). Transient failures are
     retried ``retries`` times for operations that are safe to repeat, then
     raise :class:`~zidane_actors.errors.StoreUnavailableError`. The store is
     closed on exit.
@@ -1356,17 +1479,17 @@ async def open_postgres_store(
     if retries < 0:
         raise ValidationError(f"retries must be at least 0, got {retries}")
     writer = _Conn(dsn, schema, connect_timeout)
-    readers = [_Conn(dsn, schema, connect_timeout) for _ in range(pool_size - 1)] or [writer]
-    conns = [writer, *(r for r in readers if r is not writer)]
+    pooled = [_Conn(dsn, schema, connect_timeout) for _ in range(pool_size - 1)] or [writer]
+    conns = [writer, *(c for c in pooled if c is not writer)]
     with trio.CancelScope(shield=True):
         await trio.to_thread.run_sync(_connect_all, conns, writer)
-    idle_send, idle_recv = trio.open_memory_channel[_Conn](len(readers))
-    for reader in readers:
-        idle_send.send_nowait(reader)
+    idle_send, idle_recv = trio.open_memory_channel[_Conn](len(pooled))
+    for conn in pooled:
+        idle_send.send_nowait(conn)
     store = PostgresStore(
         schema=schema,
         writer=writer,
-        readers=readers,
+        pool=pooled,
         idle_send=idle_send,
         idle_recv=idle_recv,
         max_retries=retries,
