@@ -47,35 +47,65 @@ ActorState: TypeAlias = Literal["running", "closing", "closed", "crashed"]
 
 
 class Reply(Generic[T]):
-    """A one-shot reply slot: resolved once (first writer wins), awaited by anyone."""
+    """A one-shot reply slot: resolved once (first writer wins), awaited by anyone.
 
-    __slots__ = ("_event", "_outcome")
+    Waiters park with ``trio.lowlevel.wait_task_rescheduled`` directly: this is
+    the hot path of every actor call, and it lets :meth:`Actor.call` wait
+    without a cancel scope (a cancel during the wait is deferred, not lost).
+    """
+
+    __slots__ = ("_outcome", "_waiters")
 
     def __init__(self) -> None:
-        self._event = trio.Event()
         self._outcome: outcome.Outcome[T] | None = None
+        self._waiters: list[trio.lowlevel.Task] = []
 
     def resolve(self, result: outcome.Outcome[T]) -> bool:
         """Set the verdict; ``False`` (and no effect) when it was already set."""
         if self._outcome is not None:
             return False
         self._outcome = result
-        self._event.set()
+        waiters, self._waiters = self._waiters, []
+        for task in waiters:
+            trio.lowlevel.reschedule(task)
         return True
 
     def done(self) -> bool:
         """Whether the verdict is in."""
         return self._outcome is not None
 
-    async def wait(self) -> T:
-        """Wait for the verdict: the command's result, or its error raised here."""
-        await self._event.wait()
+    def _verdict(self) -> T:
         result = self._outcome
         if isinstance(result, outcome.Error):
             raise result.error
         assert isinstance(result, outcome.Value)
         value: T = result.value
         return value
+
+    async def wait(self) -> T:
+        """Wait for the verdict: the command's result, or its error raised here.
+
+        Cancellable: a cancelled wait just stops waiting (the command is not undone).
+        """
+        if self._outcome is not None:
+            await trio.lowlevel.checkpoint()
+            return self._verdict()
+        task = trio.lowlevel.current_task()
+        self._waiters.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._waiters.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        return self._verdict()
+
+    async def wait_shielded(self) -> T:
+        """Wait for the verdict without being cancellable; a cancel lands at the next checkpoint."""
+        if self._outcome is None:
+            self._waiters.append(trio.lowlevel.current_task())
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        return self._verdict()
 
 
 @attrs.frozen(eq=False)
@@ -189,9 +219,7 @@ class Actor(Generic[C]):
             await self._send.send(command)  # type: ignore[arg-type]
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self._closed_error() from None
-        with trio.CancelScope(shield=True):
-            result = await command.reply.wait()
-        return result
+        return await command.reply.wait_shielded()
 
     def submit(self, command: Command[T]) -> Reply[T]:
         """Enqueue without waiting; await the returned reply later.
@@ -298,27 +326,31 @@ class Actor(Generic[C]):
         self._started = True
         crash: BaseException | None = None
         try:
-            while self._state == "running":
-                try:
-                    first = await self._receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                # A command handed straight to a waiting receive is in hand, even if
-                # close() ran since: it is applied, and only the queue is drained.
-                batch = [first]
-                while len(batch) < self._max_batch and self._state == "running":
+            # One scope for the whole loop: open to cancellation while waiting for
+            # a command, shielded while applying one (cheaper than a scope each).
+            with trio.CancelScope() as guard:
+                while self._state == "running":
+                    guard.shield = False
                     try:
-                        batch.append(self._receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
+                        first = await self._receive.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
                         break
-                self._busy = True
-                try:
-                    with trio.CancelScope(shield=True):
+                    guard.shield = True
+                    # A command handed straight to a waiting receive is in hand, even
+                    # if close() ran since: it is applied, and only the queue drained.
+                    batch = [first]
+                    while len(batch) < self._max_batch and self._state == "running":
+                        try:
+                            batch.append(self._receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    self._busy = True
+                    try:
                         crash = await self._apply(batch)
-                finally:
-                    self._busy = False
-                if crash is not None:
-                    break
+                    finally:
+                        self._busy = False
+                    if crash is not None:
+                        break
         finally:
             self._stop(crash)
 
