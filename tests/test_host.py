@@ -180,3 +180,16 @@ async def test_statistics_include_the_store_actor() -> None:
         stats = host.statistics()
         assert stats.store.calls >= 3  # load + save at creation, then the append
         assert stats.store.actor.state == "running"
+
+
+async def test_eviction_never_fails_a_command_already_handed_to_the_actor() -> None:
+    async with open_session_host(create_memory_store(), max_live_sessions=1) as host:
+        a = await host.create_session(id="a")
+        await a.set_meta("k", 0)  # a's actor now waits in receive(), idle
+        b = await host.create_session(id="b")
+        handed = a.set_meta_nowait("k", 1)  # goes straight to a's waiting receive
+        await b.set_meta("k", 2)  # evicts a: the least recently used, looking idle
+        assert host.statistics().evictions == 1
+        await handed.wait()  # applied, not failed with ActorClosed
+        await a.set_meta("k", 3)  # a revived actor, started after the evicted one stopped
+        assert a.metadata["k"] == 3 and b.metadata["k"] == 2
