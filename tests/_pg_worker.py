@@ -9,6 +9,7 @@ answers one JSON line on stdout for each JSON command line on stdin:
 - ``{"op": "append", "session": id, "worker": w, "count": n, "batch": b, "at": epoch_s}``
   appends ``n`` turns ``w{w}-{i}`` in batches of ``b``, each batch sent twice (a
   retried write) and carrying the turn ``shared-{k}`` every host also appends;
+  with ``"batched": true`` both copies go in one ``apply_writes`` batch;
   answers ``{"appended": n}``
 - ``{"op": "quit"}`` closes the store and exits.
 
@@ -26,7 +27,7 @@ from typing import Any
 import trio
 
 from zidane_actors.model import SessionTurn, TextBlock
-from zidane_actors.stores import PostgresStore, open_postgres_store
+from zidane_actors.stores import PostgresStore, StoreWrite, open_postgres_store
 
 
 async def _start_at(at: float) -> None:
@@ -57,8 +58,13 @@ async def _handle(store: PostgresStore, cmd: dict[str, Any]) -> dict[str, Any]:
         for start in range(0, count, batch):
             turns = [_turn(f"w{worker}-{i}") for i in range(start, min(count, start + batch))]
             turns.append(_turn(f"shared-{start // batch}"))
-            await store.append_turns(cmd["session"], turns)
-            await store.append_turns(cmd["session"], turns)
+            if cmd.get("batched"):
+                write = StoreWrite("append_turns", (cmd["session"], turns))
+                for result in await store.apply_writes([write, write]):
+                    result.unwrap()
+            else:
+                await store.append_turns(cmd["session"], turns)
+                await store.append_turns(cmd["session"], turns)
         return {"appended": count}
     raise ValueError(f"unknown command {op!r}")
 

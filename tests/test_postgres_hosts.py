@@ -159,21 +159,24 @@ async def test_claim_schedule_fire_has_one_winner_per_due_time(
     assert stored.next_fire_at == due
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["direct", "group-commit"])
 async def test_concurrent_appends_lose_and_duplicate_nothing(
-    schema: str, hosts: list[Host], store: PostgresStore
+    schema: str, hosts: list[Host], store: PostgresStore, batched: bool
 ) -> None:
-    count, batch = 60, 5
-    await store.save(session("appended"))
-    replies = await everyone(hosts, op="append", session="appended", count=count, batch=batch)
+    count, batch, sid = 60, 5, f"appended-{batched}"
+    await store.save(session(sid))
+    replies = await everyone(
+        hosts, op="append", session=sid, count=count, batch=batch, batched=batched
+    )
     assert all(r["appended"] == count for r in replies)
-    ids = [t.id for t in await store.get_turns("appended")]
+    ids = [t.id for t in await store.get_turns(sid)]
     batches = count // batch
     assert len(ids) == len(set(ids)) == HOSTS * count + batches
     assert {i for i in ids if i.startswith("shared-")} == {f"shared-{k}" for k in range(batches)}
     for w in range(len(hosts)):
         own = [i for i in ids if i.startswith(f"w{w}-")]
         assert own == [f"w{w}-{i}" for i in range(count)]
-    seqs = admin(schema, "SELECT seq FROM turns WHERE session_id = 'appended' ORDER BY seq")
+    seqs = admin(schema, "SELECT seq FROM turns WHERE session_id = %s ORDER BY seq", (sid,))
     assert [s for (s,) in seqs] == list(range(len(ids)))
-    meta = await store.get_meta("appended")
+    meta = await store.get_meta(sid)
     assert meta is not None and meta.turn_count == meta.user_message_count == len(ids)

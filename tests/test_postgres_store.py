@@ -387,3 +387,42 @@ async def test_mutate_history_renumbers_and_keeps_counts(schema: str, store: Pos
     assert (meta.turn_count, meta.user_message_count) == (3, 2)
     assert meta.first_user_turn is not None
     assert meta.first_user_turn.id == "t3"
+
+
+async def test_batches_racing_on_the_same_turn_ids_keep_one_copy(schema: str) -> None:
+    """Two hosts' pipelined batches append the same turns: the loser of the unique check
+    reruns with savepoints, and every turn is stored once, in order."""
+    async with (
+        open_postgres_store(DSN, schema=schema, pool_size=1) as one,
+        open_postgres_store(DSN, schema=schema, pool_size=1) as two,
+    ):
+        await one.save(session("s"))
+
+        async def host(store: PostgresStore) -> None:
+            for i in range(0, 40, 2):
+                writes = [StoreWrite("append_turns", ("s", [turn(i), turn(i + 1)]))]
+                results = await store.apply_writes(writes)
+                assert all(isinstance(r, outcome.Value) for r in results), results
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host, one)
+            nursery.start_soon(host, two)
+        assert [t.id for t in await one.get_turns("s")] == [f"t{i}" for i in range(40)]
+        assert admin(schema, "SELECT max(seq), count(*) FROM turns") == [(39, 40)]
+
+
+async def test_batch_with_failure_reruns_with_savepoints(store: PostgresStore) -> None:
+    await store.save(session("a"))
+    ok = await store.apply_writes([StoreWrite("append_turns", ("a", [turn(1)]))])
+    assert isinstance(ok[0], outcome.Value)
+    assert store.statistics().batch_fallbacks == 0
+    mixed = await store.apply_writes(
+        [
+            StoreWrite("append_turns", ("a", [turn(2)])),
+            StoreWrite("append_turns", ("nope", [turn(2)])),
+            StoreWrite("append_turns", ("a", [turn(3)])),
+        ]
+    )
+    assert [type(r) for r in mixed] == [outcome.Value, outcome.Error, outcome.Value]
+    assert store.statistics().batch_fallbacks == 1
+    assert [t.id for t in await store.get_turns("a")] == ["t1", "t2", "t3"]

@@ -816,6 +816,8 @@ class PostgresStoreStatistics:
     idle_pooled: int
     retries: int
     reconnects: int
+    batch_fallbacks: int
+    """Batches rerun with savepoints because a write of the pipelined attempt failed."""
 
 
 @attrs.define(eq=False)
@@ -835,6 +837,7 @@ class PostgresStore:
     _max_retries: int
     _closed: bool = False
     _retries: int = 0
+    _fallbacks: int = 0
 
     # -- plumbing --------------------------------------------------------
 
@@ -922,6 +925,7 @@ class PostgresStore:
             idle_pooled=self._idle_send.statistics().current_buffer_used,
             retries=self._retries,
             reconnects=sum(c.reconnects for c in conns),
+            batch_fallbacks=self._fallbacks,
         )
 
     async def aclose(self) -> None:
@@ -1081,6 +1085,7 @@ class PostgresStore:
             try:
                 return await self._batch(fast)
             except _SlowPath:
+                self._fallbacks += 1
                 return await self._batch(savepoints)
         except StoreError as exc:
             return [outcome.Error(exc) for _ in writes]
