@@ -21,6 +21,7 @@ import trio
 
 from ..errors import ActorClosed, ConflictError, NoStoreError, ValidationError
 from ..model import (
+    ID_MAX_LENGTH,
     AppendTurnsOptions,
     ArtifactFilter,
     JsonValue,
@@ -190,8 +191,9 @@ def close_interrupted_tool_calls(turns: Sequence[SessionTurn]) -> tuple[SessionT
 
 
 def _interrupted_turn(after: SessionTurn, results: tuple[ToolResultBlock, ...]) -> SessionTurn:
+    suffix = ".interrupted"
     return SessionTurn(
-        id=f"{after.id}.interrupted",
+        id=after.id[: ID_MAX_LENGTH - len(suffix)] + suffix,
         role="user",
         content=results,
         created_at=after.created_at,
