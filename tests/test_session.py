@@ -494,3 +494,16 @@ async def test_nowait_forms_enqueue_and_reply_later() -> None:
         await session.update_status_nowait("completed").wait()
         assert [t.id for t in session.turns] == ["t0", "t1", "t2", "t3"]
         assert session.metadata["k"] == 1 and session.status == "completed"
+
+
+async def test_standalone_actor_stops_when_idle_and_restarts_in_order() -> None:
+    session = await create_session(create_memory_store())
+    await session.append_turns([text_turn("a")])
+    first = session._actor
+    assert first is not None and first.statistics().state == "closed"  # no task left behind
+    replies = [session.append_turns_nowait([text_turn(f"b{i}")]) for i in range(5)]
+    for reply in replies:
+        await reply.wait()
+    assert [t.id for t in session.turns] == ["a", "b0", "b1", "b2", "b3", "b4"]
+    stored = await session.store.load(session.id)  # type: ignore[union-attr]
+    assert stored is not None and stored.turns == session.turns

@@ -29,6 +29,7 @@ from ._session import (
     Session,
     _loaded_session_data,
     _new_session_data,
+    _run_after,
     _SessionCommand,
     _wall_clock,
 )
@@ -253,17 +254,6 @@ class SessionHost:
             if actor is not None:
                 actor.close()
         self._live.clear()
-
-
-async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
-    """Run ``actor`` once ``previous`` (an evicted actor finishing its last command) stopped.
-
-    Commands sent meanwhile wait in the new mailbox, so one session never has
-    two actors applying commands at once.
-    """
-    if previous is not None:
-        await previous.wait_stopped()
-    await actor.run()
 
 
 @asynccontextmanager

@@ -468,6 +468,7 @@ class Session:
         *,
         mailbox_size: int,
         on_crash: Callable[[Session, BaseException], None] | None = None,
+        stop_when_idle: bool = False,
     ) -> Actor[_SessionCommand[Any]]:
         """A fresh (not yet started) actor for this session; the runner starts it."""
 
@@ -480,7 +481,9 @@ class Session:
             if on_crash is not None:
                 on_crash(self, exc)
 
-        self._actor = Actor(handle, mailbox_size=mailbox_size, on_crash=crashed)
+        self._actor = Actor(
+            handle, mailbox_size=mailbox_size, on_crash=crashed, stop_when_idle=stop_when_idle
+        )
         return self._actor
 
     def _live_actor(self) -> Actor[_SessionCommand[Any]] | None:
@@ -1000,17 +1003,33 @@ async def _loaded_session_data(
     return data, False
 
 
+async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
+    """Run ``actor`` once ``previous`` (a closed actor finishing its last command) stopped.
+
+    Commands sent meanwhile wait in the new mailbox, so one session never has
+    two actors applying commands at once.
+    """
+    if previous is not None:
+        await previous.wait_stopped()
+    await actor.run()
+
+
 @attrs.define
 class _StandaloneRunner:
-    """Actors as trio system tasks, for sessions made outside a host: never evicted."""
+    """Sessions made outside a host: an actor per burst of commands, as a trio system task.
+
+    The actor stops whenever its mailbox runs empty, so a dropped session
+    leaves no task behind; the next mutation starts a new one.
+    """
 
     mailbox_size: int = 64
 
     def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]:
         actor = session._live_actor()
         if actor is None:
-            actor = session._new_actor(mailbox_size=self.mailbox_size)
-            trio.lowlevel.spawn_system_task(actor.run)
+            previous = session._actor
+            actor = session._new_actor(mailbox_size=self.mailbox_size, stop_when_idle=True)
+            trio.lowlevel.spawn_system_task(_run_after, previous, actor)
         return actor
 
 
