@@ -193,3 +193,23 @@ async def test_eviction_never_fails_a_command_already_handed_to_the_actor() -> N
         await handed.wait()  # applied, not failed with ActorClosed
         await a.set_meta("k", 3)  # a revived actor, started after the evicted one stopped
         assert a.metadata["k"] == 3 and b.metadata["k"] == 2
+
+
+async def test_concurrent_sessions_share_group_commits() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        sessions = [await host.create_session(id=f"s{i}") for i in range(20)]
+
+        async def writer(session: Session) -> None:
+            for i in range(5):
+                await session.append_turns([text_turn(f"{session.id}-{i}")])
+
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(writer, session)
+        stats = host.statistics().store
+    assert stats.batches > 0 and stats.avg_batch_size > 1
+    for session in sessions:
+        stored = await store.load(session.id)
+        assert stored is not None and stored.turns == session.turns
+        assert [t.id for t in stored.turns] == [f"{session.id}-{i}" for i in range(5)]

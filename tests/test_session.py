@@ -507,3 +507,45 @@ async def test_standalone_actor_stops_when_idle_and_restarts_in_order() -> None:
     assert [t.id for t in session.turns] == ["a", "b0", "b1", "b2", "b3", "b4"]
     stored = await session.store.load(session.id)  # type: ignore[union-attr]
     assert stored is not None and stored.turns == session.turns
+
+
+def lane_history(second_depth: int) -> SessionData:
+    def pair(run_id: str, n: int) -> tuple[SessionTurn, SessionTurn]:
+        return (
+            SessionTurn(
+                id=f"a{n}",
+                role="assistant",
+                content=(ToolCallBlock(id="call_0", name="ls"),),
+                created_at=n,
+                run_id=run_id,
+            ),
+            SessionTurn(
+                id=f"t{n}",
+                role="user",
+                content=(ToolResultBlock(call_id="call_0", output="ok"),),
+                created_at=n,
+                run_id=run_id,
+            ),
+        )
+
+    return SessionData(
+        id="s",
+        created_at=1,
+        updated_at=1,
+        turns=(*pair("r1", 1), *pair("r2", 2)),
+        runs=(
+            SessionRun(id="r1", prompt="", started_at=1, status="completed", depth=0),
+            SessionRun(id="r2", prompt="", started_at=2, status="completed", depth=second_depth),
+        ),
+    )
+
+
+@pytest.mark.parametrize(("depth", "kept"), [(0, ["a1", "t1"]), (1, ["a1", "t1", "a2", "t2"])])
+async def test_load_heal_lanes_follow_run_topology(depth: int, kept: list[str]) -> None:
+    store = create_memory_store()
+    await store.save(lane_history(depth))
+    session = await load_session(store, "s", persist_heal=False)
+    assert session is not None
+    # depth-0 runs share the main view: the reused id is a duplicate there; a
+    # sub-agent (depth 1) has its own view, where the same id is legitimate.
+    assert [t.id for t in session.turns] == kept

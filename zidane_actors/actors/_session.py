@@ -970,7 +970,11 @@ async def _new_session_data(
         project_root=project_root,
     )
     if store is not None:
-        if await store.load(id) is not None:
+        if "get_meta" in caps:
+            exists = await cast(FullSessionStore, store).get_meta(id) is not None
+        else:
+            exists = await store.load(id) is not None
+        if exists:
             raise ConflictError(f"the store already holds a session {id!r}")
         await store.save(data)
     return data
