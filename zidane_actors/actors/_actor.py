@@ -218,8 +218,15 @@ class Actor(Generic[C]):
         """
         if self._state != "running":
             raise self._closed_error()
+        # A cancel point first (raising here means not accepted); then enqueue,
+        # blocking only when the mailbox is full. The parked wait that follows
+        # is the schedule point, so a call with room in the mailbox yields once.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            await self._send.send(command)  # type: ignore[arg-type]
+            try:
+                self._send.send_nowait(command)  # type: ignore[arg-type]
+            except trio.WouldBlock:
+                await self._send.send(command)  # type: ignore[arg-type]
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self._closed_error() from None
         return await command.reply.wait_shielded()
