@@ -6,6 +6,8 @@ Usage: ``python _sqlite_worker.py DB MODE SESSION [ARG]``
   ``append_turns`` returned (the write is acknowledged).
 - ``claim``: wait for a line on stdin, ``claim_run``, print ``claimed`` or
   ``blocked``, then hold the claim until stdin closes.
+- ``fire``: wait for a line on stdin, try ``claim_schedule_fire`` on schedule
+  SESSION due at ARG, print ``took`` or ``lost``.
 - ``run``: claim the session, record a running run, then append turns
   forever, printing each acknowledged id (the parent kills it).
 """
@@ -47,6 +49,12 @@ async def _claim(store: SQLiteStore, session_id: str) -> None:
     await trio.to_thread.run_sync(sys.stdin.read)
 
 
+async def _fire(store: SQLiteStore, schedule_id: str, due_at: int) -> None:
+    await trio.to_thread.run_sync(sys.stdin.readline)
+    took = await store.claim_schedule_fire(schedule_id, due_at, due_at + 60_000)
+    print("took" if took else "lost", flush=True)
+
+
 async def _run(store: SQLiteStore, session_id: str) -> None:
     claim = await store.claim_run(session_id, stale_at=0)
     assert claim.claimed
@@ -68,6 +76,8 @@ async def main(db: str, mode: str, session_id: str, arg: str) -> None:
             await _append(store, session_id, int(arg))
         elif mode == "claim":
             await _claim(store, session_id)
+        elif mode == "fire":
+            await _fire(store, session_id, int(arg))
         elif mode == "run":
             await _run(store, session_id)
         else:

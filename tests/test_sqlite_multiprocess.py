@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from zidane_actors.model import SessionData, demote_stale_running_status
+from zidane_actors.model import Schedule, SessionData, demote_stale_running_status
 from zidane_actors.stores import SQLiteStore, open_sqlite_store
 
 T = TypeVar("T")
@@ -91,6 +91,37 @@ def test_claim_run_is_exclusive_across_processes(tmp_path: Path) -> None:
         return await store.run_epoch("s")
 
     assert with_store(db, epoch) == 1
+
+
+def test_schedule_fire_is_taken_once_across_processes(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    schedule = Schedule(
+        id="daily", prompt="p", enabled=True, created_at=1, updated_at=1, next_fire_at=1_000
+    )
+
+    async def save(store: SQLiteStore) -> None:
+        await store.save_schedule(schedule)
+
+    with_store(db, save)
+    children = [spawn(db, "fire", "daily", "1000") for _ in range(3)]
+    try:
+        time.sleep(0.3)
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        outputs = [child.communicate(timeout=30) for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    assert sorted(out.strip() for out, _ in outputs) == ["lost", "lost", "took"], outputs
+
+    async def next_fire(store: SQLiteStore) -> int | None:
+        (stored,) = await store.list_schedules()
+        return stored.next_fire_at
+
+    assert with_store(db, next_fire) == 61_000
 
 
 def test_killed_writer_loses_no_acknowledged_turn(tmp_path: Path) -> None:
