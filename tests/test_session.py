@@ -549,3 +549,21 @@ async def test_load_heal_lanes_follow_run_topology(depth: int, kept: list[str]) 
     # depth-0 runs share the main view: the reused id is a duplicate there; a
     # sub-agent (depth 1) has its own view, where the same id is legitimate.
     assert [t.id for t in session.turns] == kept
+
+
+async def test_a_raising_meta_listener_fails_the_call_but_the_write_stands() -> None:
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        seen: list[str] = []
+
+        def broken(key: str, value: Any) -> None:
+            raise RuntimeError("listener broke")
+
+        session.on_meta(broken)
+        session.on_meta(lambda k, v: seen.append(k))
+        with pytest.raises(RuntimeError, match="listener broke"):
+            await session.set_meta("k", 1)
+        assert session.metadata["k"] == 1 and seen == []
+        await session.save()  # the actor lives on, and the key is saved
+        stored = await session.store.load(session.id)  # type: ignore[union-attr]
+        assert stored is not None and stored.metadata == {"k": 1}

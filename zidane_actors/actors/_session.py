@@ -556,7 +556,9 @@ class Session:
     async def set_meta(self, key: str, value: Any, *, touch: bool = True) -> None:
         """Set a metadata key in memory (``msgspec.UNSET`` removes it); saved by the next save.
 
-        ``touch=False`` keeps ``updated_at``. Listeners run right after the write.
+        ``touch=False`` keeps ``updated_at``. ``on_meta`` listeners run right after
+        the write, in the actor; one that raises fails this call (the write stands)
+        and skips the later listeners.
         """
         await self._call(
             _SetMeta(_checked_key(key), _json_copy(value, f"metadata[{key!r}]"), touch)
