@@ -299,8 +299,8 @@ def _transcript(data: SessionData) -> str:
     for n, turn in enumerate(data.turns, 1):
         run = f", run {turn.run_id}" if turn.run_id else ""
         body = [line for b in turn.content for line in _block_lines(b, results, shown)]
-        if not body and turn.role != "user":
-            continue  # a tool turn whose results were shown with their calls
+        if not body and turn.content:
+            continue  # tool results already shown under their calls
         lines.append(f"[{n}] {turn.role} ({_when(turn.created_at)}{run})")
         lines.extend(body)
     return "\n".join(lines)
@@ -321,9 +321,13 @@ async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) ->
         return 0
     from . import wire
 
-    messages = wire.to_wire_messages(data.turns)
-    convert = wire.to_anthropic if args.format == "anthropic" else wire.to_openai
-    print(json.dumps(to_builtins(convert(messages)), indent=2, ensure_ascii=False), file=out)
+    messages = await wire.to_wire_messages(data.turns)
+    request: object
+    if args.format == "anthropic":
+        request = wire.to_anthropic_request(messages)
+    else:
+        request = {"messages": wire.to_openai_request(messages)}
+    print(json.dumps(to_builtins(request), indent=2, ensure_ascii=False), file=out)
     return 0
 
 
@@ -383,22 +387,27 @@ async def _heal(store: SessionStore, args: argparse.Namespace, out: TextIO) -> i
     from . import wire
 
     data = await _load(store, args.id)
-    healed, drops = wire.drop_invalid_tool_pairings(data.turns)
+    drops: list[wire.PairingDrop] = []
+    healed = wire.drop_invalid_tool_pairings(data.turns, on_drop=drops.append)
     if not drops:
         print(f"{data.id}: nothing to heal", file=out)
         return 0
     if "mutate_history" in store_capabilities(store):
-
+        # Heal what is stored at write time: turns appended meanwhile are kept.
         def mutate(history: SessionHistory) -> SessionHistory | None:
-            turns, again = wire.drop_invalid_tool_pairings(history.turns)
-            return SessionHistory(turns=tuple(turns), runs=history.runs) if again else None
+            again = wire.drop_invalid_tool_pairings(history.turns)
+            if again is history.turns:
+                return None
+            return SessionHistory(turns=tuple(again), runs=history.runs)
 
         await store.mutate_history(data.id, mutate)  # type: ignore[attr-defined]
     else:
         await store.save(msgspec.structs.replace(data, turns=tuple(healed)))
     for drop in drops:
-        print(f"dropped {json.dumps(to_builtins(drop))}", file=out)
-    print(f"{data.id}: dropped {len(drops)} invalid tool pairing(s)", file=out)
+        where = f"turn {data.turns[drop.index].id} (#{drop.index + 1})"
+        call = f" call {drop.call_id}" if drop.call_id else ""
+        print(f"dropped {drop.kind}{call} in {where}", file=out)
+    print(f"{data.id}: {len(drops)} drop(s) persisted", file=out)
     return 0
 
 

@@ -1,0 +1,301 @@
+"""``zidane-actors`` against real stores.
+
+Exit codes, error lines, the default store and ``copy`` run the CLI as a
+subprocess; the output of the other commands is checked through
+``main(argv)`` in process (a subprocess costs ~1 s of imports).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_server_e2e import ServerProcess
+
+from zidane_actors.cli import main
+from zidane_actors.model import (
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    encode_str,
+)
+from zidane_actors.stores import create_remote_store
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``main(argv)`` in process: exit code, stdout, stderr."""
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "zidane_actors.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def session() -> SessionData:
+    return SessionData(
+        id="s1",
+        created_at=1_700_000_000_000,
+        updated_at=1_700_000_100_000,
+        status="completed",
+        metadata={"title": "Reading hosts"},
+        agent_id="coder",
+        turns=(
+            SessionTurn(
+                id="u1", role="user", content=(TextBlock("read /etc/hosts"),), created_at=1
+            ),
+            SessionTurn(
+                id="a1",
+                role="assistant",
+                content=(
+                    TextBlock("Reading it."),
+                    ToolCallBlock(id="call_1", name="read", input={"path": "/etc/hosts"}),
+                ),
+                created_at=2,
+                run_id="r1",
+            ),
+            SessionTurn(
+                id="tr1",
+                role="user",
+                content=(ToolResultBlock(call_id="call_1", output="127.0.0.1 localhost"),),
+                created_at=3,
+                run_id="r1",
+            ),
+            SessionTurn(
+                id="a2", role="assistant", content=(TextBlock("It maps localhost."),), created_at=4
+            ),
+        ),
+        runs=(
+            SessionRun(id="r1", prompt="read /etc/hosts", started_at=1, status="completed"),
+            SessionRun(
+                id="r2", prompt="sub task", started_at=2, status="completed", parent_run_id="r1"
+            ),
+        ),
+    )
+
+
+def broken() -> SessionData:
+    """A session with a duplicated tool result and an orphan one."""
+    call = ToolCallBlock(id="c1", name="ls", input={})
+    return SessionData(
+        id="broken",
+        created_at=1,
+        updated_at=2,
+        turns=(
+            SessionTurn(id="u", role="user", content=(TextBlock("go"),), created_at=1),
+            SessionTurn(id="a", role="assistant", content=(call,), created_at=2),
+            SessionTurn(
+                id="r",
+                role="user",
+                content=(
+                    ToolResultBlock(call_id="c1", output="one"),
+                    ToolResultBlock(call_id="c1", output="again"),
+                ),
+                created_at=3,
+            ),
+            SessionTurn(
+                id="o",
+                role="user",
+                content=(ToolResultBlock(call_id="ghost", output="?"),),
+                created_at=4,
+            ),
+        ),
+    )
+
+
+def jsonl(*sessions: SessionData) -> str:
+    lines = []
+    for data in sessions:
+        lines.append(encode_str({"session": SessionData(**{**_fields(data), "turns": ()})}))
+        lines.extend(encode_str({"turn": t}) for t in data.turns)
+    return "\n".join(lines) + "\n"
+
+
+def _fields(data: SessionData) -> dict[str, object]:
+    return {name: getattr(data, name) for name in data.__struct_fields__}
+
+
+@pytest.fixture
+def db(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """A SQLite store holding ``session()`` and ``broken()``, imported through the CLI."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(jsonl(session(), broken()), encoding="utf-8")
+    url = f"sqlite:{tmp_path / 'sessions.db'}"
+    code, out, err = run(capsys, "sessions", "import", str(source), "--store", url)
+    assert code == 0, err
+    assert "imported s1 (4 turns, 2 runs)" in out
+    return url
+
+
+def test_usage_errors_exit_2() -> None:
+    for argv in (("sessions", "show"), ("serve", "--port", "-1")):
+        done = cli(*argv)
+        assert done.returncode == 2, argv
+        assert "Traceback" not in done.stderr
+        assert done.stderr.strip()
+    assert cli("--help").returncode == 0
+
+
+def test_usage_errors_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in ((), ("sessions",), ("nope",), ("sessions", "list", "--limit", "x")):
+        code, _, err = run(capsys, *argv)
+        assert code == 2, argv
+        assert err.strip()
+
+
+def test_runtime_errors_are_one_line_exit_1(db: str) -> None:
+    for argv in (
+        ("sessions", "show", "missing", "--store", db),
+        ("sessions", "list", "--store", "http://127.0.0.1:1"),
+    ):
+        done = cli(*argv)
+        assert done.returncode == 1, argv
+        assert done.stderr.startswith("zidane-actors: error:"), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_runtime_errors_in_process(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (
+        ("sessions", "show", "../x", "--store", db),
+        ("sessions", "list", "--store", "bogus:thing"),
+        ("sessions", "list", "--store", "file:"),
+        ("sessions", "import", "/nonexistent.jsonl", "--store", db),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert code == 1, argv
+        assert err.startswith("zidane-actors: error:"), err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_list(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "list", "--store", db)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["ID", "STATUS", "TURNS"]
+    assert [row.split()[0] for row in rows] == ["s1", "broken"]
+    assert "Reading hosts" in rows[0]
+
+
+def test_show_pairs_tool_calls_with_results_and_draws_the_run_tree(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text, err = run(capsys, "sessions", "show", "s1", "--store", db)
+    assert code == 0, err
+    call = text.index("→ tool call read")
+    result = text.index("127.0.0.1 localhost")
+    assert call < result < text.index("It maps localhost.")
+    assert "[1] user" in text and "[2] assistant" in text
+    assert "[3] user" not in text  # the tool-result turn is shown with its call
+    assert "- r1 [completed]" in text
+    assert "  - r2 [completed]" in text.split("- r1 [completed]")[1]
+
+
+def test_export_jsonl_round_trips(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "sessions", "export", "s1", "--store", db)
+    assert code == 0
+    assert out == jsonl(session())
+    exported = tmp_path / "s1.jsonl"
+    exported.write_text(out, encoding="utf-8")
+    other = f"sqlite:{tmp_path / 'other.db'}"
+    assert run(capsys, "sessions", "import", str(exported), "--store", other)[0] == 0
+    assert run(capsys, "sessions", "export", "s1", "--store", other)[1] == out
+
+
+def test_export_provider_formats(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    anthropic = json.loads(
+        run(capsys, "sessions", "export", "s1", "--format", "anthropic", "--store", db)[1]
+    )
+    roles = [m["role"] for m in anthropic["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert anthropic["messages"][1]["content"][1]["type"] == "tool_use"
+    assert anthropic["messages"][2]["content"][0]["type"] == "tool_result"
+    openai = json.loads(
+        run(capsys, "sessions", "export", "s1", "--format", "openai", "--store", db)[1]
+    )
+    roles = [m["role"] for m in openai["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert openai["messages"][1]["tool_calls"][0]["function"]["name"] == "read"
+
+
+def test_import_reports_bad_lines_and_writes_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    lines = jsonl(session()).splitlines()
+    lines[2] = lines[2].replace('"role":"assistant"', '"role":"robot"')
+    lines.insert(4, "{not json")
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    url = f"sqlite:{tmp_path / 'x.db'}"
+    done = cli("sessions", "import", str(bad), "--store", url)
+    assert done.returncode == 1
+    assert f"{bad}:3:" in done.stderr
+    assert "$.role" in done.stderr
+    assert "(and 1 more)" in done.stderr
+    assert cli("sessions", "list", "--store", url).stdout.strip() == "no sessions"
+
+
+def test_import_refuses_to_overwrite_without_replace(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "again.jsonl"
+    source.write_text(jsonl(session()), encoding="utf-8")
+    code, _, err = run(capsys, "sessions", "import", str(source), "--store", db)
+    assert code == 1
+    assert "--replace" in err
+    assert run(capsys, "sessions", "import", str(source), "--store", db, "--replace")[0] == 0
+
+
+def test_heal_persists_drops_and_is_idempotent(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "sessions", "heal", "broken", "--store", db)
+    assert code == 0, err
+    assert "dropped duplicate-tool-result call c1 in turn r (#3)" in out
+    assert "dropped orphan-tool-result call ghost in turn o (#4)" in out
+    assert "dropped empty-turn in turn o (#4)" in out
+    exported = run(capsys, "sessions", "export", "broken", "--store", db)[1]
+    assert "ghost" not in exported and "again" not in exported
+    assert "nothing to heal" in run(capsys, "sessions", "heal", "broken", "--store", db)[1]
+
+
+def test_rm(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "sessions", "rm", "s1", "--store", db)[1].strip() == "deleted s1"
+    assert run(capsys, "sessions", "show", "s1", "--store", db)[0] == 1
+    assert run(capsys, "sessions", "rm", "s1", "--store", db)[0] == 1
+
+
+def test_default_store_is_the_sqlite_file_in_the_working_directory(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(jsonl(session()), encoding="utf-8")
+    assert cli("sessions", "import", str(source), cwd=tmp_path).returncode == 0
+    assert (tmp_path / "zidane-sessions.db").exists()
+    assert "s1" in cli("sessions", "list", cwd=tmp_path).stdout
+
+
+async def test_copy_between_sqlite_and_a_remote_server(db: str, tmp_path: Path) -> None:
+    server = ServerProcess("memory")
+    url = server.start()
+    try:
+        done = cli("copy", "--from", db, "--to", url)
+        assert done.returncode == 0, done.stderr
+        assert "copied 2 session(s)" in done.stdout
+        assert "copying [" in done.stderr and "2/2 sessions" in done.stderr
+        async with create_remote_store(url) as remote:
+            assert await remote.load("s1") == session()
+        back = f"sqlite:{tmp_path / 'back.db'}"
+        assert cli("copy", "--from", url, "--to", back).returncode == 0
+        assert cli("sessions", "export", "s1", "--store", back).stdout == jsonl(session())
+    finally:
+        server.stop()
