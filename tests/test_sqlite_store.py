@@ -501,6 +501,24 @@ async def test_cancelled_write_in_flight_still_lands(tmp_path: Path) -> None:
         assert [t.id for t in await store.get_turns("s")] == ["t0"]
 
 
+async def test_concurrent_tasks_share_one_connection(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "s.db", durability="normal") as store:
+        await store.save(session("s"))
+
+        async def writer(w: int) -> None:
+            for i in range(10):
+                await store.append_turns("s", [turn(w * 100 + i)])
+
+        async with trio.open_nursery() as nursery:
+            for w in range(20):
+                nursery.start_soon(writer, w)
+        ids = [t.id for t in await store.get_turns("s")]
+        assert sorted(ids) == sorted(f"t{w * 100 + i}" for w in range(20) for i in range(10))
+        for w in range(20):  # each task's own appends keep their order
+            own = [f"t{w * 100 + i}" for i in range(10)]
+            assert [i for i in ids if i in set(own)] == own
+
+
 async def test_closed_store_refuses(tmp_path: Path) -> None:
     async with open_sqlite_store(tmp_path / "s.db") as store:
         pass
