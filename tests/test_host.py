@@ -213,3 +213,30 @@ async def test_concurrent_sessions_share_group_commits() -> None:
         stored = await store.load(session.id)
         assert stored is not None and stored.turns == session.turns
         assert [t.id for t in stored.turns] == [f"{session.id}-{i}" for i in range(5)]
+
+
+async def test_host_on_sqlite_group_commits_and_reloads_equal(tmp_path: Any) -> None:
+    from zidane_actors.stores import open_sqlite_store
+
+    path = tmp_path / "sessions.db"
+    async with open_sqlite_store(path, durability="normal") as store:
+        async with open_session_host(store, max_live_sessions=4) as host:
+            sessions = [await host.create_session(id=f"s{i}") for i in range(12)]
+
+            async def writer(session: Session) -> None:
+                for i in range(4):
+                    await session.append_turns([text_turn(f"{session.id}-{i}")])
+                    await session.set_meta("step", i)
+                await session.save()
+
+            async with trio.open_nursery() as nursery:
+                for session in sessions:
+                    nursery.start_soon(writer, session)
+            stats = host.statistics()
+        assert stats.store.batches > 0 and stats.live_actors <= 4
+    async with open_sqlite_store(path) as reopened, open_session_host(reopened) as host:
+        for session in sessions:
+            loaded = await host.load_session(session.id)
+            assert loaded is not None
+            assert loaded.turns == session.turns
+            assert loaded.metadata == {"step": 3}

@@ -145,8 +145,9 @@ class Actor(Generic[C]):
     the command's verdict. ``handle_batch`` (with ``max_batch > 1``) instead
     receives every command already queued, up to ``max_batch``, and answers
     one outcome per command, in order. Start the actor with :meth:`run` in a
-    nursery (or use :func:`open_actor`). With ``stop_when_idle`` the actor
-    closes itself whenever its mailbox runs empty (an actor per burst).
+    nursery (or use :func:`open_actor`). ``on_idle`` is called (from the actor's
+    task) each time the actor has applied a batch and its mailbox is empty; it
+    may close the actor.
     """
 
     def __init__(
@@ -159,7 +160,7 @@ class Actor(Generic[C]):
         fatal: Callable[[BaseException], bool] = _not_an_exception,
         on_crash: Callable[[BaseException], None] | None = None,
         on_stop: Callable[[], None] | None = None,
-        stop_when_idle: bool = False,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         if (handle is None) == (handle_batch is None):
             raise TypeError("give exactly one of handle and handle_batch")
@@ -171,7 +172,7 @@ class Actor(Generic[C]):
         self._fatal = fatal
         self._on_crash = on_crash
         self._on_stop = on_stop
-        self._stop_when_idle = stop_when_idle
+        self._on_idle = on_idle
         self._mailbox_size = mailbox_size
         self._send, self._receive = trio.open_memory_channel[C](mailbox_size)
         self._state: ActorState = "running"
@@ -361,8 +362,8 @@ class Actor(Generic[C]):
                         self._busy = False
                     if crash is not None:
                         break
-                    if self._stop_when_idle and self.idle():
-                        self.close()
+                    if self._on_idle is not None and self.idle():
+                        self._on_idle()
         finally:
             self._stop(crash)
 

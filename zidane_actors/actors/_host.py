@@ -198,7 +198,9 @@ class SessionHost:
         actor = session._live_actor()
         if actor is None:
             previous = session._actor
-            actor = session._new_actor(mailbox_size=self._mailbox_size, on_crash=self._crashed)
+            actor = session._new_actor(
+                mailbox_size=self._mailbox_size, on_crash=self._crashed, on_idle=self._went_idle
+            )
             self._nursery.start_soon(_run_after, previous, actor)
             self._started += 1
             self._sessions[session.id] = session
@@ -208,6 +210,11 @@ class SessionHost:
             self._evict_lru(keep=session)
         return actor
 
+    def _went_idle(self, session: Session) -> None:
+        # Busy actors cannot be evicted when a new one starts; trim once they idle.
+        if len(self._live) > self._max_live:
+            self._evict_lru(keep=None)
+
     def _evict(self, session: Session) -> None:
         actor = session._live_actor()
         self._live.pop(session.id, None)
@@ -215,7 +222,7 @@ class SessionHost:
             actor.close()
             self._evictions += 1
 
-    def _evict_lru(self, *, keep: Session) -> None:
+    def _evict_lru(self, *, keep: Session | None) -> None:
         excess = len(self._live) - self._max_live
         for candidate in list(self._live.values()):
             if excess <= 0:

@@ -468,7 +468,7 @@ class Session:
         *,
         mailbox_size: int,
         on_crash: Callable[[Session, BaseException], None] | None = None,
-        stop_when_idle: bool = False,
+        on_idle: Callable[[Session], None] | None = None,
     ) -> Actor[_SessionCommand[Any]]:
         """A fresh (not yet started) actor for this session; the runner starts it."""
 
@@ -481,9 +481,11 @@ class Session:
             if on_crash is not None:
                 on_crash(self, exc)
 
-        self._actor = Actor(
-            handle, mailbox_size=mailbox_size, on_crash=crashed, stop_when_idle=stop_when_idle
-        )
+        def idle() -> None:
+            if on_idle is not None:
+                on_idle(self)
+
+        self._actor = Actor(handle, mailbox_size=mailbox_size, on_crash=crashed, on_idle=idle)
         return self._actor
 
     def _live_actor(self) -> Actor[_SessionCommand[Any]] | None:
@@ -1020,6 +1022,11 @@ async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
     await actor.run()
 
 
+def _close_actor(session: Session) -> None:
+    if session._actor is not None:
+        session._actor.close()
+
+
 @attrs.define
 class _StandaloneRunner:
     """Sessions made outside a host: an actor per burst of commands, as a trio system task.
@@ -1034,7 +1041,7 @@ class _StandaloneRunner:
         actor = session._live_actor()
         if actor is None:
             previous = session._actor
-            actor = session._new_actor(mailbox_size=self.mailbox_size, stop_when_idle=True)
+            actor = session._new_actor(mailbox_size=self.mailbox_size, on_idle=_close_actor)
             trio.lowlevel.spawn_system_task(_run_after, previous, actor)
         return actor
 
