@@ -7,10 +7,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import msgspec
 import outcome
 import psycopg
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 from store_contract import StoreContract, StoreOpener
 
@@ -39,6 +42,7 @@ from zidane_actors.stores import (
     OPTIONAL_METHODS,
     PostgresStore,
     StoreWrite,
+    open_memory_store,
     open_postgres_store,
 )
 from zidane_actors.stores._postgres_schema import SCHEMA_VERSION
@@ -201,19 +205,13 @@ async def test_append_with_run_is_one_write(store: PostgresStore) -> None:
     run = SessionRun(id="r1", prompt="p", started_at=5, status="running")
     with pytest.raises(InvalidNameError):
         await store.append_turns(
-            "s", [turn(1)], AppendTurnsOptions(run=msgspec_replace(run, id="bad/id"))
+            "s", [turn(1)], AppendTurnsOptions(run=msgspec.structs.replace(run, id="bad/id"))
         )
     assert await store.get_turns("s") == []
     await store.append_turns("s", [turn(1)], AppendTurnsOptions(run=run))
     loaded = await store.load("s")
     assert loaded is not None
     assert [r.id for r in loaded.runs] == ["r1"]
-
-
-def msgspec_replace(run: SessionRun, **changes: Any) -> SessionRun:
-    import msgspec
-
-    return msgspec.structs.replace(run, **changes)
 
 
 async def test_concurrent_appends_in_one_process(store: PostgresStore) -> None:
@@ -426,3 +424,98 @@ async def test_batch_with_failure_reruns_with_savepoints(store: PostgresStore) -
     assert [type(r) for r in mixed] == [outcome.Value, outcome.Error, outcome.Value]
     assert store.statistics().batch_fallbacks == 1
     assert [t.id for t in await store.get_turns("a")] == ["t1", "t2", "t3"]
+
+
+async def test_calls_waiting_for_a_connection_fail_once_closed(schema: str) -> None:
+    async with open_postgres_store(DSN, schema=schema, pool_size=1) as opened:
+        await opened.save(session("s"))
+        errors: list[BaseException] = []
+
+        async def reader() -> None:
+            try:
+                await opened.load("s")
+            except StoreClosedError as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(reader)
+            await trio.lowlevel.checkpoint()
+            nursery.start_soon(opened.aclose)
+    assert errors, "no call was refused"
+    assert opened.statistics().reconnects == 0
+    assert admin(
+        schema,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+        (f"zidane_actors:{schema}",),
+    ) == [(0,)]
+
+
+_SIDS = st.sampled_from(["s0", "s1", "s2"])
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[StoreWrite]:
+    """A batch of writes to three sessions, some failing (unknown session, bad id, bad method)."""
+    writes: list[StoreWrite] = []
+    next_turn = iter(range(10_000))
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["save", "append", "patch", "status", "run", "delete", "bad"]))
+        sid = draw(_SIDS)
+        if kind == "save":
+            turns = tuple(turn(next(next_turn)) for _ in range(draw(st.integers(0, 2))))
+            writes.append(StoreWrite("save", (session(sid, turns=turns),)))
+        elif kind == "append":
+            turns = tuple(
+                turn(next(next_turn), draw(st.sampled_from(["user", "assistant"])))
+                for _ in range(draw(st.integers(1, 3)))
+            )
+            writes.append(StoreWrite("append_turns", (sid, turns)))
+        elif kind == "patch":
+            key = draw(st.sampled_from(["title", "model"]))
+            value = draw(st.one_of(st.just(msgspec.UNSET), st.integers(0, 3)))
+            writes.append(StoreWrite("patch_meta", (sid, {key: value})))
+        elif kind == "status":
+            status = draw(st.sampled_from(["idle", "running", "completed", "error"]))
+            writes.append(StoreWrite("update_status", (sid, status)))
+        elif kind == "run":
+            run_id = draw(st.sampled_from(["r0", "r1"]))
+            writes.append(StoreWrite("update_run", (sid, SessionRun(run_id, "p", 1, "completed"))))
+        elif kind == "delete":
+            writes.append(StoreWrite("delete", (sid,)))
+        else:
+            writes.append(
+                draw(
+                    st.sampled_from(
+                        [
+                            StoreWrite("append_turns", ("../x", [turn(9_999)])),
+                            StoreWrite("load", (sid,)),
+                            StoreWrite("update_status", (sid, "bogus")),
+                        ]
+                    )
+                )
+            )
+    return writes
+
+
+def comparable(data: SessionData | None) -> SessionData | None:
+    """``data`` without the store clock (``updatedAt`` differs between two stores)."""
+    return None if data is None else msgspec.structs.replace(data, updated_at=0)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=batches())
+async def test_apply_writes_matches_the_memory_store(batch: list[StoreWrite]) -> None:
+    await trio.to_thread.run_sync(empty_schema, CONTRACT_SCHEMA)
+    async with (
+        open_postgres_store(FAST_DSN, schema=CONTRACT_SCHEMA, pool_size=1) as pg,
+        open_memory_store() as memory,
+    ):
+        expected = await memory.apply_writes(batch)
+        got = await pg.apply_writes(batch)
+        assert [type(getattr(r, "error", None)) for r in got] == [
+            type(getattr(r, "error", None)) for r in expected
+        ]
+        for sid in ("s0", "s1", "s2"):
+            assert comparable(await pg.load(sid)) == comparable(await memory.load(sid))
+        assert await pg.list() == await memory.list()

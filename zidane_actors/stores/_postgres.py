@@ -852,6 +852,7 @@ class PostgresStore:
         retried; a lost connection is retried when ``op`` is idempotent or
         never started (``BEGIN`` failed).
         """
+        self._check_open()  # again: the store may have closed while this waited for ``conn``
         last: BaseException | None = None
         for attempt in range(self._max_retries + 1):
             if attempt:
