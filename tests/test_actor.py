@@ -213,3 +213,22 @@ async def test_constructor_rejects_bad_arguments() -> None:
         Actor()
     with pytest.raises(ValueError):
         Actor(handle, mailbox_size=0)  # type: ignore[arg-type]
+
+
+async def test_statistics_report_busy_and_idle() -> None:
+    _, handle = recorder()
+    gate = trio.Event()
+    idle_calls: list[int] = []
+    actor: Actor[Op] = Actor(handle, on_idle=lambda: idle_calls.append(1))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        assert actor.idle()
+        reply = actor.submit(Op(1, gate))
+        await trio.testing.wait_all_tasks_blocked()
+        stats = actor.statistics()
+        assert stats.busy and not actor.idle() and stats.queued == 0 and stats.mailbox_size == 64
+        gate.set()
+        await reply.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert actor.idle() and not actor.statistics().busy and idle_calls == [1]
+        actor.close()

@@ -6,8 +6,8 @@ Rules (see ``docs/runtime.md``):
   attrs value carrying a :class:`Reply` slot that the actor resolves
   synchronously, first writer wins.
 * A ``Cancelled`` raised while sending means the command was *not accepted*.
-  Once accepted, :meth:`Actor.call` waits for the verdict in a shielded scope,
-  so an accepted command is applied and its result returned.
+  Once accepted, :meth:`Actor.call` waits for the verdict shielded from
+  cancellation, so an accepted command is applied and its result returned.
 * Each command is handled in a shielded scope, so a cancelled actor never
   stops half-way through applying one.
 * On close the actor fails every command still queued with
