@@ -299,3 +299,18 @@ async def test_copy_between_sqlite_and_a_remote_server(db: str, tmp_path: Path) 
         assert cli("sessions", "export", "s1", "--store", back).stdout == jsonl(session())
     finally:
         server.stop()
+
+
+def test_file_map_store_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "one.jsonl"
+    source.write_text(jsonl(session()), encoding="utf-8")
+    url = f"file:{tmp_path / 'map'}"
+    assert run(capsys, "sessions", "import", str(source), "--store", url)[0] == 0
+    assert (tmp_path / "map" / "turns.jsonl").exists()
+    assert run(capsys, "sessions", "export", "s1", "--store", url)[1] == jsonl(session())
+    # One session per file map: a second one is refused in one line.
+    other = tmp_path / "other.jsonl"
+    other.write_text(jsonl(broken()), encoding="utf-8")
+    code, _, err = run(capsys, "sessions", "import", str(other), "--store", url)
+    assert code == 1
+    assert "one session per store" in err

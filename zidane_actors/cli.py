@@ -11,15 +11,15 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 import msgspec
 import trio
 
-from .errors import UnsupportedOperationError, ValidationError, ZidaneActorsError
+from .errors import ValidationError, ZidaneActorsError
 from .model import (
     ImageBlock,
     SessionContentBlock,
@@ -57,55 +57,44 @@ class _Parser(argparse.ArgumentParser):
 # -- store URLs ---------------------------------------------------------
 
 
-def _optional_store(name: str, what: str) -> Callable[..., AbstractAsyncContextManager[Any]]:
-    from . import stores
-
-    opener = getattr(stores, name, None)
-    if opener is None:
-        raise UnsupportedOperationError(f"the {what} store is not available in this build")
-    return opener  # type: ignore[no-any-return]
-
-
 @asynccontextmanager
 async def open_store_url(url: str) -> AsyncIterator[SessionStore]:
     """Open the store a URL names: ``sqlite:PATH``, ``memory:``, ``postgres://…``,
-    ``file:DIR`` or ``http(s)://…`` (a remote session API; ``ZIDANE_ACTORS_TOKEN``
-    is sent as its bearer token)."""
+    ``file:DIR`` (a single-session file map) or ``http(s)://…`` (a remote session
+    API; ``ZIDANE_ACTORS_TOKEN`` is sent as its bearer token)."""
+    async with AsyncExitStack() as stack:
+        yield await _enter_store(url, stack)
+
+
+async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
+    from . import stores
+
     if url in ("memory", "memory:"):
-        from .stores import open_memory_store
-
-        async with open_memory_store() as store:
-            yield store
-    elif url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
-        from .stores import open_sqlite_store
-
+        return await stack.enter_async_context(stores.open_memory_store())
+    if url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
         path = url.removeprefix("sqlite:")
         if not path:
             raise ValidationError("sqlite store URL needs a path: sqlite:PATH")
-        async with open_sqlite_store(path) as store:
-            yield store
-    elif url.startswith(("postgres://", "postgresql://", "postgres:")):
+        return await stack.enter_async_context(stores.open_sqlite_store(path))
+    if url.startswith(("postgres://", "postgresql://", "postgres:")):
         dsn = url if "://" in url else url.removeprefix("postgres:")
-        async with _optional_store("open_postgres_store", "postgres")(dsn) as store:
-            yield store
-    elif url.startswith("file:"):
+        return await stack.enter_async_context(stores.open_postgres_store(dsn))
+    if url.startswith("file:"):
         directory = url.removeprefix("file:")
         if not directory:
             raise ValidationError("file store URL needs a directory: file:DIR")
-        async with _optional_store("open_file_map_store", "file map")(directory) as store:
-            yield store
-    elif url.startswith(("http://", "https://")):
-        from .stores import create_remote_store
-
+        adapter = await stack.enter_async_context(stores.open_directory_adapter(directory))
+        file_map = stores.create_file_map_store(adapter)
+        stack.push_async_callback(file_map.aclose)
+        return file_map
+    if url.startswith(("http://", "https://")):
         token = os.environ.get(TOKEN_ENV)
         headers = {"authorization": f"Bearer {token}"} if token else None
-        async with create_remote_store(url, headers=headers) as store:
-            yield store
-    else:
-        raise ValidationError(
-            f"unknown store URL {url!r}: use sqlite:PATH, memory:, postgres://…, "
-            "file:DIR or http(s)://…"
-        )
+        return await stack.enter_async_context(stores.create_remote_store(url, headers=headers))
+    raise ValidationError(
+        f"unknown store URL {url!r}: use sqlite:PATH, memory:, postgres://…, "
+        "file:DIR or http(s)://…"
+    )
 
 
 # -- serve --------------------------------------------------------------
