@@ -53,6 +53,7 @@ async def test_server_killed_mid_request_loses_no_acknowledged_turn(
     acknowledged: list[str] = []
     failed: list[str] = []
     writing_done = trio.Event()
+    reached = {10: trio.Event(), 35: trio.Event()}
     # Retries with backoff span a restart (~1-2 s): no append should fail at all.
     async with create_remote_store(crashing_server.url, timeout_ms=2_000, retries=25) as store:
         await store.save(SessionData(id="s1", created_at=1, updated_at=1))
@@ -65,17 +66,19 @@ async def test_server_killed_mid_request_loses_no_acknowledged_turn(
                     failed.append(f"t{n}")
                 else:
                     acknowledged.append(f"t{n}")
+                    if len(acknowledged) in reached:
+                        reached[len(acknowledged)].set()
             writing_done.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer)
-            for after in (10, 35):
-                while len(acknowledged) < after:
-                    await trio.sleep(0.005)
+            for event in reached.values():
+                await event.wait()
                 # SIGKILL while the writer has a request in flight, then restart on the file.
                 await trio.to_thread.run_sync(crashing_server.restart)
             await writing_done.wait()
         stored = counts(await store.get_turns("s1"))
+        assert store.statistics().retries > 0, "no kill landed on a request"
     assert not failed
     assert max(stored.values()) == 1, "a turn was stored twice"
     assert set(acknowledged) <= set(stored), "an acknowledged turn was lost"
@@ -92,6 +95,7 @@ async def test_answers_past_the_timeout_are_retried_without_duplicates(db: Path)
             for n in range(6):
                 await store.append_turns("s1", [turn(n)])
             stored = await store.get_turns("s1")
+            assert store.statistics().timeouts >= 3
         assert [t.id for t in stored] == [f"t{n}" for n in range(6)]
     finally:
         server.stop()
@@ -123,6 +127,7 @@ async def test_injected_500s_after_the_write_are_retried_exactly_once(db: Path) 
             for n in range(12):
                 await store.append_turns("s1", [turn(2 * n), turn(2 * n + 1)])
             stored = counts(await store.get_turns("s1"))
+            assert store.statistics().retries >= 5  # every 3rd of ~19 requests
         assert stored == collections.Counter(f"t{n}" for n in range(24))
     finally:
         server.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from test_server_e2e import ServerProcess
 
-EXAMPLES_PER_OPERATION = 20
+EXAMPLES_PER_OPERATION = 12
 SEED = 20_261_202
 
 

@@ -21,6 +21,7 @@ from zidane_actors.model import SessionData, SessionTurn, TextBlock, decode, enc
 from zidane_actors.stores import create_remote_store
 
 READY_TIMEOUT_S = 20.0
+SERVE_MEMORY = (sys.executable, "-m", "zidane_actors.cli", "serve", "--store", "memory")
 
 
 class ServerProcess:
@@ -173,8 +174,7 @@ def test_serve_reports_a_busy_port_in_one_line() -> None:
     first.start()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "zidane_actors.cli", "serve", "--store", "memory"]
-            + ["--port", str(first.port)],
+            [*SERVE_MEMORY, "--port", str(first.port)],
             capture_output=True,
             text=True,
             timeout=30,

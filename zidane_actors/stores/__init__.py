@@ -23,7 +23,7 @@ from ._protocol import (
     TurnsMutation,
     store_capabilities,
 )
-from ._remote import RemoteStore, create_remote_store
+from ._remote import RemoteStore, RemoteStoreStatistics, create_remote_store
 from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite_store
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "PostgresStore",
     "PostgresStoreStatistics",
     "RemoteStore",
+    "RemoteStoreStatistics",
     "RunClaim",
     "SQLiteStore",
     "SQLiteStoreStatistics",

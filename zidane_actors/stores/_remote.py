@@ -78,6 +78,7 @@ __all__ = [
     "IdsResult",
     "PatchMetaBody",
     "RemoteStore",
+    "RemoteStoreStatistics",
     "SaveMetaBody",
     "SettleSendRequestBody",
     "UpdateRunBody",
@@ -320,6 +321,18 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
 
 
+@attrs.frozen
+class RemoteStoreStatistics:
+    """What :meth:`RemoteStore.statistics` answers."""
+
+    requests: int
+    """HTTP attempts sent (each retry counts)."""
+    retries: int
+    """Attempts that repeated an earlier one."""
+    timeouts: int
+    """Attempts that ran past ``timeout_ms``."""
+
+
 @attrs.define(eq=False)
 class RemoteStore:
     """A ``SessionStore`` over HTTP; every optional method maps to a route.
@@ -333,7 +346,16 @@ class RemoteStore:
     _client: httpx.AsyncClient
     timeout_ms: int
     retries: int
-    _closed: bool = False
+    _closed: bool = attrs.field(default=False, init=False)
+    _n_requests: int = attrs.field(default=0, init=False)
+    _n_retries: int = attrs.field(default=0, init=False)
+    _n_timeouts: int = attrs.field(default=0, init=False)
+
+    def statistics(self) -> RemoteStoreStatistics:
+        """Counts of HTTP attempts, retries and timed-out attempts so far."""
+        return RemoteStoreStatistics(
+            requests=self._n_requests, retries=self._n_retries, timeouts=self._n_timeouts
+        )
 
     async def __aenter__(self) -> RemoteStore:
         return self
@@ -381,13 +403,17 @@ class RemoteStore:
         last: Exception | None = None
         for attempt in range(attempts):
             if attempt:
+                self._n_retries += 1
                 await trio.sleep(_backoff(attempt))
+            self._n_requests += 1
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
                     response = await self._client.request(
                         method, path, content=content, params=params, headers=headers
                     )
             except (httpx.TransportError, trio.TooSlowError) as exc:
+                if isinstance(exc, (httpx.TimeoutException, trio.TooSlowError)):
+                    self._n_timeouts += 1
                 last = exc
                 continue
             if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
