@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_server_e2e import ServerProcess
 
@@ -120,13 +121,9 @@ def broken() -> SessionData:
 def jsonl(*sessions: SessionData) -> str:
     lines = []
     for data in sessions:
-        lines.append(encode_str({"session": SessionData(**{**_fields(data), "turns": ()})}))
+        lines.append(encode_str({"session": msgspec.structs.replace(data, turns=())}))
         lines.extend(encode_str({"turn": t}) for t in data.turns)
     return "\n".join(lines) + "\n"
-
-
-def _fields(data: SessionData) -> dict[str, object]:
-    return {name: getattr(data, name) for name in data.__struct_fields__}
 
 
 @pytest.fixture

@@ -241,7 +241,7 @@ async def test_token_admits_remote_clients() -> None:
 
 async def test_missing_capabilities_answer_501_and_leave_the_document() -> None:
     store = RequiredOnly()
-    async with running(store) as c:  # type: ignore[arg-type]
+    async with running(store) as c:
         r = await c.post("/sessions/s1/claim-run", json={"staleAt": 0})
         assert (r.status_code, error_of(r)["code"]) == (501, "unsupported")
         assert (await c.get("/schedules")).status_code == 501
@@ -269,7 +269,7 @@ async def test_missing_capabilities_answer_501_and_leave_the_document() -> None:
 
 
 async def test_history_fallback_is_atomic_against_appends() -> None:
-    async with running(RequiredOnly()) as c:  # type: ignore[arg-type]
+    async with running(RequiredOnly()) as c:
         await c.put("/sessions/s1", json={**SESSION, "turns": [turn(1)]})
         state = (await c.get("/sessions/s1/history")).json()
         await c.post("/sessions/s1/turns", json={"turns": [turn(2)]})
