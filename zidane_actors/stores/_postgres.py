@@ -365,7 +365,7 @@ _APPEND_ONE_SQL: Final = (
     + _COUNT_ADDED
     + " RETURNING 1"
 )
-"""The append as one statement, for pipelined batches.
+"""The append as one statement (for pipelined batches and single appends).
 
 Its id check reads the statement's snapshot, taken before the row lock: a
 turn id appended by a transaction it waited on fails the unique constraint
@@ -423,6 +423,16 @@ def _append_turns(
             "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
             (_now_ms(), session_id),
         )
+
+
+def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
+    """Append already checked, distinct ``turns`` with :data:`_APPEND_ONE_SQL`."""
+    try:
+        cur.execute(_APPEND_ONE_SQL, _append_params(session_id, turns))
+    except pg_errors.UniqueViolation:
+        raise _SlowPath from None
+    if cur.fetchone() is None:
+        raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
 
 
 def _pipelined_writes(
@@ -981,7 +991,19 @@ class PostgresStore:
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
     ) -> None:
-        """Append turns; ids already stored are skipped, so a retried append adds nothing."""
+        """Append turns; ids already stored are skipped, so a retried append adds nothing.
+
+        Turns without a run go in one statement; if a concurrent append of the
+        same turn id makes it fail, the append reruns in two steps.
+        """
+        unique, run = _checked_append(session_id, turns, options)
+        if unique and run is None:
+            try:
+                await self._write(lambda cur: _append_one(cur, session_id, unique))
+            except _SlowPath:
+                pass
+            else:
+                return
         await self._write(lambda cur: _append_turns(cur, session_id, turns, options))
 
     async def get_turns(
