@@ -127,6 +127,18 @@ async def test_serve_sqlite_round_trip_over_http(sqlite_server: ServerProcess) -
         assert r.json()["openapi"] == "3.1.0"
 
 
+async def test_integers_past_64_bits_are_refused_not_crashed(
+    sqlite_server: ServerProcess,
+) -> None:
+    big = 2**63 + 5
+    async with httpx.AsyncClient(base_url=sqlite_server.url) as client:
+        r = await client.put("/sessions/s1", json={"id": "s1", "createdAt": big, "updatedAt": 1})
+        assert (r.status_code, r.json()["error"]["code"]) == (422, "out_of_range")
+        r = await client.post("/schedules/x/claim-fire", json={"dueAt": big, "next": None})
+        assert r.status_code == 422
+        assert (await client.get("/sessions/s1")).status_code == 404
+
+
 async def test_serve_survives_restart_on_the_same_file(sqlite_server: ServerProcess) -> None:
     async with create_remote_store(sqlite_server.url) as store:
         await store.save(SessionData(id="s1", created_at=1, updated_at=1))

@@ -106,23 +106,24 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     faults_spec = os.environ.get(FAULTS_ENV)
     faults = parse_faults(faults_spec) if faults_spec else None
-    async with open_store_url(args.store) as store, trio.open_nursery() as nursery:
-        url = await nursery.start(
-            lambda task_status: serve(
-                store,
-                args.host,
-                args.port,
-                token=token,
-                max_body_bytes=args.max_body_bytes,
-                faults=faults,
-                task_status=task_status,
+    # Signals are caught before the URL is printed: a SIGTERM right after it stops cleanly.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_store_url(args.store) as store, trio.open_nursery() as nursery:
+            url = await nursery.start(
+                lambda task_status: serve(
+                    store,
+                    args.host,
+                    args.port,
+                    token=token,
+                    max_body_bytes=args.max_body_bytes,
+                    faults=faults,
+                    task_status=task_status,
+                )
             )
-        )
-        print(f"listening on {url}", file=out, flush=True)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            print(f"listening on {url}", file=out, flush=True)
             async for _ in signals:
                 break
-        nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
     return 0
 
 

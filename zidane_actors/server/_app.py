@@ -145,6 +145,8 @@ def _mapped(exc: Exception) -> _ApiError:
         return _ApiError(400, "invalid_name", str(exc), exc.path)
     if isinstance(exc, ValidationError):
         return _ApiError(422, "invalid", str(exc), exc.path)
+    if isinstance(exc, OverflowError):  # e.g. an integer past SQLite's 64 bits
+        return _ApiError(422, "out_of_range", f"a number is out of the store's range: {exc}")
     if isinstance(exc, SessionNotFoundError):
         return _ApiError(404, "session_not_found", str(exc))
     if isinstance(exc, ConflictError):
