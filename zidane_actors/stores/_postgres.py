@@ -198,7 +198,7 @@ def _map_error(exc: BaseException) -> BaseException:
 
 def _lock_header(cur: _Cursor, session_id: str) -> tuple[Any, ...] | None:
     cur.execute(
-        "SELECT status, run_owner::text, updated_at, metadata, turn_count"
+        "SELECT status, run_owner::text, updated_at, metadata"
         " FROM sessions WHERE id = %s FOR UPDATE",
         (session_id,),
     )
