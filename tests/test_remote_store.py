@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -220,17 +219,3 @@ async def test_closed_store_refuses_calls() -> None:
     await store.aclose()
     with pytest.raises(StoreClosedError):
         await store.list()
-
-
-async def test_bearer_headers_are_sent(tmp_path: Path) -> None:
-    server = ServerProcess("memory", token="tok")
-    url = server.start()
-    try:
-        async with create_remote_store(url, headers={"authorization": "Bearer tok"}) as store:
-            assert await store.list() == []
-        async with create_remote_store(url) as store:
-            with pytest.raises(Exception, match="401") as info:
-                await store.list()
-            assert type(info.value).__name__ == "RemoteStoreError"
-    finally:
-        server.stop()

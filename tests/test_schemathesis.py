@@ -14,7 +14,7 @@ from pathlib import Path
 
 from test_server_e2e import ServerProcess
 
-EXAMPLES_PER_OPERATION = 12
+EXAMPLES_PER_OPERATION = 10
 SEED = 20_261_202
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from zidane_actors.errors import RemoteStoreError
 from zidane_actors.model import SessionData, SessionTurn, TextBlock, decode, encode
 from zidane_actors.stores import create_remote_store
 
@@ -159,8 +160,13 @@ async def test_serve_requires_the_configured_token(tmp_path: Path) -> None:
             assert (await client.get("/sessions", headers=wrong)).status_code == 401
             good = {"authorization": "Bearer s3cret"}
             assert (await client.get("/sessions", headers=good)).json() == {"ids": []}
+        async with create_remote_store(url, headers=good) as store:
+            assert await store.list() == []
+        async with create_remote_store(url) as store:
+            with pytest.raises(RemoteStoreError, match="401"):
+                await store.list()
     finally:
-        assert server.stop() == 0
+        assert server.stop() == 0, "SIGTERM must stop the server cleanly"
 
 
 async def test_serve_reads_the_token_from_the_environment() -> None:
@@ -173,12 +179,6 @@ async def test_serve_reads_the_token_from_the_environment() -> None:
             assert r.status_code == 200
     finally:
         server.stop()
-
-
-def test_serve_exits_cleanly_on_sigterm() -> None:
-    server = ServerProcess("memory")
-    server.start()
-    assert server.stop() == 0
 
 
 def test_serve_reports_a_busy_port_in_one_line() -> None:
