@@ -1,4 +1,4 @@
-"""The README / docs/runtime.md example runs as written and prints the turn count."""
+"""The README and docs/runtime.md examples run as written and print the turn count."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ import re
 
 import pytest
 
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "runtime.md"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_runtime_doc_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    example = re.search(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    assert example is not None, "docs/runtime.md has no python example"
-    exec(compile(example.group(1), str(DOC), "exec"), {"__name__": "__main__"})
+@pytest.mark.parametrize("doc", ["README.md", "docs/runtime.md"])
+def test_doc_example_runs(
+    doc: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = ROOT / doc
+    example = re.search(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+    assert example is not None, f"{doc} has no python example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example.group(1), str(path), "exec"), {"__name__": "__main__"})
     assert capsys.readouterr().out == "1\n"
