@@ -1493,13 +1493,13 @@ class StoreContract:
     # -- the reference-model property -------------------------------------------------------
 
     @settings(
-        max_examples=40,
+        max_examples=60,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
     )
-    @given(program=st.lists(st.deferred(lambda: _OPERATION), max_size=25))
+    @given(program=st.lists(st.deferred(lambda: _OPERATION), min_size=4, max_size=25))
     async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
-        program = _renumber(program)
+        program = _renumber(_seeded(program))
         async with self.open_storage() as opener:
             harness = StoreHarness(opener)
             try:
@@ -1509,12 +1509,15 @@ class StoreContract:
                     if op[0] == "reopen":
                         store = await harness.reopen()
                         continue
-                    expected_error = model.apply(op, store_capabilities(store))
-                    if expected_error is None:
-                        await _run(store, op)
-                    else:
+                    caps = store_capabilities(store)
+                    if not _supported(op[0], caps):
+                        continue
+                    expected_error, expected = model.apply(op, caps)
+                    if expected_error is not None:
                         with pytest.raises(expected_error):
-                            await _run(store, op)
+                            await _run(store, op, caps)
+                        continue
+                    assert await _run(store, op, caps) == expected, op
                 await model.check(store)
                 store = await harness.reopen()
                 await model.check(store)
@@ -1526,6 +1529,7 @@ class StoreContract:
 
 _SESSION_IDS = st.sampled_from(["s0", "s1", "s2"])
 _RUN_IDS = st.sampled_from(["r0", "r1", "r2"])
+_REQUEST_IDS = ("q0", "q1")
 _AGENTS = st.sampled_from([None, "agent-a", "agent-b"])
 _ROOTS = st.sampled_from([None, "/p", "/q"])
 _STATUS = st.sampled_from(["idle", "running", "completed", "error"])
@@ -1536,6 +1540,8 @@ _META_VALUES = st.one_of(
     st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=5),
     st.lists(st.integers(0, 3), max_size=2),
 )
+# Owners on other hosts: never known dead, never holding, so a claim depends
+# only on the status and on stale_at.
 _OWNERS = st.sampled_from(
     [RunOwner(host_id="h1", pid=1, token="a"), RunOwner(host_id="h2", pid=2, token="b")]
 )
@@ -1548,13 +1554,16 @@ _METADATA = st.dictionaries(_META_KEYS, _META_VALUES, max_size=3)
 _SESSIONS = st.builds(
     make_session,
     _SESSION_IDS,
-    updated_at=st.integers(0, 10),
+    updated_at=st.integers(1, 10),
     status=_STATUS,
     metadata=_METADATA,
     turns=_TURNS,
     runs=_RUNS,
     agent_id=_AGENTS,
     project_root=_ROOTS,
+)
+_ARTIFACT_SPOTS = st.sampled_from(
+    [("pull_request", "https://example.com/pr/1"), ("branch", "git:r#b"), ("file", "file:///x")]
 )
 _OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
     st.tuples(st.just("save"), _SESSIONS),
@@ -1578,12 +1587,60 @@ _OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
     ),
     st.tuples(st.just("drop_first_turn"), _SESSION_IDS),
     st.tuples(st.just("delete"), _SESSION_IDS),
+    st.tuples(st.just("claim_run"), _SESSION_IDS, st.sampled_from(["guarded", "stale"]), _OWNERS),
+    st.tuples(
+        st.just("claim_send_request"),
+        _SESSION_IDS,
+        st.sampled_from(_REQUEST_IDS),
+        st.sampled_from(["fp0", "fp1"]),
+    ),
+    st.tuples(
+        st.just("settle_send_request"),
+        _SESSION_IDS,
+        st.sampled_from(_REQUEST_IDS),
+        st.sampled_from([None, {"turnId": "t"}, "done"]),
+    ),
+    st.tuples(
+        st.just("upsert_artifact"),
+        _SESSION_IDS,
+        _ARTIFACT_SPOTS,
+        st.sampled_from(["one", "two"]),
+        st.integers(1, 5),
+        st.sampled_from([UNSET, None, {"n": 1}]),
+    ),
     st.tuples(st.just("reopen")),
 )
+"""One drawn operation: its name, then (except ``reopen``) the session id it targets."""
+
+_NEEDS = {
+    "save_meta": (),
+    "patch_meta": ("patch_meta",),
+    "drop_first_turn": ("mutate_history",),
+    "claim_run": ("claim_run",),
+    "claim_send_request": ("claim_send_request",),
+    "settle_send_request": ("claim_send_request", "settle_send_request"),
+    "upsert_artifact": ("upsert_artifact",),
+}
+
+
+def _supported(name: str, caps: frozenset[str]) -> bool:
+    return all(cap in caps for cap in _NEEDS.get(name, ()))
+
+
+def _seeded(program: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``program`` after a save of each session it targets, so most operations hit data."""
+    targets = {
+        op[1].id if op[0] in ("save", "save_meta") else op[1] for op in program if len(op) > 1
+    }
+    seeds = [
+        ("save", make_session(sid, updated_at=5, metadata={"title": sid}, turns=(make_turn(0),)))
+        for sid in sorted(targets)
+    ]
+    return [*seeds, *program]
 
 
 def _renumber(program: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Give every drawn turn a unique id, in program order (turn ids never repeat)."""
+    """Give every drawn turn and artifact a unique id, in program order."""
     counter = itertools.count()
 
     def fresh(turns: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
@@ -1595,13 +1652,29 @@ def _renumber(program: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             op = (op[0], replace(op[1], turns=fresh(op[1].turns)), *op[2:])
         elif op[0] == "append_turns":
             op = (op[0], op[1], fresh(op[2]), op[3])
+        elif op[0] == "upsert_artifact":
+            op = (*op, f"a{next(counter)}")
         renumbered.append(op)
     return renumbered
 
 
-async def _run(store: Any, op: tuple[Any, ...]) -> None:
+def _program_artifact(op: tuple[Any, ...]) -> SessionArtifact:
+    _, session_id, (kind, uri), label, updated_at, meta, artifact_id = op
+    return make_artifact(
+        artifact_id,
+        session_id,
+        kind=kind,
+        uri=uri,
+        label=label,
+        created_at=updated_at,
+        updated_at=updated_at,
+        meta=meta,
+    )
+
+
+async def _run(store: Any, op: tuple[Any, ...], caps: frozenset[str]) -> object:
+    """Carry out ``op``; answers what the model predicts for it."""
     name = op[0]
-    caps = store_capabilities(store)
     if name == "save" or (name == "save_meta" and "save_meta" not in caps):
         await store.save(op[1])
     elif name == "save_meta":
@@ -1613,14 +1686,29 @@ async def _run(store: Any, op: tuple[Any, ...]) -> None:
         await store.update_run(op[1], op[2])
     elif name == "update_status":
         await store.update_status(op[1], op[2], owner=op[3], preserve_updated_at=op[4])
-    elif name == "patch_meta" and "patch_meta" in caps:
+    elif name == "patch_meta":
         await store.patch_meta(op[1], op[2])
-    elif name == "drop_first_turn" and "mutate_history" in caps:
-        await store.mutate_history(
+    elif name == "drop_first_turn":
+        return await store.mutate_history(
             op[1], lambda h: SessionHistory(turns=h.turns[1:], runs=h.runs) if h.turns else None
         )
     elif name == "delete":
         await store.delete(op[1])
+    elif name == "claim_run":
+        stale_at = 0 if op[2] == "guarded" else now_ms() + 86_400_000
+        claim = await store.claim_run(op[1], stale_at=stale_at, owner=op[3])
+        return (claim.claimed, claim.previous)
+    elif name == "claim_send_request":
+        answer = await store.claim_send_request(op[1], op[2], op[3])
+        record = answer.record
+        return (
+            (answer.claimed, None) if record is None else (False, record.fingerprint, record.result)
+        )
+    elif name == "settle_send_request":
+        await store.settle_send_request(op[1], op[2], op[3])
+    elif name == "upsert_artifact":
+        return await store.upsert_artifact(_program_artifact(op))
+    return None
 
 
 class _ReferenceModel:
@@ -1629,69 +1717,53 @@ class _ReferenceModel:
     def __init__(self) -> None:
         self.sessions: dict[str, SessionData] = {}
         self.stamped: set[str] = set()
+        self.requests: dict[tuple[str, str], tuple[str, Any]] = {}
+        self.artifacts: dict[str, list[SessionArtifact]] = {}
 
-    def apply(self, op: tuple[Any, ...], caps: frozenset[str]) -> type[Exception] | None:
+    def apply(
+        self, op: tuple[Any, ...], caps: frozenset[str]
+    ) -> tuple[type[Exception] | None, Any]:
+        """The error ``op`` must raise, or ``None`` and its predicted answer."""
         name = op[0]
-        fallback = {"save_meta": "save", "patch_meta": None, "drop_first_turn": None}
         if name == "save_meta" and "save_meta" not in caps:
-            name = fallback[name]
-        if name == "patch_meta" and "patch_meta" not in caps:
-            return None
-        if name == "drop_first_turn" and "mutate_history" not in caps:
-            return None
-        stored = self.sessions.get(op[1].id if name in ("save", "save_meta") else op[1])
+            name = "save"
         if name in ("save", "save_meta"):
-            data: SessionData = op[1]
-            status, owner = (
-                ((stored.status if stored else "idle"), stored.run_owner if stored else None)
-                if data.status == "running"
-                else (data.status, None)
-            )
-            if name == "save":
-                self.sessions[data.id] = replace(data, status=status, run_owner=owner)
-            else:
-                keys = op[2]
-                if keys is None or stored is None:
-                    metadata = dict(data.metadata)
-                else:
-                    metadata = dict(stored.metadata)
-                    for key in keys:
-                        if key in data.metadata:
-                            metadata[key] = data.metadata[key]
-                        else:
-                            metadata.pop(key, None)
-                runs = list(stored.runs) if stored else []
-                for run in data.runs:
-                    at = next((i for i, r in enumerate(runs) if r.id == run.id), None)
-                    if at is None:
-                        runs.append(run)
-                    else:
-                        runs[at] = run
-                self.sessions[data.id] = replace(
-                    data,
-                    status=status,
-                    run_owner=owner,
-                    metadata=metadata,
-                    turns=stored.turns if stored else (),
-                    runs=tuple(runs),
-                )
-            self.stamped.discard(data.id)
-            return None
+            self._save(name, op)
+            return None, None
         session_id = op[1]
+        stored = self.sessions.get(session_id)
         if name == "delete":
             self.sessions.pop(session_id, None)
-            return None
+            self.artifacts.pop(session_id, None)
+            for key in [k for k in self.requests if k[0] == session_id]:
+                del self.requests[key]
+            return None, None
+        if name == "claim_send_request":
+            held = self.requests.get((session_id, op[2]))
+            if held is not None:
+                return None, (False, *held)
+            self.requests[(session_id, op[2])] = (op[3], UNSET)
+            return None, (True, None)
+        if name == "settle_send_request":
+            if (session_id, op[2]) in self.requests:
+                if op[3] is None:
+                    del self.requests[(session_id, op[2])]
+                else:
+                    self.requests[(session_id, op[2])] = (
+                        self.requests[(session_id, op[2])][0],
+                        op[3],
+                    )
+            return None, None
         if stored is None:
-            return SessionNotFoundError if name == "append_turns" else None
+            return self._on_unknown(name)
         if name == "append_turns":
             turns, runs = op[2], op[3]
-            if not turns and not runs:
-                return None
-            updated = replace(stored, turns=stored.turns + turns)
-            if runs:
-                updated = replace(updated, runs=_upsert(updated.runs, runs[0]))
-            self.sessions[session_id] = updated
-            self.stamped.add(session_id)
+            if turns or runs:
+                updated = replace(stored, turns=stored.turns + turns)
+                if runs:
+                    updated = replace(updated, runs=_upsert(updated.runs, runs[0]))
+                self.sessions[session_id] = updated
+                self.stamped.add(session_id)
         elif name == "update_run":
             self.sessions[session_id] = replace(stored, runs=_upsert(stored.runs, op[2]))
             self.stamped.add(session_id)
@@ -1710,12 +1782,79 @@ class _ReferenceModel:
                 else:
                     metadata[key] = value
             self.sessions[session_id] = replace(stored, metadata=metadata)
-        elif name == "drop_first_turn" and stored.turns:
+        elif name == "drop_first_turn":
+            if not stored.turns:
+                return None, "unchanged"
             self.sessions[session_id] = replace(stored, turns=stored.turns[1:])
             self.stamped.add(session_id)
-        return None
+            return None, "ok"
+        elif name == "claim_run":
+            if stored.status == "running" and op[2] == "guarded":
+                return None, (False, None)
+            self.sessions[session_id] = replace(stored, status="running", run_owner=op[3])
+            self.stamped.add(session_id)
+            return None, (True, stored.status)
+        elif name == "upsert_artifact":
+            return None, self._upsert_artifact(_program_artifact(op))
+        return None, None
+
+    def _on_unknown(self, name: str) -> tuple[type[Exception] | None, Any]:
+        answers: dict[str, tuple[type[Exception] | None, Any]] = {
+            "append_turns": (SessionNotFoundError, None),
+            "drop_first_turn": (None, "no-session"),
+            "claim_run": (None, (True, None)),
+        }
+        return answers.get(name, (None, None))
+
+    def _save(self, name: str, op: tuple[Any, ...]) -> None:
+        data: SessionData = op[1]
+        stored = self.sessions.get(data.id)
+        if data.status == "running":
+            status, owner = (stored.status, stored.run_owner) if stored else ("idle", None)
+        else:
+            status, owner = data.status, None
+        if name == "save":
+            self.sessions[data.id] = replace(data, status=status, run_owner=owner)
+        else:
+            keys = op[2]
+            if keys is None or stored is None:
+                metadata = dict(data.metadata)
+            else:
+                metadata = dict(stored.metadata)
+                for key in keys:
+                    if key in data.metadata:
+                        metadata[key] = data.metadata[key]
+                    else:
+                        metadata.pop(key, None)
+            runs = stored.runs if stored else ()
+            for run in data.runs:
+                runs = _upsert(runs, run)
+            self.sessions[data.id] = replace(
+                data,
+                status=status,
+                run_owner=owner,
+                metadata=metadata,
+                turns=stored.turns if stored else (),
+                runs=runs,
+            )
+        self.stamped.discard(data.id)
+
+    def _upsert_artifact(self, incoming: SessionArtifact) -> SessionArtifact:
+        rows = self.artifacts.setdefault(incoming.session_id, [])
+        for i, row in enumerate(rows):
+            if (row.kind, row.uri) == (incoming.kind, incoming.uri):
+                rows[i] = replace(
+                    row,
+                    label=incoming.label,
+                    meta=row.meta if incoming.meta is UNSET else incoming.meta,
+                    updated_at=max(row.updated_at, incoming.updated_at),
+                )
+                return rows[i]
+        rows.append(incoming)
+        return incoming
 
     async def check(self, store: Any) -> None:
+        caps = store_capabilities(store)
         for session_id in ("s0", "s1", "s2"):
             expected = self.sessions.get(session_id)
             loaded = await store.load(session_id)
@@ -1728,6 +1867,17 @@ class _ReferenceModel:
                 loaded = replace(loaded, updated_at=expected.updated_at)
             assert loaded == expected, session_id
             assert tuple(await store.get_turns(session_id)) == expected.turns
+            if "get_meta" in caps:
+                row = await store.get_meta(session_id)
+                assert row is not None
+                assert (row.turn_count, row.run_count, row.status, row.metadata) == (
+                    len(expected.turns),
+                    len(expected.runs),
+                    expected.status,
+                    expected.metadata,
+                )
+                if "upsert_artifact" in caps:
+                    assert row.artifact_count == len(self.artifacts.get(session_id, ()))
         listed = await store.list()
         assert sorted(listed) == sorted(self.sessions)
         stamps = []
@@ -1735,6 +1885,8 @@ class _ReferenceModel:
             data = await store.load(session_id)
             stamps.append((-data.updated_at, session_id))
         assert stamps == sorted(stamps)
+        if "list_meta" in caps:
+            assert [r.id for r in await store.list_meta()] == listed
         for agent in (None, "agent-a"):
             for root in (UNSET, None, "/p"):
                 filter = SessionFilter(agent_id=agent, project_root=root)
@@ -1745,6 +1897,19 @@ class _ReferenceModel:
                     and (root is UNSET or d.project_root == root)
                 }
                 assert set(await store.list(filter)) == want
+        if "find_send_request" in caps:
+            for session_id in ("s0", "s1", "s2"):
+                for request_id in _REQUEST_IDS:
+                    record = await store.find_send_request(session_id, request_id)
+                    held = self.requests.get((session_id, request_id))
+                    found = None if record is None else (record.fingerprint, record.result)
+                    assert found == held, (session_id, request_id)
+        if "list_artifacts" in caps:
+            for session_id in ("s0", "s1", "s2"):
+                rows = sorted(self.artifacts.get(session_id, []), key=lambda a: a.id)
+                rows.sort(key=lambda a: a.updated_at, reverse=True)
+                got = await store.list_artifacts(ArtifactFilter(session_id=session_id))
+                assert got == rows, session_id
 
 
 def _upsert(runs: tuple[SessionRun, ...], run: SessionRun) -> tuple[SessionRun, ...]:
