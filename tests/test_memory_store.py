@@ -8,12 +8,20 @@ from contextlib import asynccontextmanager
 import outcome
 import pytest
 import trio
-from store_contract import StoreContract, StoreOpener, make_session, make_turn
+from store_contract import (
+    StoreContract,
+    StoreOpener,
+    make_artifact,
+    make_run,
+    make_session,
+    make_turn,
+)
 
 from zidane_actors.errors import StoreClosedError, ValidationError
 from zidane_actors.model import SessionData
 from zidane_actors.stores import (
     OPTIONAL_METHODS,
+    WRITE_METHODS,
     BatchingStore,
     FullSessionStore,
     MemoryStore,
@@ -111,3 +119,31 @@ async def test_stored_values_are_validated_copies() -> None:
         loaded = await store.load("s1")
         assert loaded is not None
         assert loaded.metadata == {"todo": ["a"]}
+
+
+async def test_apply_writes_covers_every_write_method() -> None:
+    async with open_memory_store() as store:
+        writes = [
+            StoreWrite("save", (make_session("s1"),)),
+            StoreWrite("save_meta", (make_session("s1", metadata={"a": 1}),)),
+            StoreWrite("append_turns", ("s1", [make_turn(1)])),
+            StoreWrite("update_run", ("s1", make_run("r1"))),
+            StoreWrite("update_status", ("s1", "completed")),
+            StoreWrite("patch_meta", ("s1", {"b": 2})),
+            StoreWrite("upsert_artifact", (make_artifact("a1", "s1"),)),
+            StoreWrite("delete_artifact", ("s1", "a1")),
+            StoreWrite("settle_send_request", ("s1", "req", {"ok": True})),
+            StoreWrite("delete", ("s2",)),
+        ]
+        assert {w.method for w in writes} == WRITE_METHODS
+        results = await store.apply_writes(writes)
+        assert all(isinstance(r, outcome.Value) for r in results), results
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert (loaded.metadata, loaded.status, loaded.runs) == (
+            {"a": 1, "b": 2},
+            "completed",
+            (make_run("r1"),),
+        )
+        assert [t.id for t in loaded.turns] == ["t1"]
+        assert await store.list_artifacts() == []
