@@ -59,9 +59,12 @@ __all__ = [
 JsonValue: TypeAlias = Any
 """Any JSON value (``None``, bool, int, float, str, list, dict with str keys)."""
 
+MAX_SAFE_INTEGER = 2**53 - 1
+"""Largest integer a JavaScript number holds exactly: zidane reads these documents too."""
+
 NonEmptyStr = Annotated[str, Meta(min_length=1)]
-EpochMs = Annotated[int, Meta(ge=0)]
-Count = Annotated[int, Meta(ge=0)]
+EpochMs = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
+Count = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
 
 SessionStatus: TypeAlias = Literal["error", "running", "completed", "idle"]
 RunStatus: TypeAlias = Literal["error", "running", "completed", "aborted"]
