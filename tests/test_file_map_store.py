@@ -91,11 +91,6 @@ async def _closing(store: FileMapStore) -> AsyncIterator[SessionStore]:
         await store.aclose()
 
 
-# The contract's property body, taken at import (collection) time: pytest-trio later
-# swaps the hypothesis inner test for its own runner when the contract runs elsewhere.
-_REFERENCE_PROPERTY = StoreContract.test_matches_reference_model.hypothesis.inner_test  # type: ignore[attr-defined]
-
-
 def _only_s0(op: tuple[Any, ...]) -> tuple[Any, ...]:
     """The same operation aimed at session ``s0``."""
     if op[0] in ("save", "save_meta"):
@@ -178,7 +173,7 @@ class _SingleSessionContract(StoreContract):
     )
     @given(program=st.lists(_OPERATION.map(_only_s0), max_size=25))
     async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
-        await _REFERENCE_PROPERTY(self, program)
+        await self.check_reference_model(program)
 
 
 class TestDirectoryFileMapContract(_SingleSessionContract):

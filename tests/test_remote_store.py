@@ -121,8 +121,7 @@ class TestRemoteOverMemory(_RemoteContract):
     )
     @given(program=st.lists(st.deferred(lambda: store_contract._OPERATION), max_size=25))
     async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
-        inner = StoreContract.test_matches_reference_model.hypothesis.inner_test  # type: ignore[attr-defined]
-        await inner(self, program)
+        await self.check_reference_model(program)
 
 
 @pytest.fixture
