@@ -134,7 +134,8 @@ async def test_integers_past_64_bits_are_refused_not_crashed(
     big = 2**63 + 5
     async with httpx.AsyncClient(base_url=sqlite_server.url) as client:
         r = await client.put("/sessions/s1", json={"id": "s1", "createdAt": big, "updatedAt": 1})
-        assert (r.status_code, r.json()["error"]["code"]) == (422, "out_of_range")
+        assert r.status_code == 422
+        assert r.json()["error"]["path"] == "$.createdAt"
         r = await client.post("/schedules/x/claim-fire", json={"dueAt": big, "next": None})
         assert r.status_code == 422
         assert (await client.get("/sessions/s1")).status_code == 404
