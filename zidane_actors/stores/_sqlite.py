@@ -1141,24 +1141,51 @@ class SQLiteStore:
     async def apply_writes(
         self, writes: Sequence[StoreWrite]
     ) -> builtins.list[outcome.Outcome[Any]]:
-        """Apply ``writes`` in order in ONE transaction, each in its own SAVEPOINT.
+        """Apply ``writes`` in order in ONE transaction.
 
-        A write that raises is rolled back alone and answered ``outcome.Error``;
-        a failed commit answers every write with that error.
+        The batch is tried under one SAVEPOINT; if any write raises, that attempt
+        is rolled back and the batch reruns with a SAVEPOINT per write, so a
+        failing write is rolled back alone and answered ``outcome.Error``. A
+        failed commit answers every write with that error.
         """
         if not writes:
             return []
         ops = [outcome.capture(self._write_op, w) for w in writes]
+        fns = [op.value if isinstance(op, outcome.Value) else None for op in ops]
 
-        def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
+        def all_or_nothing(conn: _Conn) -> builtins.list[outcome.Outcome[Any]] | None:
+            # The common case: every write succeeds, and one savepoint covers them all.
+            # Any failure undoes the whole attempt and answers None (retry one by one).
+            bound = [fn for fn in fns if fn is not None]
+            if len(bound) != len(fns):
+                return None
+            conn.execute("SAVEPOINT batch")
+            try:
+                values = [
+                    fn(conn, *w.args, **w.kwargs) for fn, w in zip(bound, writes, strict=True)
+                ]
+            except sqlite3.Error as exc:
+                if isinstance(self._translate(exc), _Busy) or not conn.in_transaction:
+                    raise
+                conn.execute("ROLLBACK TO batch")
+                conn.execute("RELEASE batch")
+                return None
+            except Exception:
+                conn.execute("ROLLBACK TO batch")
+                conn.execute("RELEASE batch")
+                return None
+            conn.execute("RELEASE batch")
+            return [outcome.Value(v) for v in values]
+
+        def one_by_one(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
             results: builtins.list[outcome.Outcome[Any]] = []
-            for write, bound in zip(writes, ops, strict=True):
-                if isinstance(bound, outcome.Error):
+            for write, fn, bound in zip(writes, fns, ops, strict=True):
+                if fn is None:
                     results.append(bound)
                     continue
                 conn.execute("SAVEPOINT w")
                 try:
-                    value = bound.unwrap()(conn, *write.args, **write.kwargs)
+                    value = fn(conn, *write.args, **write.kwargs)
                 except sqlite3.Error as exc:
                     translated = self._translate(exc)
                     if isinstance(translated, _Busy) or not conn.in_transaction:
@@ -1172,6 +1199,10 @@ class SQLiteStore:
                     results.append(outcome.Value(value))
                 conn.execute("RELEASE w")
             return results
+
+        def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
+            fast = all_or_nothing(conn)
+            return fast if fast is not None else one_by_one(conn)
 
         try:
             return await self._write(op)
