@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import itertools
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, get_args
@@ -47,7 +46,6 @@ from ..model import (
     SessionTurn,
     UpdateRunOptions,
     current_run_owner,
-    decode,
     decoder,
     encode,
     filter_artifacts,
@@ -72,16 +70,22 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
 )
+from ._validate import (
+    check_ids,
+    checked,
+    checked_header,
+    checked_int,
+    checked_items,
+    checked_meta_patch,
+    encoded,
+    now_ms,
+)
 
 __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
 
 T = TypeVar("T")
 
 _STATUSES: Final = frozenset(get_args(SessionStatus))
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _copy(value: T, type_: type[T]) -> T:
@@ -91,77 +95,12 @@ def _copy(value: T, type_: type[T]) -> T:
     return result
 
 
-def _encoded(value: object, what: str) -> bytes:
-    try:
-        return encode(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
-
-
-def _checked(value: object, type_: type[T], what: str) -> T:
-    """``value`` validated like a persistent store decodes it (constraints, tags, JSON-ness)."""
-    if not isinstance(value, type_):
-        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
-    return decode(_encoded(value, what), type_, what=what)
-
-
 def _checked_json(value: object, what: str) -> JsonValue:
-    return msgspec.json.decode(_encoded(value, what))
-
-
-def _checked_int(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
-    return value
+    return msgspec.json.decode(encoded(value, what))
 
 
 def _checked_optional_int(value: object, what: str) -> int | None:
-    return None if value is None else _checked_int(value, what)
-
-
-def _checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
-    """A sequence of ``type_`` values, validated as a whole (paths index into it)."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise ValidationError(
-            f"{what} must be a sequence of {type_.__name__}, got {type(values).__name__}"
-        )
-    for i, value in enumerate(values):
-        if not isinstance(value, type_):
-            raise ValidationError(
-                f"{what} must hold {type_.__name__} values, got {type(value).__name__}",
-                path=f"$[{i}]",
-            )
-    items_type: Any = tuple[type_, ...]  # type: ignore[valid-type]
-    result: tuple[T, ...] = decode(_encoded(tuple(values), what), items_type, what=what)
-    return result
-
-
-def _check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
-    for i, turn in enumerate(turns):
-        validate_id(turn.id, what=f"turn id at $.turns[{i}]")
-    for i, run in enumerate(runs):
-        validate_id(run.id, what=f"run id at $.runs[{i}]")
-
-
-def _checked_data(data: object) -> SessionData:
-    if not isinstance(data, SessionData):
-        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
-    validate_id(data.id)
-    if not isinstance(data.metadata, dict):
-        raise ValidationError("session metadata must be a dict", path="$.metadata")
-    return data
-
-
-def _checked_meta_patch(patch: object) -> dict[str, JsonValue]:
-    if not isinstance(patch, Mapping):
-        raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
-    for key in patch:
-        if not isinstance(key, str):
-            raise ValidationError(f"metadata patch keys must be strings, got {key!r}")
-    kept = {k: v for k, v in patch.items() if v is not msgspec.UNSET}
-    valid = _checked_json(kept, "metadata patch")
-    assert isinstance(valid, dict)
-    return {k: valid.get(k, msgspec.UNSET) for k in patch}
+    return None if value is None else checked_int(value, what)
 
 
 class MemoryStore:
@@ -245,15 +184,15 @@ class MemoryStore:
         self._save(data)
 
     def _save(self, data: SessionData) -> None:
-        data = _checked_data(data)
+        data = checked_header(data)
         stored = self._sessions.get(data.id)
         status, owner = snapshot_status(
             stored.status if stored else None, stored.run_owner if stored else None, data.status
         )
         metadata = merge_session_metadata(None, data.metadata, None)
         candidate = msgspec.structs.replace(data, metadata=metadata, status=status, run_owner=owner)
-        valid = _checked(candidate, SessionData, "session data")
-        _check_ids(valid.turns, valid.runs)
+        valid = checked(candidate, SessionData, "session data")
+        check_ids(valid.turns, valid.runs)
         self._write(valid)
 
     async def append_turns(
@@ -278,11 +217,11 @@ class MemoryStore:
         options: AppendTurnsOptions | None = None,
     ) -> None:
         validate_id(session_id)
-        new_turns = _checked_items(turns, SessionTurn, "turns")
+        new_turns = checked_items(turns, SessionTurn, "turns")
         run = None
         if options is not None:
-            run = _checked(options, AppendTurnsOptions, "append options").run
-        _check_ids(new_turns, () if run is None else (run,))
+            run = checked(options, AppendTurnsOptions, "append options").run
+        check_ids(new_turns, () if run is None else (run,))
         stored = self._sessions.get(session_id)
         if stored is None:
             raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
@@ -293,7 +232,7 @@ class MemoryStore:
                 stored,
                 turns=stored.turns + new_turns,
                 runs=stored.runs if run is None else upsert_runs(stored.runs, (run,)),
-                updated_at=_now_ms(),
+                updated_at=now_ms(),
             )
         )
 
@@ -303,7 +242,7 @@ class MemoryStore:
         """Turns ``from_`` up to ``from_ + limit``, oldest first; unknown sessions have none."""
         await self._enter()
         validate_id(session_id)
-        start = _checked_int(from_, "from_")
+        start = checked_int(from_, "from_")
         count = _checked_optional_int(limit, "limit")
         stored = self._sessions.get(session_id)
         if stored is None:
@@ -322,16 +261,16 @@ class MemoryStore:
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> None:
         validate_id(session_id)
-        valid = _checked(run, SessionRun, "run")
-        _check_ids((), (valid,))
+        valid = checked(run, SessionRun, "run")
+        check_ids((), (valid,))
         if options is not None:
-            _checked(options, UpdateRunOptions, "update run options")
+            checked(options, UpdateRunOptions, "update run options")
         stored = self._sessions.get(session_id)
         if stored is None:
             return
         self._write(
             msgspec.structs.replace(
-                stored, runs=upsert_runs(stored.runs, (valid,)), updated_at=_now_ms()
+                stored, runs=upsert_runs(stored.runs, (valid,)), updated_at=now_ms()
             )
         )
 
@@ -364,7 +303,7 @@ class MemoryStore:
         if status not in _STATUSES:
             raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
         if owner is not None:
-            owner = _checked(owner, RunOwner, "run owner")
+            owner = checked(owner, RunOwner, "run owner")
         stored = self._sessions.get(session_id)
         if stored is None:
             return
@@ -373,7 +312,7 @@ class MemoryStore:
                 stored,
                 status=status,
                 run_owner=(owner or current_run_owner()) if status == "running" else None,
-                updated_at=stored.updated_at if preserve_updated_at else _now_ms(),
+                updated_at=stored.updated_at if preserve_updated_at else now_ms(),
             )
         )
 
@@ -391,7 +330,7 @@ class MemoryStore:
 
     def _ordered(self, filter: SessionFilter | None) -> builtins.list[SessionData]:
         if filter is not None:
-            filter = _checked(filter, SessionFilter, "session filter")
+            filter = checked(filter, SessionFilter, "session filter")
         rows = [
             d
             for d in self._sessions.values()
@@ -420,10 +359,10 @@ class MemoryStore:
         self._save_meta(data, options)
 
     def _save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
-        data = _checked_data(data)
+        data = checked_header(data)
         keys = None
         if options is not None:
-            keys = _checked(options, SaveMetaOptions, "save_meta options").meta_keys
+            keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
         stored = self._sessions.get(data.id)
         status, owner = snapshot_status(
             stored.status if stored else None, stored.run_owner if stored else None, data.status
@@ -437,8 +376,8 @@ class MemoryStore:
             turns=(),
             runs=upsert_runs(stored.runs if stored else (), data.runs),
         )
-        valid = _checked(candidate, SessionData, "session data")
-        _check_ids((), valid.runs)
+        valid = checked(candidate, SessionData, "session data")
+        check_ids((), valid.runs)
         if stored is not None:
             valid = msgspec.structs.replace(valid, turns=stored.turns)
         self._write(valid)
@@ -469,7 +408,7 @@ class MemoryStore:
 
     def _patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
         validate_id(session_id)
-        valid = _checked_meta_patch(patch)
+        valid = checked_meta_patch(patch)
         stored = self._sessions.get(session_id)
         if stored is None:
             return
@@ -488,13 +427,13 @@ class MemoryStore:
         """
         await self._enter()
         validate_id(session_id)
-        _checked_int(stale_at, "stale_at")
+        checked_int(stale_at, "stale_at")
         if owner is not None:
-            owner = _checked(owner, RunOwner, "run owner")
+            owner = checked(owner, RunOwner, "run owner")
         stored = self._sessions.get(session_id)
         if stored is None:
             return RunClaim(claimed=True)
-        now = _now_ms()
+        now = now_ms()
         if run_claim_blocked(stored.status, stored.run_owner, stored.updated_at, stale_at, now):
             return RunClaim(claimed=False)
         self._write(
@@ -520,12 +459,12 @@ class MemoryStore:
                 f"mutate_history callback must return a SessionHistory or None, "
                 f"got {type(result).__name__}"
             )
-        turns = _checked_items(result.turns, SessionTurn, "history turns")
+        turns = checked_items(result.turns, SessionTurn, "history turns")
         runs = stored.runs
         if result.runs != current.runs:
-            runs = _checked_items(result.runs, SessionRun, "history runs")
-        _check_ids(turns, runs)
-        self._write(msgspec.structs.replace(stored, turns=turns, runs=runs, updated_at=_now_ms()))
+            runs = checked_items(result.runs, SessionRun, "history runs")
+        check_ids(turns, runs)
+        self._write(msgspec.structs.replace(stored, turns=turns, runs=runs, updated_at=now_ms()))
         return "ok"
 
     async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
@@ -538,9 +477,9 @@ class MemoryStore:
         result = mutate(_copy(stored.turns, tuple[SessionTurn, ...]))
         if result is None:
             return "unchanged"
-        turns = _checked_items(result, SessionTurn, "turns")
-        _check_ids(turns, ())
-        self._write(msgspec.structs.replace(stored, turns=turns, updated_at=_now_ms()))
+        turns = checked_items(result, SessionTurn, "turns")
+        check_ids(turns, ())
+        self._write(msgspec.structs.replace(stored, turns=turns, updated_at=now_ms()))
         return "ok"
 
     # -- send requests ----------------------------------------------------------------------
@@ -565,7 +504,7 @@ class MemoryStore:
         for evicted in send_request_evictions(builtins.list(records.values())):
             del records[evicted]
         records[request_id] = SendRequestRecord(
-            request_id=request_id, fingerprint=fingerprint, created_at=_now_ms()
+            request_id=request_id, fingerprint=fingerprint, created_at=now_ms()
         )
         return SendRequestClaim(claimed=True)
 
@@ -608,7 +547,7 @@ class MemoryStore:
         return self._upsert_artifact(artifact)
 
     def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
-        valid = _checked(artifact, SessionArtifact, "artifact")
+        valid = checked(artifact, SessionArtifact, "artifact")
         validate_id(valid.session_id)
         validate_id(valid.id, what="artifact id")
         if valid.session_id not in self._sessions:
@@ -645,7 +584,7 @@ class MemoryStore:
         """Artifacts, newest ``updatedAt`` first (ties by id), filtered, cut to ``limit``."""
         await self._enter()
         if filter is not None:
-            filter = _checked(filter, ArtifactFilter, "artifact filter")
+            filter = checked(filter, ArtifactFilter, "artifact filter")
         every = (a for rows in self._artifacts.values() for a in rows.values())
         return [_copy(a, SessionArtifact) for a in filter_artifacts(every, filter)]
 
@@ -654,7 +593,7 @@ class MemoryStore:
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
         await self._enter()
-        valid = _checked(schedule, Schedule, "schedule")
+        valid = checked(schedule, Schedule, "schedule")
         validate_id(valid.id, what="schedule id")
         valid = msgspec.structs.replace(valid, last_fire=None)
         existing = self._schedules.get(valid.id)
@@ -676,7 +615,7 @@ class MemoryStore:
         """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled and still due."""
         await self._enter()
         validate_id(id, what="schedule id")
-        _checked_int(due_at, "due_at")
+        checked_int(due_at, "due_at")
         _checked_optional_int(next, "next")
         schedule = self._schedules.get(id)
         if schedule is None or not schedule.enabled or schedule.next_fire_at != due_at:
@@ -690,7 +629,7 @@ class MemoryStore:
         A fire of an unknown schedule is dropped.
         """
         await self._enter()
-        valid = _checked(fire, ScheduleFire, "schedule fire")
+        valid = checked(fire, ScheduleFire, "schedule fire")
         validate_id(valid.schedule_id, what="schedule id")
         validate_id(valid.id, what="fire id")
         if valid.schedule_id not in self._schedules:
@@ -706,7 +645,7 @@ class MemoryStore:
         """A schedule's fires, newest ``firedAt`` first, at most ``limit``."""
         await self._enter()
         validate_id(schedule_id, what="schedule id")
-        count = _checked_int(limit, "limit")
+        count = checked_int(limit, "limit")
         return builtins.list(reversed(self._fires.get(schedule_id, [])))[:count]
 
     async def delete_schedule(self, id: str) -> bool:

@@ -62,7 +62,6 @@ from ..model import (
     SessionTurn,
     UpdateRunOptions,
     current_run_owner,
-    decode,
     decoder,
     encode_str,
     filter_artifacts,
@@ -79,6 +78,15 @@ from ..model import (
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ._postgres_schema import migrate
 from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
+from ._validate import (
+    check_ids,
+    checked,
+    checked_header,
+    checked_int,
+    checked_items,
+    checked_meta_patch,
+    now_ms,
+)
 
 __all__ = ["PostgresStore", "PostgresStoreStatistics", "open_postgres_store"]
 
@@ -96,10 +104,6 @@ class _SlowPath(Exception):
     """A write of a savepoint-free batch failed: roll back and rerun with savepoints."""
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _json(value: object, what: str) -> str:
     try:
         return encode_str(value)
@@ -107,63 +111,12 @@ def _json(value: object, what: str) -> str:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
 
 
-def _checked(value: object, type_: type[T], what: str) -> T:
-    """``value`` validated by a JSON round trip (constraints, tags, JSON-ness)."""
-    if not isinstance(value, type_):
-        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
-    return decode(_json(value, what), type_, what=what)
-
-
-def _checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
-    """A sequence of ``type_`` values validated as a whole (paths index into it)."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise ValidationError(
-            f"{what} must be a sequence of {type_.__name__}, got {type(values).__name__}"
-        )
-    for i, value in enumerate(values):
-        if not isinstance(value, type_):
-            raise ValidationError(
-                f"{what} must hold {type_.__name__} values, got {type(value).__name__}",
-                path=f"$[{i}]",
-            )
-    items_type: Any = tuple[type_, ...]  # type: ignore[valid-type]
-    result: tuple[T, ...] = decode(_json(tuple(values), what), items_type, what=what)
-    return result
-
-
-def _checked_int(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
-    return value
-
-
-def _check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
-    for i, turn in enumerate(turns):
-        validate_id(turn.id, what=f"turn id at $.turns[{i}]")
-    for i, run in enumerate(runs):
-        validate_id(run.id, what=f"run id at $.runs[{i}]")
-
-
 def _checked_data(data: object) -> SessionData:
     """``data`` validated; metadata keys mapped to ``UNSET`` are dropped (absent = removed)."""
-    if not isinstance(data, SessionData):
-        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
-    validate_id(data.id)
-    if not isinstance(data.metadata, dict):
-        raise ValidationError("session metadata must be a dict", path="$.metadata")
+    checked_header(data)
+    assert isinstance(data, SessionData)
     metadata = {k: v for k, v in data.metadata.items() if v is not UNSET}
-    return _checked(msgspec.structs.replace(data, metadata=metadata), SessionData, "session data")
-
-
-def _checked_patch(patch: object) -> dict[str, Any]:
-    if not isinstance(patch, Mapping):
-        raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
-    for key in patch:
-        if not isinstance(key, str):
-            raise ValidationError(f"metadata patch keys must be strings, got {key!r}")
-    kept = {k: v for k, v in patch.items() if v is not UNSET}
-    valid = decode(_json(kept, "metadata patch"), dict[str, Any], what="metadata patch")
-    return {k: valid.get(k, UNSET) for k in patch}
+    return checked(msgspec.structs.replace(data, metadata=metadata), SessionData, "session data")
 
 
 def _decode(text: str | None, type_: Any, table: str, key: str) -> Any:
@@ -311,7 +264,7 @@ def _write_header(
 
 def _save(cur: _Cursor, data: SessionData) -> None:
     data = _checked_data(data)
-    _check_ids(data.turns, data.runs)
+    check_ids(data.turns, data.runs)
     _write_header(cur, data, data.metadata, None)
     _replace_turns(cur, data.id, data.turns)
     _replace_runs(cur, data.id, data.runs)
@@ -319,10 +272,10 @@ def _save(cur: _Cursor, data: SessionData) -> None:
 
 def _save_meta(cur: _Cursor, data: SessionData, options: SaveMetaOptions | None = None) -> None:
     data = _checked_data(data)
-    _check_ids((), data.runs)
+    check_ids((), data.runs)
     keys = None
     if options is not None:
-        keys = _checked(options, SaveMetaOptions, "save_meta options").meta_keys
+        keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
     _write_header(cur, data, data.metadata, keys)
     _upsert_runs(cur, data.id, data.runs)
 
@@ -378,14 +331,14 @@ def _checked_append(
 ) -> tuple[list[SessionTurn], SessionRun | None]:
     """Validated turns (first of each id) and run of an append."""
     validate_id(session_id)
-    checked = _checked_items(turns, SessionTurn, "turns")
+    valid = checked_items(turns, SessionTurn, "turns")
     run = None
     if options is not None:
-        run = _checked(options, AppendTurnsOptions, "append options").run
-    _check_ids(checked, () if run is None else (run,))
+        run = checked(options, AppendTurnsOptions, "append options").run
+    check_ids(valid, () if run is None else (run,))
     seen: set[str] = set()
     unique: list[SessionTurn] = []
-    for turn in checked:
+    for turn in valid:
         if turn.id not in seen:
             seen.add(turn.id)
             unique.append(turn)
@@ -398,7 +351,7 @@ def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, A
         "ids": [t.id for t in turns],
         "roles": [t.role for t in turns],
         "bodies": [_json(t, f"turn {t.id!r}") for t in turns],
-        "now": _now_ms(),
+        "now": now_ms(),
     }
 
 
@@ -421,7 +374,7 @@ def _append_turns(
         _upsert_runs(cur, session_id, (run,))
         cur.execute(
             "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
-            (_now_ms(), session_id),
+            (now_ms(), session_id),
         )
 
 
@@ -475,13 +428,13 @@ def _update_run(
     cur: _Cursor, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
 ) -> None:
     validate_id(session_id)
-    run = _checked(run, SessionRun, "run")
-    _check_ids((), (run,))
+    run = checked(run, SessionRun, "run")
+    check_ids((), (run,))
     if options is not None:
-        _checked(options, UpdateRunOptions, "update run options")
+        checked(options, UpdateRunOptions, "update run options")
     cur.execute(
         "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s RETURNING 1",
-        (_now_ms(), session_id),
+        (now_ms(), session_id),
     )
     if cur.fetchone() is not None:
         _upsert_runs(cur, session_id, (run,))
@@ -499,7 +452,7 @@ def _update_status(
     if status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
     if owner is not None:
-        owner = _checked(owner, RunOwner, "run owner")
+        owner = checked(owner, RunOwner, "run owner")
     if status == "running":
         owner_json: str | None = _json(owner or current_run_owner(), "run owner")
     else:
@@ -507,7 +460,7 @@ def _update_status(
     cur.execute(
         "UPDATE sessions SET status = %s, run_owner = %s::jsonb, rev = nextval('revs'),"
         " updated_at = CASE WHEN %s THEN updated_at ELSE %s END WHERE id = %s",
-        (status, owner_json, preserve_updated_at, _now_ms(), session_id),
+        (status, owner_json, preserve_updated_at, now_ms(), session_id),
     )
 
 
@@ -519,7 +472,7 @@ def _delete(cur: _Cursor, session_id: str) -> None:
 
 def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> None:
     validate_id(session_id)
-    patch = _checked_patch(patch)
+    patch = checked_meta_patch(patch)
     header = _lock_header(cur, session_id)
     if header is None:
         return
@@ -542,7 +495,7 @@ def _touch(cur: _Cursor, session_id: str) -> None:
 
 
 def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact | None:
-    artifact = _checked(artifact, SessionArtifact, "artifact")
+    artifact = checked(artifact, SessionArtifact, "artifact")
     validate_id(artifact.session_id)
     validate_id(artifact.id, what="artifact id")
     if _lock_header(cur, artifact.session_id) is None:
@@ -680,7 +633,7 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     if filter is not None:
-        filter = _checked(filter, SessionFilter, "session filter")
+        filter = checked(filter, SessionFilter, "session filter")
         if filter.agent_id is not None:
             clauses.append("s.agent_id = %s")
             params.append(filter.agent_id)
@@ -745,18 +698,18 @@ def _mutate(
             "mutate_history callback must return a SessionHistory or None,"
             f" got {type(result).__name__}"
         )
-    turns = _checked_items(result.turns, SessionTurn, "history turns")
+    turns = checked_items(result.turns, SessionTurn, "history turns")
     runs = history.runs
     if runs_too and result.runs != history.runs:
-        runs = _checked_items(result.runs, SessionRun, "history runs")
-    _check_ids(turns, runs)
+        runs = checked_items(result.runs, SessionRun, "history runs")
+    check_ids(turns, runs)
     if turns != history.turns:
         _replace_turns(cur, session_id, turns)
     if runs is not history.runs:
         _replace_runs(cur, session_id, runs)
     cur.execute(
         "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
-        (_now_ms(), session_id),
+        (now_ms(), session_id),
     )
     return "ok"
 
@@ -1011,9 +964,9 @@ class PostgresStore:
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_``… (at most ``limit``), oldest first; ``[]`` for an unknown id."""
         validate_id(session_id)
-        _checked_int(from_, "from_")
+        checked_int(from_, "from_")
         if limit is not None:
-            _checked_int(limit, "limit")
+            checked_int(limit, "limit")
 
         def op(cur: _Cursor) -> builtins.list[SessionTurn]:
             cur.execute(
@@ -1135,15 +1088,15 @@ class PostgresStore:
     ) -> RunClaim:
         """Set ``running`` under a row lock unless a live owner holds it; bumps ``run_epoch``."""
         validate_id(session_id)
-        _checked_int(stale_at, "stale_at")
-        claimant = current_run_owner() if owner is None else _checked(owner, RunOwner, "run owner")
+        checked_int(stale_at, "stale_at")
+        claimant = current_run_owner() if owner is None else checked(owner, RunOwner, "run owner")
 
         def op(cur: _Cursor) -> RunClaim:
             header = _lock_header(cur, session_id)
             if header is None:
                 return RunClaim(claimed=True)
             status, owner_text, updated_at = header[0], header[1], header[2]
-            now = _now_ms()
+            now = now_ms()
             stored_owner = _owner(owner_text, session_id)
             if run_claim_blocked(status, stored_owner, updated_at, stale_at, now):
                 return RunClaim(claimed=False)
@@ -1159,9 +1112,9 @@ class PostgresStore:
     async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
         """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled: one winner across hosts."""
         validate_id(id, what="schedule id")
-        _checked_int(due_at, "due_at")
+        checked_int(due_at, "due_at")
         if next is not None:
-            _checked_int(next, "next")
+            checked_int(next, "next")
 
         def op(cur: _Cursor) -> bool:
             cur.execute(
@@ -1186,7 +1139,7 @@ class PostgresStore:
             cur.execute(
                 "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
-                (session_id, request_id, fingerprint, _now_ms()),
+                (session_id, request_id, fingerprint, now_ms()),
             )
             inserted = cur.fetchone()
             if inserted is None:
@@ -1293,7 +1246,7 @@ class PostgresStore:
             if turns is None:
                 return None
             return SessionHistory(
-                turns=_checked_items(turns, SessionTurn, "turns"), runs=history.runs
+                turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs
             )
 
         return await self._write(
@@ -1315,7 +1268,7 @@ class PostgresStore:
         clauses: builtins.list[str] = []
         params: builtins.list[Any] = []
         if filter is not None:
-            filter = _checked(filter, ArtifactFilter, "artifact filter")
+            filter = checked(filter, ArtifactFilter, "artifact filter")
             for column, value in (
                 ("session_id", filter.session_id),
                 ("kind", filter.kind),
@@ -1348,7 +1301,7 @@ class PostgresStore:
 
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
-        schedule = _checked(schedule, Schedule, "schedule")
+        schedule = checked(schedule, Schedule, "schedule")
         validate_id(schedule.id, what="schedule id")
         body = _json(msgspec.structs.replace(schedule, last_fire=None), "schedule")
 
@@ -1398,7 +1351,7 @@ class PostgresStore:
 
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
-        fire = _checked(fire, ScheduleFire, "schedule fire")
+        fire = checked(fire, ScheduleFire, "schedule fire")
         validate_id(fire.schedule_id, what="schedule id")
         validate_id(fire.id, what="fire id")
         body = _json(fire, "schedule fire")
@@ -1430,7 +1383,7 @@ class PostgresStore:
     ) -> builtins.list[ScheduleFire]:
         """A schedule's fires, newest first."""
         validate_id(schedule_id, what="schedule id")
-        count = _checked_int(limit, "limit")
+        count = checked_int(limit, "limit")
 
         def op(cur: _Cursor) -> builtins.list[ScheduleFire]:
             cur.execute(

@@ -1,0 +1,102 @@
+"""Argument checks every store shares: untrusted input is validated the way a
+persistent store decodes it (a JSON round trip), so all stores refuse the same
+values with the same located errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from msgspec import UNSET
+
+from ..errors import ValidationError
+from ..model import SessionData, SessionRun, SessionTurn, decode, encode, validate_id
+
+__all__ = [
+    "check_ids",
+    "checked",
+    "checked_header",
+    "checked_int",
+    "checked_items",
+    "checked_meta_patch",
+    "encoded",
+    "now_ms",
+]
+
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    """The store clock: epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def encoded(value: object, what: str) -> bytes:
+    """``value`` as JSON, or a :class:`ValidationError` naming ``what``."""
+    try:
+        return encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
+
+
+def checked(value: object, type_: type[T], what: str) -> T:
+    """``value`` validated like a persistent store decodes it (constraints, tags, JSON-ness)."""
+    if not isinstance(value, type_):
+        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    return decode(encoded(value, what), type_, what=what)
+
+
+def checked_int(value: object, what: str) -> int:
+    """A non-negative integer (not a bool)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
+    """A sequence of ``type_`` values, validated as a whole (paths index into it)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ValidationError(
+            f"{what} must be a sequence of {type_.__name__}, got {type(values).__name__}"
+        )
+    for i, value in enumerate(values):
+        if not isinstance(value, type_):
+            raise ValidationError(
+                f"{what} must hold {type_.__name__} values, got {type(value).__name__}",
+                path=f"$[{i}]",
+            )
+    items_type: Any = tuple[type_, ...]  # type: ignore[valid-type]
+    result: tuple[T, ...] = decode(encoded(tuple(values), what), items_type, what=what)
+    return result
+
+
+def check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
+    """Every turn and run id is a safe id."""
+    for i, turn in enumerate(turns):
+        validate_id(turn.id, what=f"turn id at $.turns[{i}]")
+    for i, run in enumerate(runs):
+        validate_id(run.id, what=f"run id at $.runs[{i}]")
+
+
+def checked_header(data: object) -> SessionData:
+    """``data`` is a ``SessionData`` with a safe id and a dict of metadata."""
+    if not isinstance(data, SessionData):
+        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
+    validate_id(data.id)
+    if not isinstance(data.metadata, dict):
+        raise ValidationError("session metadata must be a dict", path="$.metadata")
+    return data
+
+
+def checked_meta_patch(patch: object) -> dict[str, Any]:
+    """A metadata patch with string keys and JSON values; ``UNSET`` values (removals) kept."""
+    if not isinstance(patch, Mapping):
+        raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
+    for key in patch:
+        if not isinstance(key, str):
+            raise ValidationError(f"metadata patch keys must be strings, got {key!r}")
+    kept = {k: v for k, v in patch.items() if v is not UNSET}
+    valid = decode(encoded(kept, "metadata patch"), dict[str, Any], what="metadata patch")
+    return {k: valid.get(k, UNSET) for k in patch}
