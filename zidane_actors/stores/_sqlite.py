@@ -12,6 +12,7 @@ retried with backoff; only an exhausted retry budget surfaces, as
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import sqlite3
 import time
@@ -1138,6 +1139,27 @@ class SQLiteStore:
         op: Callable[..., Any] = getattr(self, f"_op_{write.method}")
         return op
 
+    def _in_savepoint(self, conn: _Conn, fn: Callable[[], T]) -> outcome.Outcome[T]:
+        """``fn()`` inside a SAVEPOINT: rolled back alone when it raises, its error answered.
+
+        A busy database or a transaction SQLite itself aborted is raised instead:
+        the whole transaction must be retried or failed.
+        """
+        conn.execute("SAVEPOINT w")
+        try:
+            result: outcome.Outcome[T] = outcome.Value(fn())
+        except sqlite3.Error as exc:
+            translated = self._translate(exc)
+            if isinstance(translated, _Busy) or not conn.in_transaction:
+                raise
+            conn.execute("ROLLBACK TO w")
+            result = outcome.Error(translated)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO w")
+            result = outcome.Error(exc)
+        conn.execute("RELEASE w")
+        return result
+
     async def apply_writes(
         self, writes: Sequence[StoreWrite]
     ) -> builtins.list[outcome.Outcome[Any]]:
@@ -1153,56 +1175,25 @@ class SQLiteStore:
         ops = [outcome.capture(self._write_op, w) for w in writes]
         fns = [op.value if isinstance(op, outcome.Value) else None for op in ops]
 
-        def all_or_nothing(conn: _Conn) -> builtins.list[outcome.Outcome[Any]] | None:
-            # The common case: every write succeeds, and one savepoint covers them all.
-            # Any failure undoes the whole attempt and answers None (retry one by one).
-            bound = [fn for fn in fns if fn is not None]
-            if len(bound) != len(fns):
-                return None
-            conn.execute("SAVEPOINT batch")
-            try:
-                values = [
-                    fn(conn, *w.args, **w.kwargs) for fn, w in zip(bound, writes, strict=True)
-                ]
-            except sqlite3.Error as exc:
-                if isinstance(self._translate(exc), _Busy) or not conn.in_transaction:
-                    raise
-                conn.execute("ROLLBACK TO batch")
-                conn.execute("RELEASE batch")
-                return None
-            except Exception:
-                conn.execute("ROLLBACK TO batch")
-                conn.execute("RELEASE batch")
-                return None
-            conn.execute("RELEASE batch")
-            return [outcome.Value(v) for v in values]
-
-        def one_by_one(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
-            results: builtins.list[outcome.Outcome[Any]] = []
-            for write, fn, bound in zip(writes, fns, ops, strict=True):
-                if fn is None:
-                    results.append(bound)
-                    continue
-                conn.execute("SAVEPOINT w")
-                try:
-                    value = fn(conn, *write.args, **write.kwargs)
-                except sqlite3.Error as exc:
-                    translated = self._translate(exc)
-                    if isinstance(translated, _Busy) or not conn.in_transaction:
-                        raise
-                    conn.execute("ROLLBACK TO w")
-                    results.append(outcome.Error(translated))
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO w")
-                    results.append(outcome.Error(exc))
-                else:
-                    results.append(outcome.Value(value))
-                conn.execute("RELEASE w")
-            return results
-
         def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
-            fast = all_or_nothing(conn)
-            return fast if fast is not None else one_by_one(conn)
+            # The common case: every write succeeds, and one savepoint covers them all.
+            bound = [fn for fn in fns if fn is not None]
+            if len(bound) == len(fns):
+                batch = self._in_savepoint(
+                    conn,
+                    lambda: [
+                        fn(conn, *w.args, **w.kwargs) for fn, w in zip(bound, writes, strict=True)
+                    ],
+                )
+                if isinstance(batch, outcome.Value):
+                    return [outcome.Value(v) for v in batch.value]
+            # A write failed (or was refused up front): one savepoint per write.
+            return [
+                bound_op
+                if fn is None
+                else self._in_savepoint(conn, functools.partial(fn, conn, *w.args, **w.kwargs))
+                for w, fn, bound_op in zip(writes, fns, ops, strict=True)
+            ]
 
         try:
             return await self._write(op)
