@@ -79,6 +79,7 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._sqlite_schema import migrate
+from ._validate import checked_int
 
 __all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
 
@@ -736,8 +737,7 @@ class SQLiteStore:
         without writing a row.
         """
         _session_id(session_id)
-        if not isinstance(stale_at, int) or isinstance(stale_at, bool) or stale_at < 0:
-            raise ValidationError(f"stale_at must be an integer >= 0, got {stale_at!r}")
+        checked_int(stale_at, "stale_at")
         claimer_json = _owner_json(owner or current_run_owner())
 
         def op(conn: _Conn) -> RunClaim:
@@ -1057,9 +1057,9 @@ class SQLiteStore:
     async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
         """Move ``nextFireAt`` from ``due_at`` to ``next`` if still due: once across processes."""
         validate_id(id, what="schedule id")
-        for value, what in ((due_at, "due_at"), (next, "next")):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
+        checked_int(due_at, "due_at")
+        if next is not None:
+            checked_int(next, "next")
 
         def op(conn: _Conn) -> bool:
             return (
@@ -1107,8 +1107,7 @@ class SQLiteStore:
     ) -> builtins.list[ScheduleFire]:
         """A schedule's fires, newest first."""
         validate_id(schedule_id, what="schedule id")
-        if not isinstance(limit, int) or limit < 0:
-            raise ValidationError(f"limit must be an integer >= 0, got {limit!r}")
+        checked_int(limit, "limit")
 
         def op(conn: _Conn) -> builtins.list[ScheduleFire]:
             rows = conn.execute(
