@@ -609,6 +609,85 @@ async def test_matches_the_memory_store(
             assert meta is not None and meta.turn_count == len(want.turns)
 
 
+_BATCH = st.lists(
+    st.one_of(
+        # (kind, session, n, flag): "ghost" is never created
+        st.tuples(
+            st.just("append"),
+            st.sampled_from(["a", "b", "ghost"]),
+            st.integers(0, 2),
+            st.booleans(),
+        ),
+        st.tuples(st.just("run"), st.sampled_from(["a", "b"]), st.integers(0, 2), st.booleans()),
+        st.tuples(st.just("patch"), st.sampled_from(["a", "ghost"]), st.integers(0, 2), st.just(0)),
+        st.tuples(st.just("bad"), st.sampled_from(["a", "b"]), st.just(0), st.just(0)),
+        st.tuples(st.just("delete"), st.just("b"), st.just(0), st.just(0)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=_BATCH, clean=st.booleans())
+async def test_one_batch_equals_the_writes_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    program: list[tuple[str, str, int, bool]],
+    clean: bool,
+) -> None:
+    """``apply_writes`` (runs of appends bulk-inserted) == each write called alone, in order.
+
+    ``clean`` programs hold only writes that succeed, so the one-savepoint path
+    answers them; the others exercise the write-by-write fallback.
+    """
+    if clean:
+        program = [w for w in program if w[0] in ("append", "run", "patch") and w[1] != "ghost"]
+    tmp = tmp_path_factory.mktemp("batch")
+    writes = []
+    for i, (kind, sid, n, flag) in enumerate(program):
+        if kind == "append":
+            turns = [turn(100 * i + k) for k in range(n)]
+            options = AppendTurnsOptions(run=run(f"r{i}")) if flag else None
+            writes.append(StoreWrite("append_turns", (sid, turns, options)))
+        elif kind == "run":
+            writes.append(StoreWrite("update_run", (sid, run(f"r{n}", "completed"))))
+        elif kind == "patch":
+            writes.append(StoreWrite("patch_meta", (sid, {f"k{n}": i})))
+        elif kind == "bad":
+            writes.append(StoreWrite("append_turns", (sid, [turn(i), "not a turn"])))
+        else:
+            writes.append(StoreWrite("delete", (sid,)))
+    async with (
+        open_sqlite_store(tmp / "batched.db", durability="off") as batched,
+        open_sqlite_store(tmp / "alone.db", durability="off") as alone,
+    ):
+        for store in (batched, alone):
+            await store.save(session("a", turns=(turn(-1),)))
+            await store.save(session("b"))
+        got = await batched.apply_writes(writes)
+        want = [
+            await outcome.acapture(getattr(alone, w.method), *w.args, **w.kwargs) for w in writes
+        ]
+        assert [type(r) for r in got] == [type(r) for r in want]
+        assert [type(getattr(r, "error", None)) for r in got] == [
+            type(getattr(r, "error", None)) for r in want
+        ]
+        for sid in ("a", "b", "ghost"):
+            mine, theirs = await batched.load(sid), await alone.load(sid)
+            if theirs is None:
+                assert mine is None
+                continue
+            assert mine is not None
+            assert (mine.turns, mine.runs, mine.metadata) == (
+                theirs.turns,
+                theirs.runs,
+                theirs.metadata,
+            )
+            meta_mine, meta_theirs = await batched.get_meta(sid), await alone.get_meta(sid)
+            assert meta_mine is not None and meta_theirs is not None
+            assert meta_mine.rev == meta_theirs.rev
+
+
 def test_store_is_exported() -> None:
     import zidane_actors.stores as stores
 

@@ -101,6 +101,14 @@ _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 
 _Conn: TypeAlias = sqlite3.Connection
+_AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRun | None]
+
+_BUMP: Final = "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?"
+# The next seq is read per row, so rows inserted by one executemany follow each other.
+_APPEND_TURN: Final = (
+    "INSERT INTO turns (session_id, seq, id, role, body) VALUES"
+    " (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM turns WHERE session_id = ?1), ?2, ?3, ?4)"
+)
 
 
 def _now() -> int:
@@ -442,6 +450,24 @@ class SQLiteStore:
         """Create or overwrite the whole document (turns and runs replaced)."""
         await self._write(lambda conn: self._op_save(conn, data))
 
+    @staticmethod
+    def _append_plan(
+        session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
+    ) -> _AppendPlan:
+        """The validated ``(session id, insert parameters, run)`` of one append."""
+        _session_id(session_id)
+        values = [(session_id, tid, role, body) for _, tid, role, body in _turn_rows_of(turns, 0)]
+        run = None
+        if options is not None:
+            _valid_body(options, AppendTurnsOptions, "append options")
+            run = options.run
+        return session_id, values, run
+
+    def _missing(self, session_id: str) -> SessionNotFoundError:
+        return SessionNotFoundError(
+            f"cannot append turns: SQLite store {self._path} has no session {session_id!r}"
+        )
+
     def _op_append_turns(
         self,
         conn: _Conn,
@@ -449,29 +475,28 @@ class SQLiteStore:
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
     ) -> None:
-        _session_id(session_id)
-        rows = _turn_rows_of(turns, 0)
-        run = None
-        if options is not None:
-            _valid_body(options, AppendTurnsOptions, "append options")
-            run = options.run
-        head = conn.execute(
-            "SELECT (SELECT MAX(seq) FROM turns WHERE session_id = s.id) FROM sessions s"
-            " WHERE s.id = ?",
-            (session_id,),
-        ).fetchone()
-        if head is None:
-            raise SessionNotFoundError(
-                f"cannot append turns: SQLite store {self._path} has no session {session_id!r}"
-            )
-        if not rows and run is None:
-            return
-        last = head[0]
-        start = 0 if last is None else last + 1
-        self._append_rows(conn, session_id, [(start + r[0], *r[1:]) for r in rows])
+        session_id, values, run = self._append_plan(session_id, turns, options)
+        if not values and run is None:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+                return
+            raise self._missing(session_id)
+        if not conn.execute(_BUMP, (_now(), session_id)).rowcount:
+            raise self._missing(session_id)
+        conn.executemany(_APPEND_TURN, values)
         if run is not None:
             self._upsert_run(conn, session_id, run)
-        self._bump(conn, session_id, updated_at=_now())
+
+    def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> None:
+        """Consecutive appends of turns (no run) in two ``executemany`` statements.
+
+        Equivalent to applying them one by one: each session's turns keep their
+        order (each row's ``seq`` follows the rows inserted before it). Raises
+        when a session is missing, so the caller redoes the writes one by one.
+        """
+        now = _now()
+        if conn.executemany(_BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
+            raise SessionNotFoundError("an appended-to session is missing")
+        conn.executemany(_APPEND_TURN, [v for p in plans for v in p[1]])
 
     async def append_turns(
         self,
@@ -1174,16 +1199,30 @@ class SQLiteStore:
         ops = [outcome.capture(self._write_op, w) for w in writes]
         fns = [op.value if isinstance(op, outcome.Value) else None for op in ops]
 
+        def all_at_once(conn: _Conn) -> builtins.list[Any]:
+            # Runs of plain appends (turns, no run) share two executemany statements.
+            results: builtins.list[Any] = []
+            plans: builtins.list[_AppendPlan] = []
+            for fn, w in zip(fns, writes, strict=True):
+                assert fn is not None
+                if w.method == "append_turns" and not w.kwargs:
+                    plan = self._append_plan(*w.args)
+                    if plan[1] and plan[2] is None:
+                        plans.append(plan)
+                        results.append(None)
+                        continue
+                if plans:
+                    self._bulk_append(conn, plans)
+                    plans = []
+                results.append(fn(conn, *w.args, **w.kwargs))
+            if plans:
+                self._bulk_append(conn, plans)
+            return results
+
         def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
             # The common case: every write succeeds, and one savepoint covers them all.
-            bound = [fn for fn in fns if fn is not None]
-            if len(bound) == len(fns):
-                batch = self._in_savepoint(
-                    conn,
-                    lambda: [
-                        fn(conn, *w.args, **w.kwargs) for fn, w in zip(bound, writes, strict=True)
-                    ],
-                )
+            if all(fn is not None for fn in fns):
+                batch = self._in_savepoint(conn, lambda: all_at_once(conn))
                 if isinstance(batch, outcome.Value):
                     return [outcome.Value(v) for v in batch.value]
             # A write failed (or was refused up front): one savepoint per write.
