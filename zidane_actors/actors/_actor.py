@@ -46,6 +46,10 @@ C = TypeVar("C", bound="Command[Any]")
 ActorState: TypeAlias = Literal["running", "closing", "closed", "crashed"]
 
 
+def _refuse_abort(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
 class Reply(Generic[T]):
     """A one-shot reply slot: resolved once (first writer wins), awaited by anyone.
 
@@ -75,12 +79,13 @@ class Reply(Generic[T]):
         return self._outcome is not None
 
     def _verdict(self) -> T:
+        # ``type(...) is`` rather than isinstance: outcome's classes are ABCs (slow checks).
         result = self._outcome
-        if isinstance(result, outcome.Error):
-            raise result.error
-        assert isinstance(result, outcome.Value)
-        value: T = result.value
-        return value
+        if type(result) is outcome.Value:
+            value: T = result.value
+            return value
+        assert type(result) is outcome.Error
+        raise result.error
 
     async def wait(self) -> T:
         """Wait for the verdict: the command's result, or its error raised here.
@@ -104,7 +109,7 @@ class Reply(Generic[T]):
         """Wait for the verdict without being cancellable; a cancel lands at the next checkpoint."""
         if self._outcome is None:
             self._waiters.append(trio.lowlevel.current_task())
-            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+            await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
         return self._verdict()
 
 
@@ -277,10 +282,10 @@ class Actor(Generic[C]):
 
     def _resolve(self, command: C, result: outcome.Outcome[Any]) -> None:
         if command.reply.resolve(result):
-            if isinstance(result, outcome.Error):
-                self._failed += 1
-            else:
+            if type(result) is outcome.Value:
                 self._processed += 1
+            else:
+                self._failed += 1
 
     def _stop(self, crash: BaseException | None) -> None:
         """Fail everything queued and close the mailbox; no checkpoint in between."""
@@ -322,7 +327,7 @@ class Actor(Generic[C]):
             assert self._handle is not None
             results = [await outcome.acapture(self._handle, batch[0])]
         for command, result in zip(batch, results, strict=True):
-            if isinstance(result, outcome.Error) and self._fatal(result.error):
+            if type(result) is outcome.Error and self._fatal(result.error):
                 crash = result.error
                 for pending in batch:
                     self._resolve(pending, outcome.Error(self._verdict_error(crash)))

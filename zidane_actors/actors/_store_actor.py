@@ -9,7 +9,7 @@ run keeps mailbox order, so no session's writes are ever reordered.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,9 +41,8 @@ __all__ = ["StoreActor", "StoreActorStatistics", "open_store_actor"]
 
 @attrs.frozen(eq=False)
 class _StoreCall(Command[Any]):
-    method: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    # The call as a StoreWrite, so a run of writes goes to apply_writes as is.
+    write: StoreWrite
 
 
 @attrs.frozen
@@ -111,39 +110,38 @@ class StoreActor:
             return forward
         raise AttributeError(name)
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self._actor.call(_StoreCall(method, args, kwargs))
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        return self._actor.call(_StoreCall(StoreWrite(method, args, kwargs)))
 
     async def _handle_batch(self, batch: Sequence[_StoreCall]) -> list[outcome.Outcome[Any]]:
         results: list[outcome.Outcome[Any]] = []
         i = 0
         while i < len(batch):
             end = i
-            while self._batching and end < len(batch) and batch[end].method in WRITE_METHODS:
+            while self._batching and end < len(batch) and batch[end].write.method in WRITE_METHODS:
                 end += 1
             if end - i > 1:
-                results.extend(await self._apply_writes(batch[i:end]))
+                results.extend(await self._apply_writes([c.write for c in batch[i:end]]))
                 i = end
                 continue
-            call = batch[i]
+            call = batch[i].write
             method = getattr(self._store, call.method)
             results.append(await outcome.acapture(method, *call.args, **call.kwargs))
             i += 1
         self._calls += len(batch)
         return results
 
-    async def _apply_writes(self, calls: Sequence[_StoreCall]) -> list[outcome.Outcome[Any]]:
+    async def _apply_writes(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
         assert isinstance(self._store, BatchingStore)
-        writes = [StoreWrite(c.method, c.args, dict(c.kwargs)) for c in calls]
         self._batches += 1
         self._batched_writes += len(writes)
         try:
             results = await self._store.apply_writes(writes)
         except BaseException as exc:  # shielded by the actor: never a Cancelled
-            return [outcome.Error(exc) for _ in calls]
-        if len(results) != len(calls):
-            err = RuntimeError(f"apply_writes answered {len(results)} outcomes for {len(calls)}")
-            return [outcome.Error(err) for _ in calls]
+            return [outcome.Error(exc) for _ in writes]
+        if len(results) != len(writes):
+            err = RuntimeError(f"apply_writes answered {len(results)} outcomes for {len(writes)}")
+            return [outcome.Error(err) for _ in writes]
         return list(results)
 
     # -- SessionStore (required methods) -------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Hashable
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -35,11 +35,6 @@ def decoder(type_: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(type_)
 
 
-def _hashable(type_: object) -> Hashable:
-    assert isinstance(type_, Hashable)
-    return type_
-
-
 def _name(type_: object) -> str:
     return str(getattr(type_, "__name__", type_))
 
@@ -58,7 +53,7 @@ def decode(data: bytes | str, type_: type[T], *, what: str | None = None) -> T:
     Raises :class:`~zidane_actors.errors.ValidationError` naming the bad field's path.
     """
     try:
-        result: T = decoder(_hashable(type_)).decode(data)
+        result: T = decoder(cast(Hashable, type_)).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _located(exc, what or _name(type_)) from None
     return result

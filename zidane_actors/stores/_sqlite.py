@@ -175,7 +175,7 @@ def _metadata_json(metadata: Mapping[str, Any]) -> str:
 
 def _valid_body(value: object, type_: type[T], what: str) -> bytes:
     """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
-    if not isinstance(value, type_):
+    if type(value) is not type_ and not isinstance(value, type_):
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
     try:
         body = encode(value)
@@ -198,7 +198,10 @@ def _valid_header(data: object) -> SessionData:
 
 def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
     """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
-    if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
+    # Lists and tuples first: the Sequence ABC check is slow on this hot path.
+    if type(turns) not in (list, tuple) and (
+        isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
+    ):
         raise ValidationError(
             f"turns must be a sequence of SessionTurn, got {type(turns).__name__}"
         )
@@ -1156,12 +1159,17 @@ class SQLiteStore:
 
     # -- group commit ---------------------------------------------------------------------------
 
-    def _write_op(self, write: StoreWrite) -> Callable[..., Any]:
+    def _write_op(self, write: StoreWrite) -> Callable[..., Any] | None:
+        """The ``_op_*`` applying ``write``, or ``None`` when it is not a batchable write."""
         if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
-            name = getattr(write, "method", type(write).__name__)
-            raise UnsupportedOperationError(f"{name!r} is not a batchable store write")
+            return None
         op: Callable[..., Any] = getattr(self, f"_op_{write.method}")
         return op
+
+    @staticmethod
+    def _refusal(write: object) -> outcome.Error:
+        name = getattr(write, "method", type(write).__name__)
+        return outcome.Error(UnsupportedOperationError(f"{name!r} is not a batchable store write"))
 
     def _in_savepoint(self, conn: _Conn, fn: Callable[[], T]) -> outcome.Outcome[T]:
         """``fn()`` inside a SAVEPOINT: rolled back alone when it raises, its error answered.
@@ -1196,8 +1204,7 @@ class SQLiteStore:
         """
         if not writes:
             return []
-        ops = [outcome.capture(self._write_op, w) for w in writes]
-        fns = [op.value if isinstance(op, outcome.Value) else None for op in ops]
+        fns = [self._write_op(w) for w in writes]
 
         def all_at_once(conn: _Conn) -> builtins.list[Any]:
             # Runs of plain appends (turns, no run) share two executemany statements.
@@ -1223,14 +1230,14 @@ class SQLiteStore:
             # The common case: every write succeeds, and one savepoint covers them all.
             if all(fn is not None for fn in fns):
                 batch = self._in_savepoint(conn, lambda: all_at_once(conn))
-                if isinstance(batch, outcome.Value):
+                if type(batch) is outcome.Value:
                     return [outcome.Value(v) for v in batch.value]
             # A write failed (or was refused up front): one savepoint per write.
             return [
-                bound_op
+                self._refusal(w)
                 if fn is None
                 else self._in_savepoint(conn, functools.partial(fn, conn, *w.args, **w.kwargs))
-                for w, fn, bound_op in zip(writes, fns, ops, strict=True)
+                for w, fn in zip(writes, fns, strict=True)
             ]
 
         try:
