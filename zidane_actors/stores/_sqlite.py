@@ -199,7 +199,7 @@ def _valid_header(data: object) -> SessionData:
 def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
     """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
     # Lists and tuples first: the Sequence ABC check is slow on this hot path.
-    if type(turns) not in (list, tuple) and (
+    if not isinstance(turns, (list, tuple)) and (
         isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
     ):
         raise ValidationError(
