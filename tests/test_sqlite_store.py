@@ -50,7 +50,7 @@ from zidane_actors.stores import (
     StoreWrite,
     open_sqlite_store,
 )
-from zidane_actors.stores._sqlite_schema import SCHEMA_VERSION, migrate
+from zidane_actors.stores._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, migrate
 
 
 class TestSQLiteContract(StoreContract):
@@ -416,6 +416,41 @@ async def test_migrations(tmp_path: Path) -> None:
     with pytest.raises(CorruptDataError):
         async with open_sqlite_store(garbage):
             pass
+
+
+async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> None:
+    """A v1 file (turns clustered by session) opens as v2 with the same history."""
+    db = tmp_path / "v1.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:1]) == 1
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
+        " VALUES ('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 2)"
+    )
+    conn.executemany(
+        "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+        [
+            (sid, i, f"t{i}", "user", msgspec.json.encode(turn(i)))
+            for sid in "ab"
+            for i in (2, 0, 1)
+        ],
+    )
+    conn.close()
+    async with open_sqlite_store(db) as store:
+        assert [t.id for t in await store.get_turns("a")] == ["t0", "t1", "t2"]
+        await store.append_turns("a", [turn(3)])
+        assert [t.id for t in await store.get_turns("a", 2)] == ["t2", "t3"]
+        meta = await store.get_meta("b")
+        assert meta is not None and meta.turn_count == 3
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
+        assert {"turns_by_session", "turns_by_role"} <= indexes
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO turns (session_id, seq, id, role, body)"
+                " VALUES ('a', 0, 'x', 'user', x'')"
+            )
 
 
 def test_migrate_runs_each_step_once() -> None:

@@ -78,7 +78,28 @@ CREATE TABLE schedule_fires (
 CREATE INDEX schedule_fires_by_time ON schedule_fires (schedule_id, fired_at DESC);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1,)
+# v2: turns in insertion (rowid) order, found through a unique (session_id, seq)
+# index. Clustered by session (v1), a commit appending one turn to each of many
+# sessions rewrote a page per session, so its cost grew with their histories;
+# in rowid order the bodies go to the end of the table and only small index
+# entries land between a session's older rows.
+_V2: Final = """
+CREATE TABLE turns_v2 (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+INSERT INTO turns_v2 (session_id, seq, id, role, body)
+    SELECT session_id, seq, id, role, body FROM turns ORDER BY session_id, seq;
+DROP TABLE turns;
+ALTER TABLE turns_v2 RENAME TO turns;
+CREATE UNIQUE INDEX turns_by_session ON turns (session_id, seq);
+CREATE INDEX turns_by_role ON turns (session_id, role, seq);
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1, _V2)
 """SQL scripts; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
