@@ -2,13 +2,15 @@
 
 1. 1000 concurrent sessions appending durable turns through the runtime's
    store actor (group commit, ``max_batch=1024``), vs openai-agents' ``SQLiteSession`` adding
-   the same items to a file database (target: >= 20x its items/s).
+   the same items to a file database (target: >= 20x its items/s). The two run
+   in alternating pairs (``PAIRS`` of them, fresh files each time) and the
+   median ratio is reported, so a slow spell of the machine hits both sides.
 2. Loading a 10k-turn session vs the bare ``msgspec`` decode of the same bytes.
 3. ``list_meta`` over 10k sessions vs a bare header ``SELECT`` and vs the
    memory store.
 4. A durable append to a session of 10k turns vs to an empty one.
 
-Run: ``.venv/bin/python benchmarks/bench_sqlite.py`` (about a minute).
+Run: ``.venv/bin/python benchmarks/bench_sqlite.py`` (about a minute and a half).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ TURNS_EACH = 5
 MAX_BATCH = 1024  # the store actor's group-commit size: one commit can take every session
 TEXT = "A durable turn of a conversation, about one line of text long. " * 2
 TARGET = 20.0
+PAIRS = 3
 
 
 def turn(session: int, i: int) -> SessionTurn:
@@ -187,11 +190,15 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         print(f"1. {SESSIONS} concurrent sessions x {TURNS_EACH} durable appends (file database)")
-        ours = await ours_concurrent(tmp / "ours.db")
-        theirs = await trio.to_thread.run_sync(agents_concurrent, tmp / "agents.db")
-        ratio = ours / theirs
+        ratios = []
+        for pair in range(PAIRS):
+            ours = await ours_concurrent(tmp / f"ours{pair}.db")
+            theirs = await trio.to_thread.run_sync(agents_concurrent, tmp / f"agents{pair}.db")
+            ratios.append(ours / theirs)
+            print(f"  pair {pair + 1}: ratio {ours / theirs:.1f}x")
+        ratio = statistics.median(ratios)
         verdict = "met" if ratio >= TARGET else "NOT met"
-        print(f"  ratio: {ratio:.1f}x (target >= {TARGET:.0f}x: {verdict})")
+        print(f"  median ratio: {ratio:.1f}x (target >= {TARGET:.0f}x: {verdict})")
         await big_session(tmp)
         await many_sessions(tmp)
 
