@@ -18,6 +18,7 @@ __all__ = [
     "ARTIFACT_LABEL_MAX_CHARS",
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
+    "filter_artifacts",
     "matches_artifact_filter",
     "merge_artifact",
     "normalize_artifact_input",
