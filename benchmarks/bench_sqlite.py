@@ -195,7 +195,7 @@ async def main() -> None:
             ours = await ours_concurrent(tmp / f"ours{pair}.db")
             theirs = await trio.to_thread.run_sync(agents_concurrent, tmp / f"agents{pair}.db")
             ratios.append(ours / theirs)
-            print(f"  pair {pair + 1}: ratio {ours / theirs:.1f}x")
+            print(f"  pair {pair + 1}: ratio {ratios[-1]:.1f}x")
         ratio = statistics.median(ratios)
         verdict = "met" if ratio >= TARGET else "NOT met"
         print(f"  median ratio: {ratio:.1f}x (target >= {TARGET:.0f}x: {verdict})")
