@@ -10,7 +10,7 @@
    memory store.
 4. A durable append to a session of 10k turns vs to an empty one.
 
-Run: ``.venv/bin/python benchmarks/bench_sqlite.py`` (about a minute and a half).
+Run: ``.venv/bin/python benchmarks/bench_sqlite.py`` (about forty seconds).
 """
 
 from __future__ import annotations
