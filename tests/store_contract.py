@@ -46,6 +46,7 @@ from msgspec import UNSET
 from msgspec.structs import replace
 
 from zidane_actors.errors import (
+    ConflictError,
     InvalidNameError,
     SessionNotFoundError,
     StoreClosedError,
@@ -466,6 +467,80 @@ class StoreContract:
         assert loaded.runs == (make_run("r0"), progressed)
         assert [t.id for t in loaded.turns] == ["t1", "t2"]
 
+    # -- unique turn ids (one rule: zidane_actors.model.fresh_turns) --------------------------
+
+    async def test_append_of_a_stored_identical_turn_is_a_retry(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        await store.save(make_session("s1", turns=(make_turn(1),)))
+        await store.append_turns("s1", [make_turn(2)])
+        before = await store.load("s1")
+        rev = await _rev(store, "s1")
+        await store.append_turns("s1", [make_turn(2)])  # the whole append again: a no-op
+        await store.append_turns("s1", [make_turn(1), make_turn(2)])
+        assert await store.load("s1") == before
+        assert await _rev(store, "s1") == rev
+        await store.append_turns("s1", [make_turn(2), make_turn(3)])  # partly retried
+        store = await reopen()
+        assert [t.id for t in await store.get_turns("s1")] == ["t1", "t2", "t3"]
+
+    async def test_append_of_a_stored_id_with_other_content_conflicts(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        await store.save(make_session("s1", turns=(make_turn(1),)))
+        before = await store.load("s1")
+        other = replace(make_turn(1), role="assistant")
+        with pytest.raises(ConflictError, match="t1"):
+            await store.append_turns("s1", [other])
+        with pytest.raises(ConflictError, match="t1"):
+            await store.append_turns("s1", [make_turn(2), other])  # nothing of it written
+        with pytest.raises(ConflictError, match="t1"):
+            await store.append_turns("s1", [other], AppendTurnsOptions(run=make_run("r1")))
+        store = await reopen()
+        assert await store.load("s1") == before
+
+    async def test_repeated_turn_ids_in_one_write_are_invalid(self, store: SessionStore) -> None:
+        await store.save(make_session("s1", turns=(make_turn(1),)))
+        before = await store.load("s1")
+        with pytest.raises(ValidationError, match="t2"):
+            await store.append_turns("s1", [make_turn(2), make_turn(2)])
+        with pytest.raises(ValidationError, match="t2"):
+            await store.save(make_session("s1", turns=(make_turn(2), make_turn(2, "assistant"))))
+        with pytest.raises(ValidationError, match="t3"):
+            await store.save(make_session("s9", turns=(make_turn(3), make_turn(3))))
+        if "mutate_history" in store_capabilities(store):
+            full: Any = store
+            with pytest.raises(ValidationError, match="t1"):
+                await full.mutate_history(
+                    "s1", lambda h: SessionHistory(turns=h.turns * 2, runs=h.runs)
+                )
+        assert await store.load("s1") == before
+        assert await store.load("s9") is None
+
+    async def test_apply_writes_keeps_the_turn_id_rule(self, store: SessionStore) -> None:
+        full = self.need(store, "apply_writes")
+        await full.save(make_session("s1", turns=(make_turn(1),)))
+        await full.save(make_session("s2"))
+        other = replace(make_turn(1), role="assistant")
+        results = await full.apply_writes(
+            [
+                StoreWrite("append_turns", ("s2", [make_turn(5)])),
+                StoreWrite("append_turns", ("s1", [make_turn(1)])),
+                StoreWrite("append_turns", ("s1", [other])),
+                StoreWrite("append_turns", ("s1", [make_turn(2), make_turn(2)])),
+                StoreWrite("append_turns", ("s1", [make_turn(3)])),
+            ]
+        )
+        assert [type(getattr(r, "error", None)) for r in results] == [
+            type(None),
+            type(None),
+            ConflictError,
+            ValidationError,
+            type(None),
+        ]
+        assert [t.id for t in await full.get_turns("s1")] == ["t1", "t3"]
+        assert [t.id for t in await full.get_turns("s2")] == ["t5"]
+
     async def test_get_turns_slicing(self, store: SessionStore) -> None:
         turns = tuple(make_turn(i) for i in range(6))
         await store.save(make_session("s1", turns=turns))
@@ -749,6 +824,25 @@ class StoreContract:
             await full.delete_artifact("s1", "a1")
             await bump()
 
+    async def test_rev_grows_across_delete_and_recreate(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "get_meta")
+        if not self.keeps_rev:
+            pytest.skip("this store keeps no rev counter")
+        await full.save(make_session("s1"))
+        await full.append_turns("s1", [make_turn(1)])
+        await full.append_turns("s1", [make_turn(2)])
+        last = await _rev(full, "s1")
+        await full.delete("s1")
+        await full.save(make_session("s1"))
+        again = await _rev(full, "s1")
+        assert again > last
+        await full.delete("s1")
+        if "save_meta" in store_capabilities(full):
+            await full.save_meta(make_session("s1"))
+            assert await _rev(full, "s1") > again
+
     async def test_list_meta_matches_list_and_get_meta(self, store: SessionStore) -> None:
         full = self.need(store, "list_meta", "get_meta")
         assert await full.list_meta() == []
@@ -796,6 +890,46 @@ class StoreContract:
         await full.patch_meta("ghost", {"a": 1})
         assert await full.load("ghost") is None
         assert await full.list() == []
+
+    # -- demote_stale_run (the load-time demotion, written only when stale) -----------------
+
+    async def test_demote_stale_run_keeps_a_live_marker(self, store: SessionStore) -> None:
+        full = self.need(store, "demote_stale_run")
+        foreign = RunOwner(host_id="elsewhere", pid=1, token="live")
+        runs = (make_run("r0"), make_run("r1", "running"))
+        await full.save(make_session("s1", runs=runs))
+        await full.update_status("s1", "running", owner=foreign)
+        before = await full.load("s1")
+        assert before is not None
+        now = now_ms()
+        assert not await full.demote_stale_run("s1", stale_at=now - RUN_OWNER_HOLD_MS, now=now)
+        assert await full.load("s1") == before
+        # Judged at an injected clock past the horizon, the same marker is stale.
+        later = before.updated_at + 2 * RUN_OWNER_HOLD_MS
+        assert await full.demote_stale_run("s1", stale_at=later - RUN_OWNER_HOLD_MS, now=later)
+        after = await full.load("s1")
+        assert after is not None
+        assert (after.status, after.run_owner, after.updated_at) == (
+            "idle",
+            None,
+            before.updated_at,
+        )
+        assert after.runs == (make_run("r0"), make_run("r1", "aborted"))
+        assert not await full.demote_stale_run("s1", stale_at=later, now=later)  # nothing left
+        assert not await full.demote_stale_run("ghost", stale_at=later, now=later)
+        assert await full.load("ghost") is None
+
+    async def test_demote_stale_run_takes_a_dead_owners_marker(self, store: SessionStore) -> None:
+        full = self.need(store, "demote_stale_run")
+        dead = RunOwner(host_id=host_id(), pid=dead_pid(), token="gone")
+        await full.save(make_session("s1", runs=(make_run("r1", "running"),)))
+        await full.update_status("s1", "running", owner=dead, preserve_updated_at=True)
+        now = now_ms()
+        assert await full.demote_stale_run("s1", stale_at=now - RUN_OWNER_HOLD_MS, now=now)
+        after = await full.load("s1")
+        assert after is not None
+        assert (after.status, after.run_owner, after.updated_at) == ("idle", None, 2_000)
+        assert after.runs == (make_run("r1", "aborted"),)
 
     # -- claim_run --------------------------------------------------------------------------
 
@@ -1914,6 +2048,16 @@ class _ReferenceModel:
                 rows.sort(key=lambda a: a.updated_at, reverse=True)
                 got = await store.list_artifacts(ArtifactFilter(session_id=session_id))
                 assert got == rows, session_id
+
+
+async def _rev(store: Any, session_id: str) -> int | None:
+    """The session's ``rev`` (``None`` for stores without ``get_meta`` or a counter)."""
+    if "get_meta" not in store_capabilities(store):
+        return None
+    row = await store.get_meta(session_id)
+    assert row is not None
+    rev: int | None = row.rev
+    return rev
 
 
 def _upsert(runs: tuple[SessionRun, ...], run: SessionRun) -> tuple[SessionRun, ...]:

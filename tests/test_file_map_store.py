@@ -49,6 +49,7 @@ FILE_MAP_CAPABILITIES = frozenset(
     {
         "aclose",
         "claim_send_request",
+        "demote_stale_run",
         "find_send_request",
         "generate_session_id",
         "generate_turn_id",

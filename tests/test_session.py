@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+from store_contract import dead_pid
 
 from zidane_actors.actors import (
     RunStats,
@@ -23,6 +24,7 @@ from zidane_actors.errors import (
 )
 from zidane_actors.model import (
     AppendTurnsOptions,
+    RunOwner,
     SaveMetaOptions,
     SessionArtifactInput,
     SessionData,
@@ -32,6 +34,7 @@ from zidane_actors.model import (
     ToolCallBlock,
     ToolResultBlock,
     TurnUsage,
+    host_id,
 )
 from zidane_actors.stores import MemoryStore, create_memory_store
 from zidane_actors.wire import PairingDrop, interrupted_tool_result_output
@@ -306,11 +309,16 @@ async def test_update_status_is_persisted_and_running_is_demoted_on_load() -> No
     reader = await load_session(store, "s", persist_heal=False)
     assert reader is not None and reader.status == "idle"
     assert (await store.load("s")).status == "running"  # type: ignore[union-attr]
-    owner = await load_session(store, "s")
-    assert owner is not None and owner.status == "idle"
+    loaded = await load_session(store, "s")
+    assert loaded is not None and loaded.status == "idle"
+    # This process still lives: its marker is not stale, so the load writes nothing.
+    assert await store.load("s") == stored
+    gone = RunOwner(host_id=host_id(), pid=dead_pid(), token="gone")
+    await store.update_status("s", "running", owner=gone, preserve_updated_at=True)
+    await load_session(store, "s")
     again = await store.load("s")
-    assert again is not None and again.status == "idle"
-    assert again.updated_at == stored.updated_at  # preserve_updated_at
+    assert again is not None and (again.status, again.run_owner) == ("idle", None)
+    assert again.updated_at == stored.updated_at  # the demotion keeps updatedAt
 
 
 async def test_load_missing_is_none_and_bad_ids_raise() -> None:

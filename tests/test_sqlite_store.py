@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from store_contract import StoreContract, StoreOpener
 
 from zidane_actors.errors import (
+    ConflictError,
     CorruptDataError,
     InvalidNameError,
+    MigrationWarning,
     SessionNotFoundError,
     StoreClosedError,
     StoreError,
@@ -419,7 +421,7 @@ async def test_migrations(tmp_path: Path) -> None:
 
 
 async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> None:
-    """A v1 file (turns clustered by session) opens as v2 with the same history."""
+    """A v1 file (turns clustered by session) opens at the current version with the same history."""
     db = tmp_path / "v1.db"
     conn = sqlite3.connect(db, isolation_level=None)
     assert migrate(conn, str(db), MIGRATIONS[:1]) == 1
@@ -443,7 +445,7 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
         meta = await store.get_meta("b")
         assert meta is not None and meta.turn_count == 3
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert {"turns_by_session", "turns_by_role"} <= indexes
         with pytest.raises(sqlite3.IntegrityError):
@@ -451,6 +453,40 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
                 "INSERT INTO turns (session_id, seq, id, role, body)"
                 " VALUES ('a', 0, 'x', 'user', x'')"
             )
+
+
+async def test_v2_duplicate_turn_ids_are_merged_without_losing_a_turn(tmp_path: Path) -> None:
+    """Schema v3: identical repeats collapse, differing ones are renamed, order kept, warned."""
+    db = tmp_path / "v2.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:2]) == 2
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
+        " VALUES ('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 2)"
+    )
+    other = msgspec.structs.replace(turn(1), role="assistant")
+    rows = [("a", turn(0)), ("a", turn(1)), ("a", turn(1)), ("a", other), ("a", turn(2))]
+    rows += [("b", turn(0)), ("b", turn(1))]
+    seqs = {"a": 0, "b": 0}
+    for sid, t in rows:
+        conn.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+            (sid, seqs[sid], t.id, t.role, msgspec.json.encode(t)),
+        )
+        seqs[sid] += 1
+    conn.close()
+    with pytest.warns(MigrationWarning, match="1 identical duplicate.*1 turn"):
+        async with open_sqlite_store(db) as store:
+            pass
+    async with open_sqlite_store(db) as store:
+        renamed = msgspec.structs.replace(other, id="t1.dup3")
+        assert await store.get_turns("a") == [turn(0), turn(1), renamed, turn(2)]
+        assert await store.get_turns("a", 2, 1) == [renamed]
+        assert [t.id for t in await store.get_turns("b")] == ["t0", "t1"]
+        await store.append_turns("a", [turn(3)])
+        assert (await store.get_meta("a")).turn_count == 5  # type: ignore[union-attr]
+        with pytest.raises(ConflictError, match="t3"):
+            await store.append_turns("a", [msgspec.structs.replace(turn(3), role="assistant")])
 
 
 def test_migrate_runs_each_step_once() -> None:

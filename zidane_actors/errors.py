@@ -17,6 +17,7 @@ __all__ = [
     "CorruptDataWarning",
     "ExtensionStateError",
     "InvalidNameError",
+    "MigrationWarning",
     "NoStoreError",
     "RemoteStoreError",
     "SessionNotFoundError",
@@ -79,6 +80,10 @@ class CorruptDataError(StoreError):
 
 class CorruptDataWarning(UserWarning):
     """Damaged persisted data was skipped (a line truncated by a crash mid-write)."""
+
+
+class MigrationWarning(UserWarning):
+    """A schema migration changed stored data to satisfy a new rule (what it did is said)."""
 
 
 class StoreUnavailableError(StoreError):

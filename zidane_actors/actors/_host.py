@@ -148,12 +148,15 @@ class SessionHost:
         *,
         persist_heal: bool = True,
         on_pairing_drop: Callable[[PairingDrop], None] | None = None,
+        clock: Clock | None = None,
     ) -> Session | None:
         """The session with this id, or ``None`` when the store has none.
 
         A session already open in this host is returned as is (same handle,
         same actor); otherwise it is read from the store with the load-time
-        heals of :func:`load_session`. Concurrent loads of one id share one read.
+        heals of :func:`load_session`, judging a stored run marker's staleness
+        at ``clock()`` (default: the host's clock). Concurrent loads of one id
+        share one read.
         """
         while True:
             self._check_open()
@@ -174,6 +177,7 @@ class SessionHost:
                 session_id,
                 persist_heal=persist_heal,
                 on_pairing_drop=on_pairing_drop,
+                clock=clock or self._clock,
             )
             if loaded is None:
                 return None

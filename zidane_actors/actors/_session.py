@@ -22,6 +22,7 @@ import trio
 from ..errors import ActorClosed, ConflictError, NoStoreError, ValidationError
 from ..model import (
     ID_MAX_LENGTH,
+    RUN_OWNER_HOLD_MS,
     AppendTurnsOptions,
     ArtifactFilter,
     JsonValue,
@@ -41,8 +42,10 @@ from ..model import (
     ToolResultBlock,
     TurnUsage,
     UpdateRunOptions,
+    check_unique_turn_ids,
     current_run_owner,
     demote_stale_running_status,
+    fresh_turns,
     new_id,
     upsert_runs,
     validate_id,
@@ -128,6 +131,7 @@ def _checked_turns(turns: Iterable[SessionTurn], what: str) -> tuple[SessionTurn
             raise ValidationError(
                 f"expected a SessionTurn, got {type(turn).__name__}", path=f"$.{what}[{i}]"
             )
+    check_unique_turn_ids(checked, path=f"$.{what}")
     return checked
 
 
@@ -377,6 +381,8 @@ class Session:
         self._saved_listeners: list[tuple[object, SavedListener]] = []
         self._actor: Actor[_SessionCommand[Any]] | None = None
         self._crash: BaseException | None = None
+        self._turn_index: dict[str, SessionTurn] = {}
+        self._indexed: tuple[SessionTurn, ...] = ()
         self._last_active = trio.current_time() if _in_trio() else 0.0
 
     def __repr__(self) -> str:
@@ -762,19 +768,35 @@ class Session:
     def _full(self) -> FullSessionStore:
         return cast(FullSessionStore, self._store)
 
+    def _turns_by_id(self) -> dict[str, SessionTurn]:
+        """The in-memory turns by id, rebuilt only when the turns were replaced."""
+        turns = self._data.turns
+        if self._indexed is not turns:
+            self._turn_index = {t.id: t for t in turns}
+            self._indexed = turns
+        return self._turn_index
+
     async def _do_append_turns(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> None:
         data = self._data
+        index = self._turns_by_id()
+        # The store's rule, applied to memory first: a held identical turn is a
+        # retry (not added twice), a held different one conflicts before any write.
+        fresh = fresh_turns(data.id, turns, index)
         runs = data.runs
         if options is not None and options.run is not None:
             runs = upsert_runs(runs, (options.run,))
+        elif not fresh:
+            return
         new = msgspec.structs.replace(
-            data, turns=data.turns + turns, runs=runs, updated_at=self._now()
+            data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
         if self._store is not None:
             await self._store.append_turns(data.id, turns, options)
         self._commit(new)
+        index.update((t.id, t) for t in fresh)
+        self._indexed = new.turns
 
     async def _do_save(self) -> None:
         assert self._store is not None
@@ -990,25 +1012,37 @@ async def _loaded_session_data(
     *,
     persist_heal: bool,
     on_pairing_drop: Callable[[PairingDrop], None] | None,
+    clock: Clock,
 ) -> tuple[SessionData, bool] | None:
-    """The stored data with load-time heals applied, and whether a bulk save is armed."""
+    """The stored data with load-time heals applied, and whether a bulk save is armed.
+
+    Memory always shows the stale-running demotion; the store gets it only
+    through ``demote_stale_run``, which writes when the marker is stale by the
+    claim rule at ``clock()`` (horizon ``RUN_OWNER_HOLD_MS`` back) and still
+    unchanged. A store without it keeps its marker (the next claim judges it).
+    """
     validate_id(session_id)
     raw = await store.load(session_id)
     if raw is None:
         return None
     data = demote_stale_running_status(raw)
-    if raw.status == "running" and persist_heal:
-        await store.update_status(session_id, data.status, preserve_updated_at=True)
+    bulk = False
     healed = drop_invalid_tool_pairings(
         data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
     )
-    if healed is data.turns:
-        return data, False
-    data = msgspec.structs.replace(data, turns=tuple(healed))
-    if not persist_heal:
-        return data, True
-    await store.save(data)
-    return data, False
+    if healed is not data.turns:
+        data = msgspec.structs.replace(data, turns=tuple(healed))
+        if persist_heal:
+            # The stored status and runs, so the heal never writes over a live run marker.
+            await store.save(msgspec.structs.replace(raw, turns=data.turns))
+        else:
+            bulk = True
+    if data is not raw and persist_heal and "demote_stale_run" in store_capabilities(store):
+        now = clock()
+        await cast(FullSessionStore, store).demote_stale_run(
+            session_id, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+        )
+    return data, bulk
 
 
 async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
@@ -1078,17 +1112,18 @@ async def load_session(
 ) -> Session | None:
     """Load a session outside any host; ``None`` when the store has none with that id.
 
-    A stored ``running`` status is demoted (persisted with
-    ``preserve_updated_at`` unless ``persist_heal=False``), and invalid tool
-    pairings are dropped (persisted with a bulk save, or armed for the next
+    A stored ``running`` status is demoted in memory (``idle``, running runs
+    ``aborted``); unless ``persist_heal=False`` the store gets the demotion
+    through ``demote_stale_run`` only when the marker is stale by the claim
+    rule at ``clock()`` (so a live owner keeps it). Invalid tool pairings are
+    dropped (persisted with a bulk save, or armed for the next
     :meth:`Session.save` when ``persist_heal=False``).
     """
+    now = clock or _wall_clock
     loaded = await _loaded_session_data(
-        store, session_id, persist_heal=persist_heal, on_pairing_drop=on_pairing_drop
+        store, session_id, persist_heal=persist_heal, on_pairing_drop=on_pairing_drop, clock=now
     )
     if loaded is None:
         return None
     data, bulk = loaded
-    return Session(
-        data, store=store, runner=_StandaloneRunner(), clock=clock or _wall_clock, bulk=bulk
-    )
+    return Session(data, store=store, runner=_StandaloneRunner(), clock=now, bulk=bulk)

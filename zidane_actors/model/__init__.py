@@ -41,6 +41,7 @@ from ._session_ops import (
     snapshot_status,
     upsert_runs,
 )
+from ._turn_ids import check_unique_turn_ids, fresh_turns, same_turn
 from ._types import (
     AppendTurnsOptions,
     ArtifactFilter,
@@ -137,6 +138,7 @@ __all__ = [
     "TurnRole",
     "TurnUsage",
     "UpdateRunOptions",
+    "check_unique_turn_ids",
     "convert",
     "current_run_owner",
     "decode",
@@ -145,6 +147,7 @@ __all__ = [
     "encode",
     "encode_str",
     "filter_artifacts",
+    "fresh_turns",
     "host_id",
     "is_run_owner_dead",
     "is_run_owner_holding",
@@ -158,6 +161,7 @@ __all__ = [
     "process_started_at",
     "resume_chain_run_ids",
     "run_claim_blocked",
+    "same_turn",
     "select_artifact_evictions",
     "send_request_evictions",
     "send_request_fingerprint",

@@ -54,6 +54,7 @@ from ..model import (
     SessionHistory,
     decode,
     encode,
+    fresh_turns,
     new_id,
     validate_id,
 )
@@ -67,6 +68,8 @@ from ..stores._remote import (
     ClaimRunResult,
     ClaimSendRequestBody,
     DeletedResult,
+    DemotedResult,
+    DemoteStaleRunBody,
     ErrorBody,
     ErrorDetail,
     HistoryBody,
@@ -317,12 +320,15 @@ class _Api:
         return _json(turns)
 
     async def append_turns(self, request: Request) -> Response:
-        """Append the turns whose ids the session does not hold yet (retry-safe)."""
+        """Append the turns the session does not hold yet (``fresh_turns``: retry-safe).
+
+        A stored id with other content is 409, an id repeated in the body 422.
+        """
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, AppendTurnsBody)
         async with self.locks.hold(sid):
-            stored = {t.id for t in await self.store.get_turns(sid)}
-            fresh = tuple(t for t in body.turns if t.id not in stored)
+            stored = {t.id: t for t in await self.store.get_turns(sid)}
+            fresh = fresh_turns(sid, body.turns, stored)
             # Called even with nothing fresh: an unknown session still answers 404.
             await self.store.append_turns(sid, fresh, body.options)
         skipped = tuple(t.id for t in body.turns if t.id in stored)
@@ -382,6 +388,14 @@ class _Api:
         async with self.locks.hold(sid):
             claim = await claim_run(sid, stale_at=body.stale_at, owner=body.owner)
         return _json(ClaimRunResult(claimed=claim.claimed, previous=claim.previous))
+
+    async def demote_stale_run(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        demote = self._optional("demote_stale_run")
+        body = await self._body(request, DemoteStaleRunBody)
+        async with self.locks.hold(sid):
+            demoted = await demote(sid, stale_at=body.stale_at, now=body.now)
+        return _json(DemotedResult(demoted=demoted))
 
     # -- history ---------------------------------------------------------
 
@@ -628,6 +642,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}/meta", "PUT", api.save_meta),
         ("/sessions/{sessionId}/meta", "PATCH", api.patch_meta),
         ("/sessions/{sessionId}/claim-run", "POST", api.claim_run),
+        ("/sessions/{sessionId}/demote-stale-run", "POST", api.demote_stale_run),
         ("/sessions/{sessionId}/history", "GET", api.get_history),
         ("/sessions/{sessionId}/history", "PUT", api.put_history),
         (

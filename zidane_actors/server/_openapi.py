@@ -27,6 +27,8 @@ from ..stores._remote import (
     ClaimRunResult,
     ClaimSendRequestBody,
     DeletedResult,
+    DemotedResult,
+    DemoteStaleRunBody,
     ErrorBody,
     HistoryBody,
     HistoryResult,
@@ -142,6 +144,14 @@ _OPS: Final = (
         "claim_run",
         body=ClaimRunBody,
         ok=ClaimRunResult,
+    ),
+    _Op(
+        "/sessions/{sessionId}/demote-stale-run",
+        "post",
+        "Persist a load's stale-running demotion if the marker is still stale",
+        "demote_stale_run",
+        body=DemoteStaleRunBody,
+        ok=DemotedResult,
     ),
     _Op(
         "/sessions/{sessionId}/history",

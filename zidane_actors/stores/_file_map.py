@@ -52,11 +52,14 @@ from ..model import (
     UpdateRunOptions,
     current_run_owner,
     decode,
+    demote_stale_running_status,
     encode,
+    fresh_turns,
     matches_session_filter,
     merge_session_metadata,
     new_id,
     patch_metadata,
+    run_claim_blocked,
     send_request_evictions,
     session_meta_row,
     snapshot_status,
@@ -65,6 +68,7 @@ from ..model import (
 )
 from ._protocol import HistoryMutation, MutateResult
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
+from ._validate import checked_int
 
 __all__ = [
     "DirectoryFileMapAdapter",
@@ -183,6 +187,7 @@ class FileMapStore:
         self._options = options or FileMapStoreOptions()
         self._lock = trio.Lock()
         self._closed = False
+        self._deleted_rev = 0
 
     @property
     def options(self) -> FileMapStoreOptions:
@@ -284,7 +289,7 @@ class FileMapStore:
             metadata = merge_session_metadata(None, data.metadata, None)
             fields = {f: getattr(data, f) for f in SessionData.__struct_fields__}
             fields.update(metadata=metadata, status=status, run_owner=owner, turns=())
-            self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else 0))
+            self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))
             files[self._options.turns_file] = lines
             await self._adapter.save(files)
 
@@ -308,6 +313,11 @@ class FileMapStore:
                 raise SessionNotFoundError(
                     f"cannot append turns to unknown session {session_id!r} (file-map store)"
                 )
+            if lines:
+                stored = {t.id: t for t in self._turns(files)}
+                fresh = fresh_turns(session_id, turns, stored)
+                if len(fresh) != len(turns):
+                    lines = _turn_lines(fresh)
             if not lines and run is None:
                 return
             existing = files.get(self._options.turns_file, "")
@@ -384,10 +394,13 @@ class FileMapStore:
         async with self._lock:
             files = await self._files()
             requests = self._requests(files)
-            if self._held(files, session_id) is not None or (
-                requests is not None and requests.session_id == session_id
-            ):
+            held = self._held(files, session_id)
+            if held is not None or (requests is not None and requests.session_id == session_id):
                 await self._adapter.delete()
+            if held is not None:
+                # The files are gone: this store object remembers the rev a re-created
+                # session continues from (another store object on the files cannot).
+                self._deleted_rev = max(self._deleted_rev, held.rev)
 
     async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
         """The one session's id when it passes ``filter``."""
@@ -423,7 +436,7 @@ class FileMapStore:
                 turns=(),
                 runs=upsert_runs(stored.runs if stored else (), data.runs),
             )
-            self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else 0))
+            self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))
             files.setdefault(self._options.turns_file, "")
             await self._adapter.save(files)
 
@@ -461,6 +474,34 @@ class FileMapStore:
             return True
 
         await self._update(session_id, edit)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write a load's stale-running demotion unless the marker still holds.
+
+        Judged by ``run_claim_blocked`` on the header re-read under the store's
+        lock (``updatedAt`` kept); ``True`` when something was written.
+        """
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+        demoted = False
+
+        def edit(files: dict[str, str], meta: _Meta) -> bool:
+            nonlocal demoted
+            if run_claim_blocked(meta.status, meta.run_owner, meta.updated_at, stale_at, now):
+                return False
+            data = self._data(meta, ())
+            after = demote_stale_running_status(data)
+            if after is data:
+                return False
+            changed = msgspec.structs.replace(
+                meta, status=after.status, run_owner=after.run_owner, runs=after.runs
+            )
+            self._put_meta(files, changed)
+            demoted = True
+            return True
+
+        await self._update(session_id, edit)
+        return demoted
 
     async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
         """Read, edit and write back turns and runs under the store's lock."""

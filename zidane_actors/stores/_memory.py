@@ -47,8 +47,10 @@ from ..model import (
     UpdateRunOptions,
     current_run_owner,
     decoder,
+    demote_stale_running_status,
     encode,
     filter_artifacts,
+    fresh_turns,
     matches_session_filter,
     merge_artifact,
     merge_session_metadata,
@@ -225,6 +227,8 @@ class MemoryStore:
         stored = self._sessions.get(session_id)
         if stored is None:
             raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+        if new_turns:
+            new_turns = fresh_turns(session_id, new_turns, {t.id: t for t in stored.turns})
         if not new_turns and run is None:
             return
         self._write(
@@ -442,6 +446,27 @@ class MemoryStore:
             )
         )
         return RunClaim(claimed=True, previous=stored.status)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write the load-time demotion unless the run marker still holds (``run_claim_blocked``).
+
+        ``running`` becomes ``idle`` (owner cleared) and ``running`` run records
+        ``aborted``; ``updatedAt`` is kept. ``True`` when something was written.
+        """
+        await self._enter()
+        validate_id(session_id)
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+        stored = self._sessions.get(session_id)
+        if stored is None or run_claim_blocked(
+            stored.status, stored.run_owner, stored.updated_at, stale_at, now
+        ):
+            return False
+        demoted = demote_stale_running_status(stored)
+        if demoted is stored:
+            return False
+        self._write(demoted)
+        return True
 
     async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
         """Read-modify-write of turns and runs; ``mutate`` raising writes nothing and propagates."""

@@ -65,6 +65,7 @@ from ..model import (
     decoder,
     encode_str,
     filter_artifacts,
+    fresh_turns,
     merge_artifact,
     merge_session_metadata,
     patch_metadata,
@@ -189,15 +190,6 @@ def _insert_turns(cur: _Cursor, session_id: str, start: int, turns: Sequence[Ses
     return sum(1 for t in turns if t.role == "user")
 
 
-def _unique_turns(turns: Sequence[SessionTurn]) -> tuple[SessionTurn, ...]:
-    seen: set[str] = set()
-    for i, turn in enumerate(turns):
-        if turn.id in seen:
-            raise ValidationError(f"duplicate turn id {turn.id!r}", path=f"$.turns[{i}].id")
-        seen.add(turn.id)
-    return tuple(turns)
-
-
 def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
     runs = upsert_runs((), runs)
     if not runs:
@@ -217,7 +209,7 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
 
 
 def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
-    turns = _unique_turns(turns)
+    """Replace every turn (ids already checked unique by ``check_ids``)."""
     cur.execute("DELETE FROM turns WHERE session_id = %s", (session_id,))
     users = _insert_turns(cur, session_id, 0, turns)
     cur.execute(
@@ -285,7 +277,6 @@ fresh AS (
     SELECT u.i, u.r, u.b, row_number() OVER (ORDER BY u.o) - 1 AS n
     FROM unnest(%(ids)s::text[], %(roles)s::text[], %(bodies)s::text[])
         WITH ORDINALITY AS u(i, r, b, o)
-    WHERE NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = %(sid)s AND t.id = u.i)
 )"""
 _COUNT_ADDED: Final = """
 UPDATE sessions SET
@@ -305,7 +296,7 @@ _APPEND_SQL: Final = (
 )"""
     + _COUNT_ADDED
 )
-"""After the row lock: skip stored turn ids, insert the rest at dense seqs, count them."""
+"""After the row lock and the stored-id check: insert at dense seqs, count them."""
 
 _APPEND_ONE_SQL: Final = (
     "WITH head AS (SELECT turn_count FROM sessions WHERE id = %(sid)s FOR UPDATE),"
@@ -320,29 +311,23 @@ _APPEND_ONE_SQL: Final = (
 )
 """The append as one statement (for pipelined batches and single appends).
 
-Its id check reads the statement's snapshot, taken before the row lock: a
-turn id appended by a transaction it waited on fails the unique constraint
-instead of being skipped, and the batch then reruns on the two-step path.
+A turn id already stored (a retried append, or a conflicting one) fails
+the unique constraint on ``(session_id, id)``, and the append then reruns on
+the two-step path, which compares the stored rows (``fresh_turns``).
 """
 
 
 def _checked_append(
     session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
 ) -> tuple[list[SessionTurn], SessionRun | None]:
-    """Validated turns (first of each id) and run of an append."""
+    """Validated turns (ids safe and distinct) and run of an append."""
     validate_id(session_id)
     valid = checked_items(turns, SessionTurn, "turns")
     run = None
     if options is not None:
         run = checked(options, AppendTurnsOptions, "append options").run
     check_ids(valid, () if run is None else (run,))
-    seen: set[str] = set()
-    unique: list[SessionTurn] = []
-    for turn in valid:
-        if turn.id not in seen:
-            seen.add(turn.id)
-            unique.append(turn)
-    return unique, run
+    return list(valid), run
 
 
 def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, Any]:
@@ -361,13 +346,16 @@ def _append_turns(
     turns: Sequence[SessionTurn],
     options: AppendTurnsOptions | None = None,
 ) -> None:
-    unique, run = _checked_append(session_id, turns, options)
+    valid, run = _checked_append(session_id, turns, options)
     # The row lock serializes appends to one session across hosts; the next
     # statement's snapshot then sees every turn committed before it.
     cur.execute("SELECT turn_count FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
     header = cur.fetchone()
     if header is None:
         raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+    unique = valid and list(fresh_turns(session_id, valid, _stored_turns(cur, session_id, valid)))
+    if not unique and run is None:
+        return
     if unique:
         cur.execute(_APPEND_SQL, {**_append_params(session_id, unique), "start": header[0]})
     if run is not None:
@@ -376,6 +364,17 @@ def _append_turns(
             "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
             (now_ms(), session_id),
         )
+
+
+def _stored_turns(
+    cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]
+) -> dict[str, SessionTurn]:
+    """The stored turns holding one of ``turns``' ids (index lookups, not the history)."""
+    cur.execute(
+        "SELECT id, body FROM turns WHERE session_id = %s AND id = ANY(%s)",
+        (session_id, [t.id for t in turns]),
+    )
+    return {tid: _decode(body, SessionTurn, "turns", f"id={tid!r}") for tid, body in cur.fetchall()}
 
 
 def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
@@ -944,7 +943,7 @@ class PostgresStore:
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
     ) -> None:
-        """Append turns; ids already stored are skipped, so a retried append adds nothing.
+        """Append turns; a stored identical turn is skipped (a retry), a different one conflicts.
 
         Turns without a run go in one statement; if a concurrent append of the
         same turn id makes it fail, the append reruns in two steps.
@@ -1108,6 +1107,58 @@ class PostgresStore:
             return RunClaim(claimed=True, previous=status)
 
         return await self._write(op, idempotent=False)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write a load's stale-running demotion under the row lock, only if still stale.
+
+        The marker is re-read with ``FOR UPDATE`` and judged by
+        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
+        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
+        """
+        validate_id(session_id)
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+
+        def op(cur: _Cursor) -> bool:
+            cur.execute(
+                "SELECT status, run_owner::text, updated_at, run_epoch"
+                " FROM sessions WHERE id = %s FOR UPDATE",
+                (session_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                return False
+            status, owner_text, updated_at, epoch = row
+            if run_claim_blocked(status, _owner(owner_text, session_id), updated_at, stale_at, now):
+                return False
+            cur.execute("SELECT id, body FROM runs WHERE session_id = %s", (session_id,))
+            runs = [
+                _decode(body, SessionRun, "runs", f"id={rid!r}") for rid, body in cur.fetchall()
+            ]
+            running = [r for r in runs if r.status == "running"]
+            if status != "running" and not running:
+                return False
+            cur.execute(
+                "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
+                " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
+                " ELSE run_owner END, rev = nextval('revs') WHERE id = %s AND run_epoch = %s",
+                (session_id, epoch),
+            )
+            if running:
+                cur.executemany(
+                    "UPDATE runs SET body = %s WHERE session_id = %s AND id = %s",
+                    [
+                        (
+                            _json(msgspec.structs.replace(r, status="aborted"), "run"),
+                            session_id,
+                            r.id,
+                        )
+                        for r in running
+                    ],
+                )
+            return True
+
+        return await self._write(op)
 
     async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
         """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled: one winner across hosts."""

@@ -153,6 +153,7 @@ OPTIONAL_METHODS: Final = frozenset(
         "claim_send_request",
         "delete_artifact",
         "delete_schedule",
+        "demote_stale_run",
         "find_send_request",
         "generate_session_id",
         "generate_turn_id",
@@ -228,6 +229,17 @@ class FullSessionStore(SessionStore, Protocol):
 
     async def delete_schedule(self, id: str) -> bool:
         """Remove a schedule and its fires; ``False`` when it was gone."""
+        ...
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Persist a load's stale-running demotion, atomically and only if still stale.
+
+        In one atomic step: unless ``run_claim_blocked(status, owner, updatedAt,
+        stale_at, now)``, a ``running`` status becomes ``idle`` (owner cleared)
+        and ``running`` run records ``aborted``, ``updatedAt`` kept, ``rev``
+        bumped. A marker claimed or refreshed since the caller read it holds,
+        so it is never overwritten. ``True`` when something was written.
+        """
         ...
 
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:

@@ -166,6 +166,19 @@ class ClaimRunBody(_Body, frozen=True):
     owner: RunOwner | None = None
 
 
+class DemoteStaleRunBody(_Body, frozen=True):
+    """``POST /sessions/{id}/demote-stale-run``: the loader's staleness horizon and clock."""
+
+    stale_at: int
+    now: int
+
+
+class DemotedResult(_Body, frozen=True):
+    """Whether a stale-running demotion was written."""
+
+    demoted: bool
+
+
 class ClaimRunResult(_Body, frozen=True):
     """The answer of a run claim."""
 
@@ -557,6 +570,20 @@ class RemoteStore:
             retry=False,
         )
         return RunClaim(claimed=result.claimed, previous=result.previous)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Persist a load's stale-running demotion on the server, only if still stale.
+
+        Retried: a repeat finds the marker demoted already (or held) and writes nothing.
+        """
+        result = await self._json(
+            DemotedResult,
+            "POST",
+            f"/sessions/{_seg(session_id, 'session id')}/demote-stale-run",
+            body=DemoteStaleRunBody(stale_at=stale_at, now=now),
+            retry=True,
+        )
+        return result.demoted
 
     async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
         """Take the fire due at ``due_at`` once across every host (never retried)."""

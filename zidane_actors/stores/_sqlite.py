@@ -27,6 +27,7 @@ import trio
 from msgspec import UNSET
 
 from ..errors import (
+    ConflictError,
     CorruptDataError,
     SessionNotFoundError,
     StoreClosedError,
@@ -55,11 +56,13 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_unique_turn_ids,
     current_run_owner,
     decode,
     decoder,
     encode,
     filter_artifacts,
+    fresh_turns,
     merge_artifact,
     merge_session_metadata,
     new_id,
@@ -105,9 +108,11 @@ _AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRu
 
 _BUMP: Final = "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?"
 # The next seq is read per row, so rows inserted by one executemany follow each other.
+# A turn id the session holds already is skipped here; the caller compares its row.
 _APPEND_TURN: Final = (
     "INSERT INTO turns (session_id, seq, id, role, body) VALUES"
     " (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM turns WHERE session_id = ?1), ?2, ?3, ?4)"
+    " ON CONFLICT (session_id, id) DO NOTHING"
 )
 
 
@@ -197,7 +202,10 @@ def _valid_header(data: object) -> SessionData:
 
 
 def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
-    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
+    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``.
+
+    Turn ids must be distinct (``check_unique_turn_ids``).
+    """
     # Lists and tuples first: the Sequence ABC check is slow on this hot path.
     if not isinstance(turns, (list, tuple)) and (
         isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
@@ -210,6 +218,7 @@ def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, st
         body = _valid_body(turn, SessionTurn, f"turn {i}")
         validate_id(turn.id, what=f"turn id at $[{i}]")
         rows.append((start + i, turn.id, turn.role, body))
+    check_unique_turn_ids(cast(Sequence[SessionTurn], turns))
     return rows
 
 
@@ -397,7 +406,8 @@ class SQLiteStore:
         status, owner = snapshot_status(stored_status, stored_owner, data.status)
         conn.execute(
             "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
-            " updated_at, run_owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " updated_at, run_owner, rev)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
             " ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id,"
             " project_root = excluded.project_root, status = excluded.status,"
             " metadata = excluded.metadata, created_at = excluded.created_at,"
@@ -479,27 +489,63 @@ class SQLiteStore:
         options: AppendTurnsOptions | None = None,
     ) -> None:
         session_id, values, run = self._append_plan(session_id, turns, options)
-        if not values and run is None:
+        if values:
+            try:
+                added = conn.executemany(_APPEND_TURN, values).rowcount
+            except sqlite3.IntegrityError:  # the foreign key: no such session
+                raise self._missing(session_id) from None
+            if added != len(values):
+                self._check_retried(conn, session_id, values)
+            if not added and run is None:
+                return  # every turn was stored already: a retried append
+        elif run is None:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
                 return
             raise self._missing(session_id)
         if not conn.execute(_BUMP, (_now(), session_id)).rowcount:
             raise self._missing(session_id)
-        conn.executemany(_APPEND_TURN, values)
         if run is not None:
             self._upsert_run(conn, session_id, run)
+
+    @staticmethod
+    def _check_retried(
+        conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
+    ) -> None:
+        """Raise ``ConflictError`` if a skipped turn id is stored with other content.
+
+        Reads only the rows of the appended ids (index lookups), and only when
+        the insert skipped some: a retried append costs nothing more.
+        """
+        ids = [v[1] for v in values]
+        stored = dict(
+            conn.execute(
+                f"SELECT id, body FROM turns WHERE session_id = ? AND id IN"
+                f" ({','.join('?' * len(ids))})",
+                (session_id, *ids),
+            ).fetchall()
+        )
+        held = {}
+        for _, tid, _, body in values:
+            if stored[tid] != body:
+                held[tid] = _decode_row(stored[tid], SessionTurn, "turns", session_id, repr(tid))
+        if held:
+            incoming = [_decode_row(v[3], SessionTurn, "turns", session_id, "") for v in values]
+            fresh_turns(session_id, incoming, held)
 
     def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> None:
         """Consecutive appends of turns (no run) in two ``executemany`` statements.
 
         Equivalent to applying them one by one: each session's turns keep their
         order (each row's ``seq`` follows the rows inserted before it). Raises
-        when a session is missing, so the caller redoes the writes one by one.
+        when a session is missing or a turn id is stored already (a retry or a
+        conflict), so the caller redoes the writes one by one.
         """
         now = _now()
         if conn.executemany(_BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
             raise SessionNotFoundError("an appended-to session is missing")
-        conn.executemany(_APPEND_TURN, [v for p in plans for v in p[1]])
+        values = [v for p in plans for v in p[1]]
+        if conn.executemany(_APPEND_TURN, values).rowcount != len(values):
+            raise ConflictError("a batched append repeats a stored turn id")
 
     async def append_turns(
         self,
@@ -594,6 +640,12 @@ class SQLiteStore:
 
     def _op_delete(self, conn: _Conn, session_id: str) -> None:
         _session_id(session_id)
+        # Remember the last rev, so a session re-created with this id continues past it.
+        conn.execute(
+            "UPDATE rev_floor SET rev = MAX(rev, (SELECT rev FROM sessions WHERE id = ?))"
+            " WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
+            (session_id, session_id),
+        )
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         conn.execute("DELETE FROM send_requests WHERE session_id = ?", (session_id,))
 
@@ -786,6 +838,49 @@ class SQLiteStore:
                 (claimer_json, now, session_id),
             )
             return RunClaim(claimed=True, previous=status)
+
+        return await self._write(op)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write a load's stale-running demotion in one IMMEDIATE transaction, if still stale.
+
+        The marker is re-read under the write lock and judged by
+        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
+        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
+        """
+        _session_id(session_id)
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+
+        def op(conn: _Conn) -> bool:
+            row = conn.execute(
+                "SELECT status, run_owner, updated_at, run_epoch FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return False
+            status, owner, updated_at, epoch = row
+            if run_claim_blocked(
+                status, _decode_owner(owner, session_id), updated_at, stale_at, now
+            ):
+                return False
+            running = [r for r in self._runs(conn, session_id) if r.status == "running"]
+            if status != "running" and not running:
+                return False
+            conn.execute(
+                "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
+                " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
+                " ELSE run_owner END, rev = rev + 1 WHERE id = ? AND run_epoch = ?",
+                (session_id, epoch),
+            )
+            conn.executemany(
+                "UPDATE runs SET body = ? WHERE session_id = ? AND id = ?",
+                [
+                    (encode(msgspec.structs.replace(r, status="aborted")), session_id, r.id)
+                    for r in running
+                ],
+            )
+            return True
 
         return await self._write(op)
 

@@ -8,11 +8,19 @@ newer version of the library is refused rather than guessed at.
 from __future__ import annotations
 
 import sqlite3
-from typing import Final
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Final, TypeAlias
 
-from ..errors import StoreError
+import msgspec
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+from ..errors import MigrationWarning, StoreError
+from ..model import ID_MAX_LENGTH
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+
+Migration: TypeAlias = str | Callable[[sqlite3.Connection], None]
+"""One migration step: an SQL script, or a function run on the connection."""
 
 _V1: Final = """
 CREATE TABLE sessions (
@@ -99,8 +107,93 @@ CREATE UNIQUE INDEX turns_by_session ON turns (session_id, seq);
 CREATE INDEX turns_by_role ON turns (session_id, role, seq);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1, _V2)
-"""SQL scripts; ``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``."""
+
+def _merge_duplicate_turns(conn: sqlite3.Connection) -> None:
+    """Make turn ids unique per session without losing a turn (schema v3).
+
+    Within a session, the first row holding an id keeps it. A later row with
+    the same id and the same body as an earlier one is a duplicate append
+    and is removed; one with another body keeps its content under a new id,
+    ``<id>.dup<seq>`` (its old position, so the rename is deterministic;
+    ``-<n>`` is added in the unlikely case that id is taken too). Affected
+    sessions get their ``seq`` renumbered densely, in the same order. A
+    :class:`~zidane_actors.errors.MigrationWarning` reports what changed.
+    """
+    sessions = [
+        row[0]
+        for row in conn.execute(
+            "SELECT DISTINCT session_id FROM turns GROUP BY session_id, id HAVING COUNT(*) > 1"
+        )
+    ]
+    removed = renamed = 0
+    for session_id in sessions:
+        rows = conn.execute(
+            "SELECT rowid, seq, id, body FROM turns WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+        used = {row[2] for row in rows}
+        bodies: dict[str, set[bytes]] = {}
+        for rowid, seq, turn_id, body in rows:
+            seen = bodies.setdefault(turn_id, set())
+            if not seen:
+                seen.add(body)
+            elif body in seen:
+                conn.execute("DELETE FROM turns WHERE rowid = ?", (rowid,))
+                removed += 1
+            else:
+                seen.add(body)
+                new_id = _renamed(turn_id, seq, used)
+                used.add(new_id)
+                turn = msgspec.json.decode(body)
+                turn["id"] = new_id
+                conn.execute(
+                    "UPDATE turns SET id = ?, body = ? WHERE rowid = ?",
+                    (new_id, msgspec.json.encode(turn), rowid),
+                )
+                renamed += 1
+        # Dense seqs again, order kept (negated first, so no step collides).
+        order = conn.execute(
+            "SELECT rowid FROM turns WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall()
+        conn.execute("UPDATE turns SET seq = -1 - seq WHERE session_id = ?", (session_id,))
+        conn.executemany(
+            "UPDATE turns SET seq = ? WHERE rowid = ?", [(i, r[0]) for i, r in enumerate(order)]
+        )
+    if sessions:
+        warnings.warn(
+            f"SQLite schema v3: turn ids are unique per session now; in {len(sessions)}"
+            f" session(s) {removed} identical duplicate turn(s) were removed and"
+            f" {renamed} turn(s) reusing an id with other content were renamed"
+            " <id>.dup<position>",
+            MigrationWarning,
+            stacklevel=2,
+        )
+
+
+def _renamed(turn_id: str, seq: int, used: set[str]) -> str:
+    suffix = f".dup{seq}"
+    base = turn_id[: ID_MAX_LENGTH - len(suffix) - 12] + suffix
+    candidate, n = base, 0
+    while candidate in used:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+# v3: turn ids unique per session (existing duplicates merged first), and the
+# highest rev of any deleted session, so a re-created id continues past it.
+_V3: Final[tuple[Migration, ...]] = (
+    _merge_duplicate_turns,
+    """
+CREATE UNIQUE INDEX turns_by_id ON turns (session_id, id);
+CREATE TABLE rev_floor (rev INTEGER NOT NULL);
+INSERT INTO rev_floor (rev) VALUES (0);
+""",
+)
+
+MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (_V1, _V2, _V3)
+"""``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
+Python steps (functions of the connection), run in order in one transaction."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The ``user_version`` this library writes and reads."""
@@ -110,7 +203,22 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
-def migrate(conn: sqlite3.Connection, path: str, migrations: tuple[str, ...] = MIGRATIONS) -> int:
+def _run_step(conn: sqlite3.Connection, step: Migration | Sequence[Migration]) -> None:
+    if isinstance(step, str):
+        for statement in _statements(step):
+            conn.execute(statement)
+    elif callable(step):
+        step(conn)
+    else:
+        for part in step:
+            _run_step(conn, part)
+
+
+def migrate(
+    conn: sqlite3.Connection,
+    path: str,
+    migrations: Sequence[Migration | Sequence[Migration]] = MIGRATIONS,
+) -> int:
     """Bring ``conn`` up to ``len(migrations)``, one transaction per step; the final version.
 
     Raises :class:`~zidane_actors.errors.StoreError` for a database written by a
@@ -126,8 +234,7 @@ def migrate(conn: sqlite3.Connection, path: str, migrations: tuple[str, ...] = M
                 f"{target} this version of zidane_actors supports; upgrade zidane_actors"
             )
         while version < target:
-            for statement in _statements(migrations[version]):
-                conn.execute(statement)
+            _run_step(conn, migrations[version])
             version += 1
             conn.execute(f"PRAGMA user_version = {version}")
         conn.execute("COMMIT")

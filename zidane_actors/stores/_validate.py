@@ -12,7 +12,15 @@ from typing import Any, TypeVar
 from msgspec import UNSET
 
 from ..errors import ValidationError
-from ..model import SessionData, SessionRun, SessionTurn, decode, encode, validate_id
+from ..model import (
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    check_unique_turn_ids,
+    decode,
+    encode,
+    validate_id,
+)
 
 __all__ = [
     "check_ids",
@@ -73,9 +81,10 @@ def checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
 
 
 def check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
-    """Every turn and run id is a safe id."""
+    """Every turn and run id is a safe id, and no turn id repeats."""
     for i, turn in enumerate(turns):
         validate_id(turn.id, what=f"turn id at $.turns[{i}]")
+    check_unique_turn_ids(turns)
     for i, run in enumerate(runs):
         validate_id(run.id, what=f"run id at $.runs[{i}]")
 

@@ -1,0 +1,67 @@
+"""Turn ids are unique per session: the rule every store and the runtime apply.
+
+- A write of a whole history (``save``, ``set_turns``, ``mutate_history``)
+  or one append repeating an id within itself is a :class:`ValidationError`.
+- Appending a turn whose id is stored already with identical content is a
+  no-op for that turn (a retried append); with other content it is a
+  :class:`ConflictError` naming the id, and nothing of the append is written.
+
+"Identical" means the same JSON document up to object key order
+(:func:`same_turn`), so a retry that re-encoded a dict in another order is
+still a retry, while ``1`` and ``1.0`` or ``true`` differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import msgspec
+
+from ..errors import ConflictError, ValidationError
+from ._types import SessionTurn
+
+__all__ = ["check_unique_turn_ids", "fresh_turns", "same_turn"]
+
+_CANONICAL: Final = msgspec.json.Encoder(order="sorted")
+
+
+def check_unique_turn_ids(turns: Sequence[SessionTurn], *, path: str = "$.turns") -> None:
+    """Raise :class:`ValidationError` at the first turn repeating an earlier id."""
+    seen: set[str] = set()
+    for i, turn in enumerate(turns):
+        if turn.id in seen:
+            raise ValidationError(
+                f"turn id {turn.id!r} appears more than once in one write", path=f"{path}[{i}].id"
+            )
+        seen.add(turn.id)
+
+
+def same_turn(a: SessionTurn, b: SessionTurn) -> bool:
+    """Whether two turns are the same JSON document (object key order aside)."""
+    return a is b or _CANONICAL.encode(a) == _CANONICAL.encode(b)
+
+
+def fresh_turns(
+    session_id: str, turns: Sequence[SessionTurn], stored: Mapping[str, SessionTurn]
+) -> tuple[SessionTurn, ...]:
+    """The turns of an append still to write, in order.
+
+    ``stored`` maps the ids of ``turns`` already stored (it may hold others)
+    to the stored turns. A stored identical turn is dropped (a retry); a
+    stored different one raises :class:`ConflictError`; an id repeated within
+    ``turns`` raises :class:`ValidationError`.
+    """
+    check_unique_turn_ids(turns)
+    if not stored:
+        return tuple(turns)
+    fresh = []
+    for turn in turns:
+        held = stored.get(turn.id)
+        if held is None:
+            fresh.append(turn)
+        elif not same_turn(held, turn):
+            raise ConflictError(
+                f"session {session_id!r} already holds turn {turn.id!r} with other content"
+            )
+    return tuple(fresh)
