@@ -30,7 +30,6 @@ named ``"apply_writes"``. A store without ``rev`` in its meta rows sets
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -73,10 +72,13 @@ from zidane_actors.model import (
     SaveMetaOptions,
     Schedule,
     ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
     SessionArtifact,
     SessionData,
     SessionFilter,
     SessionHistory,
+    SessionMetaRow,
     SessionRun,
     SessionRunAgent,
     SessionRunRetry,
@@ -92,7 +94,13 @@ from zidane_actors.model import (
     host_id,
     validate_id,
 )
-from zidane_actors.stores import BatchingStore, SessionStore, StoreWrite, store_capabilities
+from zidane_actors.stores import (
+    BatchingStore,
+    MemoryStore,
+    SessionStore,
+    StoreWrite,
+    store_capabilities,
+)
 
 __all__ = ["StoreContract", "StoreHarness", "StoreOpener"]
 
@@ -1624,50 +1632,62 @@ class StoreContract:
         full = await reopen()
         assert await snapshot(full) == before
 
-    # -- the reference-model property -------------------------------------------------------
+    # -- the differential property -----------------------------------------------------------
+
+    session_ids: ClassVar[tuple[str, ...]] = ("s0", "s1", "s2")
+    """Session ids programs use (a one-session store narrows it; others are retargeted)."""
+
+    rev_survives_reopen: ClassVar[bool] = True
+    """Whether a re-created id's ``rev`` continues past the deleted one across a reopen."""
 
     @settings(
-        max_examples=60,
+        max_examples=40,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
     )
-    @given(program=st.lists(st.deferred(lambda: _OPERATION), min_size=4, max_size=25))
+    @given(program=st.deferred(lambda: PROGRAMS))
     async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
         await self.check_reference_model(program)
 
     async def check_reference_model(self, program: list[tuple[Any, ...]]) -> None:
-        """The property body; suites with another example budget call it from their own @given."""
-        program = _renumber(_seeded(program))
+        """Run ``program`` on this store and on a memory store; every answer must agree.
+
+        Suites with another example budget call it from their own ``@given``.
+        """
+        program = [_retarget(op, self.session_ids) for op in program]
         async with self.open_storage() as opener:
             harness = StoreHarness(opener)
             try:
                 store = await harness.reopen()
-                model = _ReferenceModel()
+                diff = _Differential(store, MemoryStore(), self.session_ids, self.keeps_rev)
                 for op in program:
                     if op[0] == "reopen":
-                        store = await harness.reopen()
+                        diff.store = await harness.reopen()
+                        if not self.rev_survives_reopen:
+                            diff.revs.clear()
                         continue
-                    caps = store_capabilities(store)
-                    if not _supported(op[0], caps):
-                        continue
-                    expected_error, expected = model.apply(op, caps)
-                    if expected_error is not None:
-                        with pytest.raises(expected_error):
-                            await _run(store, op, caps)
-                        continue
-                    assert await _run(store, op, caps) == expected, op
-                await model.check(store)
-                store = await harness.reopen()
-                await model.check(store)
+                    await diff.step(op)
+                await diff.compare_all()
+                diff.store = await harness.reopen()
+                if not self.rev_survives_reopen:
+                    diff.revs.clear()
+                await diff.compare_all()
             finally:
                 await harness.aclose()
 
 
-# -- the reference model ----------------------------------------------------------------------
+# -- the differential program: every store against the memory store -----------------------------
+#
+# One drawn operation is a tuple: its name, then (for session methods) the session id.
+# Turn ids come from a small pool with two contents each, so programs append stored ids
+# again (retries), with other content (conflicts) and twice in one write; sessions are
+# deleted and re-created; ids are sometimes invalid; run markers are written by live,
+# foreign and dead owners and judged at the real clock and at an injected later one.
 
-_SESSION_IDS = st.sampled_from(["s0", "s1", "s2"])
+_BAD_ID = "../x"
+_SESSION_IDS = st.sampled_from(["s0", "s0", "s1", "s2", _BAD_ID])
 _RUN_IDS = st.sampled_from(["r0", "r1", "r2"])
-_REQUEST_IDS = ("q0", "q1")
+_REQUEST_IDS = st.sampled_from(["q0", "q1"])
 _AGENTS = st.sampled_from([None, "agent-a", "agent-b"])
 _ROOTS = st.sampled_from([None, "/p", "/q"])
 _STATUS = st.sampled_from(["idle", "running", "completed", "error"])
@@ -1678,14 +1698,13 @@ _META_VALUES = st.one_of(
     st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=5),
     st.lists(st.integers(0, 3), max_size=2),
 )
-# Owners on other hosts: never known dead, never holding, so a claim depends
-# only on the status and on stale_at.
-_OWNERS = st.sampled_from(
-    [RunOwner(host_id="h1", pid=1, token="a"), RunOwner(host_id="h2", pid=2, token="b")]
+_LIVE_ELSEWHERE = RunOwner(host_id="h1", pid=1, token="a")
+_OWNERS = st.sampled_from(["this-process", "elsewhere", "dead"])
+"""Run owners: this process (live, holding), another host (never known dead), a dead pid."""
+_TURN = st.builds(
+    lambda n, role: make_turn(n, role), st.integers(0, 5), st.sampled_from(["user", "assistant"])
 )
-_TURNS = st.lists(st.sampled_from(["user", "assistant"]), max_size=3).map(
-    lambda roles: tuple(make_turn(0, role) for role in roles)
-)
+_TURNS = st.lists(_TURN, max_size=3).map(tuple)
 _RUN = st.builds(make_run, _RUN_IDS, st.sampled_from(["running", "completed", "aborted"]))
 _RUNS = st.lists(_RUN, max_size=3, unique_by=lambda r: r.id).map(tuple)
 _METADATA = st.dictionaries(_META_KEYS, _META_VALUES, max_size=3)
@@ -1700,10 +1719,19 @@ _SESSIONS = st.builds(
     agent_id=_AGENTS,
     project_root=_ROOTS,
 )
+_FILTERS = st.none() | st.builds(
+    SessionFilter,
+    agent_id=_AGENTS,
+    project_root=st.sampled_from([UNSET, None, "/p"]),
+    limit=st.none() | st.integers(0, 3),
+)
 _ARTIFACT_SPOTS = st.sampled_from(
     [("pull_request", "https://example.com/pr/1"), ("branch", "git:r#b"), ("file", "file:///x")]
 )
-_OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
+_ARTIFACT_IDS = st.sampled_from(["a0", "a1", "a2"])
+_SCHEDULE_IDS = st.sampled_from(["k0", "k1"])
+
+SESSION_OPERATIONS: list[st.SearchStrategy[tuple[Any, ...]]] = [
     st.tuples(st.just("save"), _SESSIONS),
     st.tuples(
         st.just("save_meta"),
@@ -1716,6 +1744,10 @@ _OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
         _TURNS,
         st.none() | st.just(()) | _RUN.map(lambda run: (run,)),
     ),
+    st.tuples(
+        st.just("get_turns"), _SESSION_IDS, st.integers(-1, 4), st.none() | st.integers(-1, 3)
+    ),
+    st.tuples(st.just("load"), _SESSION_IDS),
     st.tuples(st.just("update_run"), _SESSION_IDS, _RUN),
     st.tuples(st.just("update_status"), _SESSION_IDS, _STATUS, _OWNERS, st.booleans()),
     st.tuples(
@@ -1723,19 +1755,26 @@ _OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
         _SESSION_IDS,
         st.dictionaries(_META_KEYS, _META_VALUES | st.just(UNSET), max_size=2),
     ),
-    st.tuples(st.just("drop_first_turn"), _SESSION_IDS),
-    st.tuples(st.just("delete"), _SESSION_IDS),
-    st.tuples(st.just("claim_run"), _SESSION_IDS, st.sampled_from(["guarded", "stale"]), _OWNERS),
     st.tuples(
-        st.just("claim_send_request"),
+        st.just("mutate_history"),
         _SESSION_IDS,
-        st.sampled_from(_REQUEST_IDS),
-        st.sampled_from(["fp0", "fp1"]),
+        st.sampled_from(["drop_first", "repeat_first", "keep", "abort_runs", "raise"]),
     ),
+    st.tuples(st.just("delete"), _SESSION_IDS),
+    st.tuples(st.just("recreate"), _SESSION_IDS),
+    st.tuples(st.just("claim_run"), _SESSION_IDS, st.sampled_from(["guarded", "stale"]), _OWNERS),
+    st.tuples(st.just("demote_stale_run"), _SESSION_IDS, st.sampled_from(["now", "later"])),
+    st.tuples(st.just("get_meta"), _SESSION_IDS),
+    st.tuples(st.just("list"), _FILTERS),
+    st.tuples(st.just("list_meta"), _FILTERS),
+    st.tuples(
+        st.just("claim_send_request"), _SESSION_IDS, _REQUEST_IDS, st.sampled_from(["f0", "f1"])
+    ),
+    st.tuples(st.just("find_send_request"), _SESSION_IDS, _REQUEST_IDS),
     st.tuples(
         st.just("settle_send_request"),
         _SESSION_IDS,
-        st.sampled_from(_REQUEST_IDS),
+        _REQUEST_IDS,
         st.sampled_from([None, {"turnId": "t"}, "done"]),
     ),
     st.tuples(
@@ -1745,309 +1784,345 @@ _OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
         st.sampled_from(["one", "two"]),
         st.integers(1, 5),
         st.sampled_from([UNSET, None, {"n": 1}]),
+        _ARTIFACT_IDS,
     ),
+    st.tuples(st.just("delete_artifact"), _SESSION_IDS, _ARTIFACT_IDS),
+    st.tuples(
+        st.just("list_artifacts"),
+        st.none() | st.sampled_from(["s0", "s1"]),
+        st.none() | st.sampled_from(["pull_request", "file"]),
+    ),
+    st.tuples(
+        st.just("save_schedule"),
+        _SCHEDULE_IDS,
+        st.booleans(),
+        st.none() | st.integers(1, 3),
+        st.booleans(),
+    ),
+    st.tuples(st.just("list_schedules")),
+    st.tuples(
+        st.just("claim_schedule_fire"), _SCHEDULE_IDS, st.integers(1, 3), st.none() | st.just(9)
+    ),
+    st.tuples(
+        st.just("record_schedule_fire"),
+        _SCHEDULE_IDS,
+        st.sampled_from(["f0", "f1"]),
+        st.integers(1, 5),
+    ),
+    st.tuples(st.just("list_schedule_fires"), _SCHEDULE_IDS, st.integers(0, 3)),
+    st.tuples(st.just("delete_schedule"), _SCHEDULE_IDS),
+    st.tuples(st.just("generate_ids")),
     st.tuples(st.just("reopen")),
-)
-"""One drawn operation: its name, then (except ``reopen``) the session id it targets."""
+]
+"""Every store method as drawn operations (a method the store lacks is left out)."""
 
-_NEEDS = {
-    "save_meta": (),
+VALUE_OPERATIONS: list[st.SearchStrategy[tuple[Any, ...]]] = []
+"""Hook: operations carrying values a store must refuse or keep exactly (oversized,
+non-JSON, deep nesting...). Append strategies of ``("append_turns", sid, turns, None)``
+style tuples (any operation :func:`_call` knows); they join :data:`PROGRAMS`."""
+
+_OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.deferred(
+    lambda: st.one_of(*SESSION_OPERATIONS, *VALUE_OPERATIONS)
+)
+"""One drawn operation."""
+
+PROGRAMS = st.lists(_OPERATION, min_size=4, max_size=30).map(lambda ops: [*_SEEDS, *ops])
+"""A program: a save of each session, then drawn operations."""
+
+_SEEDS: list[tuple[Any, ...]] = [
+    ("save", make_session(sid, updated_at=5, metadata={"title": sid}, turns=(make_turn(0),)))
+    for sid in ("s0", "s1", "s2")
+]
+
+_NEEDS: dict[str, tuple[str, ...]] = {
     "patch_meta": ("patch_meta",),
-    "drop_first_turn": ("mutate_history",),
+    "mutate_history": ("mutate_history",),
     "claim_run": ("claim_run",),
+    "demote_stale_run": ("demote_stale_run",),
+    "get_meta": ("get_meta",),
+    "list_meta": ("list_meta",),
     "claim_send_request": ("claim_send_request",),
-    "settle_send_request": ("claim_send_request", "settle_send_request"),
+    "find_send_request": ("find_send_request",),
+    "settle_send_request": ("settle_send_request",),
     "upsert_artifact": ("upsert_artifact",),
+    "delete_artifact": ("delete_artifact",),
+    "list_artifacts": ("list_artifacts",),
+    "save_schedule": ("save_schedule",),
+    "list_schedules": ("list_schedules",),
+    "claim_schedule_fire": ("claim_schedule_fire",),
+    "record_schedule_fire": ("record_schedule_fire",),
+    "list_schedule_fires": ("list_schedule_fires",),
+    "delete_schedule": ("delete_schedule",),
+    "generate_ids": ("generate_session_id", "generate_turn_id"),
 }
 
-
-def _supported(name: str, caps: frozenset[str]) -> bool:
-    return all(cap in caps for cap in _NEEDS.get(name, ()))
-
-
-def _seeded(program: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """``program`` after a save of each session it targets, so most operations hit data."""
-    targets = {
-        op[1].id if op[0] in ("save", "save_meta") else op[1] for op in program if len(op) > 1
+_WRITES = frozenset(
+    {
+        "save",
+        "save_meta",
+        "append_turns",
+        "update_run",
+        "update_status",
+        "patch_meta",
+        "mutate_history",
+        "delete",
+        "recreate",
+        "claim_run",
+        "demote_stale_run",
+        "upsert_artifact",
+        "delete_artifact",
     }
-    seeds = [
-        ("save", make_session(sid, updated_at=5, metadata={"title": sid}, turns=(make_turn(0),)))
-        for sid in sorted(targets)
-    ]
-    return [*seeds, *program]
+)
+"""Session writes: after each, the store's ``rev`` for that id is read (it never goes back)."""
+
+_STAMPING = frozenset(
+    {"append_turns", "update_run", "update_status", "claim_run", "mutate_history"}
+)
+"""Writes stamping ``updatedAt`` with the store's own clock (two stores' stamps differ)."""
+
+_ERROR_KINDS: tuple[type[Exception], ...] = (
+    InvalidNameError,
+    ValidationError,
+    ConflictError,
+    SessionNotFoundError,
+    StoreClosedError,
+    UnsupportedOperationError,
+)
 
 
-def _renumber(program: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Give every drawn turn and artifact a unique id, in program order."""
-    counter = itertools.count()
-
-    def fresh(turns: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
-        return tuple(replace(t, id=f"t{next(counter)}") for t in turns)
-
-    renumbered = []
-    for op in program:
-        if op[0] in ("save", "save_meta"):
-            op = (op[0], replace(op[1], turns=fresh(op[1].turns)), *op[2:])
-        elif op[0] == "append_turns":
-            op = (op[0], op[1], fresh(op[2]), op[3])
-        elif op[0] == "upsert_artifact":
-            op = (*op, f"a{next(counter)}")
-        renumbered.append(op)
-    return renumbered
+class _Refused(Exception):
+    """Raised by a drawn ``mutate_history`` callback: nothing may be written."""
 
 
-def _program_artifact(op: tuple[Any, ...]) -> SessionArtifact:
-    _, session_id, (kind, uri), label, updated_at, meta, artifact_id = op
-    return make_artifact(
-        artifact_id,
-        session_id,
-        kind=kind,
-        uri=uri,
-        label=label,
-        created_at=updated_at,
-        updated_at=updated_at,
-        meta=meta,
-    )
+def _retarget(op: tuple[Any, ...], session_ids: tuple[str, ...]) -> tuple[Any, ...]:
+    """``op`` with valid session ids outside ``session_ids`` mapped to its first."""
 
+    def fix(sid: Any) -> Any:
+        return sid if sid in session_ids or sid == _BAD_ID or sid is None else session_ids[0]
 
-async def _run(store: Any, op: tuple[Any, ...], caps: frozenset[str]) -> object:
-    """Carry out ``op``; answers what the model predicts for it."""
     name = op[0]
-    if name == "save" or (name == "save_meta" and "save_meta" not in caps):
-        await store.save(op[1])
-    elif name == "save_meta":
-        await store.save_meta(op[1], None if op[2] is None else SaveMetaOptions(meta_keys=op[2]))
-    elif name == "append_turns":
-        options = None if op[3] is None else AppendTurnsOptions(run=op[3][0] if op[3] else None)
-        await store.append_turns(op[1], op[2], options)
-    elif name == "update_run":
-        await store.update_run(op[1], op[2])
-    elif name == "update_status":
-        await store.update_status(op[1], op[2], owner=op[3], preserve_updated_at=op[4])
-    elif name == "patch_meta":
-        await store.patch_meta(op[1], op[2])
-    elif name == "drop_first_turn":
-        return await store.mutate_history(
-            op[1], lambda h: SessionHistory(turns=h.turns[1:], runs=h.runs) if h.turns else None
+    if name in ("save", "save_meta"):
+        return (name, replace(op[1], id=fix(op[1].id)), *op[2:])
+    if name == "list_artifacts":
+        return (name, fix(op[1]), *op[2:])
+    if name in ("reopen", "list", "list_meta", "generate_ids") or "schedule" in name:
+        return op
+    return (name, fix(op[1]), *op[2:])
+
+
+def _owner(kind: str) -> RunOwner:
+    if kind == "this-process":
+        return current_run_owner()
+    if kind == "elsewhere":
+        return _LIVE_ELSEWHERE
+    return RunOwner(host_id=host_id(), pid=dead_pid(), token="gone")
+
+
+def _history_edit(kind: str) -> Callable[[SessionHistory], SessionHistory | None]:
+    def edit(history: SessionHistory) -> SessionHistory | None:
+        if kind == "drop_first":
+            return (
+                SessionHistory(turns=history.turns[1:], runs=history.runs)
+                if history.turns
+                else None
+            )
+        if kind == "repeat_first":
+            return SessionHistory(turns=history.turns + history.turns[:1], runs=history.runs)
+        if kind == "abort_runs":
+            runs = tuple(replace(r, status="aborted") for r in history.runs)
+            return SessionHistory(turns=history.turns, runs=runs)
+        if kind == "raise":
+            raise _Refused
+        return None
+
+    return edit
+
+
+async def _call(store: Any, op: tuple[Any, ...]) -> Any:
+    """Carry out ``op`` on ``store``; its answer."""
+    name, args = op[0], op[1:]
+    if name == "save_meta" and "save_meta" not in store_capabilities(store):
+        name = "save"
+    if name == "save":
+        return await store.save(args[0])
+    if name == "save_meta":
+        options = None if args[1] is None else SaveMetaOptions(meta_keys=args[1])
+        return await store.save_meta(args[0], options)
+    if name == "append_turns":
+        options = (
+            None if args[2] is None else AppendTurnsOptions(run=args[2][0] if args[2] else None)
         )
-    elif name == "delete":
-        await store.delete(op[1])
-    elif name == "claim_run":
-        stale_at = 0 if op[2] == "guarded" else now_ms() + 86_400_000
-        claim = await store.claim_run(op[1], stale_at=stale_at, owner=op[3])
-        return (claim.claimed, claim.previous)
-    elif name == "claim_send_request":
-        answer = await store.claim_send_request(op[1], op[2], op[3])
-        record = answer.record
+        return await store.append_turns(args[0], args[1], options)
+    if name == "get_turns":
+        return await store.get_turns(args[0], args[1], args[2])
+    if name == "update_status":
+        return await store.update_status(
+            args[0], args[1], owner=_owner(args[2]), preserve_updated_at=args[3]
+        )
+    if name == "mutate_history":
+        return await store.mutate_history(args[0], _history_edit(args[1]))
+    if name == "claim_run":
+        stale_at = 0 if args[1] == "guarded" else now_ms() + 86_400_000
+        return await store.claim_run(args[0], stale_at=stale_at, owner=_owner(args[2]))
+    if name == "demote_stale_run":
+        now = now_ms() + (0 if args[1] == "now" else 2 * RUN_OWNER_HOLD_MS)
+        return await store.demote_stale_run(args[0], stale_at=now - RUN_OWNER_HOLD_MS, now=now)
+    if name == "upsert_artifact":
+        session_id, (kind, uri), label, stamp, meta, artifact_id = args
+        artifact = make_artifact(
+            artifact_id, session_id, kind=kind, uri=uri, label=label,
+            created_at=stamp, updated_at=stamp, meta=meta,
+        )  # fmt: skip
+        return await store.upsert_artifact(artifact)
+    if name == "list_artifacts":
+        return await store.list_artifacts(ArtifactFilter(session_id=args[0], kind=args[1]))
+    if name == "save_schedule":
+        schedule_id, enabled, next_fire_at, keep = args
+        schedule = make_schedule(schedule_id, enabled=enabled, next_fire_at=next_fire_at)
+        return await store.save_schedule(schedule, keep_next_fire_at=keep)
+    if name == "record_schedule_fire":
+        schedule_id, fire_id, fired_at = args
+        return await store.record_schedule_fire(make_fire(fire_id, schedule_id, fired_at))
+    if name == "recreate":  # delete and save again: rev must continue past the old one
+        await store.delete(args[0])
+        return await store.save(make_session(args[0], turns=(make_turn(0),)))
+    if name == "generate_ids":
         return (
-            (answer.claimed, None) if record is None else (False, record.fingerprint, record.result)
+            validate_id(await store.generate_session_id()) != "",
+            validate_id(await store.generate_turn_id()) != "",
         )
-    elif name == "settle_send_request":
-        await store.settle_send_request(op[1], op[2], op[3])
-    elif name == "upsert_artifact":
-        return await store.upsert_artifact(_program_artifact(op))
-    return None
+    method: Callable[..., Awaitable[Any]] = getattr(store, name)
+    return await method(*args)
 
 
-class _ReferenceModel:
-    """The contract's semantics over plain dicts: what a store must be observed to hold."""
+class _Differential:
+    """One store and the memory store, driven by the same operations, compared each step."""
 
-    def __init__(self) -> None:
-        self.sessions: dict[str, SessionData] = {}
+    def __init__(
+        self, store: Any, reference: MemoryStore, session_ids: tuple[str, ...], keeps_rev: bool
+    ) -> None:
+        self.store = store
+        self.reference = reference
+        self.session_ids = session_ids
+        self.keeps_rev = keeps_rev
         self.stamped: set[str] = set()
-        self.requests: dict[tuple[str, str], tuple[str, Any]] = {}
-        self.artifacts: dict[str, list[SessionArtifact]] = {}
+        self.revs: dict[str, int] = {}
 
-    def apply(
-        self, op: tuple[Any, ...], caps: frozenset[str]
-    ) -> tuple[type[Exception] | None, Any]:
-        """The error ``op`` must raise, or ``None`` and its predicted answer."""
+    async def _outcome(self, store: Any, op: tuple[Any, ...]) -> tuple[str, Any]:
+        try:
+            return "value", await _call(store, op)
+        except _Refused:
+            return "error", "_Refused"
+        except Exception as exc:
+            kind = next((k.__name__ for k in _ERROR_KINDS if isinstance(exc, k)), repr(exc))
+            return "error", kind
+
+    async def step(self, op: tuple[Any, ...]) -> None:
+        caps = store_capabilities(self.store)
+        if not all(cap in caps for cap in _NEEDS.get(op[0], ())):
+            return
+        want = await self._outcome(self.reference, op)
+        got = await self._outcome(self.store, op)
+        if want[0] == "value":
+            self._track(op)
+        assert self._normal(op, got) == self._normal(op, want), op
+        if want[0] == "value" and op[0] in ("list", "list_meta"):
+            await self._check_order(op[1])
+        if op[0] == "get_meta" and got[0] == "value" and got[1] is not None:
+            self._check_rev(got[1].id, got[1].rev)
+        elif op[0] in _WRITES and self.keeps_rev and "get_meta" in caps:
+            target = op[1].id if op[0] in ("save", "save_meta") else op[1]
+            if target in self.session_ids:
+                row = await self.store.get_meta(target)
+                if row is not None:
+                    self._check_rev(target, row.rev)
+
+    def _track(self, op: tuple[Any, ...]) -> None:
         name = op[0]
-        if name == "save_meta" and "save_meta" not in caps:
-            name = "save"
         if name in ("save", "save_meta"):
-            self._save(name, op)
-            return None, None
-        session_id = op[1]
-        stored = self.sessions.get(session_id)
-        if name == "delete":
-            self.sessions.pop(session_id, None)
-            self.artifacts.pop(session_id, None)
-            for key in [k for k in self.requests if k[0] == session_id]:
-                del self.requests[key]
-            return None, None
-        if name == "claim_send_request":
-            held = self.requests.get((session_id, op[2]))
-            if held is not None:
-                return None, (False, *held)
-            self.requests[(session_id, op[2])] = (op[3], UNSET)
-            return None, (True, None)
-        if name == "settle_send_request":
-            if (session_id, op[2]) in self.requests:
-                if op[3] is None:
-                    del self.requests[(session_id, op[2])]
-                else:
-                    self.requests[(session_id, op[2])] = (
-                        self.requests[(session_id, op[2])][0],
-                        op[3],
-                    )
-            return None, None
-        if stored is None:
-            return self._on_unknown(name)
-        if name == "append_turns":
-            turns, runs = op[2], op[3]
-            if turns or runs:
-                updated = replace(stored, turns=stored.turns + turns)
-                if runs:
-                    updated = replace(updated, runs=_upsert(updated.runs, runs[0]))
-                self.sessions[session_id] = updated
-                self.stamped.add(session_id)
-        elif name == "update_run":
-            self.sessions[session_id] = replace(stored, runs=_upsert(stored.runs, op[2]))
-            self.stamped.add(session_id)
-        elif name == "update_status":
-            status, owner, preserve = op[2], op[3], op[4]
-            self.sessions[session_id] = replace(
-                stored, status=status, run_owner=owner if status == "running" else None
-            )
-            if not preserve:
-                self.stamped.add(session_id)
-        elif name == "patch_meta":
-            metadata = dict(stored.metadata)
-            for key, value in op[2].items():
-                if value is UNSET:
-                    metadata.pop(key, None)
-                else:
-                    metadata[key] = value
-            self.sessions[session_id] = replace(stored, metadata=metadata)
-        elif name == "drop_first_turn":
-            if not stored.turns:
-                return None, "unchanged"
-            self.sessions[session_id] = replace(stored, turns=stored.turns[1:])
-            self.stamped.add(session_id)
-            return None, "ok"
-        elif name == "claim_run":
-            if stored.status == "running" and op[2] == "guarded":
-                return None, (False, None)
-            self.sessions[session_id] = replace(stored, status="running", run_owner=op[3])
-            self.stamped.add(session_id)
-            return None, (True, stored.status)
-        elif name == "upsert_artifact":
-            return None, self._upsert_artifact(_program_artifact(op))
-        return None, None
+            self.stamped.discard(op[1].id)
+        elif name == "recreate":
+            self.stamped.discard(op[1])
+        elif name in _STAMPING:
+            self.stamped.add(op[1])
 
-    def _on_unknown(self, name: str) -> tuple[type[Exception] | None, Any]:
-        answers: dict[str, tuple[type[Exception] | None, Any]] = {
-            "append_turns": (SessionNotFoundError, None),
-            "drop_first_turn": (None, "no-session"),
-            "claim_run": (None, (True, None)),
-        }
-        return answers.get(name, (None, None))
+    def _check_rev(self, session_id: str, rev: int | None) -> None:
+        """``rev`` never goes back for one id, across delete and re-create."""
+        if not self.keeps_rev:
+            return
+        assert rev is not None
+        assert rev >= self.revs.get(session_id, rev), (session_id, self.revs, rev)
+        self.revs[session_id] = rev
 
-    def _save(self, name: str, op: tuple[Any, ...]) -> None:
-        data: SessionData = op[1]
-        stored = self.sessions.get(data.id)
-        if data.status == "running":
-            status, owner = (stored.status, stored.run_owner) if stored else ("idle", None)
-        else:
-            status, owner = data.status, None
-        if name == "save":
-            self.sessions[data.id] = replace(data, status=status, run_owner=owner)
-        else:
-            keys = op[2]
-            if keys is None or stored is None:
-                metadata = dict(data.metadata)
-            else:
-                metadata = dict(stored.metadata)
-                for key in keys:
-                    if key in data.metadata:
-                        metadata[key] = data.metadata[key]
-                    else:
-                        metadata.pop(key, None)
-            runs = stored.runs if stored else ()
-            for run in data.runs:
-                runs = _upsert(runs, run)
-            self.sessions[data.id] = replace(
-                data,
-                status=status,
-                run_owner=owner,
-                metadata=metadata,
-                turns=stored.turns if stored else (),
-                runs=runs,
-            )
-        self.stamped.discard(data.id)
+    def _normal(self, op: tuple[Any, ...], outcome: tuple[str, Any]) -> Any:
+        """An answer without what legitimately differs between two stores."""
+        kind, value = outcome
+        if kind == "error":
+            return outcome
+        name = op[0]
+        if name in ("list", "list_meta"):
+            ids = [v if isinstance(v, str) else v.id for v in value]
+            rows = sorted(value, key=lambda v: v if isinstance(v, str) else v.id)
+            cut = op[1] is not None and op[1].limit is not None
+            # Ties and the store's own clock decide which rows a limit keeps.
+            return ("cut", len(ids)) if cut else [self._plain(r) for r in rows]
+        return self._plain(value)
 
-    def _upsert_artifact(self, incoming: SessionArtifact) -> SessionArtifact:
-        rows = self.artifacts.setdefault(incoming.session_id, [])
-        for i, row in enumerate(rows):
-            if (row.kind, row.uri) == (incoming.kind, incoming.uri):
-                rows[i] = replace(
-                    row,
-                    label=incoming.label,
-                    meta=row.meta if incoming.meta is UNSET else incoming.meta,
-                    updated_at=max(row.updated_at, incoming.updated_at),
-                )
-                return rows[i]
-        rows.append(incoming)
-        return incoming
+    def _plain(self, value: Any) -> Any:
+        if isinstance(value, SessionData):
+            if value.id in self.stamped:
+                value = replace(value, updated_at=0)
+            return value
+        if isinstance(value, SessionMetaRow):
+            value = replace(value, rev=None)
+            if "upsert_artifact" not in store_capabilities(self.store):
+                value = replace(value, artifact_count=None)  # a store keeping no artifacts
+            if value.id in self.stamped:
+                value = replace(value, updated_at=0)
+            return value
+        if isinstance(value, SendRequestRecord):
+            return replace(value, created_at=0)
+        if isinstance(value, SendRequestClaim):
+            record = None if value.record is None else replace(value.record, created_at=0)
+            return replace(value, record=record)
+        if isinstance(value, list):
+            return [self._plain(v) for v in value]
+        return value
 
-    async def check(self, store: Any) -> None:
-        caps = store_capabilities(store)
-        for session_id in ("s0", "s1", "s2"):
-            expected = self.sessions.get(session_id)
-            loaded = await store.load(session_id)
-            if expected is None:
-                assert loaded is None, session_id
-                continue
-            assert loaded is not None, session_id
-            if session_id in self.stamped:
-                # The store stamps its own clock: only the other fields are predictable.
-                loaded = replace(loaded, updated_at=expected.updated_at)
-            assert loaded == expected, session_id
-            assert tuple(await store.get_turns(session_id)) == expected.turns
-            if "get_meta" in caps:
-                row = await store.get_meta(session_id)
-                assert row is not None
-                assert (row.turn_count, row.run_count, row.status, row.metadata) == (
-                    len(expected.turns),
-                    len(expected.runs),
-                    expected.status,
-                    expected.metadata,
-                )
-                if "upsert_artifact" in caps:
-                    assert row.artifact_count == len(self.artifacts.get(session_id, ()))
-        listed = await store.list()
-        assert sorted(listed) == sorted(self.sessions)
+    async def _check_order(self, filter: SessionFilter | None) -> None:
+        """Listing order: ``updatedAt`` descending, ties by id ascending, by the store's stamps."""
+        ids = await self.store.list(filter)
         stamps = []
-        for session_id in listed:
-            data = await store.load(session_id)
+        for session_id in ids:
+            data = await self.store.load(session_id)
+            assert data is not None, session_id
             stamps.append((-data.updated_at, session_id))
-        assert stamps == sorted(stamps)
-        if "list_meta" in caps:
-            assert [r.id for r in await store.list_meta()] == listed
-        for agent in (None, "agent-a"):
-            for root in (UNSET, None, "/p"):
-                filter = SessionFilter(agent_id=agent, project_root=root)
-                want = {
-                    d.id
-                    for d in self.sessions.values()
-                    if (agent is None or d.agent_id == agent)
-                    and (root is UNSET or d.project_root == root)
-                }
-                assert set(await store.list(filter)) == want
-        if "find_send_request" in caps:
-            for session_id in ("s0", "s1", "s2"):
-                for request_id in _REQUEST_IDS:
-                    record = await store.find_send_request(session_id, request_id)
-                    held = self.requests.get((session_id, request_id))
-                    found = None if record is None else (record.fingerprint, record.result)
-                    assert found == held, (session_id, request_id)
-        if "list_artifacts" in caps:
-            for session_id in ("s0", "s1", "s2"):
-                rows = sorted(self.artifacts.get(session_id, []), key=lambda a: a.id)
-                rows.sort(key=lambda a: a.updated_at, reverse=True)
-                got = await store.list_artifacts(ArtifactFilter(session_id=session_id))
-                assert got == rows, session_id
+        assert stamps == sorted(stamps), stamps
+        if "list_meta" in store_capabilities(self.store):
+            assert [r.id for r in await self.store.list_meta(filter)] == ids
+
+    async def compare_all(self) -> None:
+        """Every read of every session, schedule and listing agrees."""
+        for session_id in self.session_ids:
+            await self.step(("load", session_id))
+            await self.step(("get_turns", session_id, 0, None))
+            await self.step(("get_turns", session_id, 1, 2))
+            await self.step(("get_meta", session_id))
+            for request_id in ("q0", "q1"):
+                await self.step(("find_send_request", session_id, request_id))
+            await self.step(("list_artifacts", session_id, None))
+        for filter in (
+            None,
+            SessionFilter(project_root=None),
+            SessionFilter(agent_id="agent-a", project_root="/p"),
+            SessionFilter(limit=2),
+        ):
+            await self.step(("list", filter))
+            await self.step(("list_meta", filter))
+        await self.step(("list_artifacts", None, None))
+        await self.step(("list_schedules",))
+        for schedule_id in ("k0", "k1"):
+            await self.step(("list_schedule_fires", schedule_id, 5))
 
 
 async def _rev(store: Any, session_id: str) -> int | None:
@@ -2058,9 +2133,3 @@ async def _rev(store: Any, session_id: str) -> int | None:
     assert row is not None
     rev: int | None = row.rev
     return rev
-
-
-def _upsert(runs: tuple[SessionRun, ...], run: SessionRun) -> tuple[SessionRun, ...]:
-    if any(r.id == run.id for r in runs):
-        return tuple(run if r.id == run.id else r for r in runs)
-    return (*runs, run)

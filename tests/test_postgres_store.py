@@ -522,4 +522,13 @@ async def test_apply_writes_matches_the_memory_store(batch: list[StoreWrite]) ->
         ]
         for sid in ("s0", "s1", "s2"):
             assert comparable(await pg.load(sid)) == comparable(await memory.load(sid))
-        assert await pg.list() == await memory.list()
+        # Each store stamps updatedAt with its own clock, so two sessions may tie in one
+        # store and not in the other: same ids, each in its own (updatedAt desc, id) order.
+        listed = await pg.list()
+        assert sorted(listed) == sorted(await memory.list())
+        stamps = []
+        for sid in listed:
+            loaded = await pg.load(sid)
+            assert loaded is not None
+            stamps.append((-loaded.updated_at, sid))
+        assert stamps == sorted(stamps)

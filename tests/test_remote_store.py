@@ -12,7 +12,6 @@ import pytest
 import store_contract
 import trio
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from store_contract import (
     StoreContract,
     StoreOpener,
@@ -119,7 +118,7 @@ class TestRemoteOverMemory(_RemoteContract):
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
     )
-    @given(program=st.lists(st.deferred(lambda: store_contract._OPERATION), max_size=25))
+    @given(program=store_contract.PROGRAMS)
     async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
         await self.check_reference_model(program)
 
