@@ -659,6 +659,14 @@ class StoreContract:
         assert await store.list() == ["c", "a", "b", "e", "d"]
         assert await store.list(SessionFilter(limit=2)) == ["c", "a"]
         assert await store.list(SessionFilter(limit=0)) == []
+        # Ties by id in code point order (not a locale's): upper case first, "-" before "_".
+        for session_id in ("a_1", "B", "a-1", "Z"):
+            await store.save(make_session(session_id, created_at=0, updated_at=5))
+        tied = ["B", "Z", "a", "a-1", "a_1", "b", "e"]
+        assert await store.list() == ["c", *tied, "d"]
+        if "list_meta" in store_capabilities(store):
+            full: Any = store
+            assert [r.id for r in await full.list_meta()] == ["c", *tied, "d"]
 
     async def test_list_filters(self, store: SessionStore) -> None:
         rows = [
