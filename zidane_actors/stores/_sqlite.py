@@ -516,18 +516,13 @@ class SQLiteStore:
         Reads only the rows of the appended ids (index lookups), and only when
         the insert skipped some: a retried append costs nothing more.
         """
-        ids = [v[1] for v in values]
-        stored = dict(
-            conn.execute(
-                f"SELECT id, body FROM turns WHERE session_id = ? AND id IN"
-                f" ({','.join('?' * len(ids))})",
-                (session_id, *ids),
-            ).fetchall()
-        )
         held = {}
         for _, tid, _, body in values:
-            if stored[tid] != body:
-                held[tid] = _decode_row(stored[tid], SessionTurn, "turns", session_id, repr(tid))
+            stored = conn.execute(
+                "SELECT body FROM turns WHERE session_id = ? AND id = ?", (session_id, tid)
+            ).fetchone()[0]
+            if stored != body:
+                held[tid] = _decode_row(stored, SessionTurn, "turns", session_id, f"id {tid!r}")
         if held:
             incoming = [_decode_row(v[3], SessionTurn, "turns", session_id, "") for v in values]
             fresh_turns(session_id, incoming, held)
