@@ -1649,7 +1649,7 @@ class StoreContract:
     """Whether a re-created id's ``rev`` continues past the deleted one across a reopen."""
 
     @settings(
-        max_examples=40,
+        max_examples=30,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
     )
