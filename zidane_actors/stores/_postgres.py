@@ -945,8 +945,9 @@ class PostgresStore:
     ) -> None:
         """Append turns; a stored identical turn is skipped (a retry), a different one conflicts.
 
-        Turns without a run go in one statement; if a concurrent append of the
-        same turn id makes it fail, the append reruns in two steps.
+        Turns without a run go in one statement; if one of their ids is stored
+        already (a retry, a conflict, a concurrent append), the append reruns in
+        two steps that compare the stored rows.
         """
         unique, run = _checked_append(session_id, turns, options)
         if unique and run is None:
