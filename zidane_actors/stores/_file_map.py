@@ -65,6 +65,7 @@ from ..model import (
 )
 from ._protocol import HistoryMutation, MutateResult
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
+from ._validate import json_value
 
 __all__ = [
     "DirectoryFileMapAdapter",
@@ -535,10 +536,7 @@ class FileMapStore:
         """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
         validate_id(session_id)
         validate_id(request_id, what="send request id")
-        try:
-            value: Any = msgspec.json.decode(encode(result))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValidationError(f"send result is not JSON-serializable: {exc}") from None
+        value: Any = json_value(result, "send result")
         async with self._lock:
             files = await self._files()
             held = self._requests(files)

@@ -53,6 +53,7 @@ from ..model import (
     merge_artifact,
     merge_session_metadata,
     new_id,
+    normalize_artifact,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -77,7 +78,7 @@ from ._validate import (
     checked_int,
     checked_items,
     checked_meta_patch,
-    encoded,
+    json_value,
     now_ms,
 )
 
@@ -93,10 +94,6 @@ def _copy(value: T, type_: type[T]) -> T:
     key: Any = type_
     result: T = decoder(key).decode(encode(value))
     return result
-
-
-def _checked_json(value: object, what: str) -> JsonValue:
-    return msgspec.json.decode(encoded(value, what))
 
 
 def _checked_optional_int(value: object, what: str) -> int | None:
@@ -526,7 +523,7 @@ class MemoryStore:
     def _settle_send_request(self, session_id: str, request_id: str, result: JsonValue) -> None:
         validate_id(session_id)
         validate_id(request_id, what="request id")
-        value = _checked_json(result, "send result")
+        value = json_value(result, "send result")
         records = self._send_requests.get(session_id, {})
         record = records.get(request_id)
         if record is None:
@@ -547,7 +544,7 @@ class MemoryStore:
         return self._upsert_artifact(artifact)
 
     def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
-        valid = checked(artifact, SessionArtifact, "artifact")
+        valid = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
         validate_id(valid.session_id)
         validate_id(valid.id, what="artifact id")
         if valid.session_id not in self._sessions:

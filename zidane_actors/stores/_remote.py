@@ -53,9 +53,11 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_model,
     current_run_owner,
     decode,
     encode,
+    normalize_artifact,
     validate_id,
 )
 from ._protocol import HistoryMutation, MutateResult, RunClaim, TurnsMutation
@@ -392,6 +394,8 @@ class RemoteStore:
         """
         if self._closed:
             raise StoreClosedError(f"remote store {self.url} is closed")
+        if body is not None:
+            check_model(body, what=f"{method} {path} body")
         try:
             content = encode(body) if body is not None else None
         except (TypeError, OverflowError) as exc:
@@ -691,6 +695,12 @@ class RemoteStore:
             nxt = mutate(state.history)
             if nxt is None:
                 return "unchanged"
+            if not isinstance(nxt, SessionHistory):
+                raise ValidationError(
+                    "a history mutation must return a SessionHistory or None, "
+                    f"got {type(nxt).__name__}"
+                )
+            check_model(nxt, what="history")
             target = history_rev(nxt)
             if target == state.rev:
                 return "unchanged"
@@ -777,7 +787,7 @@ class RemoteStore:
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``; ``None`` for an unknown session."""
-        artifact = _typed(artifact, SessionArtifact, "artifact")
+        artifact = normalize_artifact(_typed(artifact, SessionArtifact, "artifact"))
         path = f"/sessions/{_seg(artifact.session_id, 'session id')}/artifacts"
         result = await self._json(UpsertArtifactResult, "PUT", path, body=artifact, retry=True)
         return result.artifact

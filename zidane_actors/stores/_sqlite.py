@@ -55,6 +55,8 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_json,
+    check_model,
     current_run_owner,
     decode,
     decoder,
@@ -63,6 +65,7 @@ from ..model import (
     merge_artifact,
     merge_session_metadata,
     new_id,
+    normalize_artifact,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -132,26 +135,32 @@ class SQLiteStoreStatistics:
 def _decode_row(raw: bytes, type_: type[T], table: str, session_id: str, where: str) -> T:
     try:
         value: T = decoder(cast(Hashable, type_)).decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(
-            f"table {table}: row of session {session_id!r} at {where} does not decode: {exc}"
+            f"table {table}: row of session {session_id!r} at {where} does not decode: {reason}"
         ) from None
     return value
 
 
 def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[SessionTurn, ...]:
-    """Decode turn bodies in one pass; on failure, name the first bad row's seq."""
+    """Decode turn bodies in one pass; on failure, name the first bad row's seq.
+
+    The bodies are joined into one array, so a row holding two documents
+    (``{...},{...}``) would read as two turns: a count that differs from
+    the rows' sends every row through its own decode, which refuses it.
+    """
     try:
         turns: tuple[SessionTurn, ...] = decoder(tuple[SessionTurn, ...]).decode(
             b"[" + b",".join(body for _, body in rows) + b"]"
         )
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        for seq, body in rows:
-            _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}")
-        raise CorruptDataError(
-            f"table turns: rows of session {session_id!r} do not decode"
-        ) from None
-    return turns
+        if len(turns) == len(rows):
+            return turns
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    for seq, body in rows:
+        _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}")
+    raise CorruptDataError(f"table turns: rows of session {session_id!r} do not decode")
 
 
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
@@ -165,10 +174,12 @@ def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+    if not isinstance(metadata, Mapping):
         raise ValidationError("session metadata must be a mapping with string keys")
+    kept = {k: v for k, v in metadata.items() if v is not UNSET}
+    check_json(kept, what="session metadata", path="$.metadata")
     try:
-        return encode({k: v for k, v in metadata.items() if v is not UNSET}).decode()
+        return encode(kept).decode()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
 
@@ -177,6 +188,7 @@ def _valid_body(value: object, type_: type[T], what: str) -> bytes:
     """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
     if type(value) is not type_ and not isinstance(value, type_):
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    check_model(value, what=what)
     try:
         body = encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -866,6 +878,9 @@ class SQLiteStore:
 
     def _op_upsert_artifact(self, conn: _Conn, artifact: SessionArtifact) -> SessionArtifact | None:
         body = _valid_body(artifact, SessionArtifact, "artifact")
+        normalized = normalize_artifact(artifact)
+        if normalized is not artifact:
+            artifact, body = normalized, encode(normalized)
         sid = _session_id(artifact.session_id)
         validate_id(artifact.id, what="artifact id")
         if self._header(conn, sid) is None:
@@ -998,6 +1013,7 @@ class SQLiteStore:
     ) -> None:
         _session_id(session_id)
         validate_id(request_id, what="send request id")
+        check_json(result, what="send result")
         try:
             encoded = encode(result)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -1,6 +1,7 @@
 """Argument checks every store shares: untrusted input is validated the way a
-persistent store decodes it (a JSON round trip), so all stores refuse the same
-values with the same located errors.
+persistent store decodes it (a JSON round trip, after ``check_model`` refused
+what JSON cannot carry exactly), so all stores refuse the same values with the
+same located errors.
 """
 
 from __future__ import annotations
@@ -9,10 +10,20 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+import msgspec
 from msgspec import UNSET
 
 from ..errors import ValidationError
-from ..model import SessionData, SessionRun, SessionTurn, decode, encode, validate_id
+from ..model import (
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    check_json,
+    check_model,
+    decode,
+    encode,
+    validate_id,
+)
 
 __all__ = [
     "check_ids",
@@ -22,6 +33,7 @@ __all__ = [
     "checked_items",
     "checked_meta_patch",
     "encoded",
+    "json_value",
     "now_ms",
 ]
 
@@ -34,7 +46,8 @@ def now_ms() -> int:
 
 
 def encoded(value: object, what: str) -> bytes:
-    """``value`` as JSON, or a :class:`ValidationError` naming ``what``."""
+    """``value`` as exact JSON, or a :class:`ValidationError` naming ``what`` (and where)."""
+    check_model(value, what=what)
     try:
         return encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -100,3 +113,9 @@ def checked_meta_patch(patch: object) -> dict[str, Any]:
     kept = {k: v for k, v in patch.items() if v is not UNSET}
     valid = decode(encoded(kept, "metadata patch"), dict[str, Any], what="metadata patch")
     return {k: valid.get(k, UNSET) for k in patch}
+
+
+def json_value(value: object, what: str) -> Any:
+    """A copy of the free-form JSON ``value``, refused when JSON cannot carry it exactly."""
+    check_json(value, what=what)
+    return msgspec.json.decode(encode(value))

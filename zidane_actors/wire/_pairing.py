@@ -55,10 +55,11 @@ class PairingRepair(msgspec.Struct, frozen=True):
     call_id: str | None = None
 
 
-class PairingDrop(msgspec.Struct, frozen=True):
+class PairingDrop(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """One deletion :func:`drop_invalid_tool_pairings` made; ``index`` is into its input.
 
-    ``call_id`` is ``None`` for ``empty-turn`` drops.
+    ``call_id`` is ``None`` for ``empty-turn`` drops; as JSON it is ``callId``,
+    absent (not ``null``) when there is none, as in the spec.
     """
 
     index: int
