@@ -72,6 +72,9 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
     check_ids,
     checked,
     checked_header,
@@ -545,8 +548,7 @@ class MemoryStore:
 
     def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         valid = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
-        validate_id(valid.session_id)
-        validate_id(valid.id, what="artifact id")
+        check_artifact_ids(valid)
         if valid.session_id not in self._sessions:
             return None
         rows = self._artifacts.setdefault(valid.session_id, {})
@@ -582,6 +584,7 @@ class MemoryStore:
         await self._enter()
         if filter is not None:
             filter = checked(filter, ArtifactFilter, "artifact filter")
+        check_artifact_filter_ids(filter)
         every = (a for rows in self._artifacts.values() for a in rows.values())
         return [_copy(a, SessionArtifact) for a in filter_artifacts(every, filter)]
 
@@ -627,8 +630,7 @@ class MemoryStore:
         """
         await self._enter()
         valid = checked(fire, ScheduleFire, "schedule fire")
-        validate_id(valid.schedule_id, what="schedule id")
-        validate_id(valid.id, what="fire id")
+        check_fire_ids(valid)
         if valid.schedule_id not in self._schedules:
             return
         fires = [f for f in self._fires.get(valid.schedule_id, []) if f.id != valid.id]

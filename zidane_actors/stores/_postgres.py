@@ -81,6 +81,9 @@ from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ._postgres_schema import migrate
 from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
 from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
     check_ids,
     checked,
     checked_header,
@@ -499,8 +502,7 @@ def _touch(cur: _Cursor, session_id: str) -> None:
 
 def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact | None:
     artifact = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
-    validate_id(artifact.session_id)
-    validate_id(artifact.id, what="artifact id")
+    check_artifact_ids(artifact)
     if _lock_header(cur, artifact.session_id) is None:
         return None
     cur.execute(
@@ -1283,6 +1285,7 @@ class PostgresStore:
         params: builtins.list[Any] = []
         if filter is not None:
             filter = checked(filter, ArtifactFilter, "artifact filter")
+            check_artifact_filter_ids(filter)
             for column, value in (
                 ("session_id", filter.session_id),
                 ("kind", filter.kind),
@@ -1366,8 +1369,7 @@ class PostgresStore:
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
         fire = checked(fire, ScheduleFire, "schedule fire")
-        validate_id(fire.schedule_id, what="schedule id")
-        validate_id(fire.id, what="fire id")
+        check_fire_ids(fire)
         body = _json(fire, "schedule fire")
 
         def op(cur: _Cursor) -> None:

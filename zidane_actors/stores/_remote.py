@@ -61,6 +61,7 @@ from ..model import (
     validate_id,
 )
 from ._protocol import HistoryMutation, MutateResult, RunClaim, TurnsMutation
+from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
 
 __all__ = [
     "AppendTurnsBody",
@@ -307,6 +308,12 @@ def _typed(value: object, type_: type[T], what: str) -> T:
 
 def _typed_or_none(value: object, type_: type[T], what: str) -> T | None:
     return None if value is None else _typed(value, type_, what)
+
+
+def _checked_filter(filter: object) -> ArtifactFilter | None:
+    checked = _typed_or_none(filter, ArtifactFilter, "filter")
+    check_artifact_filter_ids(checked)
+    return checked
 
 
 def _without_unset(data: SessionData) -> SessionData:
@@ -639,7 +646,7 @@ class RemoteStore:
             tuple[SessionArtifact, ...],
             "GET",
             "/artifacts",
-            params=_artifact_params(_typed_or_none(filter, ArtifactFilter, "filter")),
+            params=_artifact_params(_checked_filter(filter)),
             retry=True,
         )
         return builtins.list(result)
@@ -745,6 +752,7 @@ class RemoteStore:
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire (``POST``, not retried: a repeat would be a second fire)."""
         fire = _typed(fire, ScheduleFire, "fire")
+        check_fire_ids(fire)
         await self._request(
             "POST",
             f"/schedules/{_seg(fire.schedule_id, 'schedule id')}/fires",
@@ -788,6 +796,7 @@ class RemoteStore:
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``; ``None`` for an unknown session."""
         artifact = normalize_artifact(_typed(artifact, SessionArtifact, "artifact"))
+        check_artifact_ids(artifact)
         path = f"/sessions/{_seg(artifact.session_id, 'session id')}/artifacts"
         result = await self._json(UpsertArtifactResult, "PUT", path, body=artifact, retry=True)
         return result.artifact

@@ -82,7 +82,12 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._sqlite_schema import migrate
-from ._validate import checked_int
+from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
+    checked_int,
+)
 
 __all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
 
@@ -156,11 +161,11 @@ def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[S
         )
         if len(turns) == len(rows):
             return turns
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        pass
-    for seq, body in rows:
-        _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}")
-    raise CorruptDataError(f"table turns: rows of session {session_id!r} do not decode")
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, TypeError):
+        pass  # TypeError: a body stored as TEXT, which the row decode reads as well
+    return tuple(
+        _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}") for seq, body in rows
+    )
 
 
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
@@ -184,11 +189,11 @@ def _metadata_json(metadata: Mapping[str, Any]) -> str:
         raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
 
 
-def _valid_body(value: object, type_: type[T], what: str) -> bytes:
+def _valid_body(value: object, type_: type[T], what: str, path: str = "$") -> bytes:
     """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
     if type(value) is not type_ and not isinstance(value, type_):
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
-    check_model(value, what=what)
+    check_model(value, what=what, path=path)
     try:
         body = encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -208,8 +213,13 @@ def _valid_header(data: object) -> SessionData:
     return data
 
 
-def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
-    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
+def _turn_rows_of(
+    turns: object, start: int, where: str = "$"
+) -> builtins.list[tuple[int, str, str, bytes]]:
+    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``.
+
+    ``where`` locates ``turns`` in the caller's argument (``$.turns`` in a save).
+    """
     # Lists and tuples first: the Sequence ABC check is slow on this hot path.
     if not isinstance(turns, (list, tuple)) and (
         isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
@@ -219,7 +229,7 @@ def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, st
         )
     rows = []
     for i, turn in enumerate(turns):
-        body = _valid_body(turn, SessionTurn, f"turn {i}")
+        body = _valid_body(turn, SessionTurn, f"turn {i}", f"{where}[{i}]")
         validate_id(turn.id, what=f"turn id at $[{i}]")
         rows.append((start + i, turn.id, turn.role, body))
     return rows
@@ -296,6 +306,8 @@ class SQLiteStore:
             return _Busy(str(exc))
         if code in _CORRUPT_CODES:
             return CorruptDataError(f"SQLite database {self._path} is corrupt: {exc}")
+        if "malformed JSON" in str(exc):  # a JSON function met a stored value it cannot read
+            return CorruptDataError(f"SQLite database {self._path} holds bad JSON: {exc}")
         return StoreError(f"SQLite database {self._path}: {exc}")
 
     async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
@@ -455,7 +467,7 @@ class SQLiteStore:
 
     def _op_save(self, conn: _Conn, data: SessionData) -> None:
         data = _valid_header(data)
-        rows = _turn_rows_of(data.turns, 0)
+        rows = _turn_rows_of(data.turns, 0, "$.turns")
         self._write_header(conn, data, data.metadata)
         conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
         self._append_rows(conn, data.id, rows)
@@ -823,7 +835,7 @@ class SQLiteStore:
                     f"got {type(result).__name__}"
                 )
             if result.turns is not turns:
-                new_rows = _turn_rows_of(result.turns, 0)
+                new_rows = _turn_rows_of(result.turns, 0, "$.turns")
                 bodies = [r[3] for r in new_rows]
                 keep = 0
                 for (_, old), new in zip(rows, bodies, strict=False):
@@ -881,8 +893,8 @@ class SQLiteStore:
         normalized = normalize_artifact(artifact)
         if normalized is not artifact:
             artifact, body = normalized, encode(normalized)
-        sid = _session_id(artifact.session_id)
-        validate_id(artifact.id, what="artifact id")
+        check_artifact_ids(artifact)
+        sid = artifact.session_id
         if self._header(conn, sid) is None:
             return None
         row = conn.execute(
@@ -918,6 +930,7 @@ class SQLiteStore:
 
     def _op_delete_artifact(self, conn: _Conn, session_id: str, artifact_id: str) -> None:
         _session_id(session_id)
+        validate_id(artifact_id, what="artifact id")
         if conn.execute(
             "DELETE FROM artifacts WHERE session_id = ? AND id = ?", (session_id, artifact_id)
         ).rowcount:
@@ -933,6 +946,7 @@ class SQLiteStore:
         """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
         if filter is not None:
             _valid_body(filter, ArtifactFilter, "artifact filter")
+        check_artifact_filter_ids(filter)
 
         def op(conn: _Conn) -> builtins.list[SessionArtifact]:
             if filter is not None and filter.session_id is not None:
@@ -997,6 +1011,7 @@ class SQLiteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         _session_id(session_id)
+        validate_id(request_id, what="send request id")
 
         def op(conn: _Conn) -> SendRequestRecord | None:
             row = conn.execute(
@@ -1121,8 +1136,7 @@ class SQLiteStore:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` of its schedule."""
 
         body = _valid_body(fire, ScheduleFire, "schedule fire")
-        validate_id(fire.schedule_id, what="schedule id")
-        validate_id(fire.id, what="fire id")
+        check_fire_ids(fire)
 
         def op(conn: _Conn) -> None:
             if not conn.execute(

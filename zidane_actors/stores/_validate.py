@@ -15,6 +15,9 @@ from msgspec import UNSET
 
 from ..errors import ValidationError
 from ..model import (
+    ArtifactFilter,
+    ScheduleFire,
+    SessionArtifact,
     SessionData,
     SessionRun,
     SessionTurn,
@@ -26,6 +29,9 @@ from ..model import (
 )
 
 __all__ = [
+    "check_artifact_filter_ids",
+    "check_artifact_ids",
+    "check_fire_ids",
     "check_ids",
     "checked",
     "checked_header",
@@ -91,6 +97,24 @@ def check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
         validate_id(turn.id, what=f"turn id at $.turns[{i}]")
     for i, run in enumerate(runs):
         validate_id(run.id, what=f"run id at $.runs[{i}]")
+
+
+def check_artifact_ids(artifact: SessionArtifact) -> None:
+    """The artifact's own id and its session id are safe ids."""
+    validate_id(artifact.session_id)
+    validate_id(artifact.id, what="artifact id")
+
+
+def check_artifact_filter_ids(filter: ArtifactFilter | None) -> None:
+    """A filter's ``sessionId``, when set, is a safe id (as on every other method)."""
+    if filter is not None and filter.session_id is not None:
+        validate_id(filter.session_id)
+
+
+def check_fire_ids(fire: ScheduleFire) -> None:
+    """A fire's id and its schedule's id are safe ids."""
+    validate_id(fire.schedule_id, what="schedule id")
+    validate_id(fire.id, what="fire id")
 
 
 def checked_header(data: object) -> SessionData:
