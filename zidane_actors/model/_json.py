@@ -123,6 +123,7 @@ def _is_free(annotation: object) -> bool:
 
 
 _astuple: Final = msgspec.structs.astuple
+_isfinite: Final = math.isfinite
 
 
 _FIELDS: Final[dict[type, tuple[tuple[str, bool], ...]]] = {}
@@ -148,7 +149,10 @@ def _typed(value: Any, depth: int) -> None:
     if isinstance(value, msgspec.Struct):
         fields = _FIELDS.get(kind) or _fields(kind)
         for item, (json_name, free) in zip(_astuple(value), fields, strict=True):
-            if type(item) in _SCALARS or item is msgspec.UNSET:
+            item_kind = type(item)
+            if item_kind in _SCALARS or item is msgspec.UNSET:
+                continue
+            if item_kind is float and _isfinite(item):
                 continue
             try:
                 if free:
