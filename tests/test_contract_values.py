@@ -23,6 +23,8 @@ import httpx
 import msgspec
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from msgspec import UNSET
 from test_postgres_store import DSN, admin, fresh_schema
 from test_server_e2e import ServerProcess
@@ -41,6 +43,7 @@ from zidane_actors.model import (
     ARTIFACT_META_MAX_BYTES,
     ARTIFACT_URI_MAX_CHARS,
     MAX_JSON_DEPTH,
+    AppendTurnsOptions,
     ArtifactFilter,
     RunUserWait,
     Schedule,
@@ -48,6 +51,7 @@ from zidane_actors.model import (
     SessionArtifact,
     SessionArtifactInput,
     SessionData,
+    SessionHistory,
     SessionRun,
     SessionTurn,
     StoredRunBehavior,
@@ -55,6 +59,7 @@ from zidane_actors.model import (
     TextBlock,
     ToolCallBlock,
     TurnUsage,
+    check_json,
     decode,
     encode,
     normalize_artifact_input,
@@ -241,6 +246,40 @@ async def _seed(store: Any) -> None:
     await store.save(session(turns=(turn(0),), metadata={"title": "kept"}))
     if "claim_send_request" in caps(store):
         await store.claim_send_request("s1", "q1", "fp")
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+KEYS = st.lists(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), min_size=1, max_size=6)
+
+
+@given(value=JSON_VALUES)
+def test_json_values_are_accepted_and_read_back_equal(value: Any) -> None:
+    check_json(value)
+    assert msgspec.json.decode(encode(value)) == value
+
+
+@given(value=JSON_VALUES, keys=KEYS, bad=st.sampled_from(sorted(BAD_VALUES)))
+def test_a_bad_leaf_is_refused_at_its_exact_path(value: Any, keys: list[str], bad: str) -> None:
+    document: Any = BAD_VALUES[bad]
+    for key in reversed(keys):
+        document = {key: document}
+    document = {"other": value, **document} if keys[0] != "other" else document
+    with pytest.raises(ValidationError) as caught:
+        check_json(document, path="$.metadata", depth=0)
+    path = "$.metadata." + ".".join(keys)
+    assert caught.value.path is not None and caught.value.path.startswith(path)
+    if not bad.startswith(("past", "deep", "int-key", "tuple-key")):
+        assert caught.value.path == path
 
 
 async def test_non_json_values_are_refused_on_every_write_path(store: Any) -> None:
@@ -443,15 +482,33 @@ def _id_calls(store: Any) -> dict[str, Callable[[], Awaitable[object]]]:
         "update_run.run": lambda: s.update_run(
             "s1", SessionRun(id=BAD, prompt="", started_at=1, status="running")
         ),
+        "append_turns.options_run": lambda: s.append_turns(
+            "s1",
+            [turn(1)],
+            AppendTurnsOptions(run=SessionRun(id=BAD, prompt="", started_at=1, status="running")),
+        ),
         "update_status": lambda: s.update_status(BAD, "idle"),
         "delete": lambda: s.delete(BAD),
     }
     optional: dict[str, dict[str, Callable[[], Awaitable[object]]]] = {
-        "save_meta": {"save_meta": lambda: s.save_meta(session(BAD))},
+        "save_meta": {
+            "save_meta.id": lambda: s.save_meta(session(BAD)),
+            "save_meta.run_id": lambda: s.save_meta(
+                session(runs=(SessionRun(id=BAD, prompt="", started_at=1, status="completed"),))
+            ),
+        },
         "get_meta": {"get_meta": lambda: s.get_meta(BAD)},
         "patch_meta": {"patch_meta": lambda: s.patch_meta(BAD, {"a": 1})},
         "claim_run": {"claim_run": lambda: s.claim_run(BAD, stale_at=0)},
-        "mutate_history": {"mutate_history": lambda: s.mutate_history(BAD, lambda h: None)},
+        "mutate_history": {
+            "mutate_history.session": lambda: s.mutate_history(BAD, lambda h: None),
+            "mutate_history.turn_id": lambda: s.mutate_history(
+                "s1",
+                lambda h: SessionHistory(
+                    turns=(msgspec.structs.replace(turn(1), id=BAD),), runs=h.runs
+                ),
+            ),
+        },
         "mutate_turns": {"mutate_turns": lambda: s.mutate_turns(BAD, lambda t: None)},
         "claim_send_request": {
             "claim_send_request.session": lambda: s.claim_send_request(BAD, "q", "fp"),
@@ -669,6 +726,11 @@ async def test_file_map_line_holding_two_documents_is_corrupt() -> None:
     await store.save(session(turns=(turn(0), turn(1))))
     first, second = adapter.files["turns.jsonl"].splitlines()
     adapter.files["turns.jsonl"] = f"{first} {second}\n{second}\n"
+    with pytest.raises(CorruptDataError):
+        await store.load("s1")
+    adapter.files["turns.jsonl"] = f"{first}\n"
+    meta = adapter.files["meta.json"]
+    adapter.files["meta.json"] = meta[:-1] + ',"x":' + "[" * 5_000 + "]" * 5_000 + "}"
     with pytest.raises(CorruptDataError):
         await store.load("s1")
 

@@ -329,6 +329,8 @@ class FileMapStore:
         if options is not None:
             _valid_body(options, AppendTurnsOptions, "append options")
             run = options.run
+            if run is not None:
+                _run_body(run)
         async with self._lock:
             files = await self._files()
             meta = self._held(files, session_id)
