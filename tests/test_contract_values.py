@@ -73,7 +73,7 @@ from zidane_actors.stores import (
     open_sqlite_store,
     store_capabilities,
 )
-from zidane_actors.wire import PairingDrop
+from zidane_actors.wire import PairingDrop, from_openai, to_openai
 
 STORES = ("memory", "sqlite", "file_map", "remote", "postgres")
 _SERVER: list[ServerProcess] = []
@@ -140,7 +140,8 @@ def nest(levels: int) -> Any:
 
 def turn(n: int, **fields: Any) -> SessionTurn:
     fields.setdefault("content", (TextBlock(f"turn {n}"),))
-    return SessionTurn(id=f"t{n}", role="user", created_at=1_000 + n, **fields)
+    fields.setdefault("role", "user")
+    return SessionTurn(id=f"t{n}", created_at=1_000 + n, **fields)
 
 
 def session(sid: str = "s1", **fields: Any) -> SessionData:
@@ -740,3 +741,29 @@ def test_decode_of_a_deep_document_is_a_validation_error() -> None:
     deep += b"]" * 5_000 + b"}}"
     with pytest.raises(ValidationError, match="MAX_JSON_DEPTH"):
         decode(deep, SessionData)
+
+
+async def test_provider_tool_arguments_json_cannot_keep_stay_raw() -> None:
+    """``NaN`` (which Python's json accepts) or nesting past the limit in a model's tool
+    arguments keep the text verbatim, so the turn can still be stored and sent back."""
+    for arguments in ('{"x": NaN}', '{"x":' + "[" * 300 + "]" * 300 + "}"):
+        message = from_openai(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": arguments},
+                    }
+                ],
+            }
+        )
+        (call,) = message.content
+        assert isinstance(call, ToolCallBlock) and call.input == {"_raw": arguments}
+        async with open_memory_store() as memory:
+            await memory.save(session())
+            await memory.append_turns("s1", [turn(1, role="assistant", content=message.content)])
+        (wire,) = to_openai(message)
+        assert wire["tool_calls"][0]["function"]["arguments"] == arguments

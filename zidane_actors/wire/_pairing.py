@@ -47,8 +47,11 @@ PairingRepairKind: TypeAlias = Literal[
 T = TypeVar("T", SessionTurn, SessionMessage)
 
 
-class PairingRepair(msgspec.Struct, frozen=True):
-    """One repair :func:`ensure_tool_result_pairing` made; ``index`` is into its input."""
+class PairingRepair(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """One repair :func:`ensure_tool_result_pairing` made; ``index`` is into its input.
+
+    As JSON, like :class:`PairingDrop`: camelCase, ``callId`` absent when ``None``.
+    """
 
     index: int
     kind: PairingRepairKind
