@@ -234,7 +234,7 @@ async def test_custom_file_names(tmp_path: Path) -> None:
     store = create_file_map_store(DirectoryFileMapAdapter(tmp_path), options)
     await store.save(session(turns=(turn(0),)))
     await store.claim_send_request("s", "q", "fp")
-    assert sorted(os.listdir(tmp_path)) == ["m.json", "r.json", "t.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == [".zidane-filemap.json", "m.json", "r.json", "t.jsonl"]
     assert store.options == options
 
 
