@@ -623,14 +623,26 @@ class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     removed: tuple[str, ...] = ()
 
 
+_Signature = tuple[int, int, int, int]
+"""A file's device, inode, size and modification time: changes when anything writes it."""
+
+
+def _signature(st: os.stat_result) -> _Signature:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @attrs.frozen
 class _Snapshot:
-    """The committed map as last read or written (``manifest`` ``None``: no manifest yet)."""
+    """The committed map as last read or written (``manifest`` ``None``: no manifest yet).
+
+    ``signatures`` tell whether the files are still the ones read or written.
+    """
 
     manifest: bytes | None
     generation: int
     files: dict[str, str]
     sizes: dict[str, int]
+    signatures: dict[str, _Signature]
 
 
 def _text(data: bytes, path: str) -> str:
@@ -725,13 +737,16 @@ class DirectoryFileMapAdapter:
             raise _not_regular(self._where(name), mode)
         return fd
 
-    def _read(self, dir_fd: int, name: str, size: int | None = None) -> bytes | None:
+    def _read(
+        self, dir_fd: int, name: str, size: int | None = None
+    ) -> tuple[bytes, _Signature] | None:
         """The file's bytes (its first ``size`` bytes when given), ``None`` when absent."""
         fd = self._open(dir_fd, name, _READ)
         if fd is None:
             return None
         try:
-            length = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            length = st.st_size
             if size is not None and length < size:
                 raise CorruptDataError(
                     f"{self._where(name)} holds {length} bytes, fewer than the {size} "
@@ -745,11 +760,11 @@ class DirectoryFileMapAdapter:
                     break
                 chunks.append(chunk)
                 left -= len(chunk)
-            return b"".join(chunks)
+            return b"".join(chunks), _signature(st)
         finally:
             os.close(fd)
 
-    def _create(self, dir_fd: int, name: str, data: bytes) -> None:
+    def _create(self, dir_fd: int, name: str, data: bytes) -> _Signature:
         """Write a new file, mode 0600, durably (``O_EXCL``: never an existing path)."""
         fd = os.open(name, _CREATE, 0o600, dir_fd=dir_fd)
         try:
@@ -757,10 +772,11 @@ class DirectoryFileMapAdapter:
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
+            return _signature(os.fstat(fd))
         finally:
             os.close(fd)
 
-    def _append(self, dir_fd: int, name: str, committed: int, data: bytes) -> None:
+    def _append(self, dir_fd: int, name: str, committed: int, data: bytes) -> _Signature:
         """Write ``data`` at the committed end of ``name`` (dropping an uncommitted tail)."""
         fd = self._open(dir_fd, name, _WRITE)
         if fd is None:
@@ -779,6 +795,7 @@ class DirectoryFileMapAdapter:
                 written = os.pwrite(fd, view, offset)
                 view, offset = view[written:], offset + written
             os.fsync(fd)
+            return _signature(os.fstat(fd))
         finally:
             os.close(fd)
 
@@ -852,51 +869,64 @@ class DirectoryFileMapAdapter:
             except (InvalidNameError, FileNotFoundError, IsADirectoryError):
                 pass
 
+    def _unchanged(self, dir_fd: int, cached: _Snapshot) -> bool:
+        for name, signature in cached.signatures.items():
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            if _signature(st) != signature:
+                return False
+        return True
+
     def _current(self, dir_fd: int) -> _Snapshot:
-        """The committed map: cached while the manifest is unchanged, else recovered and read."""
-        raw = self._read(dir_fd, _MANIFEST)
+        """The committed map: cached while nothing changed on disk, else recovered and read."""
+        manifest_file = self._read(dir_fd, _MANIFEST)
+        raw = None if manifest_file is None else manifest_file[0]
         cached = self._snapshot
-        if cached is not None and raw is not None and raw == cached.manifest:
+        if cached is not None and raw == cached.manifest and self._unchanged(dir_fd, cached):
             return cached
         self._snapshot = None
-        files, sizes = {}, {}
+        files, sizes, signatures = {}, {}, {}
         if raw is None:
             self._clean(dir_fd)
             for name in self._names:
-                data = self._read(dir_fd, name)
-                if data is not None:
+                found = self._read(dir_fd, name)
+                if found is not None:
+                    data, signatures[name] = found
                     files[name], sizes[name] = _text(data, self._where(name)), len(data)
-            return _Snapshot(manifest=None, generation=0, files=files, sizes=sizes)
+            return _Snapshot(None, 0, files, sizes, signatures)
         manifest = self._manifest(raw)
         self._apply(dir_fd, manifest)
         self._clean(dir_fd)
         for name, size in manifest.files.items():
-            data = self._read(dir_fd, name, size)
-            if data is None:
+            found = self._read(dir_fd, name, size)
+            if found is None:
                 raise CorruptDataError(
                     f"{self._where(name)} is missing (deleted outside the store); "
                     f"{self._where(_MANIFEST)} lists it"
                 )
+            data, signatures[name] = found
             files[name], sizes[name] = _text(data, self._where(name)), size
-        self._snapshot = _Snapshot(raw, manifest.generation, files, sizes)
+        self._snapshot = _Snapshot(raw, manifest.generation, files, sizes, signatures)
         return self._snapshot
 
     def _commit(self, dir_fd: int, old: _Snapshot, files: dict[str, str]) -> None:
         """Save ``files`` over ``old``: stage, rename the manifest (the commit), apply."""
-        sizes, pending = {}, {}
+        sizes, pending, signatures = {}, {}, {}
         for name, text in files.items():
             before = old.files.get(name)
             if before is not None and text == before:
-                sizes[name] = old.sizes[name]
+                sizes[name], signatures[name] = old.sizes[name], old.signatures[name]
             elif before is not None and old.manifest is not None and text.startswith(before):
                 tail = _utf8(text[len(before) :], name)
-                self._append(dir_fd, name, old.sizes[name], tail)
+                signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
                 sizes[name] = old.sizes[name] + len(tail)
             else:
                 self._check_replaceable(dir_fd, name)
                 data = _utf8(text, name)
                 pending[name] = f".{name}.{secrets.token_hex(6)}.tmp"
-                self._create(dir_fd, pending[name], data)
+                signatures[name] = self._create(dir_fd, pending[name], data)
                 sizes[name] = len(data)
         removed = tuple(sorted(set(old.files) - set(files)))
         if old.manifest is not None and sizes == old.sizes and not pending and not removed:
@@ -915,7 +945,7 @@ class DirectoryFileMapAdapter:
         os.replace(staged, _MANIFEST, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.fsync(dir_fd)  # committed
         self._apply(dir_fd, manifest)
-        self._snapshot = _Snapshot(raw, manifest.generation, dict(files), sizes)
+        self._snapshot = _Snapshot(raw, manifest.generation, dict(files), sizes, signatures)
 
     def _get(self) -> dict[str, str]:
         with self._directory(create=False) as dir_fd:
