@@ -264,12 +264,24 @@ async def test_append_writes_only_the_appended_bytes(tmp_path: Path) -> None:
     store = await saved(directory, *(turn(i) for i in range(50)))
     path = directory / "turns.jsonl"
     before = path.read_bytes()
-    os.link(path, tmp_path / "witness")  # sees the appends only if the file is not replaced
-    for i in range(50, 53):
-        await store.append_turns("s", [turn(i)])
-    appended = "".join(encode_str(turn(i)) + "\n" for i in range(50, 53)).encode()
-    assert path.read_bytes() == before + appended
-    assert (tmp_path / "witness").read_bytes() == before + appended
+    with path.open("rb") as witness:  # the file as it was: sees the appends if not replaced
+        for i in range(50, 53):
+            await store.append_turns("s", [turn(i)])
+        appended = "".join(encode_str(turn(i)) + "\n" for i in range(50, 53)).encode()
+        assert path.read_bytes() == before + appended
+        assert witness.read() == before + appended
+
+
+async def test_hard_linked_file_is_replaced_not_written_through(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, turn(0))
+    path = directory / "turns.jsonl"
+    os.link(path, tmp_path / "elsewhere")  # a backup by hard link, or a planted link
+    before = (tmp_path / "elsewhere").read_bytes()
+    await store.append_turns("s", [turn(1)])
+    assert (tmp_path / "elsewhere").read_bytes() == before
+    assert await ids(store_on(directory)) == ["t0", "t1"]
+    assert os.stat(path).st_nlink == 1
 
 
 async def test_uncommitted_append_is_invisible_and_replaced(tmp_path: Path) -> None:

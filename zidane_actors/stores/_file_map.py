@@ -799,6 +799,14 @@ class DirectoryFileMapAdapter:
         finally:
             os.close(fd)
 
+    def _only_link(self, dir_fd: int, name: str) -> bool:
+        """Whether ``name`` is a regular file no other path links to (safe to append to)."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
     def _check_replaceable(self, dir_fd: int, name: str) -> None:
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -866,8 +874,8 @@ class DirectoryFileMapAdapter:
             try:
                 _check_file_name(match["name"], "file name")
                 os.unlink(entry, dir_fd=dir_fd)
-            except (InvalidNameError, FileNotFoundError, IsADirectoryError):
-                pass
+            except (InvalidNameError, OSError):
+                pass  # not ours (a directory), or a read-only directory: still readable
 
     def _unchanged(self, dir_fd: int, cached: _Snapshot) -> bool:
         for name, signature in cached.signatures.items():
@@ -918,7 +926,12 @@ class DirectoryFileMapAdapter:
             before = old.files.get(name)
             if before is not None and text == before:
                 sizes[name], signatures[name] = old.sizes[name], old.signatures[name]
-            elif before is not None and old.manifest is not None and text.startswith(before):
+            elif (
+                before is not None
+                and old.manifest is not None
+                and text.startswith(before)
+                and self._only_link(dir_fd, name)
+            ):
                 tail = _utf8(text[len(before) :], name)
                 signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
                 sizes[name] = old.sizes[name] + len(tail)
