@@ -25,6 +25,7 @@ from zidane_actors.model import SessionData, SessionTurn, TextBlock, encode_str
 from zidane_actors.stores import (
     DirectoryFileMapAdapter,
     FileMapStore,
+    FileMapStoreOptions,
     create_file_map_store,
     open_directory_adapter,
     open_memory_store,
@@ -314,6 +315,23 @@ async def test_stale_temp_files_are_removed_on_open(tmp_path: Path) -> None:
         "meta.json",
         "turns.jsonl",
     ]
+
+
+async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    directory.mkdir()
+    (directory / "m.json").write_text(encode_str(session()))
+    (directory / "t.jsonl").write_text(encode_str(turn(0)) + "\n")
+    (directory / "meta.json").write_text("not this session's file")
+    options = FileMapStoreOptions(meta_file="m.json", turns_file="t.jsonl")
+    adapter = DirectoryFileMapAdapter(directory, names=["m.json", "t.jsonl"])
+    store = create_file_map_store(adapter, options)
+    await store.append_turns("s", [turn(1)])
+    assert await ids(create_file_map_store(DirectoryFileMapAdapter(directory), options)) == [
+        "t0",
+        "t1",
+    ]
+    assert (directory / "meta.json").read_text() == "not this session's file"
 
 
 async def test_damage_outside_the_store_is_located(tmp_path: Path) -> None:
