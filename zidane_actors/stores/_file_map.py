@@ -757,7 +757,7 @@ class DirectoryFileMapAdapter:
             while left > 0:
                 chunk = os.read(fd, min(left, 1 << 24))
                 if not chunk:
-                    break
+                    raise CorruptDataError(f"{self._where(name)} shrank while it was read")
                 chunks.append(chunk)
                 left -= len(chunk)
             return b"".join(chunks), _signature(st)
