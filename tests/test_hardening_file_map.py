@@ -20,7 +20,12 @@ import _file_map_worker as worker
 import pytest
 import trio
 
-from zidane_actors.errors import CorruptDataError, CorruptDataWarning
+from zidane_actors.errors import (
+    CorruptDataError,
+    CorruptDataWarning,
+    InvalidNameError,
+    ValidationError,
+)
 from zidane_actors.model import SessionData, SessionTurn, TextBlock, encode_str
 from zidane_actors.stores import (
     DirectoryFileMapAdapter,
@@ -332,6 +337,10 @@ async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
         "t1",
     ]
     assert (directory / "meta.json").read_text() == "not this session's file"
+    with pytest.raises(ValidationError, match="not a string"):
+        DirectoryFileMapAdapter(directory, names="m.json")
+    with pytest.raises(InvalidNameError):
+        DirectoryFileMapAdapter(directory, names=["../m.json"])
 
 
 async def test_damage_outside_the_store_is_located(tmp_path: Path) -> None:

@@ -698,6 +698,8 @@ class DirectoryFileMapAdapter:
 
     def __init__(self, path: str | os.PathLike[str], *, names: Iterable[str] | None = None) -> None:
         self._path = os.fspath(path)
+        if isinstance(names, str):
+            raise ValidationError(f"names must be file names, not a string {names!r}")
         defaults = FileMapStoreOptions()
         self._names = tuple(
             _check_file_name(n, "file name")
