@@ -23,7 +23,7 @@ import httpx
 import msgspec
 import pytest
 import trio
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 from test_postgres_store import DSN, admin, fresh_schema
@@ -281,6 +281,35 @@ def test_a_bad_leaf_is_refused_at_its_exact_path(value: Any, keys: list[str], ba
     assert caught.value.path is not None and caught.value.path.startswith(path)
     if not bad.startswith(("past", "deep", "int-key", "tuple-key")):
         assert caught.value.path == path
+
+
+_EXAMPLE = iter(range(10**9))
+
+
+@pytest.mark.parametrize("kind", STORES)
+@settings(
+    max_examples=10,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=JSON_VALUES)
+async def test_accepted_values_read_back_equal_in_every_store(
+    kind: str, tmp_path: Path, value: Any
+) -> None:
+    """What a store acknowledges reads back exactly, in metadata, a tool input and a result."""
+    storage = tmp_path / str(next(_EXAMPLE))
+    storage.mkdir()
+    call = ToolCallBlock(id="c", name="n", input={"v": value})
+    data = session(metadata={"v": value}, turns=(turn(1, content=(call,), metadata={"v": value}),))
+    async with open_store(kind, storage) as store:
+        await store.save(data)
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.metadata == {"v": value} and loaded.turns == data.turns
+        if "settle_send_request" in caps(store):
+            await store.claim_send_request("s1", "q", "fp")
+            await store.settle_send_request("s1", "q", {"v": value})
+            record = await store.find_send_request("s1", "q")
+            assert record is not None and record.result == {"v": value}
 
 
 async def test_non_json_values_are_refused_on_every_write_path(store: Any) -> None:

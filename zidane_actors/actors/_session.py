@@ -941,9 +941,10 @@ def _in_trio() -> bool:
     return True
 
 
-def _meta_value(key: object, value: Any) -> Any:
-    path = f"$.metadata.{key}" if isinstance(key, str) and key.isidentifier() else "$.metadata"
-    return _json_copy(value, f"metadata[{key!r}]", path, 1)
+def _meta_value(key: str, value: Any) -> Any:
+    """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
+    segment = f".{key}" if key.isidentifier() else f"[{msgspec.json.encode(key).decode()}]"
+    return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + segment, 1)
 
 
 def _checked_key(key: object) -> str:
