@@ -214,6 +214,24 @@ def _run_step(conn: sqlite3.Connection, step: Migration | Sequence[Migration]) -
             _run_step(conn, part)
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database at ``user_version`` 0 that already holds tables: not ours to migrate."""
+    tables = [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " ORDER BY name"
+        )
+    ]
+    if tables:
+        listed = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+        raise StoreError(
+            f"SQLite database {path} holds tables ({listed}) but no zidane_actors schema "
+            "(user_version 0): it belongs to another program, so it is not migrated; "
+            "open a new file instead"
+        )
+
+
 def migrate(
     conn: sqlite3.Connection,
     path: str,
@@ -222,7 +240,8 @@ def migrate(
     """Bring ``conn`` up to ``len(migrations)``, one transaction per step; the final version.
 
     Raises :class:`~zidane_actors.errors.StoreError` for a database written by a
-    newer library (its ``user_version`` is past what ``migrations`` knows).
+    newer library (its ``user_version`` is past what ``migrations`` knows) and
+    for a foreign one (``user_version`` 0 with tables already in it).
     """
     target = len(migrations)
     conn.execute("BEGIN IMMEDIATE")
@@ -233,6 +252,8 @@ def migrate(
                 f"SQLite database {path} has schema version {version}, newer than the "
                 f"{target} this version of zidane_actors supports; upgrade zidane_actors"
             )
+        if version == 0:
+            _refuse_foreign(conn, path)
         while version < target:
             _run_step(conn, migrations[version])
             version += 1
