@@ -8,7 +8,8 @@ answers one JSON line on stdout for each JSON command line on stdin:
 - ``{"op": "fire", "schedule": id, "due": ms, "next": ms, "at": epoch_s}`` → ``{"won": bool}``
 - ``{"op": "append", "session": id, "worker": w, "count": n, "batch": b, "at": epoch_s}``
   appends ``n`` turns ``w{w}-{i}`` in batches of ``b``, each batch sent twice (a
-  retried write) and carrying the turn ``shared-{k}`` every host also appends;
+  retried write) and carrying the turn ``shared-{k}`` every host also appends
+  (with the same content);
   with ``"batched": true`` both copies go in one ``apply_writes`` batch;
   answers ``{"appended": n}``
 - ``{"op": "quit"}`` closes the store and exits.
@@ -43,6 +44,12 @@ def _turn(turn_id: str) -> SessionTurn:
     )
 
 
+def _shared(k: int) -> SessionTurn:
+    return SessionTurn(
+        id=f"shared-{k}", role="user", content=(TextBlock(text=f"shared {k}"),), created_at=k
+    )
+
+
 async def _handle(store: PostgresStore, cmd: dict[str, Any]) -> dict[str, Any]:
     op = cmd["op"]
     if op == "claim_run":
@@ -57,7 +64,9 @@ async def _handle(store: PostgresStore, cmd: dict[str, Any]) -> dict[str, Any]:
         worker, count, batch = cmd["worker"], cmd["count"], cmd["batch"]
         for start in range(0, count, batch):
             turns = [_turn(f"w{worker}-{i}") for i in range(start, min(count, start + batch))]
-            turns.append(_turn(f"shared-{start // batch}"))
+            # Every host appends the same shared turn (identical content: a retry, not
+            # a conflict, under the unique-turn-id rule).
+            turns.append(_shared(start // batch))
             if cmd.get("batched"):
                 write = StoreWrite("append_turns", (cmd["session"], turns))
                 for result in await store.apply_writes([write, write]):
