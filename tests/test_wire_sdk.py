@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
+import msgspec
 import pydantic
 import pytest
 from anthropic.types import MessageParam, TextBlockParam
@@ -21,6 +22,7 @@ from openai.types.responses import ResponseInputItemParam
 from zidane_actors.model import (
     FileBlock,
     ImageBlock,
+    NativeBlock,
     ReasoningBlock,
     SessionMessage,
     TextBlock,
@@ -222,3 +224,21 @@ def test_responses_payloads_validate() -> None:
     }
     for item in items:
         check_responses_item(item)
+
+
+def plain(value: Any) -> Any:
+    """``value`` (messages, blocks, lists of them) without any ``providerData``.
+
+    What a reader that ignores provider data sees: the neutral content.
+    """
+    if isinstance(value, list | tuple):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, NativeBlock):
+        return value
+    if isinstance(value, ToolResultBlock) and not isinstance(value.output, str):
+        value = msgspec.structs.replace(value, output=plain(value.output))
+    if isinstance(value, SessionMessage):
+        value = msgspec.structs.replace(value, content=plain(value.content))
+    if getattr(value, "provider_data", None) is not None:
+        value = msgspec.structs.replace(value, provider_data=None)
+    return value
