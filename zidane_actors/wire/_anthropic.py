@@ -34,18 +34,26 @@ from ._common import (
 )
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text
 from ._json import copy_json_object
-from ._provider_data import ANTHROPIC, apply_patch, data_for, diff_into, sniff_image_media_type
+from ._provider_data import (
+    ANTHROPIC,
+    apply_container_patch,
+    apply_patch,
+    data_for,
+    diff_into,
+    sniff_image_media_type,
+)
 from ._reasoning import reasoning_wire_action
 
 __all__ = [
     "ANTHROPIC_IMAGE_MEDIA_TYPES",
+    "REFUSAL_FALLBACK_TEXT",
     "anthropic_tool_id_map",
     "from_anthropic",
     "from_anthropic_request",
     "refusal_text",
-    "tool_ids",
     "to_anthropic",
     "to_anthropic_request",
+    "tool_ids",
 ]
 
 ANTHROPIC_IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -57,6 +65,7 @@ _INVALID_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 ToolResultPart = TextBlock | ImageBlock | FileBlock | NativeBlock
 
 REFUSAL_FALLBACK_TEXT = "(The model declined to answer.)"
+"""What a blank OpenAI refusal becomes for a provider without refusals."""
 
 
 def refusal_text(block: TextBlock) -> str | None:
@@ -65,7 +74,11 @@ def refusal_text(block: TextBlock) -> str | None:
     ``None`` when ``block`` is not a refusal.
     """
     data = block.provider_data
-    if not data or not str(data.get("provider", "")).startswith("openai") or not data.get("refusal"):
+    if (
+        not data
+        or not str(data.get("provider", "")).startswith("openai")
+        or not data.get("refusal")
+    ):
         return None
     return block.text if block.text.strip() else REFUSAL_FALLBACK_TEXT
 
@@ -172,7 +185,8 @@ def _part_from(value: object, path: str) -> ToolResultPart:
     if neutral is None:
         return _native(block, path)
     assert isinstance(neutral, TextBlock | ImageBlock | FileBlock)
-    return _safe_with_data(neutral, block, "user", path)
+    part: ToolResultPart = _safe_with_data(neutral, block, "user", path)
+    return part
 
 
 def _safe_with_data(neutral: Any, block: Mapping[str, Any], role: str, path: str) -> Any:
@@ -358,7 +372,11 @@ def _emit(block: SessionContentBlock, path: str = "$") -> dict[str, Any]:
             content = [
                 _finish(p, _emit_part(p, f"{path}.output[{i}]")) for i, p in enumerate(block.output)
             ]
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.call_id, "content": content}
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": block.call_id,
+            "content": content,
+        }
         if block.is_error:
             out["is_error"] = True
         return out
@@ -406,10 +424,11 @@ def _part_to(part: ToolResultPart, path: str, ctx: ConvertContext) -> dict[str, 
 
 def _check_media(out: Mapping[str, Any], path: str) -> None:
     source = out.get("source")
-    if out.get("type") == "image" and isinstance(source, Mapping) and source.get("type") == "base64":
-        if source.get("media_type") not in ANTHROPIC_IMAGE_MEDIA_TYPES:
-            media_type = source.get("media_type")
-            fail(f"Anthropic does not accept image media type {media_type!r}", f"{path}.mediaType")
+    if not (out.get("type") == "image" and isinstance(source, Mapping)):
+        return
+    media_type = source.get("media_type")
+    if source.get("type") == "base64" and media_type not in ANTHROPIC_IMAGE_MEDIA_TYPES:
+        fail(f"Anthropic does not accept image media type {media_type!r}", f"{path}.mediaType")
 
 
 def _block_to(
@@ -430,7 +449,9 @@ def _block_to(
         if isinstance(block.output, str):
             content = block.output
         else:
-            converted = (_part_to(p, f"{path}.output[{i}]", ctx) for i, p in enumerate(block.output))
+            converted = (
+                _part_to(p, f"{path}.output[{i}]", ctx) for i, p in enumerate(block.output)
+            )
             content = [p for p in converted if p is not None]
         out = _emit(msgspec.structs.replace(block, output=""), path)
         out["content"] = content
@@ -443,10 +464,10 @@ def _block_to(
 
 
 def _form(content: list[dict[str, Any]], data: Mapping[str, Any]) -> str | list[dict[str, Any]]:
-    if data.get("form") == "string" and len(content) == 1 and content[0].keys() == {"type", "text"}:
-        if content[0]["type"] == "text":
-            text: str = content[0]["text"]
-            return text
+    single = len(content) == 1 and content[0].keys() == {"type", "text"}
+    if data.get("form") == "string" and single and content[0]["type"] == "text":
+        text: str = content[0]["text"]
+        return text
     return content
 
 
@@ -458,10 +479,13 @@ def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
     converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in enumerate(msg.content))
     content = [b for b in converted if b is not None]
     data = data_for(msg.provider_data, ANTHROPIC)
-    return apply_patch({"role": msg.role, "content": _form(content, data)}, data)
+    out = {"role": msg.role, "content": _form(content, data)}
+    return apply_container_patch(out, data, ("content",))
 
 
-def to_anthropic(msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None) -> dict[str, Any]:
+def to_anthropic(
+    msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None
+) -> dict[str, Any]:
     """Convert a neutral message to an Anthropic message (``MessageParam``).
 
     Anthropic ``providerData`` and native blocks come back exactly; another
@@ -501,7 +525,9 @@ def to_anthropic_request(
             raise reindex(exc, index) from None
         if index < leading:
             content = converted["content"]
-            system.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
+            system.extend(
+                [{"type": "text", "text": content}] if isinstance(content, str) else content
+            )
             system_data = data_for(message.provider_data, ANTHROPIC) if leading == 1 else {}
         elif converted["content"]:
             out.append(converted)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -93,14 +94,26 @@ def to_data_url(media_type: str, data: str) -> str:
     return f"data:{media_type};base64,{data}"
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} does not fit a JSON number")
+    return value
+
+
 def arguments_from_json(arguments: str) -> dict[str, Any]:
     """Tool arguments (a JSON string) as the neutral input object.
 
-    Text that is not a JSON object (invalid, empty, an array…) is kept
-    verbatim as ``{"_raw": text}`` so it survives the trip back.
+    Text that is not a JSON object (invalid, empty, an array, ``NaN``…) is
+    kept as ``{"_raw": text}`` so other providers still get an object; the
+    converters keep the original text itself in ``providerData``.
     """
     try:
-        parsed = json.loads(arguments)
+        parsed = json.loads(arguments, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         return {RAW_ARGUMENTS_KEY: arguments}
     if isinstance(parsed, dict):
@@ -109,18 +122,12 @@ def arguments_from_json(arguments: str) -> dict[str, Any]:
 
 
 def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
-    """The neutral input object as tool arguments text (inverse of :func:`arguments_from_json`)."""
-    raw = tool_input.get(RAW_ARGUMENTS_KEY)
-    if len(tool_input) == 1 and isinstance(raw, str) and _is_raw(raw):
-        return raw
+    """The neutral input object as compact JSON arguments text.
+
+    Always the object itself, so an input that really has a ``_raw`` key
+    reaches the tool as it is.
+    """
     return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
-
-
-def _is_raw(text: str) -> bool:
-    try:
-        return not isinstance(json.loads(text), dict)
-    except (ValueError, RecursionError):
-        return True
 
 
 def reindex(exc: WireFormatError, index: int) -> WireFormatError:

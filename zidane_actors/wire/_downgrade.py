@@ -73,7 +73,7 @@ def _execution(label: str, content: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _anthropic_text(data: Mapping[str, Any]) -> str | None:  # noqa: PLR0911, PLR0912
+def _anthropic_text(data: Mapping[str, Any]) -> str | None:
     kind = data.get("type")
     content = data.get("content")
     if kind == "server_tool_use":
@@ -232,7 +232,7 @@ CANONICAL = ConvertContext({}, 0, None)
 
 
 def foreign_text(block: NativeBlock, path: str, ctx: ConvertContext) -> str | None:
-    """``block``'s text for another provider (reported as converted), or ``None`` (reported dropped)."""
+    """``block``'s text for another provider, or ``None``; either way reported to ``ctx``."""
     text = native_text(block)
     ctx.report(path, "dropped" if text is None else "converted", native_type(block))
     return text

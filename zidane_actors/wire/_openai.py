@@ -39,6 +39,7 @@ from ._json import copy_json_object
 from ._provider_data import (
     CHAT,
     RESPONSES,
+    apply_container_patch,
     apply_patch,
     data_for,
     diff_into,
@@ -169,20 +170,19 @@ def _refusal_kind(block: TextBlock) -> str | None:
 
 
 def _form(parts: list[dict[str, Any]], form: object, default: str) -> str | list[dict[str, Any]]:
-    if (form or default) == "string" and len(parts) == 1:
-        part = parts[0]
-        if part.get("type") in ("text", "input_text", "output_text") and set(part) <= {
-            "type",
-            "text",
-            "annotations",
-        }:
-            if part.get("annotations", []) == []:
-                text: str = part["text"]
-                return text
+    if (form or default) != "string" or len(parts) != 1:
+        return parts
+    part = parts[0]
+    plain_text = part.get("type") in ("text", "input_text", "output_text")
+    if plain_text and set(part) <= {"type", "text", "annotations"} and not part.get("annotations"):
+        text: str = part["text"]
+        return text
     return parts
 
 
-def _foreign_part(block: NativeBlock, kind: str, path: str, ctx: ConvertContext) -> dict[str, Any] | None:
+def _foreign_part(
+    block: NativeBlock, kind: str, path: str, ctx: ConvertContext
+) -> dict[str, Any] | None:
     text = foreign_text(block, path, ctx)
     return None if text is None else {"type": kind, "text": text}
 
@@ -226,7 +226,9 @@ def _chat_part_to(
     return out
 
 
-def _tool_message(block: ToolResultBlock, path: str, ctx: ConvertContext) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _tool_message(
+    block: ToolResultBlock, path: str, ctx: ConvertContext
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     moved: list[dict[str, Any]] = []
     content: str | list[dict[str, Any]]
     if isinstance(block.output, str):
@@ -277,7 +279,7 @@ def _chat_user(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, Any]]
     data = data_for(msg.provider_data, CHAT)
     if moved or parts or data:
         user = {"role": "user", "content": _form(moved + parts, data.get("form"), "list")}
-        out.append(apply_patch(user, data))
+        out.append(apply_container_patch(user, data, ("content",)))
     return out
 
 
@@ -288,12 +290,16 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
     reasoning: list[str] = []
     for i, block in enumerate(msg.content):
         path = f"$.content[{i}]"
-        if isinstance(block, TextBlock) and _refusal_kind(block) == "field" and (
-            block.provider_data or {}
-        ).get("provider") == CHAT:
+        if (
+            isinstance(block, TextBlock)
+            and _refusal_kind(block) == "field"
+            and (block.provider_data or {}).get("provider") == CHAT
+        ):
             fields["refusal"] = block.text
-        elif isinstance(block, NativeBlock) and block.provider == CHAT and (
-            "audio" in block.data or "function_call" in block.data
+        elif (
+            isinstance(block, NativeBlock)
+            and block.provider == CHAT
+            and ("audio" in block.data or "function_call" in block.data)
         ):
             fields.update(copy_json_object(block.data, f"{path}.data"))
         elif isinstance(block, TextBlock | ImageBlock | FileBlock | NativeBlock):
@@ -317,10 +323,12 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
         out["tool_calls"] = calls
     if reasoning:
         out["reasoning_content"] = "".join(reasoning)
-    return [apply_patch(out, data)]
+    return [apply_container_patch(out, data, ("content", "tool_calls"))]
 
 
-def _chat_system(msg: SessionMessage, system_role: str, ctx: ConvertContext) -> list[dict[str, Any]]:
+def _chat_system(
+    msg: SessionMessage, system_role: str, ctx: ConvertContext
+) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for i, block in enumerate(msg.content):
         if not isinstance(block, TextBlock | NativeBlock) or (
@@ -334,7 +342,7 @@ def _chat_system(msg: SessionMessage, system_role: str, ctx: ConvertContext) -> 
     if not parts and not data:
         return []
     out = {"role": system_role, "content": _form(parts, data.get("form"), "list")}
-    return [apply_patch(out, data)]
+    return [apply_container_patch(out, data, ("content",))]
 
 
 def _to_openai(msg: SessionMessage, system_role: str, ctx: ConvertContext) -> list[dict[str, Any]]:
@@ -345,7 +353,9 @@ def _to_openai(msg: SessionMessage, system_role: str, ctx: ConvertContext) -> li
     return _chat_assistant(msg, ctx)
 
 
-def to_openai(msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None) -> list[dict[str, Any]]:
+def to_openai(
+    msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None
+) -> list[dict[str, Any]]:
     """Convert a neutral message to Chat Completions messages (zero, one or several).
 
     Chat ``providerData`` and native blocks come back exactly (``name``,
@@ -478,7 +488,9 @@ def from_openai(msg: Mapping[str, Any]) -> SessionMessage:
     if role == "tool":
         return _chat_tool_from(m)
     if role == "function":
-        return SessionMessage(role="user", content=(NativeBlock(provider=CHAT, data=copy_json_object(m, "$")),))
+        return SessionMessage(
+            role="user", content=(NativeBlock(provider=CHAT, data=copy_json_object(m, "$")),)
+        )
     if role not in ("system", "developer", "user", "assistant"):
         fail(f"unsupported role {role!r}", "$.role")
     neutral_role: Role = "system" if role == "developer" else role
@@ -488,18 +500,28 @@ def from_openai(msg: Mapping[str, Any]) -> SessionMessage:
         reasoning = m.get("reasoning_content")
         if isinstance(reasoning, str):
             blocks.append(ReasoningBlock(text=reasoning, provider=CHAT))
-    blocks.extend(_chat_content(content, "$.content", "assistant" if role == "assistant" else ("user" if role == "user" else "system")))
+    blocks.extend(
+        _chat_content(
+            content,
+            "$.content",
+            "assistant" if role == "assistant" else ("user" if role == "user" else "system"),
+        )
+    )
     if role == "assistant":
         refusal = get_opt_str(m, "refusal", "$")
         if refusal is not None:
             blocks.append(TextBlock(refusal, provider_data={"provider": CHAT, "refusal": "field"}))
         for key in ("audio", "function_call"):
             if m.get(key) is not None:
-                blocks.append(NativeBlock(provider=CHAT, data={key: copy_json_object(m[key], f"$.{key}")}))
+                blocks.append(
+                    NativeBlock(provider=CHAT, data={key: copy_json_object(m[key], f"$.{key}")})
+                )
         calls = m.get("tool_calls")
         if calls is not None:
             listed = as_list(calls, "$.tool_calls")
-            blocks.extend(_chat_tool_call_from(c, f"$.tool_calls[{i}]") for i, c in enumerate(listed))
+            blocks.extend(
+                _chat_tool_call_from(c, f"$.tool_calls[{i}]") for i, c in enumerate(listed)
+            )
     data: dict[str, Any] = {"provider": CHAT}
     if isinstance(content, str):
         data["form"] = "string"
@@ -564,9 +586,12 @@ def _responses_part_to(
         return _foreign_part(block, text_type, path, ctx)
     if isinstance(block, TextBlock):
         refusal = refusal_text(block)
-        if refusal is not None and list_assistant and _refusal_kind(block) and (
-            block.provider_data or {}
-        ).get("provider") == RESPONSES:
+        if (
+            refusal is not None
+            and list_assistant
+            and _refusal_kind(block)
+            and (block.provider_data or {}).get("provider") == RESPONSES
+        ):
             out = {"type": "refusal", "refusal": block.text}
         elif refusal is None and not block.text.strip():
             return None
@@ -618,14 +643,16 @@ class _Items:
             "role": self._role,
             "content": _form(self._parts, self._data.get("form"), default),
         }
-        self.add(apply_patch(item, self._data), self._index)
+        self.add(apply_container_patch(item, self._data, ("content",)), self._index)
         self._parts = None
 
     def add(self, item: dict[str, Any], index: int) -> None:
         self.items.append(item)
         self.origin.append(index)
 
-    def part(self, part: dict[str, Any], role: str, data: Mapping[str, Any] | None, index: int) -> None:
+    def part(
+        self, part: dict[str, Any], role: str, data: Mapping[str, Any] | None, index: int
+    ) -> None:
         """Add ``part``: to the open item, or (``data`` given) to a new item with that data."""
         if data is not None or self._parts is None or self._role != role:
             self.flush()
@@ -634,13 +661,16 @@ class _Items:
         self._parts.append(part)
 
 
-def _responses_tool_output(block: ToolResultBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
+def _responses_tool_output(
+    block: ToolResultBlock, path: str, ctx: ConvertContext
+) -> dict[str, Any]:
     output: str | list[dict[str, Any]]
     if isinstance(block.output, str):
         output = block.output
     else:
         converted = (
-            _responses_part_to(p, False, f"{path}.output[{j}]", ctx) for j, p in enumerate(block.output)
+            _responses_part_to(p, False, f"{path}.output[{j}]", ctx)
+            for j, p in enumerate(block.output)
         )
         output = [p for p in converted if p is not None]
     out = {"type": "function_call_output", "call_id": block.call_id, "output": output}
@@ -663,7 +693,12 @@ def _responses_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]
 
 def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
     summary = [{"type": "summary_text", "text": block.text}] if block.text else []
-    out = {"type": "reasoning", "id": block.id, "summary": summary, "encrypted_content": block.signature}
+    out = {
+        "type": "reasoning",
+        "id": block.id,
+        "summary": summary,
+        "encrypted_content": block.signature,
+    }
     return _patched(out, block, RESPONSES)
 
 
@@ -671,7 +706,11 @@ def _keeps_reasoning(block: ReasoningBlock) -> bool:
     if reasoning_wire_action(block, "openai") == "keep":
         return True
     # an item read from a Responses payload without encrypted content (stored by id)
-    return bool(block.id) and block.provider == "openai" and bool(data_for(block.provider_data, RESPONSES))
+    return (
+        bool(block.id)
+        and block.provider == "openai"
+        and bool(data_for(block.provider_data, RESPONSES))
+    )
 
 
 def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext) -> None:
@@ -679,7 +718,11 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
     for i, block in enumerate(msg.content):
         path = f"$.content[{i}]"
         item_data = _item_data(block)
-        starts = item_data if "item" in data_for(getattr(block, "provider_data", None), RESPONSES) else None
+        starts = (
+            item_data
+            if "item" in data_for(getattr(block, "provider_data", None), RESPONSES)
+            else None
+        )
         joins = bool(data_for(getattr(block, "provider_data", None), RESPONSES).get("join"))
         if isinstance(block, NativeBlock) and block.provider == RESPONSES:
             items.flush()  # a whole item (parts of a Responses payload never stand alone)
@@ -758,14 +801,18 @@ def to_openai_responses(
 # ---------------------------------------------------------------- Responses API: wire → neutral
 
 
-def _responses_part_from(value: object, role: str, list_assistant: bool, path: str) -> ToolResultPart:
+def _responses_part_from(
+    value: object, role: str, list_assistant: bool, path: str
+) -> ToolResultPart:
     part = as_mapping(value, path)
     kind = get_str(part, "type", path)
     neutral: TextBlock | ImageBlock | FileBlock | None = None
     if kind in ("input_text", "output_text"):
         neutral = TextBlock(get_str(part, "text", path))
     elif kind == "refusal":
-        neutral = TextBlock(get_str(part, "refusal", path), provider_data={"provider": RESPONSES, "refusal": "part"})
+        neutral = TextBlock(
+            get_str(part, "refusal", path), provider_data={"provider": RESPONSES, "refusal": "part"}
+        )
     elif kind == "input_image":
         url = get_opt_str(part, "image_url", path)
         if url is not None:
@@ -793,7 +840,9 @@ def _mark(block: Any, key: str, value: object) -> Any:
     return msgspec.structs.replace(block, provider_data=data)
 
 
-def _message_item_from(item: Mapping[str, Any], path: str) -> tuple[Role, tuple[SessionContentBlock, ...]]:
+def _message_item_from(
+    item: Mapping[str, Any], path: str
+) -> tuple[Role, tuple[SessionContentBlock, ...]]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         fail(f"unsupported role {role!r}", f"{path}.role")
@@ -840,7 +889,9 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
         else:
             tool_input = {"input": get_str(item, "input", path)}
         call = ToolCallBlock(id=call_id, name=name, input=tool_input)
-        return "assistant", (_with_data(call, _responses_call(call, CANONICAL), item, RESPONSES, path),)
+        return "assistant", (
+            _with_data(call, _responses_call(call, CANONICAL), item, RESPONSES, path),
+        )
     if kind in ("function_call_output", "custom_tool_call_output"):
         raw = item.get("output")
         output: str | tuple[ToolResultPart, ...]
@@ -849,9 +900,12 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
         else:
             listed = as_list(raw, f"{path}.output")
             output = tuple(
-                _responses_part_from(p, "user", False, f"{path}.output[{i}]") for i, p in enumerate(listed)
+                _responses_part_from(p, "user", False, f"{path}.output[{i}]")
+                for i, p in enumerate(listed)
             )
-        result = ToolResultBlock(call_id=get_str(item, "call_id", path, non_empty=True), output=output)
+        result = ToolResultBlock(
+            call_id=get_str(item, "call_id", path, non_empty=True), output=output
+        )
         canonical = _responses_tool_output(result, path, CANONICAL)
         return "user", (_with_data(result, canonical, item, RESPONSES, path, ("output",)),)
     if kind == "reasoning":
@@ -866,7 +920,9 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
             signature=get_opt_str(item, "encrypted_content", path) or None,
             id=get_opt_str(item, "id", path),
         )
-        return "assistant", (_with_data(reasoning, _responses_reasoning(reasoning), item, RESPONSES, path),)
+        return "assistant", (
+            _with_data(reasoning, _responses_reasoning(reasoning), item, RESPONSES, path),
+        )
     if not isinstance(kind, str):
         fail("missing item type", f"{path}.type")
     native = NativeBlock(provider=RESPONSES, data=copy_json_object(item, path))
@@ -883,7 +939,7 @@ def _drop_empty_item_mark(block: SessionContentBlock) -> SessionContentBlock:
     if not data or data.get("provider") != RESPONSES or data.get("item") != {}:
         return block
     rest = {k: v for k, v in data.items() if k != "item"}
-    return msgspec.structs.replace(block, provider_data=rest if len(rest) > 1 else None)  # type: ignore[arg-type]
+    return msgspec.structs.replace(block, provider_data=rest if len(rest) > 1 else None)
 
 
 def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[SessionMessage]:

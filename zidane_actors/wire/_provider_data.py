@@ -29,6 +29,7 @@ __all__ = [
     "ANTHROPIC",
     "CHAT",
     "RESPONSES",
+    "apply_container_patch",
     "apply_patch",
     "data_for",
     "diff_into",
@@ -131,7 +132,23 @@ def apply_patch(obj: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def _walk(obj: dict[str, Any], pointer: object, *, create: bool) -> tuple[dict[str, Any] | None, str]:
+def apply_container_patch(
+    obj: dict[str, Any], data: Mapping[str, Any], children: Iterable[str]
+) -> dict[str, Any]:
+    """:func:`apply_patch` for a message or item: non-empty ``children`` it holds are kept.
+
+    The patch only records the empty forms of those keys, so content added
+    after reading (a repair, an edit) is never replaced by them.
+    """
+    kept = {key: obj[key] for key in children if _non_empty(obj.get(key))}
+    apply_patch(obj, data)
+    obj.update(kept)
+    return obj
+
+
+def _walk(
+    obj: dict[str, Any], pointer: object, *, create: bool
+) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(pointer, str) or not pointer.startswith("/"):
         fail(f"providerData pointer {pointer!r} is not a JSON Pointer", "$.providerData")
     tokens = [_unescape(t) for t in pointer[1:].split("/")]
