@@ -20,6 +20,7 @@ from zidane_actors.model import (
 )
 from zidane_actors.wire import (
     RAW_ARGUMENTS_KEY,
+    WireDowngrade,
     anthropic_tool_id_map,
     auto_detect_and_convert,
     from_anthropic,
@@ -185,8 +186,13 @@ def test_to_anthropic_rejects_what_it_cannot_send() -> None:
     with pytest.raises(WireFormatError) as info:
         to_anthropic(user(ImageBlock(ref="blob:1")))
     assert info.value.path == "$.content[0].ref"
-    with pytest.raises(WireFormatError):
-        to_anthropic(SessionMessage(role="system", content=(ImageBlock(url="u"),)))
+    reports: list[WireDowngrade] = []
+    system = SessionMessage(role="system", content=(TextBlock("s"), ImageBlock(url="u")))
+    assert to_anthropic(system, on_downgrade=reports.append) == {
+        "role": "system",
+        "content": [{"type": "text", "text": "s"}],
+    }
+    assert reports == [WireDowngrade(0, "$.content[1]", "dropped", "image")]
     with pytest.raises(WireFormatError):
         to_anthropic(user(ToolCallBlock(id="a", name="f")))
 
@@ -396,9 +402,13 @@ def test_to_openai_request_system_role() -> None:
         "content": [{"type": "text", "text": "rules"}],
     }
     assert to_openai_request(messages, system_role="developer")[0]["role"] == "developer"
-    with pytest.raises(WireFormatError) as info:
-        to_openai_request([user(TextBlock("a")), assistant(ImageBlock(url="u"))])
-    assert info.value.path == "$[1].content[0]"
+    reports: list[WireDowngrade] = []
+    messages = [user(TextBlock("a")), assistant(ImageBlock(url="u"), TextBlock("b"))]
+    assert to_openai_request(messages, on_downgrade=reports.append)[1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "b"}],
+    }
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "image")]
 
 
 # ---------------------------------------------------------------- OpenAI Responses
@@ -460,9 +470,12 @@ def test_responses_errors_are_located() -> None:
     with pytest.raises(WireFormatError) as info:
         from_openai_responses([{"role": "user", "content": "x"}, {"type": 5, "id": "i"}])
     assert info.value.path == "$[1].type"
-    with pytest.raises(WireFormatError) as info:
-        to_openai_responses([user(TextBlock("x")), assistant(ImageBlock(url="u"))])
-    assert info.value.path == "$[1].content[0]"
+    reports: list[WireDowngrade] = []
+    items = to_openai_responses(
+        [user(TextBlock("x")), assistant(ImageBlock(url="u"))], on_downgrade=reports.append
+    )
+    assert len(items) == 1
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "image")]
 
 
 # ---------------------------------------------------------------- auto-detect

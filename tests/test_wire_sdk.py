@@ -50,6 +50,8 @@ def _drain(value: Any) -> Any:
         return [_drain(v) for v in value]
     if value is None or isinstance(value, str | bytes | int | float | bool):
         return value
+    if isinstance(value, pydantic.BaseModel):  # a response model the param union also accepts
+        return _drain(value.model_dump(exclude_unset=True, by_alias=True))
     if hasattr(value, "__iter__"):  # pydantic's lazy ValidatorIterator
         return [_drain(v) for v in value]
     return value
@@ -61,8 +63,8 @@ def _check(adapter: pydantic.TypeAdapter[Any], payload: Any) -> None:
 
 
 def check_anthropic(payload: dict[str, Any]) -> None:
-    """``payload`` is exactly an ``anthropic.types.MessageParam`` (user or assistant)."""
-    assert payload["role"] in ("user", "assistant")
+    """``payload`` is exactly an ``anthropic.types.MessageParam`` (user, assistant or system)."""
+    assert payload["role"] in ("user", "assistant", "system")
     _check(_ANTHROPIC, payload)
 
 

@@ -472,11 +472,15 @@ def _form(content: list[dict[str, Any]], data: Mapping[str, Any]) -> str | list[
 
 
 def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
-    if msg.role == "system":
-        for j, block in enumerate(msg.content):
-            if not isinstance(block, TextBlock):
+    blocks = list(enumerate(msg.content))
+    if msg.role == "system":  # system content is text: other media are dropped, reported
+        for j, block in blocks:
+            if isinstance(block, ImageBlock | FileBlock):
+                ctx.report(f"$.content[{j}]", "dropped", block.__struct_config__.tag)  # type: ignore[arg-type]
+            elif not isinstance(block, TextBlock | NativeBlock):
                 fail("system messages may hold text only", f"$.content[{j}]")
-    converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in enumerate(msg.content))
+        blocks = [(j, b) for j, b in blocks if not isinstance(b, ImageBlock | FileBlock)]
+    converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in blocks)
     content = [b for b in converted if b is not None]
     data = data_for(msg.provider_data, ANTHROPIC)
     out = {"role": msg.role, "content": _form(content, data)}

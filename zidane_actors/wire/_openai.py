@@ -206,14 +206,17 @@ def _chat_part_to(
             if refusal is None and not block.text.strip():
                 return None
             out = {"type": "text", "text": block.text if refusal is None else refusal}
-    elif role == "assistant":
-        fail("assistant messages cannot carry images or files", path)
+    elif role in ("assistant", "system"):  # text only there: media are dropped, reported
+        ctx.report(path, "dropped", "image" if isinstance(block, ImageBlock) else "file")
+        return None
     elif isinstance(block, ImageBlock):
         out = {"type": "image_url", "image_url": {"url": _image_url(block, path)}}
     elif block.text is not None:
         out = {"type": "text", "text": block.text}
-    elif block.url is not None:
-        fail("Chat Completions file parts cannot reference a URL", f"{path}.url")
+    elif block.url is not None:  # Chat file parts cannot point at a URL: the link as text
+        ctx.report(path, "converted", "file")
+        label = f"{block.name}: " if block.name else ""
+        out = {"type": "text", "text": f"[document {label}{block.url}]"}
     else:
         file: dict[str, Any] = {"file_data": _file_data(block, path)}
         if block.name:
@@ -331,7 +334,7 @@ def _chat_system(
 ) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for i, block in enumerate(msg.content):
-        if not isinstance(block, TextBlock | NativeBlock) or (
+        if isinstance(block, ToolCallBlock | ToolResultBlock | ReasoningBlock) or (
             isinstance(block, NativeBlock) and block.provider == CHAT
         ):
             fail("system messages may hold text only", f"$.content[{i}]")
@@ -529,7 +532,10 @@ def from_openai(msg: Mapping[str, Any]) -> SessionMessage:
     converted = _to_openai(message, "system", CANONICAL)
     canonical = converted[0] if converted else {}
     diff_into(data, canonical, m, children=("content", "tool_calls"))
-    return msgspec.structs.replace(message, provider_data=data if len(data) > 1 else None)
+    bare = msgspec.structs.replace(message, provider_data=None)
+    if len(data) == 1 and _to_openai(bare, "system", CANONICAL):
+        return bare
+    return msgspec.structs.replace(message, provider_data=data)  # kept even if empty: sent as is
 
 
 def from_openai_request(messages: Sequence[Mapping[str, Any]]) -> list[SessionMessage]:
@@ -742,10 +748,9 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
                 items.flush()
                 items.add(_responses_reasoning(block), index)
         else:
-            if role == "system" and not isinstance(block, TextBlock | NativeBlock):
-                fail("system messages may hold text only", path)
             if role == "assistant" and isinstance(block, ImageBlock | FileBlock):
-                fail("assistant messages cannot carry images or files", path)
+                ctx.report(path, "dropped", "image" if isinstance(block, ImageBlock) else "file")
+                continue  # assistant messages carry no media here
             list_assistant = role == "assistant" and (
                 joins or (starts is not None and starts.get("form") == "list")
             )
@@ -872,8 +877,12 @@ def _message_item_from(
     if len(probe.items) != 1 or probe.items[0].get("type") != "message":
         return neutral, (NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
     diff_into(item_data, probe.items[0], item, children=("content",), path=path)
-    first = blocks[0]
-    return neutral, (_mark(first, "item", item_data), *blocks[1:])
+    blocks[0] = _mark(blocks[0], "item", item_data)
+    check = _Items()
+    _responses_message(SessionMessage(role=neutral, content=tuple(blocks)), check, 0, CANONICAL)
+    if check.items != [item]:  # a shape the neutral blocks cannot give back: keep it verbatim
+        return neutral, (NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
+    return neutral, tuple(blocks)
 
 
 def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionContentBlock, ...]]:
@@ -892,7 +901,7 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
         return "assistant", (
             _with_data(call, _responses_call(call, CANONICAL), item, RESPONSES, path),
         )
-    if kind in ("function_call_output", "custom_tool_call_output"):
+    if kind in ("function_call_output", "custom_tool_call_output") and item.get("call_id"):
         raw = item.get("output")
         output: str | tuple[ToolResultPart, ...]
         if isinstance(raw, str):
@@ -923,10 +932,11 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
         return "assistant", (
             _with_data(reasoning, _responses_reasoning(reasoning), item, RESPONSES, path),
         )
-    if not isinstance(kind, str):
-        fail("missing item type", f"{path}.type")
+    if kind is not None and not isinstance(kind, str):
+        fail("item type must be a string", f"{path}.type")
     native = NativeBlock(provider=RESPONSES, data=copy_json_object(item, path))
-    return ("user" if kind in _USER_ITEMS else "assistant"), (native,)
+    user_side = kind in _USER_ITEMS or kind in ("function_call_output", "custom_tool_call_output")
+    return ("user" if user_side else "assistant"), (native,)
 
 
 def _is_part(block: SessionContentBlock) -> bool:
