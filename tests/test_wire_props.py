@@ -40,6 +40,7 @@ from zidane_actors.errors import ValidationError
 from zidane_actors.model import (
     FileBlock,
     ImageBlock,
+    NativeBlock,
     ReasoningBlock,
     SessionContentBlock,
     SessionMessage,
@@ -59,6 +60,7 @@ from zidane_actors.wire import (
     to_anthropic,
     to_anthropic_request,
     to_openai,
+    to_openai_request,
     to_openai_responses,
     to_wire_messages,
 )
@@ -328,12 +330,37 @@ def test_anthropic_id_remap_is_valid_consistent_and_collision_free(ids: list[str
 # ---------------------------------------------------------------- repairs: pure, idempotent, sound
 
 SMALL_ID = st.sampled_from(["a", "b", "c", "d"])
+CACHE = {"provider": "anthropic", "set": {"/cache_control": {"type": "ephemeral", "ttl": "1h"}}}
+native_block = st.sampled_from(
+    [
+        NativeBlock(
+            provider="anthropic",
+            data={
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": [
+                    {
+                        "type": "web_search_result",
+                        "title": "T",
+                        "url": "https://a.test",
+                        "encrypted_content": "E",
+                    }
+                ],
+            },
+        ),
+        NativeBlock(provider="openai-chat", data={"audio": {"id": "audio_1"}}),
+        NativeBlock(provider="openai-responses", data={"type": "item_reference", "id": "msg_1"}),
+    ]
+)
 fuzz_block = (
     text_block
     | st.builds(TextBlock, st.just(" "))
+    | st.builds(TextBlock, text_str, provider_data=st.just(CACHE))
     | call_block(SMALL_ID)
     | st.builds(ToolResultBlock, call_id=SMALL_ID, output=text_str)
+    | st.builds(ToolResultBlock, call_id=SMALL_ID, output=text_str, provider_data=st.just(CACHE))
     | any_reasoning
+    | native_block
 )
 fuzz_turn = st.builds(
     SessionTurn,
@@ -409,6 +436,10 @@ async def test_to_wire_messages_always_pairs(turns: list[SessionTurn], _: Any) -
     assert await to_wire_messages(out, provider="anthropic") == out
     request = to_anthropic_request(out)
     check_anthropic_request(request)
+    for payload in to_openai_request(out):
+        check_chat(payload)
+    for item in to_openai_responses(out):
+        check_responses_item(item)
 
 
 def assert_healed(turns: Sequence[SessionTurn], lane: Callable[[str | None], str | None]) -> None:

@@ -32,7 +32,7 @@ from ._common import (
     normalize_media_type,
     reindex,
 )
-from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text
+from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
 from ._json import copy_json_object
 from ._provider_data import (
     ANTHROPIC,
@@ -476,10 +476,17 @@ def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
     if msg.role == "system":  # system content is text: other media are dropped, reported
         for j, block in blocks:
             if isinstance(block, ImageBlock | FileBlock):
-                ctx.report(f"$.content[{j}]", "dropped", block.__struct_config__.tag)  # type: ignore[arg-type]
+                ctx.report(f"$.content[{j}]", "dropped", str(block.__struct_config__.tag))
+            elif isinstance(block, NativeBlock) and block.provider == ANTHROPIC:
+                ctx.report(f"$.content[{j}]", "dropped", native_type(block))
             elif not isinstance(block, TextBlock | NativeBlock):
                 fail("system messages may hold text only", f"$.content[{j}]")
-        blocks = [(j, b) for j, b in blocks if not isinstance(b, ImageBlock | FileBlock)]
+        blocks = [
+            (j, b)
+            for j, b in blocks
+            if not isinstance(b, ImageBlock | FileBlock)
+            and not (isinstance(b, NativeBlock) and b.provider == ANTHROPIC)
+        ]
     converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in blocks)
     content = [b for b in converted if b is not None]
     data = data_for(msg.provider_data, ANTHROPIC)

@@ -34,7 +34,7 @@ from ._common import (
     reindex,
     to_data_url,
 )
-from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text
+from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
 from ._json import copy_json_object
 from ._provider_data import (
     CHAT,
@@ -189,15 +189,21 @@ def _foreign_part(
 
 # ---------------------------------------------------------------- Chat Completions: neutral → wire
 
+_CHAT_TEXT_PARTS = {"assistant": ("text", "refusal"), "system": ("text",), "tool": ("text",)}
+
 
 def _chat_part_to(
     block: ToolResultPart, role: str, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
     out: dict[str, Any]
     if isinstance(block, NativeBlock):
-        if block.provider == CHAT:
+        if block.provider != CHAT:
+            return _foreign_part(block, "text", path, ctx)
+        kind = block.data.get("type")
+        if isinstance(kind, str) and (role == "user" or kind in _CHAT_TEXT_PARTS.get(role, ())):
             return copy_json_object(block.data, f"{path}.data")
-        return _foreign_part(block, "text", path, ctx)
+        ctx.report(path, "dropped", native_type(block))  # a part or field this role cannot hold
+        return None
     if isinstance(block, TextBlock):
         if _refusal_kind(block) is not None and role == "assistant":
             out = {"type": "refusal", "refusal": block.text}
@@ -334,9 +340,7 @@ def _chat_system(
 ) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for i, block in enumerate(msg.content):
-        if isinstance(block, ToolCallBlock | ToolResultBlock | ReasoningBlock) or (
-            isinstance(block, NativeBlock) and block.provider == CHAT
-        ):
+        if isinstance(block, ToolCallBlock | ToolResultBlock | ReasoningBlock):
             fail("system messages may hold text only", f"$.content[{i}]")
         part = _chat_part_to(block, "system", f"$.content[{i}]", ctx)
         if part is not None:
