@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from anthropic.types import MessageParam
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,8 +21,11 @@ from test_wire_sdk import check_anthropic, check_chat, check_responses_item
 
 from zidane_actors.model import SessionMessage, decode, encode
 from zidane_actors.wire import (
+    auto_detect_and_convert,
     from_anthropic,
+    from_anthropic_request,
     from_openai,
+    from_openai_request,
     from_openai_responses,
     to_anthropic,
     to_anthropic_request,
@@ -121,3 +125,381 @@ def test_chat_messages_are_accepted_everywhere(m: dict[str, Any]) -> None:
 @given(responses_items)
 def test_responses_items_are_accepted_everywhere(items: list[dict[str, Any]]) -> None:
     _check_all(from_openai_responses(items), "responses")
+
+
+# ---------------------------------------------------------------- documented shapes, one per class
+
+_PDF = "JVBERi0xLjQK"
+_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"  # 1x1
+_CACHE_1H = {"type": "ephemeral", "ttl": "1h"}
+
+ANTHROPIC_DOCUMENTED: list[dict[str, Any]] = [
+    {"role": "user", "content": "Hello, Claude"},
+    {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": _CACHE_1H}]},
+    {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "text",
+                "text": "the grass is green",
+                "citations": [
+                    {
+                        "type": "char_location",
+                        "cited_text": "The grass is green.",
+                        "document_index": 0,
+                        "document_title": "Example Document",
+                        "start_char_index": 0,
+                        "end_char_index": 20,
+                    }
+                ],
+            }
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "document",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": _PDF},
+                "title": "Report",
+                "context": "Quarterly numbers",
+                "citations": {"enabled": True},
+                "cache_control": {"type": "ephemeral"},
+            },
+            {
+                "type": "document",
+                "source": {
+                    "type": "text",
+                    "media_type": "text/plain",
+                    "data": "The grass is green.",
+                },
+                "title": None,
+            },
+            {
+                "type": "document",
+                "source": {
+                    "type": "content",
+                    "content": [
+                        {"type": "text", "text": "First chunk"},
+                        {"type": "text", "text": "2"},
+                    ],
+                },
+            },
+            {
+                "type": "document",
+                "source": {"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"},
+            },
+            {
+                "type": "image",
+                "source": {"type": "file", "file_id": "file_011CPMxVD3fHLUhvTqtsQA5w"},
+            },
+            {"type": "text", "text": "Summarise these."},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "search_result",
+                "source": "https://docs.company.com/api-reference",
+                "title": "API Reference",
+                "content": [{"type": "text", "text": "All requests need an API key."}],
+                "citations": {"enabled": True},
+            },
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_01",
+                "content": [
+                    {
+                        "type": "search_result",
+                        "source": "https://kb.test/a",
+                        "title": "A",
+                        "content": [{"type": "text", "text": "a"}],
+                    }
+                ],
+            },
+            {"type": "tool_result", "tool_use_id": "toolu_02"},
+            {"type": "tool_result", "tool_use_id": "toolu_03", "content": "ok", "is_error": False},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "I'll search for that."},
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE",
+                "name": "web_search",
+                "input": {"query": "claude shannon birth date"},
+            },
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE",
+                "content": [
+                    {
+                        "type": "web_search_result",
+                        "url": "https://en.wikipedia.org/wiki/Claude_Shannon",
+                        "title": "Claude Shannon - Wikipedia",
+                        "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1Mi1mZjM5",
+                        "page_age": "April 30, 2025",
+                    }
+                ],
+            },
+            {
+                "type": "text",
+                "text": "Claude Shannon was born on April 30, 1916",
+                "citations": [
+                    {
+                        "type": "web_search_result_location",
+                        "url": "https://en.wikipedia.org/wiki/Claude_Shannon",
+                        "title": "Claude Shannon - Wikipedia",
+                        "encrypted_index": "Eo8BCioIAhgBIiQyYjQ0OWJmZi1lNm",
+                        "cited_text": "Claude Elwood Shannon (April 30, 1916 – February 24, 2001)",
+                    }
+                ],
+            },
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_02",
+                "name": "web_fetch",
+                "input": {"url": "https://example.com/article"},
+            },
+            {
+                "type": "web_fetch_tool_result",
+                "tool_use_id": "srvtoolu_02",
+                "content": {
+                    "type": "web_fetch_result",
+                    "url": "https://example.com/article",
+                    "content": {
+                        "type": "document",
+                        "source": {"type": "text", "media_type": "text/plain", "data": "Full text"},
+                        "title": "Article",
+                        "citations": {"enabled": True},
+                    },
+                    "retrieved_at": "2025-08-25T10:30:00Z",
+                },
+            },
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_03",
+                "name": "code_execution",
+                "input": {"code": "print(1)"},
+            },
+            {
+                "type": "code_execution_tool_result",
+                "tool_use_id": "srvtoolu_03",
+                "content": {
+                    "type": "code_execution_result",
+                    "stdout": "1\n",
+                    "stderr": "",
+                    "return_code": 0,
+                    "content": [],
+                },
+            },
+            {
+                "type": "bash_code_execution_tool_result",
+                "tool_use_id": "srvtoolu_04",
+                "content": {
+                    "type": "bash_code_execution_tool_result_error",
+                    "error_code": "unavailable",
+                },
+            },
+        ],
+    },
+    {"role": "user", "content": [{"type": "container_upload", "file_id": "file_abc"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "thinking",
+                "thinking": "Let me check.",
+                "signature": "EqQBCgIYAhIM1gbcDa9GJw",
+            },
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+            {
+                "type": "tool_use",
+                "id": "toolu_01A09q90qw90lq917835lq9",
+                "name": "get_weather",
+                "input": {"location": "San Francisco, CA"},
+                "cache_control": {"type": "ephemeral", "ttl": "5m"},
+            },
+        ],
+    },
+    {"role": "system", "content": "From now on, answer in French."},
+]
+
+CHAT_DOCUMENTED: list[dict[str, Any]] = [
+    {"role": "developer", "content": "You are a helpful assistant.", "name": "policy"},
+    {"role": "system", "content": [{"type": "text", "text": "Be terse."}]},
+    {"role": "user", "content": "Hello!", "name": "alice"},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What's in this image?"},
+            {
+                "type": "image_url",
+                "image_url": {"url": "https://upload.test/a.jpg", "detail": "low"},
+            },
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_PNG}"}},
+            {"type": "file", "file": {"file_id": "file-6F2ksmvXxt4VdoqmHRw6kL"}},
+            {
+                "type": "file",
+                "file": {"filename": "a.pdf", "file_data": f"data:application/pdf;base64,{_PDF}"},
+            },
+            {"type": "input_audio", "input_audio": {"data": "UklGRiQAAABXQVZF", "format": "wav"}},
+        ],
+    },
+    {"role": "assistant", "content": None, "refusal": "I'm sorry, I cannot help with that."},
+    {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't do that."}]},
+    {"role": "assistant", "audio": {"id": "audio_abc123"}},
+    {
+        "role": "assistant",
+        "content": None,
+        "function_call": {"name": "get_time", "arguments": "{}"},
+    },
+    {"role": "function", "name": "get_time", "content": "12:00"},
+    {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "call_7", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}}
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_abc123",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"location": "Boston, MA"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_abc123", "content": [{"type": "text", "text": "72F"}]},
+    {"role": "assistant", "content": "9.11 < 9.8", "reasoning_content": "Compare decimals..."},
+    {"role": "assistant", "content": "Hi", "refusal": None, "audio": None, "function_call": None},
+]
+
+RESPONSES_DOCUMENTED: list[list[dict[str, Any]]] = [
+    [
+        {"role": "developer", "content": "Talk like a pirate."},
+        {"role": "user", "content": "Are semicolons optional in JavaScript?"},
+    ],
+    [
+        {
+            "type": "reasoning",
+            "id": "rs_6820f383d7c08191846711c5df8233bc0ac5ba57aafcbac7",
+            "summary": [
+                {"type": "summary_text", "text": "**Planning**\n\nFirst step."},
+                {"type": "summary_text", "text": "**Checking**\n\nSecond step."},
+            ],
+            "content": [{"type": "reasoning_text", "text": "raw chain"}],
+            "encrypted_content": "gAAAAABoISQ24OyVRYbkYfukHkaGrCm",
+            "status": "completed",
+        },
+        {
+            "type": "function_call",
+            "id": "fc_12345xyz",
+            "call_id": "call_12345xyz",
+            "name": "get_weather",
+            "arguments": '{"location":"Paris, France"}',
+            "status": "completed",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "call_12345xyz",
+            "output": "15C",
+            "id": "fco_1",
+        },
+        {
+            "type": "message",
+            "id": "msg_67ccd3acc8d48190a77525dc6de64b4104becb25c95c1f5c",
+            "role": "assistant",
+            "status": "completed",
+            "phase": "final_answer",
+            "content": [
+                {"type": "output_text", "text": "It is 15C in Paris.", "annotations": []},
+                {"type": "refusal", "refusal": "I won't guess tomorrow."},
+            ],
+        },
+    ],
+    [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "what's in this image and file?"},
+                {"type": "input_image", "file_id": "file-Ge1dJjvVSt1xP3eX8b1CB9", "detail": "auto"},
+                {"type": "input_file", "file_id": "file-6F2ksmvXxt4VdoqmHRw6kL"},
+            ],
+        }
+    ],
+    [
+        {
+            "type": "web_search_call",
+            "id": "ws_67c9fa0502748190b7dd390736892e100be649c1a5ff9609",
+            "status": "completed",
+            "action": {"type": "search", "query": "positive news today"},
+        },
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Good news.", "annotations": []}],
+        },
+    ],
+]
+
+
+@pytest.mark.parametrize("m", ANTHROPIC_DOCUMENTED)
+def test_documented_anthropic_round_trips(m: dict[str, Any]) -> None:
+    assert to_anthropic(stored(from_anthropic(m))) == m
+    _check_all([from_anthropic(m)], "anthropic")
+
+
+def test_documented_anthropic_request_round_trips() -> None:
+    for system in (
+        "Be terse.",
+        [{"type": "text", "text": "Be terse.", "cache_control": _CACHE_1H}],
+    ):
+        request = {
+            "system": system,
+            "messages": [
+                *ANTHROPIC_DOCUMENTED[:2],
+                ANTHROPIC_DOCUMENTED[-1],
+                {"role": "user", "content": "x"},
+            ],
+        }
+        messages = [stored(m) for m in from_anthropic_request(request)]
+        assert to_anthropic_request(messages) == request
+
+
+@pytest.mark.parametrize("m", CHAT_DOCUMENTED)
+def test_documented_chat_round_trips(m: dict[str, Any]) -> None:
+    assert to_openai(stored(from_openai(m))) == [m]
+    assert to_openai_request(from_openai_request([m])) == [m]
+    if "reasoning_content" not in m:
+        check_chat(m)
+    _check_all([from_openai(m)], "chat")
+
+
+@pytest.mark.parametrize("items", RESPONSES_DOCUMENTED)
+def test_documented_responses_round_trip(items: list[dict[str, Any]]) -> None:
+    assert to_openai_responses([stored(m) for m in from_openai_responses(items)]) == items
+    for item in items:
+        check_responses_item(item)
+    _check_all(from_openai_responses(items), "responses")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [*ANTHROPIC_DOCUMENTED, *CHAT_DOCUMENTED, *[items[0] for items in RESPONSES_DOCUMENTED]],
+)
+def test_auto_detect_reads_every_documented_shape(payload: dict[str, Any]) -> None:
+    assert auto_detect_and_convert(payload).content is not None
