@@ -8,6 +8,7 @@ output validates against the target SDK type.
 
 from __future__ import annotations
 
+import string
 from typing import Any
 
 import pytest
@@ -17,10 +18,23 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseInputItemParam
 from sdk_strategies import from_type
-from test_wire_sdk import check_anthropic, check_chat, check_responses_item
+from test_wire_sdk import check_anthropic, check_anthropic_request, check_chat, check_responses_item
 
-from zidane_actors.model import SessionMessage, decode, encode
+from zidane_actors.model import (
+    ImageBlock,
+    ReasoningBlock,
+    SessionMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    decode,
+    encode,
+)
 from zidane_actors.wire import (
+    OPENAI_TOOL_ID_MAX_LENGTH,
+    RAW_ARGUMENTS_KEY,
+    REFUSAL_FALLBACK_TEXT,
+    WireDowngrade,
     auto_detect_and_convert,
     from_anthropic,
     from_anthropic_request,
@@ -503,3 +517,150 @@ def test_documented_responses_round_trip(items: list[dict[str, Any]]) -> None:
 )
 def test_auto_detect_reads_every_documented_shape(payload: dict[str, Any]) -> None:
     assert auto_detect_and_convert(payload).content is not None
+
+
+# ---------------------------------------------------------------- cross-provider rules
+
+
+def _assistant(*blocks: Any) -> SessionMessage:
+    return SessionMessage(role="assistant", content=tuple(blocks))
+
+
+def _user(*blocks: Any) -> SessionMessage:
+    return SessionMessage(role="user", content=tuple(blocks))
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.text(string.ascii_letters + "_:.-", min_size=1, max_size=70).map(lambda s: "x" * 35 + s),
+        min_size=1,
+        max_size=5,
+        unique=True,
+    )
+)
+def test_openai_tool_ids_are_short_consistent_deterministic_unique(ids: list[str]) -> None:
+    messages = [
+        _assistant(*(ToolCallBlock(id=i, name="f") for i in ids)),
+        _user(*(ToolResultBlock(call_id=i, output="r") for i in ids)),
+    ]
+    chat = to_openai_request(messages)
+    calls = [c["id"] for c in chat[0]["tool_calls"]]
+    assert [m["tool_call_id"] for m in chat[1:]] == calls
+    assert all(len(c) <= OPENAI_TOOL_ID_MAX_LENGTH for c in calls)
+    assert len(set(calls)) == len(ids)
+    assert [c for c, i in zip(calls, ids, strict=True) if len(i) <= 40] == [
+        i for i in ids if len(i) <= 40
+    ]
+    items = to_openai_responses(messages)
+    assert [i["call_id"] for i in items if i["type"] == "function_call"] == calls
+    assert [i["call_id"] for i in items if i["type"] == "function_call_output"] == calls
+    assert to_openai_request(messages[::-1])[0]["tool_call_id"] == calls[0]  # same map either way
+
+
+def test_image_media_type_comes_from_the_bytes() -> None:
+    image = ImageBlock(media_type="image/jpeg", data=_PNG)
+    anthropic = to_anthropic(_user(image))
+    assert anthropic["content"][0]["source"]["media_type"] == "image/png"
+    chat = to_openai(_user(image))
+    assert chat[0]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+    responses = to_openai_responses([_user(image)])
+    assert responses[0]["content"][0]["image_url"].startswith("data:image/png;base64,")
+    wire = {
+        "role": "user",
+        "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": _PNG}}
+        ],
+    }
+    assert to_anthropic(from_anthropic(wire))["content"][0]["source"]["media_type"] == "image/png"
+    check_anthropic(to_anthropic(from_anthropic(wire)))
+
+
+def test_reasoning_item_always_has_its_follower() -> None:
+    reasoning = ReasoningBlock(text="s", provider="openai", signature="enc", id="rs_1")
+    reports: list[WireDowngrade] = []
+    items = to_openai_responses(
+        [_user(TextBlock("q")), _assistant(reasoning, TextBlock("  ")), _user(TextBlock("n"))],
+        on_downgrade=reports.append,
+    )
+    assert [i["type"] for i in items] == ["message", "message"]
+    assert reports == [WireDowngrade(1, "$", "dropped", "reasoning")]
+    kept = to_openai_responses([_assistant(reasoning, TextBlock("answer"))])
+    assert [i["type"] for i in kept] == ["reasoning", "message"]
+
+
+def test_refusals_become_non_empty_text_elsewhere() -> None:
+    refusal = from_openai({"role": "assistant", "content": None, "refusal": "I can't help."})
+    blank = from_openai({"role": "assistant", "content": [{"type": "refusal", "refusal": ""}]})
+    request = to_anthropic_request([_user(TextBlock("q")), refusal, _user(TextBlock("q")), blank])
+    texts = [m["content"] for m in request["messages"] if m["role"] == "assistant"]
+    assert texts == [
+        [{"type": "text", "text": "I can't help."}],
+        [{"type": "text", "text": REFUSAL_FALLBACK_TEXT}],
+    ]
+    items = to_openai_responses([refusal])
+    assert items == [{"type": "message", "role": "assistant", "content": "I can't help."}]
+    check_anthropic_request(request)
+
+
+def test_audio_only_assistant_message_is_kept_for_chat_and_reported_elsewhere() -> None:
+    audio = {"role": "assistant", "audio": {"id": "audio_abc123"}}
+    conversation = [
+        _user(TextBlock("Say hi")),
+        from_openai(audio),
+        _user(TextBlock("Again")),
+    ]
+    assert to_openai_request(conversation)[1] == audio
+    reports: list[WireDowngrade] = []
+    request = to_anthropic_request(conversation, on_downgrade=reports.append)
+    assert [m["role"] for m in request["messages"]] == ["user", "user"]
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "audio")]
+    check_anthropic_request(request)
+    responses_reports: list[WireDowngrade] = []
+    to_openai_responses(conversation, on_downgrade=responses_reports.append)
+    assert responses_reports == reports
+
+
+def test_reserved_raw_key_never_collides_with_real_input() -> None:
+    real = from_anthropic(
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"_raw": "hello"}}
+            ],
+        }
+    )
+    assert to_openai(real)[0]["tool_calls"][0]["function"]["arguments"] == '{"_raw":"hello"}'
+    assert to_openai_responses([real])[0]["arguments"] == '{"_raw":"hello"}'
+    broken = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+        ],
+    }
+    neutral = from_openai(broken)
+    assert to_openai(neutral) == [broken]  # the same provider gets its text back
+    tool_use = to_anthropic(neutral)["content"][0]
+    assert tool_use["input"] == {RAW_ARGUMENTS_KEY: "{oops"}  # another one gets an object
+
+
+def test_anthropic_server_tools_are_downgraded_to_their_text() -> None:
+    search = from_anthropic(ANTHROPIC_DOCUMENTED[5])
+    reports: list[WireDowngrade] = []
+    chat = to_openai_request([_user(TextBlock("When?")), search], on_downgrade=reports.append)
+    text = "\n".join(part["text"] for part in chat[1]["content"])
+    assert "Claude Shannon - Wikipedia (https://en.wikipedia.org/wiki/Claude_Shannon)" in text
+    assert "Claude Shannon was born on April 30, 1916" in text
+    assert [(r.kind, r.block_type) for r in reports] == [
+        ("converted", "server_tool_use"),
+        ("converted", "web_search_tool_result"),
+    ]
+    for payload in chat:
+        check_chat(payload)
+    items = to_openai_responses([_user(TextBlock("When?")), search])
+    assert all(i["role"] in ("user", "assistant") for i in items)
+    fetch = to_openai(from_anthropic(ANTHROPIC_DOCUMENTED[6]))
+    fetched = "\n".join(part["text"] for part in fetch[0]["content"])
+    assert "Fetched https://example.com/article:\nFull text" in fetched
+    assert "Code execution (return code 0)\nstdout:\n1" in fetched
