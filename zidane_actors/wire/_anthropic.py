@@ -38,6 +38,7 @@ from ._provider_data import (
     ANTHROPIC,
     apply_container_patch,
     apply_patch,
+    content_form,
     data_for,
     diff_into,
     sniff_image_media_type,
@@ -463,9 +464,9 @@ def _block_to(
     return _finish(block, _emit(block, path))
 
 
-def _form(content: list[dict[str, Any]], data: Mapping[str, Any]) -> str | list[dict[str, Any]]:
+def _form(content: list[dict[str, Any]], form: object) -> str | list[dict[str, Any]]:
     single = len(content) == 1 and content[0].keys() == {"type", "text"}
-    if data.get("form") == "string" and single and content[0]["type"] == "text":
+    if form == "string" and single and content[0]["type"] == "text":
         text: str = content[0]["text"]
         return text
     return content
@@ -490,7 +491,7 @@ def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
     converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in blocks)
     content = [b for b in converted if b is not None]
     data = data_for(msg.provider_data, ANTHROPIC)
-    out = {"role": msg.role, "content": _form(content, data)}
+    out = {"role": msg.role, "content": _form(content, content_form(msg, ANTHROPIC))}
     return apply_container_patch(out, data, ("content",))
 
 
@@ -523,7 +524,7 @@ def to_anthropic_request(
     """
     ids = anthropic_tool_id_map(messages)
     system: list[dict[str, Any]] = []
-    system_data: Mapping[str, Any] = {}
+    system_form: object = None
     leading = 0
     while leading < len(messages) and messages[leading].role == "system":
         leading += 1
@@ -539,10 +540,10 @@ def to_anthropic_request(
             system.extend(
                 [{"type": "text", "text": content}] if isinstance(content, str) else content
             )
-            system_data = data_for(message.provider_data, ANTHROPIC) if leading == 1 else {}
+            system_form = content_form(message, ANTHROPIC) if leading == 1 else None
         elif converted["content"]:
             out.append(converted)
     request: dict[str, Any] = {"messages": out}
     if system:
-        request["system"] = _form(system, system_data)
+        request["system"] = _form(system, system_form)
     return request

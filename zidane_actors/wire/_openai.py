@@ -41,9 +41,11 @@ from ._provider_data import (
     RESPONSES,
     apply_container_patch,
     apply_patch,
+    content_form,
     data_for,
     diff_into,
     sniff_image_media_type,
+    written_as_string,
 )
 from ._reasoning import reasoning_wire_action
 
@@ -287,7 +289,7 @@ def _chat_user(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, Any]]
         # reasoning never reaches a user message
     data = data_for(msg.provider_data, CHAT)
     if moved or parts or data:
-        user = {"role": "user", "content": _form(moved + parts, data.get("form"), "list")}
+        user = {"role": "user", "content": _form(moved + parts, content_form(msg, CHAT), "list")}
         out.append(apply_container_patch(user, data, ("content",)))
     return out
 
@@ -326,7 +328,7 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
     if not (parts or calls or fields or data):
         return []
     out: dict[str, Any] = {"role": "assistant"}
-    out["content"] = _form(parts, data.get("form"), "list") if parts else None
+    out["content"] = _form(parts, content_form(msg, CHAT), "list") if parts else None
     out.update(fields)
     if calls:
         out["tool_calls"] = calls
@@ -348,7 +350,7 @@ def _chat_system(
     data = data_for(msg.provider_data, CHAT)
     if not parts and not data:
         return []
-    out = {"role": system_role, "content": _form(parts, data.get("form"), "list")}
+    out = {"role": system_role, "content": _form(parts, content_form(msg, CHAT), "list")}
     return [apply_container_patch(out, data, ("content",))]
 
 
@@ -725,6 +727,9 @@ def _keeps_reasoning(block: ReasoningBlock) -> bool:
 
 def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext) -> None:
     role = msg.role
+    hint = role != "assistant" and written_as_string(msg)
+    chat_set = data_for(msg.provider_data, CHAT).get("set") or {}
+    wire_role = "developer" if chat_set.get("/role") == "developer" else role  # Chat's developer
     for i, block in enumerate(msg.content):
         path = f"$.content[{i}]"
         item_data = _item_data(block)
@@ -733,6 +738,8 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
             if "item" in data_for(getattr(block, "provider_data", None), RESPONSES)
             else None
         )
+        if hint and starts is None and isinstance(block, TextBlock):
+            starts = {"form": "string"}  # another format wrote it as a string: so does this one
         joins = bool(data_for(getattr(block, "provider_data", None), RESPONSES).get("join"))
         if isinstance(block, NativeBlock) and block.provider == RESPONSES:
             items.flush()  # a whole item (parts of a Responses payload never stand alone)
@@ -763,7 +770,7 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
                 continue
             if role == "assistant" and not joins and starts is None:
                 starts = {}  # assistant text: one item per block unless joined
-            items.part(part, role, starts, index)
+            items.part(part, wire_role, starts, index)
     items.flush()
 
 

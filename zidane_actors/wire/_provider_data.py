@@ -31,10 +31,12 @@ __all__ = [
     "RESPONSES",
     "apply_container_patch",
     "apply_patch",
+    "content_form",
     "data_for",
     "diff_into",
     "json_same",
     "sniff_image_media_type",
+    "written_as_string",
 ]
 
 ANTHROPIC = "anthropic"
@@ -47,6 +49,29 @@ def data_for(provider_data: Mapping[str, Any] | None, provider: str) -> Mapping[
     if provider_data is None or provider_data.get("provider") != provider:
         return {}
     return provider_data
+
+
+def written_as_string(message: Any) -> bool:
+    """Whether any wire format wrote ``message``'s content as a plain string.
+
+    Other formats follow that form where they have it (a single text).
+    """
+    data = message.provider_data or {}
+    if data.get("form") == "string":
+        return True
+    if len(message.content) != 1:
+        return False
+    block_data = getattr(message.content[0], "provider_data", None) or {}
+    item = block_data.get("item") if block_data.get("provider") == RESPONSES else None
+    return isinstance(item, Mapping) and item.get("form") == "string"
+
+
+def content_form(message: Any, provider: str) -> object:
+    """The content form to write ``message`` in for ``provider``: its own record, else the hint."""
+    own = data_for(message.provider_data, provider)
+    if "form" in own:
+        return own["form"]
+    return "string" if written_as_string(message) else None
 
 
 def json_same(a: object, b: object) -> bool:
