@@ -492,6 +492,10 @@ def test_documented_anthropic_request_round_trips() -> None:
         }
         messages = [stored(m) for m in from_anthropic_request(request)]
         assert to_anthropic_request(messages) == request
+    entry_first = {
+        "messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
+    }
+    assert to_anthropic_request(from_anthropic_request(entry_first)) == entry_first
 
 
 @pytest.mark.parametrize("m", CHAT_DOCUMENTED)

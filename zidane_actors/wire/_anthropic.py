@@ -217,6 +217,10 @@ def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
     and any other block become :class:`~zidane_actors.model.NativeBlock`.
     ``to_anthropic`` gives the same JSON back.
     """
+    return _from_anthropic(msg, entry=True)
+
+
+def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
     m = as_mapping(msg, "$")
     role = m.get("role")
     if role not in ("user", "assistant", "system"):
@@ -231,6 +235,8 @@ def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
     data: dict[str, Any] = {"provider": ANTHROPIC}
     if isinstance(content, str):
         data["form"] = "string"
+    if role == "system" and entry:
+        data["entry"] = True  # a system entry of the messages list: it stays there
     message = SessionMessage(role=role, content=blocks, provider_data=dict(data))
     canonical = _to_anthropic(message, CANONICAL)
     diff_into(data, canonical, m, children=("content",))
@@ -249,7 +255,7 @@ def from_anthropic_request(request: Mapping[str, Any]) -> list[SessionMessage]:
     out: list[SessionMessage] = []
     if r.get("system") is not None:
         try:
-            out.append(from_anthropic({"role": "system", "content": r["system"]}))
+            out.append(_from_anthropic({"role": "system", "content": r["system"]}, entry=False))
         except WireFormatError as exc:
             path = (exc.path or "$").replace("$.content", "$.system", 1)
             raise WireFormatError(_bare(exc), path=path) from None
@@ -526,7 +532,11 @@ def to_anthropic_request(
     system: list[dict[str, Any]] = []
     system_form: object = None
     leading = 0
-    while leading < len(messages) and messages[leading].role == "system":
+    while (
+        leading < len(messages)
+        and messages[leading].role == "system"
+        and not data_for(messages[leading].provider_data, ANTHROPIC).get("entry")
+    ):
         leading += 1
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
