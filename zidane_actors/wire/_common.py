@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import WireFormatError
+from ..model import check_json
 
 __all__ = [
     "RAW_ARGUMENTS_KEY",
@@ -94,31 +94,16 @@ def to_data_url(media_type: str, data: str) -> str:
     return f"data:{media_type};base64,{data}"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"{text} does not fit a JSON number")
-    return value
-
-
 def arguments_from_json(arguments: str) -> dict[str, Any]:
     """Tool arguments (a JSON string) as the neutral input object.
 
-    Text that is not a JSON object (invalid, empty, an array, ``NaN``…) is
-    kept as ``{"_raw": text}`` so other providers still get an object; the
-    converters keep the original text itself in ``providerData``.
+    Text that is not a JSON object (invalid, empty, an array…), or one JSON
+    cannot store exactly (``NaN``, nested past ``MAX_JSON_DEPTH``), is kept as
+    ``{"_raw": text}`` so other providers still get an object; the converters
+    keep the original text itself in ``providerData``.
     """
-    try:
-        parsed = json.loads(arguments, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return {RAW_ARGUMENTS_KEY: arguments}
-    if isinstance(parsed, dict):
-        return parsed
-    return {RAW_ARGUMENTS_KEY: arguments}
+    parsed = _exact_object(arguments)
+    return {RAW_ARGUMENTS_KEY: arguments} if parsed is None else parsed
 
 
 def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
@@ -128,6 +113,18 @@ def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
     reaches the tool as it is.
     """
     return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
+
+
+def _exact_object(text: str) -> dict[str, Any] | None:
+    """``text`` parsed, when it is a JSON object a store keeps exactly (see ``check_json``)."""
+    try:
+        parsed = json.loads(text)
+        if isinstance(parsed, dict):
+            check_json(parsed)  # as the store checks a ToolCallBlock.input
+            return parsed
+    except (ValueError, RecursionError):
+        pass
+    return None
 
 
 def reindex(exc: WireFormatError, index: int) -> WireFormatError:
