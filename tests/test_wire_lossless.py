@@ -668,3 +668,24 @@ def test_anthropic_server_tools_are_downgraded_to_their_text() -> None:
     fetched = "\n".join(part["text"] for part in fetch[0]["content"])
     assert "Fetched https://example.com/article:\nFull text" in fetched
     assert "Code execution (return code 0)\nstdout:\n1" in fetched
+
+
+# ---------------------------------------------------------------- our own outputs read back exactly
+
+any_conversation = st.one_of(
+    anthropic_message.map(lambda m: [from_anthropic(m)]),
+    chat_message.map(lambda m: [from_openai(m)]),
+    responses_items.map(from_openai_responses),
+)
+
+
+@SETTINGS
+@given(any_conversation)
+def test_outputs_read_back_exactly(messages: list[SessionMessage]) -> None:
+    """Whatever a converter sends, its own reader takes back to the same payload."""
+    request = to_anthropic_request(messages)
+    assert to_anthropic_request(from_anthropic_request(request)) == request
+    chat = to_openai_request(messages)
+    assert to_openai_request(from_openai_request(chat)) == chat
+    items = to_openai_responses(messages)
+    assert to_openai_responses(from_openai_responses(items)) == items
