@@ -689,3 +689,10 @@ def test_outputs_read_back_exactly(messages: list[SessionMessage]) -> None:
     assert to_openai_request(from_openai_request(chat)) == chat
     items = to_openai_responses(messages)
     assert to_openai_responses(from_openai_responses(items)) == items
+
+
+def test_final_assistant_prefill_has_no_trailing_whitespace() -> None:
+    prefill = [_user(TextBlock("Name a colour.")), _assistant(TextBlock("The colour is "))]
+    request = to_anthropic_request(prefill)
+    assert request["messages"][-1]["content"] == [{"type": "text", "text": "The colour is"}]
+    assert prefill[-1].content == (TextBlock("The colour is "),)  # the input is untouched

@@ -516,6 +516,25 @@ def to_anthropic(
     return _to_anthropic(msg, ConvertContext(anthropic_tool_id_map([msg]), 0, on_downgrade))
 
 
+def _strip_final_whitespace(out: list[dict[str, Any]]) -> None:
+    """Anthropic refuses a final assistant message whose text ends in whitespace (a prefill)."""
+    last = out[-1]
+    content = last["content"]
+    if isinstance(content, str):
+        last["content"] = content.rstrip()
+        if not last["content"]:
+            out.pop()
+        return
+    if content and content[-1].get("type") == "text" and isinstance(content[-1].get("text"), str):
+        stripped = content[-1]["text"].rstrip()
+        if stripped:
+            content[-1]["text"] = stripped
+        else:
+            content.pop()
+            if not content:
+                out.pop()
+
+
 def to_anthropic_request(
     messages: Sequence[SessionMessage], *, on_downgrade: DowngradeSink | None = None
 ) -> dict[str, Any]:
@@ -526,7 +545,8 @@ def to_anthropic_request(
     a ``system`` entry at its position. The others are converted with one
     tool-id map for the whole conversation; those left with no content are
     skipped (a dropped audio reference, an emptied message: no tool call is
-    ever lost, so pairing holds).
+    ever lost, so pairing holds). A final assistant message (a prefill) loses
+    the trailing whitespace of its last text, which Anthropic refuses.
     """
     ids = anthropic_tool_id_map(messages)
     system: list[dict[str, Any]] = []
@@ -553,6 +573,8 @@ def to_anthropic_request(
             system_form = content_form(message, ANTHROPIC) if leading == 1 else None
         elif converted["content"]:
             out.append(converted)
+    if out and out[-1]["role"] == "assistant":
+        _strip_final_whitespace(out)
     request: dict[str, Any] = {"messages": out}
     if system:
         request["system"] = _form(system, system_form)
