@@ -66,7 +66,7 @@ def stored(message: SessionMessage) -> SessionMessage:
 
 def _belongs(item: dict[str, Any]) -> bool:
     """Whether ``item`` can be the item a reasoning item belongs to (an output item)."""
-    kind = item.get("type", "message")
+    kind = item.get("type") or ("message" if "role" in item else "")
     if kind == "message":
         return item.get("role") == "assistant"
     return kind.endswith("_call") or kind in ("mcp_list_tools", "mcp_approval_request")

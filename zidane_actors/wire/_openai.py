@@ -717,12 +717,8 @@ def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
 def _keeps_reasoning(block: ReasoningBlock) -> bool:
     if reasoning_wire_action(block, "openai") == "keep":
         return True
-    # an item read from a Responses payload without encrypted content (stored by id)
-    return (
-        bool(block.id)
-        and block.provider == "openai"
-        and bool(data_for(block.provider_data, RESPONSES))
-    )
+    # without encrypted content, an item the API stored is referred to by its id
+    return bool(block.id) and block.provider == "openai" and block.redacted_data is None
 
 
 def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext) -> None:
