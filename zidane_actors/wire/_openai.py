@@ -714,13 +714,6 @@ def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
     return _patched(out, block, RESPONSES)
 
 
-def _keeps_reasoning(block: ReasoningBlock) -> bool:
-    if reasoning_wire_action(block, "openai") == "keep":
-        return True
-    # without encrypted content, an item the API stored is referred to by its id
-    return bool(block.id) and block.provider == "openai" and block.redacted_data is None
-
-
 def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext) -> None:
     role = msg.role
     hint = role != "assistant" and written_as_string(msg)
@@ -751,7 +744,7 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
             items.flush()
             items.add(_responses_call(block, ctx), index)
         elif isinstance(block, ReasoningBlock):
-            if role == "assistant" and _keeps_reasoning(block):
+            if role == "assistant" and reasoning_wire_action(block, "openai") == "keep":
                 items.flush()
                 items.add(_responses_reasoning(block), index)
         else:
