@@ -24,6 +24,7 @@ from zidane_actors.model import (
     ImageBlock,
     ReasoningBlock,
     SessionMessage,
+    SessionTurn,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -46,6 +47,7 @@ from zidane_actors.wire import (
     to_openai,
     to_openai_request,
     to_openai_responses,
+    to_wire_messages,
 )
 
 SETTINGS = settings(
@@ -696,3 +698,30 @@ def test_final_assistant_prefill_has_no_trailing_whitespace() -> None:
     request = to_anthropic_request(prefill)
     assert request["messages"][-1]["content"] == [{"type": "text", "text": "The colour is"}]
     assert prefill[-1].content == (TextBlock("The colour is "),)  # the input is untouched
+
+
+async def test_stored_turns_give_the_provider_its_payload_back() -> None:
+    wire = ANTHROPIC_DOCUMENTED[5]  # a web search turn: server tool blocks, citations
+    message = from_anthropic(wire)
+    turn = SessionTurn(
+        id="t1",
+        role="assistant",
+        content=message.content,
+        created_at=0,
+        provider_data=message.provider_data,
+    )
+    question = SessionTurn(id="t0", role="user", content=(TextBlock("When?"),), created_at=0)
+    plain_reply = from_anthropic({"role": "assistant", "content": "Sure."})
+    assert plain_reply.provider_data == {"provider": "anthropic", "form": "string"}
+    reply = SessionTurn(
+        id="t2",
+        role="assistant",
+        content=plain_reply.content,
+        created_at=0,
+        provider_data=plain_reply.provider_data,
+    )
+    stored_turns = decode(encode([question, turn, question, reply]), list[SessionTurn])
+    messages = await to_wire_messages(stored_turns)
+    sent = to_anthropic_request(messages)["messages"]
+    assert sent[1] == wire
+    assert sent[3] == {"role": "assistant", "content": "Sure."}
