@@ -725,3 +725,16 @@ async def test_stored_turns_give_the_provider_its_payload_back() -> None:
     sent = to_anthropic_request(messages)["messages"]
     assert sent[1] == wire
     assert sent[3] == {"role": "assistant", "content": "Sure."}
+
+
+def test_chat_file_ids_reach_responses_as_file_ids() -> None:
+    chat = {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-6F2ks"}}]}
+    items = to_openai_responses([from_openai(chat)])
+    assert items == [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_file", "file_id": "file-6F2ks"}],
+        }
+    ]
+    check_responses_item(items[0])

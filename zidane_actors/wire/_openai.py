@@ -587,6 +587,20 @@ _USER_ITEMS = frozenset(
 )
 
 
+def _chat_file_by_id(block: NativeBlock) -> dict[str, Any] | None:
+    """A Chat ``file`` part by ``file_id`` as a Responses ``input_file`` (one Files API)."""
+    file = block.data.get("file")
+    if block.provider != CHAT or block.data.get("type") != "file" or not isinstance(file, Mapping):
+        return None
+    file_id = file.get("file_id")
+    if not isinstance(file_id, str):
+        return None
+    out: dict[str, Any] = {"type": "input_file", "file_id": file_id}
+    if isinstance(file.get("filename"), str):
+        out["filename"] = file["filename"]
+    return out
+
+
 def _responses_part_to(
     block: ToolResultPart, list_assistant: bool, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
@@ -595,6 +609,10 @@ def _responses_part_to(
     if isinstance(block, NativeBlock):
         if block.provider == RESPONSES:
             return copy_json_object(block.data, f"{path}.data")
+        by_id = _chat_file_by_id(block)
+        if by_id is not None and not list_assistant:
+            ctx.report(path, "converted", "file")
+            return by_id
         return _foreign_part(block, text_type, path, ctx)
     if isinstance(block, TextBlock):
         refusal = refusal_text(block)
