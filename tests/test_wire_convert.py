@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_wire_sdk import check_anthropic, check_chat, check_responses_item
+from test_wire_sdk import check_anthropic, check_chat, check_responses_item, plain
 
 from zidane_actors.errors import WireFormatError
 from zidane_actors.model import (
     FileBlock,
     ImageBlock,
+    NativeBlock,
     ReasoningBlock,
     SessionMessage,
     TextBlock,
@@ -19,6 +20,7 @@ from zidane_actors.model import (
 )
 from zidane_actors.wire import (
     RAW_ARGUMENTS_KEY,
+    WireDowngrade,
     anthropic_tool_id_map,
     auto_detect_and_convert,
     from_anthropic,
@@ -103,7 +105,7 @@ def test_from_anthropic_tool_result_and_media() -> None:
             {"type": "text", "text": "What now?", "cache_control": {"type": "ephemeral"}},
         ],
     }
-    assert from_anthropic(msg) == user(
+    assert plain(from_anthropic(msg)) == user(
         ToolResultBlock(
             call_id="toolu_1",
             output=(TextBlock("15 degrees"), ImageBlock(media_type="image/jpeg", data="/9j/")),
@@ -118,20 +120,20 @@ def test_from_anthropic_tool_result_and_media() -> None:
 
 
 def test_from_anthropic_string_content() -> None:
-    assert from_anthropic({"role": "user", "content": "Hello"}) == user(TextBlock("Hello"))
+    assert plain(from_anthropic({"role": "user", "content": "Hello"})) == user(TextBlock("Hello"))
 
 
 @pytest.mark.parametrize(
     ("msg", "path"),
     [
         (
-            {"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]},
-            "$.content[0].source.type",
+            {"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]},
+            "$.content[0].source.media_type",
         ),
         ({"role": "user", "content": [{"type": "text"}]}, "$.content[0].text"),
         ({"role": "bot", "content": "x"}, "$.role"),
         ({"role": "user", "content": 3}, "$.content"),
-        ({"role": "user", "content": [{"type": "server_tool_use"}]}, "$.content[0].type"),
+        ({"role": "user", "content": [{"type": 3}]}, "$.content[0].type"),
         (
             {
                 "role": "assistant",
@@ -184,8 +186,13 @@ def test_to_anthropic_rejects_what_it_cannot_send() -> None:
     with pytest.raises(WireFormatError) as info:
         to_anthropic(user(ImageBlock(ref="blob:1")))
     assert info.value.path == "$.content[0].ref"
-    with pytest.raises(WireFormatError):
-        to_anthropic(SessionMessage(role="system", content=(TextBlock("s"),)))
+    reports: list[WireDowngrade] = []
+    system = SessionMessage(role="system", content=(TextBlock("s"), ImageBlock(url="u")))
+    assert to_anthropic(system, on_downgrade=reports.append) == {
+        "role": "system",
+        "content": [{"type": "text", "text": "s"}],
+    }
+    assert reports == [WireDowngrade(0, "$.content[1]", "dropped", "image")]
     with pytest.raises(WireFormatError):
         to_anthropic(user(ToolCallBlock(id="a", name="f")))
 
@@ -274,25 +281,30 @@ def test_reasoning_wire_action() -> None:
 
 
 def test_from_openai_documented_messages() -> None:
-    assert from_openai({"role": "developer", "content": "Be brief."}) == SessionMessage(
+    assert plain(from_openai({"role": "developer", "content": "Be brief."})) == SessionMessage(
         role="system", content=(TextBlock("Be brief."),)
     )
-    assert from_openai(
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": "What is in this image?"},
-                {
-                    "type": "image_url",
-                    "image_url": {"url": "https://x.test/a.jpg", "detail": "high"},
-                },
-                {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/"}},
-                {
-                    "type": "file",
-                    "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBE"},
-                },
-            ],
-        }
+    assert plain(
+        from_openai(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is in this image?"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "https://x.test/a.jpg", "detail": "high"},
+                    },
+                    {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/"}},
+                    {
+                        "type": "file",
+                        "file": {
+                            "filename": "a.pdf",
+                            "file_data": "data:application/pdf;base64,JVBE",
+                        },
+                    },
+                ],
+            }
+        )
     ) == user(
         TextBlock("What is in this image?"),
         ImageBlock(url="https://x.test/a.jpg"),
@@ -315,8 +327,14 @@ def test_from_openai_documented_messages() -> None:
     assert from_openai({"role": "tool", "tool_call_id": "call_abc", "content": "15C"}) == user(
         ToolResultBlock(call_id="call_abc", output="15C")
     )
-    assert from_openai(
-        {"role": "assistant", "refusal": None, "content": [{"type": "refusal", "refusal": "No."}]}
+    assert plain(
+        from_openai(
+            {
+                "role": "assistant",
+                "refusal": None,
+                "content": [{"type": "refusal", "refusal": "No."}],
+            }
+        )
     ) == assistant(TextBlock("No."))
 
 
@@ -337,18 +355,16 @@ def test_openai_arguments_that_are_not_objects_survive(arguments: str) -> None:
     check_anthropic(to_anthropic(neutral))  # kept as a valid input object
 
 
-def test_from_openai_rejects_audio_and_file_ids() -> None:
-    with pytest.raises(WireFormatError, match="audio") as info:
-        from_openai(
-            {
-                "role": "user",
-                "content": [{"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}}],
-            }
-        )
-    assert info.value.path == "$.content[0].type"
-    with pytest.raises(WireFormatError) as info:
-        from_openai({"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]})
-    assert info.value.path == "$.content[0].file"
+def test_from_openai_keeps_audio_and_file_ids_as_native_blocks() -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "x", "format": "wav"}}
+    by_id = {"type": "file", "file": {"file_id": "file-1"}}
+    msg = {"role": "user", "content": [audio, by_id]}
+    neutral = from_openai(msg)
+    assert neutral.content == (
+        NativeBlock(provider="openai-chat", data=audio),
+        NativeBlock(provider="openai-chat", data=by_id),
+    )
+    assert to_openai(neutral) == [msg]
     with pytest.raises(WireFormatError):
         from_openai({"role": "tool", "content": "x"})
 
@@ -386,9 +402,13 @@ def test_to_openai_request_system_role() -> None:
         "content": [{"type": "text", "text": "rules"}],
     }
     assert to_openai_request(messages, system_role="developer")[0]["role"] == "developer"
-    with pytest.raises(WireFormatError) as info:
-        to_openai_request([user(TextBlock("a")), assistant(ImageBlock(url="u"))])
-    assert info.value.path == "$[1].content[0]"
+    reports: list[WireDowngrade] = []
+    messages = [user(TextBlock("a")), assistant(ImageBlock(url="u"), TextBlock("b"))]
+    assert to_openai_request(messages, on_downgrade=reports.append)[1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "b"}],
+    }
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "image")]
 
 
 # ---------------------------------------------------------------- OpenAI Responses
@@ -420,12 +440,14 @@ def test_responses_documented_items() -> None:
             ],
         },
         {
+            "id": "msg_1",
             "type": "message",
             "role": "assistant",
+            "status": "completed",
             "content": [{"type": "output_text", "text": "Sunny.", "annotations": []}],
         },
     ]
-    assert from_openai_responses(items) == [
+    assert plain(from_openai_responses(items)) == [
         user(TextBlock("What's the weather in Paris?")),
         assistant(
             ReasoningBlock(text="Need weather.", provider="openai", signature="gAAAA", id="rs_1"),
@@ -439,19 +461,21 @@ def test_responses_documented_items() -> None:
         ),
         assistant(TextBlock("Sunny.")),
     ]
-    for item in to_openai_responses(from_openai_responses(items)):
+    assert to_openai_responses(from_openai_responses(items)) == items
+    for item in to_openai_responses(plain(from_openai_responses(items))):
         check_responses_item(item)
 
 
 def test_responses_errors_are_located() -> None:
     with pytest.raises(WireFormatError) as info:
-        from_openai_responses(
-            [{"role": "user", "content": "x"}, {"type": "item_reference", "id": "i"}]
-        )
+        from_openai_responses([{"role": "user", "content": "x"}, {"type": 5, "id": "i"}])
     assert info.value.path == "$[1].type"
-    with pytest.raises(WireFormatError) as info:
-        to_openai_responses([user(TextBlock("x")), assistant(ImageBlock(url="u"))])
-    assert info.value.path == "$[1].content[0]"
+    reports: list[WireDowngrade] = []
+    items = to_openai_responses(
+        [user(TextBlock("x")), assistant(ImageBlock(url="u"))], on_downgrade=reports.append
+    )
+    assert len(items) == 1
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "image")]
 
 
 # ---------------------------------------------------------------- auto-detect
@@ -492,7 +516,7 @@ def test_responses_errors_are_located() -> None:
     ],
 )
 def test_auto_detect(msg: dict[str, Any], expected: SessionMessage) -> None:
-    assert auto_detect_and_convert(msg) == expected
+    assert plain(auto_detect_and_convert(msg)) == expected
 
 
 def test_converters_do_not_alias_inputs() -> None:

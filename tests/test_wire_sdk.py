@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
+import msgspec
 import pydantic
 import pytest
 from anthropic.types import MessageParam, TextBlockParam
@@ -21,6 +22,7 @@ from openai.types.responses import ResponseInputItemParam
 from zidane_actors.model import (
     FileBlock,
     ImageBlock,
+    NativeBlock,
     ReasoningBlock,
     SessionMessage,
     TextBlock,
@@ -48,6 +50,8 @@ def _drain(value: Any) -> Any:
         return [_drain(v) for v in value]
     if value is None or isinstance(value, str | bytes | int | float | bool):
         return value
+    if isinstance(value, pydantic.BaseModel):  # a response model the param union also accepts
+        return _drain(value.model_dump(exclude_unset=True, by_alias=True))
     if hasattr(value, "__iter__"):  # pydantic's lazy ValidatorIterator
         return [_drain(v) for v in value]
     return value
@@ -59,8 +63,8 @@ def _check(adapter: pydantic.TypeAdapter[Any], payload: Any) -> None:
 
 
 def check_anthropic(payload: dict[str, Any]) -> None:
-    """``payload`` is exactly an ``anthropic.types.MessageParam`` (user or assistant)."""
-    assert payload["role"] in ("user", "assistant")
+    """``payload`` is exactly an ``anthropic.types.MessageParam`` (user, assistant or system)."""
+    assert payload["role"] in ("user", "assistant", "system")
     _check(_ANTHROPIC, payload)
 
 
@@ -222,3 +226,21 @@ def test_responses_payloads_validate() -> None:
     }
     for item in items:
         check_responses_item(item)
+
+
+def plain(value: Any) -> Any:
+    """``value`` (messages, blocks, lists of them) without any ``providerData``.
+
+    What a reader that ignores provider data sees: the neutral content.
+    """
+    if isinstance(value, list | tuple):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, NativeBlock):
+        return value
+    if isinstance(value, ToolResultBlock) and not isinstance(value.output, str):
+        value = msgspec.structs.replace(value, output=plain(value.output))
+    if isinstance(value, SessionMessage):
+        value = msgspec.structs.replace(value, content=plain(value.content))
+    if getattr(value, "provider_data", None) is not None:
+        value = msgspec.structs.replace(value, provider_data=None)
+    return value

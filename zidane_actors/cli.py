@@ -21,7 +21,6 @@ import trio
 
 from .errors import ValidationError, ZidaneActorsError
 from .model import (
-    ImageBlock,
     SessionContentBlock,
     SessionData,
     SessionHistory,
@@ -211,7 +210,7 @@ def _result_text(block: ToolResultBlock) -> str:
         return block.output
     parts = []
     for part in block.output:
-        kind = "image" if isinstance(part, ImageBlock) else "file"
+        kind = type(part).__name__.removesuffix("Block").lower()  # image, file, native
         parts.append(part.text if isinstance(part, TextBlock) else f"[{kind}]")
     return "\n".join(parts)
 

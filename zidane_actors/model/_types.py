@@ -20,6 +20,7 @@ __all__ = [
     "FileBlock",
     "ImageBlock",
     "JsonValue",
+    "NativeBlock",
     "PruneSteps",
     "ReasoningBlock",
     "RunErrorDetail",
@@ -106,6 +107,7 @@ class TextBlock(_Block, frozen=True, tag="text"):
     """Plain text."""
 
     text: str
+    provider_data: dict[str, JsonValue] | None = None
 
 
 class ImageBlock(_Block, frozen=True, tag="image"):
@@ -115,6 +117,7 @@ class ImageBlock(_Block, frozen=True, tag="image"):
     data: str | None = None
     url: str | None = None
     ref: str | None = None
+    provider_data: dict[str, JsonValue] | None = None
 
     def __post_init__(self) -> None:
         _one_source("image", {"data": self.data, "url": self.url, "ref": self.ref})
@@ -131,6 +134,7 @@ class FileBlock(_Block, frozen=True, tag="file"):
     text: str | None = None
     ref: str | None = None
     name: str | None = None
+    provider_data: dict[str, JsonValue] | None = None
 
     def __post_init__(self) -> None:
         _one_source(
@@ -146,9 +150,24 @@ class ToolCallBlock(_Block, frozen=True, tag="tool_call"):
     id: NonEmptyStr
     name: NonEmptyStr
     input: dict[str, JsonValue] = _required(lambda: {})
+    provider_data: dict[str, JsonValue] | None = None
 
 
-ToolResultPart: TypeAlias = TextBlock | ImageBlock | FileBlock
+class NativeBlock(_Block, frozen=True, tag="native"):
+    """A provider block with no neutral counterpart, kept verbatim for that provider.
+
+    ``provider`` names the wire format it came from (``anthropic``,
+    ``openai-chat``, ``openai-responses``) and ``data`` is the block exactly
+    as that format wrote it (an Anthropic server-tool result, a Chat
+    ``input_audio`` part, a Responses ``web_search_call`` item...). The same
+    format gets it back byte-exact; others get the documented downgrade.
+    """
+
+    provider: NonEmptyStr
+    data: dict[str, JsonValue]
+
+
+ToolResultPart: TypeAlias = TextBlock | ImageBlock | FileBlock | NativeBlock
 
 
 class ToolResultBlock(_Block, frozen=True, tag="tool_result"):
@@ -158,6 +177,7 @@ class ToolResultBlock(_Block, frozen=True, tag="tool_result"):
     output: str | tuple[ToolResultPart, ...]
     is_error: bool = False
     name: str | None = None
+    provider_data: dict[str, JsonValue] | None = None
 
 
 class ReasoningBlock(_Block, frozen=True, tag="reasoning"):
@@ -173,18 +193,31 @@ class ReasoningBlock(_Block, frozen=True, tag="reasoning"):
     signature: str | None = None
     redacted_data: str | None = None
     id: str | None = None
+    provider_data: dict[str, JsonValue] | None = None
 
 
 SessionContentBlock: TypeAlias = (
-    TextBlock | ImageBlock | FileBlock | ToolCallBlock | ToolResultBlock | ReasoningBlock
+    TextBlock
+    | ImageBlock
+    | FileBlock
+    | ToolCallBlock
+    | ToolResultBlock
+    | ReasoningBlock
+    | NativeBlock
 )
 
 
 class SessionMessage(_Value, frozen=True):
-    """A provider-neutral message: what a provider request is built from."""
+    """A provider-neutral message: what a provider request is built from.
+
+    ``providerData`` (like the blocks' own) keeps the wire details the neutral
+    fields do not carry, tagged with the wire format they belong to; see
+    docs/wire.md.
+    """
 
     role: Literal["system", "user", "assistant"]
     content: tuple[SessionContentBlock, ...]
+    provider_data: dict[str, JsonValue] | None = None
 
 
 class TurnUsage(_Value, frozen=True):
@@ -209,6 +242,7 @@ class SessionTurn(_Value, frozen=True):
     run_id: str | None = None
     usage: TurnUsage | None = None
     metadata: dict[str, JsonValue] | None = None
+    provider_data: dict[str, JsonValue] | None = None
 
 
 class SessionRunAgent(_Value, frozen=True):

@@ -9,10 +9,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from ..errors import WireFormatError
 from ..model import (
     FileBlock,
     ImageBlock,
+    NativeBlock,
     ReasoningBlock,
     SessionContentBlock,
     SessionMessage,
@@ -29,15 +32,29 @@ from ._common import (
     normalize_media_type,
     reindex,
 )
+from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
 from ._json import copy_json_object
+from ._provider_data import (
+    ANTHROPIC,
+    apply_container_patch,
+    apply_patch,
+    content_form,
+    data_for,
+    diff_into,
+    sniff_image_media_type,
+)
 from ._reasoning import reasoning_wire_action
 
 __all__ = [
     "ANTHROPIC_IMAGE_MEDIA_TYPES",
+    "REFUSAL_FALLBACK_TEXT",
     "anthropic_tool_id_map",
     "from_anthropic",
+    "from_anthropic_request",
+    "refusal_text",
     "to_anthropic",
     "to_anthropic_request",
+    "tool_ids",
 ]
 
 ANTHROPIC_IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -46,13 +63,31 @@ ANTHROPIC_IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif",
 _VALID_ID = re.compile(r"[a-zA-Z0-9_-]+")
 _INVALID_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 
-ToolResultPart = TextBlock | ImageBlock | FileBlock
+ToolResultPart = TextBlock | ImageBlock | FileBlock | NativeBlock
+
+REFUSAL_FALLBACK_TEXT = "(The model declined to answer.)"
+"""What a blank OpenAI refusal becomes for a provider without refusals."""
+
+
+def refusal_text(block: TextBlock) -> str | None:
+    """The text of an OpenAI refusal block for a provider without refusals (never blank).
+
+    ``None`` when ``block`` is not a refusal.
+    """
+    data = block.provider_data
+    if (
+        not data
+        or not str(data.get("provider", "")).startswith("openai")
+        or not data.get("refusal")
+    ):
+        return None
+    return block.text if block.text.strip() else REFUSAL_FALLBACK_TEXT
 
 
 # ---------------------------------------------------------------- wire → neutral
 
 
-def _image_from(block: Mapping[str, Any], path: str) -> ImageBlock:
+def _image_from(block: Mapping[str, Any], path: str) -> ImageBlock | None:
     source = as_mapping(block.get("source"), f"{path}.source")
     kind = get_str(source, "type", f"{path}.source")
     if kind == "base64":
@@ -61,13 +96,14 @@ def _image_from(block: Mapping[str, Any], path: str) -> ImageBlock:
         return ImageBlock(media_type=normalize_media_type(media_type), data=data)
     if kind == "url":
         return ImageBlock(url=get_str(source, "url", f"{path}.source"))
-    fail(f"unsupported image source type {kind!r}", f"{path}.source.type")
+    return None
 
 
-def _document_from(block: Mapping[str, Any], path: str) -> FileBlock:
+def _document_from(block: Mapping[str, Any], path: str) -> FileBlock | None:
     source = as_mapping(block.get("source"), f"{path}.source")
     kind = get_str(source, "type", f"{path}.source")
-    name = get_opt_str(block, "title", path)
+    title = block.get("title")
+    name = title if isinstance(title, str) and title else None
     if kind == "base64":
         media_type = get_str(source, "media_type", f"{path}.source", non_empty=True)
         data = get_str(source, "data", f"{path}.source")
@@ -76,19 +112,7 @@ def _document_from(block: Mapping[str, Any], path: str) -> FileBlock:
         return FileBlock(text=get_str(source, "data", f"{path}.source"), name=name)
     if kind == "url":
         return FileBlock(url=get_str(source, "url", f"{path}.source"), name=name)
-    fail(f"unsupported document source type {kind!r}", f"{path}.source.type")
-
-
-def _part_from(value: object, path: str) -> ToolResultPart:
-    block = as_mapping(value, path)
-    kind = get_str(block, "type", path)
-    if kind == "text":
-        return TextBlock(get_str(block, "text", path))
-    if kind == "image":
-        return _image_from(block, path)
-    if kind == "document":
-        return _document_from(block, path)
-    fail(f"unsupported tool_result content type {kind!r}", f"{path}.type")
+    return None
 
 
 def _tool_result_from(block: Mapping[str, Any], path: str) -> ToolResultBlock:
@@ -108,9 +132,7 @@ def _tool_result_from(block: Mapping[str, Any], path: str) -> ToolResultBlock:
     return ToolResultBlock(call_id=call_id, output=output, is_error=is_error)
 
 
-def _block_from(value: object, path: str) -> SessionContentBlock:
-    block = as_mapping(value, path)
-    kind = get_str(block, "type", path)
+def _neutral_from(block: Mapping[str, Any], kind: str, path: str) -> SessionContentBlock | None:
     if kind == "text":
         return TextBlock(get_str(block, "text", path))
     if kind == "image":
@@ -136,27 +158,120 @@ def _block_from(value: object, path: str) -> SessionContentBlock:
         return ReasoningBlock(
             provider="anthropic", redacted_data=get_str(block, "data", path, non_empty=True)
         )
-    fail(f"unsupported content block type {kind!r}", f"{path}.type")
+    return None
+
+
+def _with_data(
+    neutral: Any, original: Mapping[str, Any], role: str, path: str, children: Iterable[str]
+) -> Any:
+    """``neutral`` carrying what of ``original`` its canonical form does not reproduce."""
+    canonical = _block_to(neutral, role, path, CANONICAL)
+    if canonical is None:  # left out on the way back anyway (blank text, unsendable reasoning)
+        return neutral
+    data: dict[str, Any] = {"provider": ANTHROPIC}
+    diff_into(data, canonical, original, children=children, path=path)
+    if len(data) == 1:
+        return neutral
+    return msgspec.structs.replace(neutral, provider_data=data)
+
+
+def _native(block: Mapping[str, Any], path: str) -> NativeBlock:
+    return NativeBlock(provider=ANTHROPIC, data=copy_json_object(block, path))
+
+
+def _part_from(value: object, path: str) -> ToolResultPart:
+    block = as_mapping(value, path)
+    kind = get_str(block, "type", path)
+    neutral = _neutral_from(block, kind, path) if kind in ("text", "image", "document") else None
+    if neutral is None:
+        return _native(block, path)
+    assert isinstance(neutral, TextBlock | ImageBlock | FileBlock)
+    part: ToolResultPart = _safe_with_data(neutral, block, "user", path)
+    return part
+
+
+def _safe_with_data(neutral: Any, block: Mapping[str, Any], role: str, path: str) -> Any:
+    children = ("content",) if isinstance(neutral, ToolResultBlock) else ()
+    try:
+        return _with_data(neutral, block, role, path, children)
+    except WireFormatError:  # no canonical form (e.g. an unusual media type): keep it verbatim
+        return _native(block, path)
+
+
+def _block_from(value: object, role: str, path: str) -> SessionContentBlock:
+    block = as_mapping(value, path)
+    kind = get_str(block, "type", path)
+    neutral = _neutral_from(block, kind, path)
+    if neutral is None:
+        return _native(block, path)
+    return _safe_with_data(neutral, block, role, path)  # type: ignore[no-any-return]
 
 
 def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
-    """Convert an Anthropic message (string or block-array ``content``) to a neutral message.
+    """Convert an Anthropic message (``user``, ``assistant`` or ``system``) to a neutral message.
 
-    ``cache_control`` and ``citations`` are not kept; server-tool blocks raise
-    :class:`~zidane_actors.errors.WireFormatError`.
+    Every block the API defines is kept: text, images, documents, tool use
+    and results, thinking map to neutral blocks (their other fields, such as
+    ``cache_control``, ``citations``, ``title``/``context``, in
+    ``providerData``); server-tool blocks, search results, file-id sources
+    and any other block become :class:`~zidane_actors.model.NativeBlock`.
+    ``to_anthropic`` gives the same JSON back.
     """
+    return _from_anthropic(msg, entry=True)
+
+
+def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
     m = as_mapping(msg, "$")
     role = m.get("role")
     if role not in ("user", "assistant", "system"):
         fail(f"unsupported role {role!r}", "$.role")
     content = m.get("content")
+    blocks: tuple[SessionContentBlock, ...]
     if isinstance(content, str):
-        return SessionMessage(role=role, content=(TextBlock(content),))
-    blocks = as_list(content, "$.content")
-    return SessionMessage(
-        role=role,
-        content=tuple(_block_from(b, f"$.content[{i}]") for i, b in enumerate(blocks)),
-    )
+        blocks = (TextBlock(content),)
+    else:
+        listed = as_list(content, "$.content")
+        blocks = tuple(_block_from(b, role, f"$.content[{i}]") for i, b in enumerate(listed))
+    data: dict[str, Any] = {"provider": ANTHROPIC}
+    if isinstance(content, str):
+        data["form"] = "string"
+    if role == "system" and entry:
+        data["entry"] = True  # a system entry of the messages list: it stays there
+    message = SessionMessage(role=role, content=blocks, provider_data=dict(data))
+    canonical = _to_anthropic(message, CANONICAL)
+    diff_into(data, canonical, m, children=("content",))
+    message = msgspec.structs.replace(message, provider_data=data if len(data) > 1 else None)
+    return message
+
+
+def from_anthropic_request(request: Mapping[str, Any]) -> list[SessionMessage]:
+    """The conversation of a ``messages.create`` request (its ``system`` and ``messages``).
+
+    A top-level ``system`` (string or block list) becomes a leading system
+    message; other request options are not part of the conversation and are
+    ignored. ``to_anthropic_request`` gives ``system`` and ``messages`` back.
+    """
+    r = as_mapping(request, "$")
+    out: list[SessionMessage] = []
+    if r.get("system") is not None:
+        try:
+            out.append(_from_anthropic({"role": "system", "content": r["system"]}, entry=False))
+        except WireFormatError as exc:
+            path = (exc.path or "$").replace("$.content", "$.system", 1)
+            raise WireFormatError(_bare(exc), path=path) from None
+    for index, value in enumerate(as_list(r.get("messages"), "$.messages")):
+        try:
+            out.append(from_anthropic(value))
+        except WireFormatError as exc:
+            path = exc.path or "$"
+            raise WireFormatError(_bare(exc), path=f"$.messages[{index}]{path[1:]}") from None
+    return out
+
+
+def _bare(exc: WireFormatError) -> str:
+    text = str(exc)
+    suffix = f" (at {exc.path})"
+    return text[: -len(suffix)] if exc.path and text.endswith(suffix) else text
 
 
 # ---------------------------------------------------------------- neutral → wire
@@ -170,7 +285,7 @@ def _candidate(call_id: str, widen: int) -> str:
     return f"{stem}_{digest}_{widen}"
 
 
-def _tool_ids(messages: Iterable[SessionMessage]) -> list[str]:
+def tool_ids(messages: Iterable[SessionMessage]) -> list[str]:
     ids: dict[str, None] = {}
     for message in messages:
         for block in message.content:
@@ -188,7 +303,7 @@ def anthropic_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     original id (sanitized stem + sha256 prefix, so it is deterministic) and
     widened until it collides with no other id of ``messages``.
     """
-    ids = _tool_ids(messages)
+    ids = tool_ids(messages)
     taken = {i for i in ids if _VALID_ID.fullmatch(i)}
     mapping: dict[str, str] = {}
     for call_id in sorted(i for i in ids if i not in taken):
@@ -202,21 +317,18 @@ def anthropic_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     return mapping
 
 
-def _image_to(block: ImageBlock, path: str) -> dict[str, Any]:
+def _emit_image(block: ImageBlock, path: str) -> dict[str, Any]:
     if block.url is not None:
         return {"type": "image", "source": {"type": "url", "url": block.url}}
     if block.data is None:
         fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
-    media_type = normalize_media_type(block.media_type or "")
-    if media_type not in ANTHROPIC_IMAGE_MEDIA_TYPES:
-        fail(f"Anthropic does not accept image media type {media_type!r}", f"{path}.mediaType")
     return {
         "type": "image",
-        "source": {"type": "base64", "media_type": media_type, "data": block.data},
+        "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
     }
 
 
-def _document_to(block: FileBlock, path: str) -> dict[str, Any]:
+def _emit_document(block: FileBlock, path: str) -> dict[str, Any]:
     source: dict[str, Any]
     if block.url is not None:
         source = {"type": "url", "url": block.url}
@@ -242,28 +354,101 @@ def _document_to(block: FileBlock, path: str) -> dict[str, Any]:
     return out
 
 
-def _part_to(part: ToolResultPart, path: str) -> dict[str, Any] | None:
+def _emit_part(part: ToolResultPart, path: str) -> dict[str, Any]:
     if isinstance(part, TextBlock):
-        return {"type": "text", "text": part.text} if part.text.strip() else None
+        return {"type": "text", "text": part.text}
     if isinstance(part, ImageBlock):
-        return _image_to(part, path)
-    return _document_to(part, path)
+        return _emit_image(part, path)
+    if isinstance(part, FileBlock):
+        return _emit_document(part, path)
+    return copy_json_object(part.data, f"{path}.data")
+
+
+def _emit(block: SessionContentBlock, path: str = "$") -> dict[str, Any]:
+    """The canonical Anthropic JSON of ``block`` (no provider data, no checks, ids as they are)."""
+    if isinstance(block, TextBlock | ImageBlock | FileBlock | NativeBlock):
+        return _emit_part(block, path)
+    if isinstance(block, ToolCallBlock):
+        tool_input = copy_json_object(block.input, f"{path}.input")
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
+    if isinstance(block, ToolResultBlock):
+        content: str | list[dict[str, Any]]
+        if isinstance(block.output, str):
+            content = block.output
+        else:
+            content = [
+                _finish(p, _emit_part(p, f"{path}.output[{i}]")) for i, p in enumerate(block.output)
+            ]
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": block.call_id,
+            "content": content,
+        }
+        if block.is_error:
+            out["is_error"] = True
+        return out
+    if block.redacted_data:
+        return {"type": "redacted_thinking", "data": block.redacted_data}
+    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+
+
+def _finish(block: SessionContentBlock, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with ``block``'s Anthropic provider data applied, then the validity fixes."""
+    if isinstance(block, NativeBlock):
+        return out
+    data = data_for(block.provider_data, ANTHROPIC)
+    if data:
+        apply_patch(out, data)
+    source = out.get("source")
+    if out.get("type") == "image" and isinstance(source, dict) and source.get("type") == "base64":
+        data_text = source.get("data")
+        declared = normalize_media_type(str(source.get("media_type") or ""))
+        sniffed = sniff_image_media_type(data_text) if isinstance(data_text, str) else None
+        source["media_type"] = sniffed or declared
+    return out
+
+
+def _foreign(block: NativeBlock, path: str, ctx: ConvertContext) -> dict[str, Any] | None:
+    text = foreign_text(block, path, ctx)
+    return None if text is None else {"type": "text", "text": text}
+
+
+def _part_to(part: ToolResultPart, path: str, ctx: ConvertContext) -> dict[str, Any] | None:
+    if isinstance(part, NativeBlock):
+        if part.provider == ANTHROPIC:
+            return copy_json_object(part.data, f"{path}.data")
+        return _foreign(part, path, ctx)
+    if isinstance(part, TextBlock):
+        refusal = refusal_text(part)
+        if refusal is not None:
+            return {"type": "text", "text": refusal}
+        if not part.text.strip():
+            return None
+    out = _finish(part, _emit_part(part, path))
+    _check_media(out, path)
+    return out
+
+
+def _check_media(out: Mapping[str, Any], path: str) -> None:
+    source = out.get("source")
+    if not (out.get("type") == "image" and isinstance(source, Mapping)):
+        return
+    media_type = source.get("media_type")
+    if source.get("type") == "base64" and media_type not in ANTHROPIC_IMAGE_MEDIA_TYPES:
+        fail(f"Anthropic does not accept image media type {media_type!r}", f"{path}.mediaType")
 
 
 def _block_to(
-    block: SessionContentBlock, role: str, ids: Mapping[str, str], path: str
+    block: SessionContentBlock, role: str, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
-    if isinstance(block, TextBlock | ImageBlock | FileBlock):
-        return _part_to(block, path)
+    if isinstance(block, TextBlock | ImageBlock | FileBlock | NativeBlock):
+        return _part_to(block, path, ctx)
     if isinstance(block, ToolCallBlock):
         if role != "assistant":
             fail("tool_call blocks belong in assistant messages", path)
-        return {
-            "type": "tool_use",
-            "id": ids.get(block.id, block.id),
-            "name": block.name,
-            "input": copy_json_object(block.input, f"{path}.input"),
-        }
+        out = _finish(block, _emit(block, path))
+        out["id"] = ctx.ids.get(block.id, block.id)
+        return out
     if isinstance(block, ToolResultBlock):
         if role != "user":
             fail("tool_result blocks belong in user messages", path)
@@ -271,66 +456,126 @@ def _block_to(
         if isinstance(block.output, str):
             content = block.output
         else:
-            converted = (_part_to(p, f"{path}.output[{i}]") for i, p in enumerate(block.output))
+            converted = (
+                _part_to(p, f"{path}.output[{i}]", ctx) for i, p in enumerate(block.output)
+            )
             content = [p for p in converted if p is not None]
-        out: dict[str, Any] = {
-            "type": "tool_result",
-            "tool_use_id": ids.get(block.call_id, block.call_id),
-            "content": content,
-        }
-        if block.is_error:
-            out["is_error"] = True
+        out = _emit(msgspec.structs.replace(block, output=""), path)
+        out["content"] = content
+        out = _finish(block, out)
+        out["tool_use_id"] = ctx.ids.get(block.call_id, block.call_id)
         return out
     if reasoning_wire_action(block, "anthropic") == "drop":
         return None
-    if block.redacted_data:
-        return {"type": "redacted_thinking", "data": block.redacted_data}
-    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    return _finish(block, _emit(block, path))
 
 
-def _to_anthropic(msg: SessionMessage, ids: Mapping[str, str]) -> dict[str, Any]:
-    if msg.role == "system":
-        fail("system messages go to the request's top-level system (to_anthropic_request)", "$")
-    converted = (_block_to(b, msg.role, ids, f"$.content[{i}]") for i, b in enumerate(msg.content))
-    return {"role": msg.role, "content": [b for b in converted if b is not None]}
+def _form(content: list[dict[str, Any]], form: object) -> str | list[dict[str, Any]]:
+    single = len(content) == 1 and content[0].keys() == {"type", "text"}
+    if form == "string" and single and content[0]["type"] == "text":
+        text: str = content[0]["text"]
+        return text
+    return content
 
 
-def to_anthropic(msg: SessionMessage) -> dict[str, Any]:
-    """Convert a user or assistant message to an Anthropic message (``MessageParam``).
+def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
+    blocks = list(enumerate(msg.content))
+    if msg.role == "system":  # system content is text: other media are dropped, reported
+        for j, block in blocks:
+            if isinstance(block, ImageBlock | FileBlock):
+                ctx.report(f"$.content[{j}]", "dropped", str(block.__struct_config__.tag))
+            elif isinstance(block, NativeBlock) and block.provider == ANTHROPIC:
+                ctx.report(f"$.content[{j}]", "dropped", native_type(block))
+            elif not isinstance(block, TextBlock | NativeBlock):
+                fail("system messages may hold text only", f"$.content[{j}]")
+        blocks = [
+            (j, b)
+            for j, b in blocks
+            if not isinstance(b, ImageBlock | FileBlock)
+            and not (isinstance(b, NativeBlock) and b.provider == ANTHROPIC)
+        ]
+    converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in blocks)
+    content = [b for b in converted if b is not None]
+    data = data_for(msg.provider_data, ANTHROPIC)
+    out = {"role": msg.role, "content": _form(content, content_form(msg, ANTHROPIC))}
+    return apply_container_patch(out, data, ("content",))
 
-    Empty or whitespace-only text is left out, foreign reasoning is dropped
-    (:func:`reasoning_wire_action`), tool ids Anthropic would reject are
-    remapped (:func:`anthropic_tool_id_map`, consistent for both sides of a
-    pair), ``image/jpg`` becomes ``image/jpeg``.
+
+def to_anthropic(
+    msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None
+) -> dict[str, Any]:
+    """Convert a neutral message to an Anthropic message (``MessageParam``).
+
+    Anthropic ``providerData`` and native blocks come back exactly; another
+    provider's native blocks become their text or are dropped, each reported
+    to ``on_downgrade``; empty or whitespace-only text is left out, foreign
+    reasoning is dropped (:func:`reasoning_wire_action`), tool ids Anthropic
+    would reject are remapped (:func:`anthropic_tool_id_map`), an image's
+    media type is taken from its bytes when they disagree.
     """
-    return _to_anthropic(msg, anthropic_tool_id_map([msg]))
+    return _to_anthropic(msg, ConvertContext(anthropic_tool_id_map([msg]), 0, on_downgrade))
 
 
-def to_anthropic_request(messages: Sequence[SessionMessage]) -> dict[str, Any]:
-    """``{"system": [...], "messages": [...]}`` for ``messages.create``.
+def _strip_final_whitespace(out: list[dict[str, Any]]) -> None:
+    """Anthropic refuses a final assistant message whose text ends in whitespace (a prefill)."""
+    last = out[-1]
+    content = last["content"]
+    if isinstance(content, str):
+        last["content"] = content.rstrip()
+        if not last["content"]:
+            out.pop()
+        return
+    if content and content[-1].get("type") == "text" and isinstance(content[-1].get("text"), str):
+        stripped = content[-1]["text"].rstrip()
+        if stripped:
+            content[-1]["text"] = stripped
+        else:
+            content.pop()
+            if not content:
+                out.pop()
 
-    System messages' text goes to the top-level ``system`` (left out when
-    there is none); the other messages are converted with one tool-id map
-    for the whole conversation, and those left with no content are skipped.
+
+def to_anthropic_request(
+    messages: Sequence[SessionMessage], *, on_downgrade: DowngradeSink | None = None
+) -> dict[str, Any]:
+    """``{"system"?, "messages"}`` for ``messages.create``.
+
+    Leading system messages form the top-level ``system`` (a string again
+    when it came as one; left out when empty); a later system message stays
+    a ``system`` entry at its position. The others are converted with one
+    tool-id map for the whole conversation; those left with no content are
+    skipped (a dropped audio reference, an emptied message: no tool call is
+    ever lost, so pairing holds). A final assistant message (a prefill) loses
+    the trailing whitespace of its last text, which Anthropic refuses.
     """
     ids = anthropic_tool_id_map(messages)
     system: list[dict[str, Any]] = []
+    system_form: object = None
+    leading = 0
+    while (
+        leading < len(messages)
+        and messages[leading].role == "system"
+        and not data_for(messages[leading].provider_data, ANTHROPIC).get("entry")
+    ):
+        leading += 1
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        if message.role == "system":
-            for j, block in enumerate(message.content):
-                if not isinstance(block, TextBlock):
-                    fail("system messages may hold text only", f"$[{index}].content[{j}]")
-                if block.text.strip():
-                    system.append({"type": "text", "text": block.text})
-            continue
+        ctx = ConvertContext(ids, index, on_downgrade)
         try:
-            converted = _to_anthropic(message, ids)
+            converted = _to_anthropic(message, ctx)
         except WireFormatError as exc:
             raise reindex(exc, index) from None
-        if converted["content"]:
+        if index < leading:
+            content = converted["content"]
+            system.extend(
+                [{"type": "text", "text": content}] if isinstance(content, str) else content
+            )
+            system_form = content_form(message, ANTHROPIC) if leading == 1 else None
+        elif converted["content"]:
             out.append(converted)
+    if out and out[-1]["role"] == "assistant":
+        _strip_final_whitespace(out)
     request: dict[str, Any] = {"messages": out}
     if system:
-        request["system"] = system
+        request["system"] = _form(system, system_form)
     return request

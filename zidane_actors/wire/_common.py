@@ -98,23 +98,21 @@ def arguments_from_json(arguments: str) -> dict[str, Any]:
     """Tool arguments (a JSON string) as the neutral input object.
 
     Text that is not a JSON object (invalid, empty, an array…), or one JSON
-    cannot store exactly (``NaN``, nested past ``MAX_JSON_DEPTH``), is kept
-    verbatim as ``{"_raw": text}`` so it survives the trip back.
+    cannot store exactly (``NaN``, nested past ``MAX_JSON_DEPTH``), is kept as
+    ``{"_raw": text}`` so other providers still get an object; the converters
+    keep the original text itself in ``providerData``.
     """
     parsed = _exact_object(arguments)
     return {RAW_ARGUMENTS_KEY: arguments} if parsed is None else parsed
 
 
 def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
-    """The neutral input object as tool arguments text (inverse of :func:`arguments_from_json`)."""
-    raw = tool_input.get(RAW_ARGUMENTS_KEY)
-    if len(tool_input) == 1 and isinstance(raw, str) and _is_raw(raw):
-        return raw
+    """The neutral input object as compact JSON arguments text.
+
+    Always the object itself, so an input that really has a ``_raw`` key
+    reaches the tool as it is.
+    """
     return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
-
-
-def _is_raw(text: str) -> bool:
-    return _exact_object(text) is None
 
 
 def _exact_object(text: str) -> dict[str, Any] | None:

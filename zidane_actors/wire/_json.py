@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from ._common import fail
 
-__all__ = ["copy_json_object"]
+__all__ = ["copy_json_object", "copy_json_value"]
 
 
 def _copy(value: object, path: str, depth: int) -> Any:
     if depth > 256:
         fail("JSON nesting is too deep", path)
+    if isinstance(value, float) and not math.isfinite(value):
+        fail(f"not a JSON number: {value!r}", path)
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):
@@ -33,3 +36,8 @@ def copy_json_object(value: object, path: str) -> dict[str, Any]:
         fail(f"expected an object, got {type(value).__name__}", path)
     copied: dict[str, Any] = _copy(value, path, 0)
     return copied
+
+
+def copy_json_value(value: object, path: str) -> Any:
+    """A deep copy of the JSON value ``value``, or a located error if it is not one."""
+    return _copy(value, path, 0)

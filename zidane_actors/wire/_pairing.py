@@ -197,7 +197,7 @@ def ensure_tool_result_pairing(
         if not changed:
             out.append(message)
         elif body:
-            out.append(SessionMessage(role=message.role, content=tuple(body)))
+            out.append(msgspec.structs.replace(message, content=tuple(body)))
         if i in inserted:
             out.append(SessionMessage(role="user", content=tuple(inserted[i])))
 

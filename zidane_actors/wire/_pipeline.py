@@ -72,13 +72,13 @@ async def _resolve_block(
         return await _resolve(block, resolve, path)
     if isinstance(block, ToolResultBlock) and not isinstance(block.output, str):
         parts = [
-            p if isinstance(p, TextBlock) else await _resolve(p, resolve, f"{path}.output[{k}]")
+            await _resolve(p, resolve, f"{path}.output[{k}]")
+            if isinstance(p, ImageBlock | FileBlock)
+            else p
             for k, p in enumerate(block.output)
         ]
         if any(new is not old for new, old in zip(parts, block.output, strict=True)):
-            return ToolResultBlock(
-                call_id=block.call_id, output=tuple(parts), is_error=block.is_error, name=block.name
-            )
+            return msgspec.structs.replace(block, output=tuple(parts))
     return block
 
 
@@ -114,7 +114,9 @@ async def to_wire_messages(
                 for j, b in enumerate(turn.content)
             ]
         )
-        messages.append(SessionMessage(role=turn.role, content=content))
+        messages.append(
+            SessionMessage(role=turn.role, content=content, provider_data=turn.provider_data)
+        )
     report: Callable[[PairingRepair], None] | None = None
     if on_repair is not None:
         sink = on_repair

@@ -24,15 +24,16 @@ def reasoning_wire_action(block: ReasoningBlock, provider: str) -> Literal["keep
     Reasoning is only ever replayed to the provider that produced it, and
     only with the opaque payload that provider needs to accept it:
     Anthropic needs a thinking ``signature`` or ``redactedData``; OpenAI
-    (Responses API) needs the item ``id`` and its ``encrypted_content``
-    (kept in ``signature``). Anything else is dropped, never turned into
-    text the model would read as its own words.
+    (Responses API) needs the item ``id`` (with its ``encrypted_content``,
+    kept in ``signature``, or without it for an item the API stored).
+    Anything else is dropped, never turned into text the model would read
+    as its own words.
     """
     family = provider_family(provider)
     if block.provider is None or provider_family(block.provider) != family:
         return "drop"
     if family == "anthropic" and (block.signature or block.redacted_data):
         return "keep"
-    if family == "openai" and block.signature and block.id:
+    if family == "openai" and block.id:
         return "keep"
     return "drop"
