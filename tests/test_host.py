@@ -77,14 +77,19 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
     async with open_session_host(store, max_live_sessions=3) as host:
         sessions = [await host.create_session(id=f"s{i}") for i in range(10)]
         for s in sessions:
-            await s.append_turns([text_turn(f"{s.id}-1")])
+            await s.append_turns([text_turn(f"{s.id}-1")])  # straight to the store actor
+        assert host.statistics().live_actors == 0
+        for s in sessions:
+            await s.set_meta("k", s.id)  # starts an actor
         stats = host.statistics()
         assert stats.live_actors == 3
         assert stats.evictions == 7
         assert stats.known_sessions == 10
         first = sessions[0]
         assert [t.id for t in first.turns] == ["s0-1"]  # reads work while evicted
-        await first.append_turns([text_turn("s0-2")])  # revives the actor
+        assert first._actor is None  # an evicted session keeps no actor
+        await first.set_meta("k", 2)  # revives the actor
+        await first.append_turns([text_turn("s0-2")])
         assert host.statistics().started == 11
         assert host.statistics().live_actors == 3
         assert (await host.load_session("s0")) is first
@@ -131,7 +136,7 @@ async def test_crash_is_isolated_surfaced_and_fails_pending_callers() -> None:
         await good.append_turns([text_turn("still-fine")])
         assert [sid for sid, _ in crashes] == ["bad"]
         stats = host.statistics()
-        assert stats.crashes == 1 and stats.live_actors == 1
+        assert stats.crashes == 1 and stats.live_actors == 0  # good only appended: no actor
         assert [t.id for t in bad.turns] == ["before"]  # reads still answer
         fresh = await host.load_session("bad")  # a crashed session is reloaded from the store
         assert fresh is not None and fresh is not bad

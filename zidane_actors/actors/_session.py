@@ -17,9 +17,10 @@ from typing import Any, Final, Protocol, TypeVar, cast
 
 import attrs
 import msgspec
+import outcome
 import trio
 
-from ..errors import ActorClosed, ConflictError, NoStoreError, ValidationError
+from ..errors import ActorClosed, ActorCrashed, ConflictError, NoStoreError, ValidationError
 from ..model import (
     ID_MAX_LENGTH,
     AppendTurnsOptions,
@@ -47,7 +48,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
-from ..stores._protocol import FullSessionStore, SessionStore, store_capabilities
+from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
 from ..wire import (
     PairingDrop,
     PairingRepair,
@@ -57,6 +58,7 @@ from ..wire import (
     to_wire_messages,
 )
 from ._actor import Actor, Command, Reply
+from ._store_actor import StoreActor
 
 __all__ = [
     "Clock",
@@ -225,6 +227,14 @@ class _Runner(Protocol):
 
     def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]: ...
 
+    def direct_store(self, session: Session) -> StoreActor | None:
+        """The store actor a lone append may go to directly (see ``Session.append_turns``)."""
+        ...
+
+    def crashed(self, session: Session, exc: BaseException) -> None:
+        """Report a fatal error met on the direct path."""
+        ...
+
 
 # -- commands -------------------------------------------------------------------------------
 
@@ -350,12 +360,36 @@ class _Heal(_SessionCommand[bool]):
 # -- the handle -----------------------------------------------------------------------------
 
 
+_NO_LISTENERS: Final[tuple[Any, ...]] = ()
+
+
 class Session:
     """A live session: snapshot reads, mutations through the session's actor.
 
     Get one from :meth:`SessionHost.create_session` / :meth:`SessionHost.load_session`
     (or the standalone :func:`create_session` / :func:`load_session`).
     """
+
+    # A host keeps every session some handle refers to: slots, shared empty
+    # containers and no actor while idle keep that small (docs/benchmarks.md).
+    __slots__ = (
+        "__weakref__",
+        "_actor",
+        "_bulk",
+        "_caps",
+        "_changed",
+        "_crash",
+        "_data",
+        "_inflight",
+        "_last_active",
+        "_meta_listeners",
+        "_now",
+        "_queued",
+        "_runner",
+        "_saved_listeners",
+        "_settled",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -365,19 +399,27 @@ class Session:
         runner: _Runner,
         clock: Clock = _wall_clock,
         bulk: bool = False,
+        caps: frozenset[str] | None = None,
     ) -> None:
         self._data = data
         self._store = store
-        self._caps = store_capabilities(store) if store is not None else frozenset()
+        if caps is None:
+            caps = store_capabilities(store) if store is not None else frozenset()
+        self._caps = caps
         self._runner = runner
         self._now = clock
-        self._changed: set[str] = set()
+        self._changed: frozenset[str] = frozenset()
         self._bulk = bulk
-        self._meta_listeners: list[tuple[object, MetaListener]] = []
-        self._saved_listeners: list[tuple[object, SavedListener]] = []
+        self._meta_listeners: tuple[tuple[object, MetaListener], ...] = _NO_LISTENERS
+        self._saved_listeners: tuple[tuple[object, SavedListener], ...] = _NO_LISTENERS
         self._actor: Actor[_SessionCommand[Any]] | None = None
         self._crash: BaseException | None = None
         self._last_active = trio.current_time() if _in_trio() else 0.0
+        # Commands sent to the actor and not yet answered, appends sent straight to
+        # the store actor and not yet answered, and who waits for the latter to drain.
+        self._queued = 0
+        self._inflight = 0
+        self._settled: trio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<Session {self.id!r} turns={len(self.turns)} status={self.status!r}>"
@@ -448,18 +490,22 @@ class Session:
     def on_meta(self, listener: MetaListener) -> Callable[[], None]:
         """Call ``listener(key, value)`` after each ``set_meta``, in subscription order."""
         token = object()
-        self._meta_listeners.append((token, listener))
-        return lambda: self._unsubscribe(self._meta_listeners, token)
+        self._meta_listeners = (*self._meta_listeners, (token, listener))
+
+        def unsubscribe() -> None:
+            self._meta_listeners = tuple(e for e in self._meta_listeners if e[0] is not token)
+
+        return unsubscribe
 
     def on_saved(self, listener: SavedListener) -> Callable[[], None]:
         """Await ``listener()`` after each successful ``save()``, in subscription order."""
         token = object()
-        self._saved_listeners.append((token, listener))
-        return lambda: self._unsubscribe(self._saved_listeners, token)
+        self._saved_listeners = (*self._saved_listeners, (token, listener))
 
-    @staticmethod
-    def _unsubscribe(listeners: list[tuple[object, Any]], token: object) -> None:
-        listeners[:] = [entry for entry in listeners if entry[0] is not token]
+        def unsubscribe() -> None:
+            self._saved_listeners = tuple(e for e in self._saved_listeners if e[0] is not token)
+
+        return unsubscribe
 
     # -- mailbox plumbing ----------------------------------------------------
 
@@ -474,6 +520,12 @@ class Session:
 
         async def handle(command: _SessionCommand[Any]) -> Any:
             self._last_active = trio.current_time()
+            while self._inflight:  # direct appends sent before this command go first
+                if self._settled is None:
+                    self._settled = trio.Event()
+                await self._settled.wait()
+            if self._crash is not None:  # a direct append just crashed the session
+                raise self._crashed_error()
             return await command.apply(self)
 
         def crashed(exc: BaseException) -> None:
@@ -485,12 +537,24 @@ class Session:
             if on_idle is not None:
                 on_idle(self)
 
-        self._actor = Actor(handle, mailbox_size=mailbox_size, on_crash=crashed, on_idle=idle)
-        return self._actor
+        def stopped() -> None:
+            # A stopped actor is dropped, so an evicted session keeps no actor.
+            if self._actor is actor:
+                self._actor = None
+
+        actor: Actor[_SessionCommand[Any]] = Actor(
+            handle, mailbox_size=mailbox_size, on_crash=crashed, on_idle=idle, on_stop=stopped
+        )
+        self._actor = actor
+        return actor
 
     def _live_actor(self) -> Actor[_SessionCommand[Any]] | None:
         actor = self._actor
         return actor if actor is not None and actor.state == "running" else None
+
+    def _idle(self) -> bool:
+        """Nothing queued, in hand or in flight (exact, unlike the actor's own view)."""
+        return not self._queued and not self._inflight
 
     def _check_alive(self) -> None:
         if self._crash is not None:
@@ -498,15 +562,83 @@ class Session:
             err.__cause__ = self._crash
             raise err
 
+    def _answered(self, result: Any) -> Any:
+        self._queued -= 1
+        return result
+
     async def _call(self, command: _SessionCommand[T]) -> T:
         self._check_alive()
         self._last_active = trio.current_time()
-        return await self._runner.actor_for(self).call(command)
+        actor = self._runner.actor_for(self)
+        command.reply._on_resolve = self._answered
+        self._queued += 1
+        try:
+            await actor.send(command)
+        except BaseException:
+            self._queued -= 1  # not accepted
+            raise
+        return await command.reply.wait_shielded()
 
     def _submit(self, command: _SessionCommand[T]) -> Reply[T]:
         self._check_alive()
         self._last_active = trio.current_time()
-        return self._runner.actor_for(self).submit(command)
+        actor = self._runner.actor_for(self)
+        command.reply._on_resolve = self._answered
+        reply = actor.submit(command)
+        self._queued += 1
+        return reply
+
+    # -- the direct append path ----------------------------------------------
+    #
+    # An append to a session with nothing queued in its actor goes straight to
+    # the store actor, and the store actor's verdict applies it to memory (in
+    # ``_appended``, synchronously, before the caller runs again): one mailbox
+    # and one task switch fewer per append, and no actor started. Order holds:
+    # direct appends are applied in the store actor's mailbox order, an append
+    # only goes direct when no command is queued in the session's actor, and
+    # the actor lets in-flight direct appends finish before applying anything.
+
+    def _crashed_error(self) -> ActorCrashed:
+        err = ActorCrashed(f"session {self.id!r} crashed: {self._crash!r}")
+        err.__cause__ = self._crash
+        return err
+
+    def _direct_store(self) -> StoreActor | None:
+        if self._queued or self._crash is not None:
+            return None
+        return self._runner.direct_store(self)
+
+    def _append_reply(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> Reply[None]:
+        def appended(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
+            self._inflight -= 1
+            if type(result) is outcome.Value:
+                self._apply_append(turns, options)
+            elif (
+                type(result) is outcome.Error
+                and not isinstance(result.error, Exception)
+                and self._crash is None
+            ):
+                # What would crash the actor crashes the session on this path too.
+                fatal = result.error
+                self._crash = fatal
+                actor = self._actor
+                if actor is not None:
+                    actor.close(cause=fatal)
+                self._runner.crashed(self, fatal)
+                result = outcome.Error(self._crashed_error())
+            if not self._inflight and self._settled is not None:
+                self._settled.set()
+                self._settled = None
+            return result
+
+        return Reply(appended)
+
+    def _append_write(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> StoreWrite:
+        return StoreWrite("append_turns", (self.id, turns, options))
 
     # -- mutations -----------------------------------------------------------
 
@@ -514,13 +646,33 @@ class Session:
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> None:
         """Append turns in memory and through ``store.append_turns`` (store first)."""
-        await self._call(_AppendTurns(_checked_turns(turns, "turns"), options))
+        checked = _checked_turns(turns, "turns")
+        store = self._direct_store()
+        if store is None:
+            return await self._call(_AppendTurns(checked, options))
+        self._last_active = trio.current_time()
+        reply = self._append_reply(checked, options)
+        self._inflight += 1
+        try:
+            await store._send(self._append_write(checked, options), reply)
+        except BaseException:
+            self._inflight -= 1  # not accepted
+            raise
+        return await reply.wait_shielded()
 
     def append_turns_nowait(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> Reply[None]:
         """Enqueue :meth:`append_turns`; raises ``trio.WouldBlock`` when the mailbox is full."""
-        return self._submit(_AppendTurns(_checked_turns(turns, "turns"), options))
+        checked = _checked_turns(turns, "turns")
+        store = self._direct_store()
+        if store is None:
+            return self._submit(_AppendTurns(checked, options))
+        self._last_active = trio.current_time()
+        reply = self._append_reply(checked, options)
+        store._submit(self._append_write(checked, options), reply)
+        self._inflight += 1
+        return reply
 
     async def save(self) -> None:
         """Persist the session, then await the ``on_saved`` listeners in order.
@@ -536,7 +688,7 @@ class Session:
         await self._run_saved_listeners()
 
     async def _run_saved_listeners(self) -> None:
-        for _, listener in list(self._saved_listeners):
+        for _, listener in self._saved_listeners:
             result = listener()
             if result is not None:
                 await result
@@ -765,16 +917,22 @@ class Session:
     async def _do_append_turns(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> None:
+        if self._store is not None:
+            await self._store.append_turns(self._data.id, turns, options)
+        self._apply_append(turns, options)
+
+    def _apply_append(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> None:
         data = self._data
         runs = data.runs
         if options is not None and options.run is not None:
             runs = upsert_runs(runs, (options.run,))
-        new = msgspec.structs.replace(
-            data, turns=data.turns + turns, runs=runs, updated_at=self._now()
+        self._commit(
+            msgspec.structs.replace(
+                data, turns=data.turns + turns, runs=runs, updated_at=self._now()
+            )
         )
-        if self._store is not None:
-            await self._store.append_turns(data.id, turns, options)
-        self._commit(new)
 
     async def _do_save(self) -> None:
         assert self._store is not None
@@ -785,7 +943,7 @@ class Session:
         else:
             await self._store.save(data)
             self._bulk = False
-        self._changed.clear()
+        self._changed = frozenset()
 
     async def _do_save_meta_keys(self, keys: tuple[str, ...]) -> bool:
         """Answer whether this was a full save (so ``on_saved`` listeners run)."""
@@ -793,7 +951,7 @@ class Session:
             await self._do_save()
             return True
         await self._full().save_meta(self._data, SaveMetaOptions(meta_keys=keys))
-        self._changed.difference_update(keys)
+        self._changed = self._changed.difference(keys)
         return False
 
     def _do_set_meta(self, key: str, update: Callable[[Any], Any], touch: bool) -> None:
@@ -806,8 +964,9 @@ class Session:
             metadata[key] = value
         updated_at = self._now() if touch else data.updated_at
         self._commit(msgspec.structs.replace(data, metadata=metadata, updated_at=updated_at))
-        self._changed.add(key)
-        for _, listener in list(self._meta_listeners):
+        if key not in self._changed:
+            self._changed = self._changed | {key}
+        for _, listener in self._meta_listeners:
             listener(key, value)
 
     async def _write_run(self, run: SessionRun, options: UpdateRunOptions | None = None) -> None:
@@ -1044,6 +1203,13 @@ class _StandaloneRunner:
             actor = session._new_actor(mailbox_size=self.mailbox_size, on_idle=_close_actor)
             trio.lowlevel.spawn_system_task(_run_after, previous, actor)
         return actor
+
+    def direct_store(self, session: Session) -> StoreActor | None:
+        # Standalone sessions write through their actor (their store is no store actor).
+        return None
+
+    def crashed(self, session: Session, exc: BaseException) -> None:
+        pass
 
 
 async def create_session(
