@@ -80,7 +80,10 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
             await s.append_turns([text_turn(f"{s.id}-1")])  # straight to the store actor
         assert host.statistics().live_actors == 0
         for s in sessions:
-            await s.set_meta("k", s.id)  # starts an actor
+            await s.set_meta("k", s.id)  # memory only, applied at once: no actor either
+        assert host.statistics().live_actors == 0
+        for s in sessions:
+            await s.update_status("completed")  # a store write other than an append: an actor
         stats = host.statistics()
         assert stats.live_actors == 3
         assert stats.evictions == 7
@@ -88,7 +91,7 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
         first = sessions[0]
         assert [t.id for t in first.turns] == ["s0-1"]  # reads work while evicted
         assert first._actor is None  # an evicted session keeps no actor
-        await first.set_meta("k", 2)  # revives the actor
+        await first.update_status("idle")  # revives the actor
         await first.append_turns([text_turn("s0-2")])
         assert host.statistics().started == 11
         assert host.statistics().live_actors == 3
@@ -100,13 +103,13 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
 async def test_idle_actors_are_evicted_after_idle_seconds() -> None:
     async with open_session_host(create_memory_store(), idle_seconds=0.05) as host:
         session = await host.create_session()
-        await session.set_meta("k", 1)
+        await session.update_status("completed")
         assert host.statistics().live_actors == 1
         await trio.sleep(0.2)
         assert host.statistics().live_actors == 0
         assert host.statistics().evictions == 1
-        await session.set_meta("k", 2)
-        assert session.metadata["k"] == 2 and host.statistics().live_actors == 1
+        await session.update_status("idle")
+        assert session.status == "idle" and host.statistics().live_actors == 1
 
 
 async def test_crash_is_isolated_surfaced_and_fails_pending_callers() -> None:
@@ -190,14 +193,14 @@ async def test_statistics_include_the_store_actor() -> None:
 async def test_eviction_never_fails_a_command_already_handed_to_the_actor() -> None:
     async with open_session_host(create_memory_store(), max_live_sessions=1) as host:
         a = await host.create_session(id="a")
-        await a.set_meta("k", 0)  # a's actor now waits in receive(), idle
+        await a.update_status("completed")  # a's actor now waits in receive(), idle
         b = await host.create_session(id="b")
         handed = a.set_meta_nowait("k", 1)  # goes straight to a's waiting receive
-        await b.set_meta("k", 2)  # evicts a: the least recently used, looking idle
-        assert host.statistics().evictions == 1
+        await b.update_status("completed")  # a is least recently used, but not idle
         await handed.wait()  # applied, not failed with ActorClosed
-        await a.set_meta("k", 3)  # a revived actor, started after the evicted one stopped
-        assert a.metadata["k"] == 3 and b.metadata["k"] == 2
+        assert host.statistics().evictions == 1  # a was trimmed once it idled
+        await a.update_status("idle")  # a revived actor, started after the evicted one stopped
+        assert a.metadata["k"] == 1 and a.status == "idle" and b.status == "completed"
 
 
 async def test_concurrent_sessions_share_group_commits() -> None:

@@ -200,6 +200,10 @@ class SessionHost:
         if self._closed:
             raise ActorClosed("the session host is closed")
 
+    def check_open(self) -> None:
+        """Raise ``ActorClosed`` once the host is closed."""
+        self._check_open()
+
     def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]:
         """The session's running actor, started (or revived) when it has none."""
         self._check_open()

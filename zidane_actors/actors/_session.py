@@ -235,6 +235,10 @@ class _Runner(Protocol):
         """Report a fatal error met on the direct path."""
         ...
 
+    def check_open(self) -> None:
+        """Raise ``ActorClosed`` once the runner accepts no more mutations."""
+        ...
+
 
 # -- commands -------------------------------------------------------------------------------
 
@@ -271,22 +275,33 @@ class _SaveMetaKeys(_SessionCommand[bool]):
 
 
 @attrs.frozen(eq=False)
-class _SetMeta(_SessionCommand[None]):
+class _MemoryCommand(_SessionCommand[None]):
+    """A memory-only mutation: applied without awaiting, so it may run inline (``_apply``)."""
+
+    async def apply(self, session: Session) -> None:
+        self.apply_now(session)
+
+    @abc.abstractmethod
+    def apply_now(self, session: Session) -> None: ...
+
+
+@attrs.frozen(eq=False)
+class _SetMeta(_MemoryCommand):
     key: str
     value: Any
     touch: bool
 
-    async def apply(self, session: Session) -> None:
+    def apply_now(self, session: Session) -> None:
         session._do_set_meta(self.key, lambda _: self.value, self.touch)
 
 
 @attrs.frozen(eq=False)
-class _UpdateMeta(_SessionCommand[None]):
+class _UpdateMeta(_MemoryCommand):
     key: str
     update: Callable[[Any], Any]
     touch: bool
 
-    async def apply(self, session: Session) -> None:
+    def apply_now(self, session: Session) -> None:
         session._do_set_meta(self.key, self.update, self.touch)
 
 
@@ -330,13 +345,13 @@ class _UpdateStatus(_SessionCommand[None]):
 
 
 @attrs.frozen(eq=False)
-class _Replace(_SessionCommand[None]):
+class _Replace(_MemoryCommand):
     """``set_turns`` / ``set_runs`` / ``set_agent_id``: memory only."""
 
     changes: Mapping[str, Any]
     arm_bulk: bool
 
-    async def apply(self, session: Session) -> None:
+    def apply_now(self, session: Session) -> None:
         session._commit(msgspec.structs.replace(session._data, **self.changes))
         session._bulk = session._bulk or self.arm_bulk
 
@@ -408,7 +423,7 @@ class Session:
         self._caps = caps
         self._runner = runner
         self._now = clock
-        self._changed: frozenset[str] = frozenset()
+        self._changed: tuple[str, ...] = ()
         self._bulk = bulk
         self._meta_listeners: tuple[tuple[object, MetaListener], ...] = _NO_LISTENERS
         self._saved_listeners: tuple[tuple[object, SavedListener], ...] = _NO_LISTENERS
@@ -588,6 +603,26 @@ class Session:
         self._queued += 1
         return reply
 
+    async def _apply(self, command: _MemoryCommand) -> None:
+        """A memory-only command, applied by the caller when the session is idle.
+
+        With nothing queued, in hand or in flight, the actor would apply it at
+        once, and applying it here without a schedule point in between is the
+        same: nothing can interleave. Cancellation keeps the actor's rule (a
+        cancel before it is applied means not applied; after, it is deferred to
+        the caller's next checkpoint). Otherwise it queues like any command.
+        """
+        self._check_alive()
+        if self._queued or self._inflight:
+            return await self._call(command)
+        self._runner.check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()  # does not yield when not cancelled
+        self._last_active = trio.current_time()
+        try:
+            command.apply_now(self)
+        finally:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
     # -- the direct append path ----------------------------------------------
     #
     # An append to a session with nothing queued in its actor goes straight to
@@ -714,7 +749,7 @@ class Session:
         the write, in the actor; one that raises fails this call (the write stands)
         and skips the later listeners.
         """
-        await self._call(
+        await self._apply(
             _SetMeta(_checked_key(key), _json_copy(value, f"metadata[{key!r}]"), touch)
         )
 
@@ -728,7 +763,7 @@ class Session:
         self, key: str, update: Callable[[Any], Any], *, touch: bool = True
     ) -> None:
         """Read-modify-write one metadata key inside the actor (``update(current)`` → new)."""
-        await self._call(_UpdateMeta(_checked_key(key), update, touch))
+        await self._apply(_UpdateMeta(_checked_key(key), update, touch))
 
     async def start_run(
         self,
@@ -823,7 +858,7 @@ class Session:
 
     async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
         """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._call(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
+        await self._apply(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
 
     def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
         """Enqueue :meth:`set_turns` without waiting."""
@@ -831,7 +866,7 @@ class Session:
 
     async def set_runs(self, runs: Iterable[SessionRun]) -> None:
         """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._call(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
+        await self._apply(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
 
     def set_runs_nowait(self, runs: Iterable[SessionRun]) -> Reply[None]:
         """Enqueue :meth:`set_runs` without waiting."""
@@ -839,7 +874,7 @@ class Session:
 
     async def set_agent_id(self, agent_id: str) -> None:
         """Re-label the agent profile in memory (persisted by the next save)."""
-        await self._call(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
+        await self._apply(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
 
     def set_agent_id_nowait(self, agent_id: str) -> Reply[None]:
         """Enqueue :meth:`set_agent_id` without waiting."""
@@ -943,7 +978,7 @@ class Session:
         else:
             await self._store.save(data)
             self._bulk = False
-        self._changed = frozenset()
+        self._changed = ()
 
     async def _do_save_meta_keys(self, keys: tuple[str, ...]) -> bool:
         """Answer whether this was a full save (so ``on_saved`` listeners run)."""
@@ -951,7 +986,7 @@ class Session:
             await self._do_save()
             return True
         await self._full().save_meta(self._data, SaveMetaOptions(meta_keys=keys))
-        self._changed = self._changed.difference(keys)
+        self._changed = tuple(k for k in self._changed if k not in keys)
         return False
 
     def _do_set_meta(self, key: str, update: Callable[[Any], Any], touch: bool) -> None:
@@ -965,7 +1000,7 @@ class Session:
         updated_at = self._now() if touch else data.updated_at
         self._commit(msgspec.structs.replace(data, metadata=metadata, updated_at=updated_at))
         if key not in self._changed:
-            self._changed = self._changed | {key}
+            self._changed = (*self._changed, key)
         for _, listener in self._meta_listeners:
             listener(key, value)
 
@@ -1209,6 +1244,9 @@ class _StandaloneRunner:
         return None
 
     def crashed(self, session: Session, exc: BaseException) -> None:
+        pass
+
+    def check_open(self) -> None:
         pass
 
 
