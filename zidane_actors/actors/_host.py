@@ -215,7 +215,8 @@ class SessionHost:
             )
             self._nursery.start_soon(_run_after, previous, actor)
             self._started += 1
-            self._sessions[session.id] = session
+            if self._sessions.get(session.id) is not session:
+                self._sessions[session.id] = session
         self._live[session.id] = session
         self._live.move_to_end(session.id)
         if len(self._live) > self._max_live:
