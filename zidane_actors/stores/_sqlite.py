@@ -55,6 +55,8 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_json,
+    check_model,
     current_run_owner,
     decode,
     decoder,
@@ -63,6 +65,7 @@ from ..model import (
     merge_artifact,
     merge_session_metadata,
     new_id,
+    normalize_artifact,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -79,7 +82,12 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._sqlite_schema import migrate
-from ._validate import checked_int
+from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
+    checked_int,
+)
 
 __all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
 
@@ -116,7 +124,6 @@ def _now() -> int:
 
 
 _TURN: Final = decoder(SessionTurn)
-_METADATA: Final = decoder(dict[str, Any])
 # The connection's page cache (KiB, negative): loads of long sessions re-read
 # their pages from it rather than through the OS (SQLite's default is 2 MiB).
 _CACHE_KIB: Final = 65_536
@@ -136,40 +143,37 @@ class SQLiteStoreStatistics:
     tasks_waiting: int
 
 
-def _decode_row(raw: bytes, type_: type[T], table: str, session_id: str, where: str) -> T:
+def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, where: str) -> T:
     try:
         value: T = (_TURN if type_ is SessionTurn else decoder(cast(Hashable, type_))).decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(
-            f"table {table}: row of session {session_id!r} at {where} does not decode: {exc}"
+            f"table {table}: row of session {session_id!r} at {where} does not decode: {reason}"
         ) from None
     return value
 
 
 def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[SessionTurn, ...]:
-    """Decode turn bodies straight from the rows (no joined copy); name a bad row's seq."""
+    """Decode turn bodies straight from the rows (no joined copy); name a bad row's seq.
+
+    Each body is decoded as its own document, so a row holding two
+    (``{...},{...}``) is refused rather than read as two turns.
+    """
     decode_turn = _TURN.decode
     try:
         return tuple([decode_turn(body) for _, body in rows])
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        for seq, body in rows:
-            _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}")
-        raise CorruptDataError(
-            f"table turns: rows of session {session_id!r} do not decode"
-        ) from None
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    return tuple(
+        _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}") for seq, body in rows
+    )
 
 
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
     if raw == "{}":
         return {}
-    try:
-        value: dict[str, Any] = _METADATA.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise CorruptDataError(
-            f"table sessions: row of session {session_id!r} at column metadata"
-            f" does not decode: {exc}"
-        ) from None
-    return value
+    return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
 
 
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
@@ -179,18 +183,21 @@ def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+    if not isinstance(metadata, Mapping):
         raise ValidationError("session metadata must be a mapping with string keys")
+    kept = {k: v for k, v in metadata.items() if v is not UNSET}
+    check_json(kept, what="session metadata", path="$.metadata")
     try:
-        return encode({k: v for k, v in metadata.items() if v is not UNSET}).decode()
+        return encode(kept).decode()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
 
 
-def _valid_body(value: object, type_: type[T], what: str) -> bytes:
+def _valid_body(value: object, type_: type[T], what: str, path: str = "$") -> bytes:
     """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
     if type(value) is not type_ and not isinstance(value, type_):
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    check_model(value, what=what, path=path)
     try:
         body = encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -210,8 +217,13 @@ def _valid_header(data: object) -> SessionData:
     return data
 
 
-def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
-    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
+def _turn_rows_of(
+    turns: object, start: int, where: str = "$"
+) -> builtins.list[tuple[int, str, str, bytes]]:
+    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``.
+
+    ``where`` locates ``turns`` in the caller's argument (``$.turns`` in a save).
+    """
     # Lists and tuples first: the Sequence ABC check is slow on this hot path.
     if not isinstance(turns, (list, tuple)) and (
         isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
@@ -221,7 +233,7 @@ def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, st
         )
     rows = []
     for i, turn in enumerate(turns):
-        body = _valid_body(turn, SessionTurn, f"turn {i}")
+        body = _valid_body(turn, SessionTurn, f"turn {i}", f"{where}[{i}]")
         validate_id(turn.id, what=f"turn id at $[{i}]")
         rows.append((start + i, turn.id, turn.role, body))
     return rows
@@ -298,6 +310,8 @@ class SQLiteStore:
             return _Busy(str(exc))
         if code in _CORRUPT_CODES:
             return CorruptDataError(f"SQLite database {self._path} is corrupt: {exc}")
+        if "malformed JSON" in str(exc):  # a JSON function met a stored value it cannot read
+            return CorruptDataError(f"SQLite database {self._path} holds bad JSON: {exc}")
         return StoreError(f"SQLite database {self._path}: {exc}")
 
     async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
@@ -457,7 +471,7 @@ class SQLiteStore:
 
     def _op_save(self, conn: _Conn, data: SessionData) -> None:
         data = _valid_header(data)
-        rows = _turn_rows_of(data.turns, 0)
+        rows = _turn_rows_of(data.turns, 0, "$.turns")
         self._write_header(conn, data, data.metadata)
         conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
         self._append_rows(conn, data.id, rows)
@@ -822,7 +836,7 @@ class SQLiteStore:
                     f"got {type(result).__name__}"
                 )
             if result.turns is not turns:
-                new_rows = _turn_rows_of(result.turns, 0)
+                new_rows = _turn_rows_of(result.turns, 0, "$.turns")
                 bodies = [r[3] for r in new_rows]
                 keep = 0
                 for (_, old), new in zip(rows, bodies, strict=False):
@@ -877,8 +891,11 @@ class SQLiteStore:
 
     def _op_upsert_artifact(self, conn: _Conn, artifact: SessionArtifact) -> SessionArtifact | None:
         body = _valid_body(artifact, SessionArtifact, "artifact")
-        sid = _session_id(artifact.session_id)
-        validate_id(artifact.id, what="artifact id")
+        normalized = normalize_artifact(artifact)
+        if normalized is not artifact:
+            artifact, body = normalized, encode(normalized)
+        check_artifact_ids(artifact)
+        sid = artifact.session_id
         if self._header(conn, sid) is None:
             return None
         row = conn.execute(
@@ -914,6 +931,7 @@ class SQLiteStore:
 
     def _op_delete_artifact(self, conn: _Conn, session_id: str, artifact_id: str) -> None:
         _session_id(session_id)
+        validate_id(artifact_id, what="artifact id")
         if conn.execute(
             "DELETE FROM artifacts WHERE session_id = ? AND id = ?", (session_id, artifact_id)
         ).rowcount:
@@ -929,6 +947,7 @@ class SQLiteStore:
         """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
         if filter is not None:
             _valid_body(filter, ArtifactFilter, "artifact filter")
+        check_artifact_filter_ids(filter)
 
         def op(conn: _Conn) -> builtins.list[SessionArtifact]:
             if filter is not None and filter.session_id is not None:
@@ -993,6 +1012,7 @@ class SQLiteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         _session_id(session_id)
+        validate_id(request_id, what="send request id")
 
         def op(conn: _Conn) -> SendRequestRecord | None:
             row = conn.execute(
@@ -1009,6 +1029,7 @@ class SQLiteStore:
     ) -> None:
         _session_id(session_id)
         validate_id(request_id, what="send request id")
+        check_json(result, what="send result")
         try:
             encoded = encode(result)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -1116,8 +1137,7 @@ class SQLiteStore:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` of its schedule."""
 
         body = _valid_body(fire, ScheduleFire, "schedule fire")
-        validate_id(fire.schedule_id, what="schedule id")
-        validate_id(fire.id, what="fire id")
+        check_fire_ids(fire)
 
         def op(conn: _Conn) -> None:
             if not conn.execute(
