@@ -68,7 +68,7 @@ async def caller(
                 await session.save()
 
 
-@settings(max_examples=40)
+@settings(max_examples=100)
 @given(
     plan_list=plans,
     mailbox_size=st.integers(1, 3),

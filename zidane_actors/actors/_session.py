@@ -662,7 +662,6 @@ class Session:
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> Reply[None]:
         def appended(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
-            self._inflight -= 1
             if type(result) is outcome.Value:
                 self._apply_append(turns, options)
             elif (
@@ -678,12 +677,17 @@ class Session:
                     actor.close(cause=fatal)
                 self._runner.crashed(self, fatal)
                 result = outcome.Error(self._crashed_error())
-            if not self._inflight and self._settled is not None:
-                self._settled.set()
-                self._settled = None
+            self._landed()
             return result
 
         return Reply(appended)
+
+    def _landed(self) -> None:
+        """One direct append answered (or never accepted): wake the actor at the last one."""
+        self._inflight -= 1
+        if not self._inflight and self._settled is not None:
+            self._settled.set()
+            self._settled = None
 
     def _append_write(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
@@ -707,7 +711,7 @@ class Session:
         try:
             await store._send(self._append_write(checked, options), reply)
         except BaseException:
-            self._inflight -= 1  # not accepted
+            self._landed()  # not accepted: it will never be answered
             raise
         return await reply.wait_shielded()
 
