@@ -77,14 +77,22 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
     async with open_session_host(store, max_live_sessions=3) as host:
         sessions = [await host.create_session(id=f"s{i}") for i in range(10)]
         for s in sessions:
-            await s.append_turns([text_turn(f"{s.id}-1")])
+            await s.append_turns([text_turn(f"{s.id}-1")])  # straight to the store actor
+        assert host.statistics().live_actors == 0
+        for s in sessions:
+            await s.set_meta("k", s.id)  # memory only, applied at once: no actor either
+        assert host.statistics().live_actors == 0
+        for s in sessions:
+            await s.update_status("completed")  # a store write other than an append: an actor
         stats = host.statistics()
         assert stats.live_actors == 3
         assert stats.evictions == 7
         assert stats.known_sessions == 10
         first = sessions[0]
         assert [t.id for t in first.turns] == ["s0-1"]  # reads work while evicted
-        await first.append_turns([text_turn("s0-2")])  # revives the actor
+        assert first._actor is None  # an evicted session keeps no actor
+        await first.update_status("idle")  # revives the actor
+        await first.append_turns([text_turn("s0-2")])
         assert host.statistics().started == 11
         assert host.statistics().live_actors == 3
         assert (await host.load_session("s0")) is first
@@ -95,13 +103,13 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
 async def test_idle_actors_are_evicted_after_idle_seconds() -> None:
     async with open_session_host(create_memory_store(), idle_seconds=0.05) as host:
         session = await host.create_session()
-        await session.set_meta("k", 1)
+        await session.update_status("completed")
         assert host.statistics().live_actors == 1
         await trio.sleep(0.2)
         assert host.statistics().live_actors == 0
         assert host.statistics().evictions == 1
-        await session.set_meta("k", 2)
-        assert session.metadata["k"] == 2 and host.statistics().live_actors == 1
+        await session.update_status("idle")
+        assert session.status == "idle" and host.statistics().live_actors == 1
 
 
 async def test_crash_is_isolated_surfaced_and_fails_pending_callers() -> None:
@@ -131,7 +139,7 @@ async def test_crash_is_isolated_surfaced_and_fails_pending_callers() -> None:
         await good.append_turns([text_turn("still-fine")])
         assert [sid for sid, _ in crashes] == ["bad"]
         stats = host.statistics()
-        assert stats.crashes == 1 and stats.live_actors == 1
+        assert stats.crashes == 1 and stats.live_actors == 0  # good only appended: no actor
         assert [t.id for t in bad.turns] == ["before"]  # reads still answer
         fresh = await host.load_session("bad")  # a crashed session is reloaded from the store
         assert fresh is not None and fresh is not bad
@@ -185,14 +193,14 @@ async def test_statistics_include_the_store_actor() -> None:
 async def test_eviction_never_fails_a_command_already_handed_to_the_actor() -> None:
     async with open_session_host(create_memory_store(), max_live_sessions=1) as host:
         a = await host.create_session(id="a")
-        await a.set_meta("k", 0)  # a's actor now waits in receive(), idle
+        await a.update_status("completed")  # a's actor now waits in receive(), idle
         b = await host.create_session(id="b")
         handed = a.set_meta_nowait("k", 1)  # goes straight to a's waiting receive
-        await b.set_meta("k", 2)  # evicts a: the least recently used, looking idle
-        assert host.statistics().evictions == 1
+        await b.update_status("completed")  # a is least recently used, but not idle
         await handed.wait()  # applied, not failed with ActorClosed
-        await a.set_meta("k", 3)  # a revived actor, started after the evicted one stopped
-        assert a.metadata["k"] == 3 and b.metadata["k"] == 2
+        assert host.statistics().evictions == 1  # a was trimmed once it idled
+        await a.update_status("idle")  # a revived actor, started after the evicted one stopped
+        assert a.metadata["k"] == 1 and a.status == "idle" and b.status == "completed"
 
 
 async def test_concurrent_sessions_share_group_commits() -> None:

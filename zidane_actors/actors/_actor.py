@@ -58,16 +58,23 @@ class Reply(Generic[T]):
     without a cancel scope (a cancel during the wait is deferred, not lost).
     """
 
-    __slots__ = ("_outcome", "_waiters")
+    __slots__ = ("_on_resolve", "_outcome", "_waiters")
 
-    def __init__(self) -> None:
+    def __init__(
+        self, on_resolve: Callable[[outcome.Outcome[T]], outcome.Outcome[T]] | None = None
+    ) -> None:
         self._outcome: outcome.Outcome[T] | None = None
         self._waiters: list[trio.lowlevel.Task] = []
+        # Run synchronously by whoever resolves, before any waiter can run: it may
+        # apply the verdict's effect (and answer a replacement verdict). Must not raise.
+        self._on_resolve = on_resolve
 
     def resolve(self, result: outcome.Outcome[T]) -> bool:
         """Set the verdict; ``False`` (and no effect) when it was already set."""
         if self._outcome is not None:
             return False
+        if self._on_resolve is not None:
+            result = self._on_resolve(result)
         self._outcome = result
         waiters, self._waiters = self._waiters, []
         for task in waiters:
@@ -182,6 +189,7 @@ class Actor(Generic[C]):
         self._send, self._receive = trio.open_memory_channel[C](mailbox_size)
         self._state: ActorState = "running"
         self._crash: BaseException | None = None
+        self._close_cause: BaseException | None = None
         self._busy = False
         self._processed = 0
         self._failed = 0
@@ -222,11 +230,19 @@ class Actor(Generic[C]):
         Cancelled while sending: the command was not accepted. Once accepted the
         wait is shielded, so the verdict (result or error) always comes back.
         """
+        await self.send(command)
+        return await command.reply.wait_shielded()
+
+    async def send(self, command: Command[T]) -> Reply[T]:
+        """Enqueue ``command``, waiting for room in the mailbox; answer its reply.
+
+        Cancelled (or raising) here means the command was not accepted.
+        """
         if self._state != "running":
             raise self._closed_error()
         # A cancel point first (raising here means not accepted); then enqueue,
-        # blocking only when the mailbox is full. The parked wait that follows
-        # is the schedule point, so a call with room in the mailbox yields once.
+        # blocking only when the mailbox is full. The caller's parked wait that
+        # follows is the schedule point, so a call with room yields once.
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
             try:
@@ -235,7 +251,7 @@ class Actor(Generic[C]):
                 await self._send.send(command)  # type: ignore[arg-type]
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self._closed_error() from None
-        return await command.reply.wait_shielded()
+        return command.reply
 
     def submit(self, command: Command[T]) -> Reply[T]:
         """Enqueue without waiting; await the returned reply later.
@@ -251,13 +267,17 @@ class Actor(Generic[C]):
             raise self._closed_error() from None
         return command.reply
 
-    def close(self) -> None:
+    def close(self, cause: BaseException | None = None) -> None:
         """Stop accepting; the command in hand finishes, queued ones fail with ``ActorClosed``.
 
+        With a ``cause`` (something outside the actor was fatal to what it serves),
+        queued ones fail with ``ActorCrashed`` caused by it instead, and the actor
+        ends ``crashed`` (without calling ``on_crash``: whoever closes reports it).
         Idempotent. A never-started actor fails its queue right away.
         """
         if self._state == "running":
             self._state = "closing"
+            self._close_cause = cause
         self._send.close()
         if not self._started:
             self._stop(None)
@@ -291,17 +311,18 @@ class Actor(Generic[C]):
         """Fail everything queued and close the mailbox; no checkpoint in between."""
         if self._state in ("closed", "crashed"):
             return
-        if crash is not None:
-            self._crash = crash
+        cause = crash if crash is not None else self._close_cause
+        if cause is not None:
+            self._crash = cause
         while True:
             try:
                 command = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-            self._resolve(command, outcome.Error(self._verdict_error(crash)))
+            self._resolve(command, outcome.Error(self._verdict_error(cause)))
         self._receive.close()
         self._send.close()
-        self._state = "crashed" if crash is not None else "closed"
+        self._state = "crashed" if cause is not None else "closed"
         self._stopped.set()
         if self._on_stop is not None:
             self._on_stop()

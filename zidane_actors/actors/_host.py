@@ -21,7 +21,7 @@ import trio
 
 from ..errors import ActorClosed, ConflictError
 from ..model import JsonValue
-from ..stores._protocol import SessionStore
+from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor
 from ._session import (
@@ -81,6 +81,7 @@ class SessionHost:
         clock: Clock,
     ) -> None:
         self._store = store
+        self._caps = store_capabilities(store)
         self._nursery = nursery
         self._max_live = max_live_sessions
         self._idle_seconds = idle_seconds
@@ -138,7 +139,7 @@ class SessionHost:
         )
         if data.id in self._sessions:
             raise ConflictError(f"session {data.id!r} is already open in this host")
-        session = Session(data, store=self._store, runner=self, clock=self._clock)
+        session = Session(data, store=self._store, runner=self, clock=self._clock, caps=self._caps)
         self._sessions[data.id] = session
         return session
 
@@ -182,7 +183,14 @@ class SessionHost:
             if loaded is None:
                 return None
             data, bulk = loaded
-            session = Session(data, store=self._store, runner=self, clock=self._clock, bulk=bulk)
+            session = Session(
+                data,
+                store=self._store,
+                runner=self,
+                clock=self._clock,
+                bulk=bulk,
+                caps=self._caps,
+            )
             self._sessions[session_id] = session
             pending.session = session
             return session
@@ -196,6 +204,10 @@ class SessionHost:
         if self._closed:
             raise ActorClosed("the session host is closed")
 
+    def check_open(self) -> None:
+        """Raise ``ActorClosed`` once the host is closed."""
+        self._check_open()
+
     def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]:
         """The session's running actor, started (or revived) when it has none."""
         self._check_open()
@@ -203,16 +215,22 @@ class SessionHost:
         if actor is None:
             previous = session._actor
             actor = session._new_actor(
-                mailbox_size=self._mailbox_size, on_crash=self._crashed, on_idle=self._went_idle
+                mailbox_size=self._mailbox_size, on_crash=self.crashed, on_idle=self._went_idle
             )
             self._nursery.start_soon(_run_after, previous, actor)
             self._started += 1
-            self._sessions[session.id] = session
+            if self._sessions.get(session.id) is not session:
+                self._sessions[session.id] = session
         self._live[session.id] = session
         self._live.move_to_end(session.id)
         if len(self._live) > self._max_live:
             self._evict_lru(keep=session)
         return actor
+
+    def direct_store(self, session: Session) -> StoreActor:
+        """The store actor, for appends that skip an idle session's actor."""
+        self._check_open()
+        return self._store
 
     def _went_idle(self, session: Session) -> None:
         # Busy actors cannot be evicted when a new one starts; trim once they idle.
@@ -227,16 +245,20 @@ class SessionHost:
             self._evictions += 1
 
     def _evict_lru(self, *, keep: Session | None) -> None:
+        # Oldest first; busy actors are skipped (they are trimmed once they idle),
+        # so a touch past the cap costs O(1) while the oldest actors are idle.
         excess = len(self._live) - self._max_live
-        for candidate in list(self._live.values()):
-            if excess <= 0:
+        victims: list[Session] = []
+        for candidate in self._live.values():
+            if len(victims) >= excess:
                 break
-            actor = candidate._live_actor()
-            if candidate is not keep and (actor is None or actor.idle()):
-                self._evict(candidate)
-                excess -= 1
+            if candidate is not keep and candidate._idle():
+                victims.append(candidate)
+        for victim in victims:
+            self._evict(victim)
 
-    def _crashed(self, session: Session, exc: BaseException) -> None:
+    def crashed(self, session: Session, exc: BaseException) -> None:
+        """Count a crashed session, forget it, and call the ``on_crash`` hook."""
         self._crashes += 1
         self._live.pop(session.id, None)
         if self._sessions.get(session.id) is session:
@@ -253,9 +275,7 @@ class SessionHost:
             await trio.sleep(interval)
             now = trio.current_time()
             for session in list(self._live.values()):
-                actor = session._live_actor()
-                idle_for = now - session._last_active
-                if actor is None or (actor.idle() and idle_for >= self._idle_seconds):
+                if session._idle() and now - session._last_active >= self._idle_seconds:
                     self._evict(session)
 
     def _close(self) -> None:
@@ -276,7 +296,7 @@ async def open_session_host(
     on_crash: CrashHook | None = None,
     mailbox_size: int = 64,
     store_mailbox_size: int = 1024,
-    max_batch: int = 64,
+    max_batch: int | None = None,
     clock: Clock | None = None,
 ) -> AsyncIterator[SessionHost]:
     """Run a :class:`SessionHost` over ``store`` for the ``async with`` body.

@@ -17,9 +17,10 @@ from typing import Any, Final, Protocol, TypeVar, cast
 
 import attrs
 import msgspec
+import outcome
 import trio
 
-from ..errors import ActorClosed, ConflictError, NoStoreError, ValidationError
+from ..errors import ActorClosed, ActorCrashed, ConflictError, NoStoreError, ValidationError
 from ..model import (
     ID_MAX_LENGTH,
     RUN_OWNER_HOLD_MS,
@@ -53,7 +54,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
-from ..stores._protocol import FullSessionStore, SessionStore, store_capabilities
+from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
 from ..wire import (
     PairingDrop,
     PairingRepair,
@@ -63,6 +64,7 @@ from ..wire import (
     to_wire_messages,
 )
 from ._actor import Actor, Command, Reply
+from ._store_actor import StoreActor
 
 __all__ = [
     "Clock",
@@ -244,6 +246,18 @@ class _Runner(Protocol):
 
     def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]: ...
 
+    def direct_store(self, session: Session) -> StoreActor | None:
+        """The store actor a lone append may go to directly (see ``Session.append_turns``)."""
+        ...
+
+    def crashed(self, session: Session, exc: BaseException) -> None:
+        """Report a fatal error met on the direct path."""
+        ...
+
+    def check_open(self) -> None:
+        """Raise ``ActorClosed`` once the runner accepts no more mutations."""
+        ...
+
 
 # -- commands -------------------------------------------------------------------------------
 
@@ -280,22 +294,33 @@ class _SaveMetaKeys(_SessionCommand[bool]):
 
 
 @attrs.frozen(eq=False)
-class _SetMeta(_SessionCommand[None]):
+class _MemoryCommand(_SessionCommand[None]):
+    """A memory-only mutation: applied without awaiting, so it may run inline (``_apply``)."""
+
+    async def apply(self, session: Session) -> None:
+        self.apply_now(session)
+
+    @abc.abstractmethod
+    def apply_now(self, session: Session) -> None: ...
+
+
+@attrs.frozen(eq=False)
+class _SetMeta(_MemoryCommand):
     key: str
     value: Any
     touch: bool
 
-    async def apply(self, session: Session) -> None:
+    def apply_now(self, session: Session) -> None:
         session._do_set_meta(self.key, lambda _: self.value, self.touch)
 
 
 @attrs.frozen(eq=False)
-class _UpdateMeta(_SessionCommand[None]):
+class _UpdateMeta(_MemoryCommand):
     key: str
     update: Callable[[Any], Any]
     touch: bool
 
-    async def apply(self, session: Session) -> None:
+    def apply_now(self, session: Session) -> None:
         session._do_set_meta(self.key, self.update, self.touch)
 
 
@@ -339,13 +364,13 @@ class _UpdateStatus(_SessionCommand[None]):
 
 
 @attrs.frozen(eq=False)
-class _Replace(_SessionCommand[None]):
+class _Replace(_MemoryCommand):
     """``set_turns`` / ``set_runs`` / ``set_agent_id``: memory only."""
 
     changes: Mapping[str, Any]
     arm_bulk: bool
 
-    async def apply(self, session: Session) -> None:
+    def apply_now(self, session: Session) -> None:
         session._commit(msgspec.structs.replace(session._data, **self.changes))
         session._bulk = session._bulk or self.arm_bulk
 
@@ -369,12 +394,40 @@ class _Heal(_SessionCommand[bool]):
 # -- the handle -----------------------------------------------------------------------------
 
 
+_NO_LISTENERS: Final[tuple[Any, ...]] = ()
+_NO_INDEX: Final[dict[str, SessionTurn]] = {}
+"""Placeholder of a session's turn index before its first append (never mutated)."""
+
+
 class Session:
     """A live session: snapshot reads, mutations through the session's actor.
 
     Get one from :meth:`SessionHost.create_session` / :meth:`SessionHost.load_session`
     (or the standalone :func:`create_session` / :func:`load_session`).
     """
+
+    # A host keeps every session some handle refers to: slots, shared empty
+    # containers and no actor while idle keep that small (docs/benchmarks.md).
+    __slots__ = (
+        "__weakref__",
+        "_actor",
+        "_bulk",
+        "_caps",
+        "_changed",
+        "_crash",
+        "_data",
+        "_indexed",
+        "_inflight",
+        "_last_active",
+        "_meta_listeners",
+        "_now",
+        "_queued",
+        "_runner",
+        "_saved_listeners",
+        "_settled",
+        "_store",
+        "_turn_index",
+    )
 
     def __init__(
         self,
@@ -384,21 +437,30 @@ class Session:
         runner: _Runner,
         clock: Clock = _wall_clock,
         bulk: bool = False,
+        caps: frozenset[str] | None = None,
     ) -> None:
         self._data = data
         self._store = store
-        self._caps = store_capabilities(store) if store is not None else frozenset()
+        if caps is None:
+            caps = store_capabilities(store) if store is not None else frozenset()
+        self._caps = caps
         self._runner = runner
         self._now = clock
-        self._changed: set[str] = set()
+        self._changed: tuple[str, ...] = ()
         self._bulk = bulk
-        self._meta_listeners: list[tuple[object, MetaListener]] = []
-        self._saved_listeners: list[tuple[object, SavedListener]] = []
+        self._meta_listeners: tuple[tuple[object, MetaListener], ...] = _NO_LISTENERS
+        self._saved_listeners: tuple[tuple[object, SavedListener], ...] = _NO_LISTENERS
         self._actor: Actor[_SessionCommand[Any]] | None = None
         self._crash: BaseException | None = None
-        self._turn_index: dict[str, SessionTurn] = {}
-        self._indexed: tuple[SessionTurn, ...] = ()
+        # Built on the first append (an idle session holds no index of its own).
+        self._turn_index: dict[str, SessionTurn] = _NO_INDEX
+        self._indexed: tuple[SessionTurn, ...] | None = None
         self._last_active = trio.current_time() if _in_trio() else 0.0
+        # Commands sent to the actor and not yet answered, appends sent straight to
+        # the store actor and not yet answered, and who waits for the latter to drain.
+        self._queued = 0
+        self._inflight = 0
+        self._settled: trio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<Session {self.id!r} turns={len(self.turns)} status={self.status!r}>"
@@ -469,18 +531,22 @@ class Session:
     def on_meta(self, listener: MetaListener) -> Callable[[], None]:
         """Call ``listener(key, value)`` after each ``set_meta``, in subscription order."""
         token = object()
-        self._meta_listeners.append((token, listener))
-        return lambda: self._unsubscribe(self._meta_listeners, token)
+        self._meta_listeners = (*self._meta_listeners, (token, listener))
+
+        def unsubscribe() -> None:
+            self._meta_listeners = tuple(e for e in self._meta_listeners if e[0] is not token)
+
+        return unsubscribe
 
     def on_saved(self, listener: SavedListener) -> Callable[[], None]:
         """Await ``listener()`` after each successful ``save()``, in subscription order."""
         token = object()
-        self._saved_listeners.append((token, listener))
-        return lambda: self._unsubscribe(self._saved_listeners, token)
+        self._saved_listeners = (*self._saved_listeners, (token, listener))
 
-    @staticmethod
-    def _unsubscribe(listeners: list[tuple[object, Any]], token: object) -> None:
-        listeners[:] = [entry for entry in listeners if entry[0] is not token]
+        def unsubscribe() -> None:
+            self._saved_listeners = tuple(e for e in self._saved_listeners if e[0] is not token)
+
+        return unsubscribe
 
     # -- mailbox plumbing ----------------------------------------------------
 
@@ -495,6 +561,12 @@ class Session:
 
         async def handle(command: _SessionCommand[Any]) -> Any:
             self._last_active = trio.current_time()
+            while self._inflight:  # direct appends sent before this command go first
+                if self._settled is None:
+                    self._settled = trio.Event()
+                await self._settled.wait()
+            if self._crash is not None:  # a direct append just crashed the session
+                raise self._crashed_error()
             return await command.apply(self)
 
         def crashed(exc: BaseException) -> None:
@@ -506,12 +578,24 @@ class Session:
             if on_idle is not None:
                 on_idle(self)
 
-        self._actor = Actor(handle, mailbox_size=mailbox_size, on_crash=crashed, on_idle=idle)
-        return self._actor
+        def stopped() -> None:
+            # A stopped actor is dropped, so an evicted session keeps no actor.
+            if self._actor is actor:
+                self._actor = None
+
+        actor: Actor[_SessionCommand[Any]] = Actor(
+            handle, mailbox_size=mailbox_size, on_crash=crashed, on_idle=idle, on_stop=stopped
+        )
+        self._actor = actor
+        return actor
 
     def _live_actor(self) -> Actor[_SessionCommand[Any]] | None:
         actor = self._actor
         return actor if actor is not None and actor.state == "running" else None
+
+    def _idle(self) -> bool:
+        """Nothing queued, in hand or in flight (exact, unlike the actor's own view)."""
+        return not self._queued and not self._inflight
 
     def _check_alive(self) -> None:
         if self._crash is not None:
@@ -519,15 +603,107 @@ class Session:
             err.__cause__ = self._crash
             raise err
 
+    def _answered(self, result: Any) -> Any:
+        self._queued -= 1
+        return result
+
     async def _call(self, command: _SessionCommand[T]) -> T:
         self._check_alive()
         self._last_active = trio.current_time()
-        return await self._runner.actor_for(self).call(command)
+        actor = self._runner.actor_for(self)
+        command.reply._on_resolve = self._answered
+        self._queued += 1
+        try:
+            await actor.send(command)
+        except BaseException:
+            self._queued -= 1  # not accepted
+            raise
+        return await command.reply.wait_shielded()
 
     def _submit(self, command: _SessionCommand[T]) -> Reply[T]:
         self._check_alive()
         self._last_active = trio.current_time()
-        return self._runner.actor_for(self).submit(command)
+        actor = self._runner.actor_for(self)
+        command.reply._on_resolve = self._answered
+        reply = actor.submit(command)
+        self._queued += 1
+        return reply
+
+    async def _apply(self, command: _MemoryCommand) -> None:
+        """A memory-only command, applied by the caller when the session is idle.
+
+        With nothing queued, in hand or in flight, the actor would apply it at
+        once, and applying it here without a schedule point in between is the
+        same: nothing can interleave. Cancellation keeps the actor's rule (a
+        cancel before it is applied means not applied; after, it is deferred to
+        the caller's next checkpoint). Otherwise it queues like any command.
+        """
+        self._check_alive()
+        if self._queued or self._inflight:
+            return await self._call(command)
+        self._runner.check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()  # does not yield when not cancelled
+        self._last_active = trio.current_time()
+        try:
+            command.apply_now(self)
+        finally:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    # -- the direct append path ----------------------------------------------
+    #
+    # An append to a session with nothing queued in its actor goes straight to
+    # the store actor, and the store actor's verdict applies it to memory (in
+    # ``_appended``, synchronously, before the caller runs again): one mailbox
+    # and one task switch fewer per append, and no actor started. Order holds:
+    # direct appends are applied in the store actor's mailbox order, an append
+    # only goes direct when no command is queued in the session's actor, and
+    # the actor lets in-flight direct appends finish before applying anything.
+
+    def _crashed_error(self) -> ActorCrashed:
+        err = ActorCrashed(f"session {self.id!r} crashed: {self._crash!r}")
+        err.__cause__ = self._crash
+        return err
+
+    def _direct_store(self) -> StoreActor | None:
+        if self._queued or self._crash is not None:
+            return None
+        return self._runner.direct_store(self)
+
+    def _append_reply(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> Reply[None]:
+        def appended(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
+            if type(result) is outcome.Value:
+                self._apply_append(turns, options)
+            elif (
+                type(result) is outcome.Error
+                and not isinstance(result.error, Exception)
+                and self._crash is None
+            ):
+                # What would crash the actor crashes the session on this path too.
+                fatal = result.error
+                self._crash = fatal
+                actor = self._actor
+                if actor is not None:
+                    actor.close(cause=fatal)
+                self._runner.crashed(self, fatal)
+                result = outcome.Error(self._crashed_error())
+            self._landed()
+            return result
+
+        return Reply(appended)
+
+    def _landed(self) -> None:
+        """One direct append answered (or never accepted): wake the actor at the last one."""
+        self._inflight -= 1
+        if not self._inflight and self._settled is not None:
+            self._settled.set()
+            self._settled = None
+
+    def _append_write(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> StoreWrite:
+        return StoreWrite("append_turns", (self.id, turns, options))
 
     # -- mutations -----------------------------------------------------------
 
@@ -535,17 +711,35 @@ class Session:
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> None:
         """Append turns in memory and through ``store.append_turns`` (store first)."""
-        await self._call(
-            _AppendTurns(_checked_turns(turns, "turns"), _checked_append_options(options))
-        )
+        checked = _checked_turns(turns, "turns")
+        options = _checked_append_options(options)
+        store = self._direct_store()
+        if store is None:
+            return await self._call(_AppendTurns(checked, options))
+        self._last_active = trio.current_time()
+        reply = self._append_reply(checked, options)
+        self._inflight += 1
+        try:
+            await store._send(self._append_write(checked, options), reply)
+        except BaseException:
+            self._landed()  # not accepted: it will never be answered
+            raise
+        return await reply.wait_shielded()
 
     def append_turns_nowait(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> Reply[None]:
         """Enqueue :meth:`append_turns`; raises ``trio.WouldBlock`` when the mailbox is full."""
-        return self._submit(
-            _AppendTurns(_checked_turns(turns, "turns"), _checked_append_options(options))
-        )
+        checked = _checked_turns(turns, "turns")
+        options = _checked_append_options(options)
+        store = self._direct_store()
+        if store is None:
+            return self._submit(_AppendTurns(checked, options))
+        self._last_active = trio.current_time()
+        reply = self._append_reply(checked, options)
+        store._submit(self._append_write(checked, options), reply)
+        self._inflight += 1
+        return reply
 
     async def save(self) -> None:
         """Persist the session, then await the ``on_saved`` listeners in order.
@@ -561,7 +755,7 @@ class Session:
         await self._run_saved_listeners()
 
     async def _run_saved_listeners(self) -> None:
-        for _, listener in list(self._saved_listeners):
+        for _, listener in self._saved_listeners:
             result = listener()
             if result is not None:
                 await result
@@ -587,7 +781,7 @@ class Session:
         the write, in the actor; one that raises fails this call (the write stands)
         and skips the later listeners.
         """
-        await self._call(_SetMeta(_checked_key(key), _meta_value(key, value), touch))
+        await self._apply(_SetMeta(_checked_key(key), _meta_value(key, value), touch))
 
     def set_meta_nowait(self, key: str, value: Any, *, touch: bool = True) -> Reply[None]:
         """Enqueue :meth:`set_meta` without waiting."""
@@ -597,7 +791,7 @@ class Session:
         self, key: str, update: Callable[[Any], Any], *, touch: bool = True
     ) -> None:
         """Read-modify-write one metadata key inside the actor (``update(current)`` → new)."""
-        await self._call(_UpdateMeta(_checked_key(key), update, touch))
+        await self._apply(_UpdateMeta(_checked_key(key), update, touch))
 
     async def start_run(
         self,
@@ -692,7 +886,7 @@ class Session:
 
     async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
         """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._call(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
+        await self._apply(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
 
     def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
         """Enqueue :meth:`set_turns` without waiting."""
@@ -700,7 +894,7 @@ class Session:
 
     async def set_runs(self, runs: Iterable[SessionRun]) -> None:
         """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._call(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
+        await self._apply(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
 
     def set_runs_nowait(self, runs: Iterable[SessionRun]) -> Reply[None]:
         """Enqueue :meth:`set_runs` without waiting."""
@@ -708,7 +902,7 @@ class Session:
 
     async def set_agent_id(self, agent_id: str) -> None:
         """Re-label the agent profile in memory (persisted by the next save)."""
-        await self._call(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
+        await self._apply(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
 
     def set_agent_id_nowait(self, agent_id: str) -> Reply[None]:
         """Enqueue :meth:`set_agent_id` without waiting."""
@@ -795,10 +989,22 @@ class Session:
     async def _do_append_turns(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> None:
+        # The store's rule, applied to memory first: a held different turn
+        # conflicts before any write, and an append of only held turns (a retry)
+        # without a run writes nothing.
+        fresh = fresh_turns(self._data.id, turns, self._turns_by_id())
+        if not fresh and (options is None or options.run is None):
+            return
+        if self._store is not None:
+            await self._store.append_turns(self._data.id, turns, options)
+        self._apply_append(turns, options)
+
+    def _apply_append(
+        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> None:
+        """Apply an append the store acknowledged: only the turns memory lacks are added."""
         data = self._data
         index = self._turns_by_id()
-        # The store's rule, applied to memory first: a held identical turn is a
-        # retry (not added twice), a held different one conflicts before any write.
         fresh = fresh_turns(data.id, turns, index)
         runs = data.runs
         if options is not None and options.run is not None:
@@ -808,8 +1014,6 @@ class Session:
         new = msgspec.structs.replace(
             data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
-        if self._store is not None:
-            await self._store.append_turns(data.id, turns, options)
         self._commit(new)
         index.update((t.id, t) for t in fresh)
         self._indexed = new.turns
@@ -823,7 +1027,7 @@ class Session:
         else:
             await self._store.save(data)
             self._bulk = False
-        self._changed.clear()
+        self._changed = ()
 
     async def _do_save_meta_keys(self, keys: tuple[str, ...]) -> bool:
         """Answer whether this was a full save (so ``on_saved`` listeners run)."""
@@ -831,7 +1035,7 @@ class Session:
             await self._do_save()
             return True
         await self._full().save_meta(self._data, SaveMetaOptions(meta_keys=keys))
-        self._changed.difference_update(keys)
+        self._changed = tuple(k for k in self._changed if k not in keys)
         return False
 
     def _do_set_meta(self, key: str, update: Callable[[Any], Any], touch: bool) -> None:
@@ -844,8 +1048,9 @@ class Session:
             metadata[key] = value
         updated_at = self._now() if touch else data.updated_at
         self._commit(msgspec.structs.replace(data, metadata=metadata, updated_at=updated_at))
-        self._changed.add(key)
-        for _, listener in list(self._meta_listeners):
+        if key not in self._changed:
+            self._changed = (*self._changed, key)
+        for _, listener in self._meta_listeners:
             listener(key, value)
 
     async def _write_run(self, run: SessionRun, options: UpdateRunOptions | None = None) -> None:
@@ -1102,6 +1307,16 @@ class _StandaloneRunner:
             actor = session._new_actor(mailbox_size=self.mailbox_size, on_idle=_close_actor)
             trio.lowlevel.spawn_system_task(_run_after, previous, actor)
         return actor
+
+    def direct_store(self, session: Session) -> StoreActor | None:
+        # Standalone sessions write through their actor (their store is no store actor).
+        return None
+
+    def crashed(self, session: Session, exc: BaseException) -> None:
+        pass
+
+    def check_open(self) -> None:
+        pass
 
 
 async def create_session(

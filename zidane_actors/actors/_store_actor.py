@@ -34,7 +34,7 @@ from ..stores._protocol import (
     StoreWrite,
     store_capabilities,
 )
-from ._actor import Actor, ActorStatistics, Command
+from ._actor import Actor, ActorStatistics, Command, Reply
 
 __all__ = ["StoreActor", "StoreActorStatistics", "open_store_actor"]
 
@@ -71,17 +71,19 @@ def _never_fatal(exc: BaseException) -> bool:
 class StoreActor:
     """A ``SessionStore`` whose calls run one at a time in a dedicated task."""
 
-    def __init__(self, store: SessionStore, *, mailbox_size: int = 1024, max_batch: int = 64):
+    def __init__(
+        self, store: SessionStore, *, mailbox_size: int = 1024, max_batch: int | None = None
+    ):
         self._store = store
         self._capabilities = store_capabilities(store)
-        self._batching = isinstance(store, BatchingStore) and max_batch > 1
+        self._batching = isinstance(store, BatchingStore) and (max_batch is None or max_batch > 1)
         self._calls = 0
         self._batches = 0
         self._batched_writes = 0
         self._actor: Actor[_StoreCall] = Actor(
             handle_batch=self._handle_batch,
             mailbox_size=mailbox_size,
-            max_batch=max_batch,
+            max_batch=mailbox_size if max_batch is None else max_batch,
             fatal=_never_fatal,
         )
 
@@ -112,6 +114,14 @@ class StoreActor:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         return self._actor.call(_StoreCall(StoreWrite(method, args, kwargs)))
+
+    async def _send(self, write: StoreWrite, reply: Reply[Any]) -> None:
+        """Enqueue ``write`` answering ``reply`` (whose ``on_resolve`` sees the verdict first)."""
+        await self._actor.send(_StoreCall(write, reply=reply))
+
+    def _submit(self, write: StoreWrite, reply: Reply[Any]) -> None:
+        """:meth:`_send` without waiting: ``trio.WouldBlock`` when the mailbox is full."""
+        self._actor.submit(_StoreCall(write, reply=reply))
 
     async def _handle_batch(self, batch: Sequence[_StoreCall]) -> list[outcome.Outcome[Any]]:
         results: list[outcome.Outcome[Any]] = []
@@ -206,11 +216,13 @@ class StoreActor:
 
 @asynccontextmanager
 async def open_store_actor(
-    store: SessionStore, *, mailbox_size: int = 1024, max_batch: int = 64
+    store: SessionStore, *, mailbox_size: int = 1024, max_batch: int | None = None
 ) -> AsyncIterator[StoreActor]:
     """Run a :class:`StoreActor` over ``store`` for the ``async with`` body.
 
-    The store itself stays open: whoever opened it closes it.
+    ``max_batch`` (default: the whole mailbox) caps the writes one
+    ``apply_writes`` call takes. The store itself stays open: whoever opened
+    it closes it.
     """
     handle = StoreActor(store, mailbox_size=mailbox_size, max_batch=max_batch)
     async with trio.open_nursery() as nursery:

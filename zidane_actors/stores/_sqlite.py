@@ -128,6 +128,12 @@ def _now() -> int:
     return time.time_ns() // 1_000_000
 
 
+_TURN: Final = decoder(SessionTurn)
+# The connection's page cache (KiB, negative): loads of long sessions re-read
+# their pages from it rather than through the OS (SQLite's default is 2 MiB).
+_CACHE_KIB: Final = 65_536
+
+
 class _Busy(Exception):
     """Internal: the database stayed locked past the busy timeout."""
 
@@ -142,9 +148,9 @@ class SQLiteStoreStatistics:
     tasks_waiting: int
 
 
-def _decode_row(raw: bytes, type_: type[T], table: str, session_id: str, where: str) -> T:
+def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, where: str) -> T:
     try:
-        value: T = decoder(cast(Hashable, type_)).decode(raw)
+        value: T = (_TURN if type_ is SessionTurn else decoder(cast(Hashable, type_))).decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         reason = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(
@@ -154,27 +160,25 @@ def _decode_row(raw: bytes, type_: type[T], table: str, session_id: str, where: 
 
 
 def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[SessionTurn, ...]:
-    """Decode turn bodies in one pass; on failure, name the first bad row's seq.
+    """Decode turn bodies straight from the rows (no joined copy); name a bad row's seq.
 
-    The bodies are joined into one array, so a row holding two documents
-    (``{...},{...}``) would read as two turns: a count that differs from
-    the rows' sends every row through its own decode, which refuses it.
+    Each body is decoded as its own document, so a row holding two
+    (``{...},{...}``) is refused rather than read as two turns.
     """
+    decode_turn = _TURN.decode
     try:
-        turns: tuple[SessionTurn, ...] = decoder(tuple[SessionTurn, ...]).decode(
-            b"[" + b",".join(body for _, body in rows) + b"]"
-        )
-        if len(turns) == len(rows):
-            return turns
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, TypeError):
-        pass  # TypeError: a body stored as TEXT, which the row decode reads as well
+        return tuple([decode_turn(body) for _, body in rows])
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
     return tuple(
         _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}") for seq, body in rows
     )
 
 
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
-    return _decode_row(raw.encode(), dict[str, Any], "sessions", session_id, "column metadata")
+    if raw == "{}":
+        return {}
+    return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
 
 
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
@@ -713,9 +717,6 @@ class SQLiteStore:
         " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
         " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
         " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
-        "  (SELECT t.seq FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
-        "   ORDER BY t.seq LIMIT 1) END,"
-        " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
         "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
         "   ORDER BY t.seq LIMIT 1) END"
         " FROM sessions s"
@@ -724,10 +725,10 @@ class SQLiteStore:
     @staticmethod
     def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
         (sid, agent_id, project_root, status, metadata, created_at, updated_at, owner, rev,
-         turns, users, runs, artifacts, first_seq, first_body) = row  # fmt: skip
+         turns, users, runs, artifacts, first_body) = row  # fmt: skip
         first = None
         if first_body is not None:
-            first = _decode_row(first_body, SessionTurn, "turns", sid, f"seq {first_seq}")
+            first = _decode_row(first_body, SessionTurn, "turns", sid, "its first user turn")
         return SessionMetaRow(
             id=sid,
             metadata=_decode_metadata(metadata, sid),
@@ -1380,6 +1381,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
         if str(mode).lower() != "wal" and path != ":memory:":
             raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")
         conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
+        conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, path)
     except sqlite3.DatabaseError as exc:

@@ -1,0 +1,145 @@
+"""Several processes appending at once to one store: PostgreSQL as a ratio to one SQLite file.
+
+Each of ``--processes`` worker processes (default 4) runs ``open_session_host``
+with its default settings over its own connection to the shared store, and
+250 sessions of its own each append 3 realistic durable turns one after the
+other (all sessions at once). Setup (opening, creating sessions) is untimed;
+the workers start appending at one agreed wall-clock instant and the parent
+reports all the turns over the span from that instant to the last worker's
+end. SQLite: one WAL file (``durability="full"``); PostgreSQL: one schema at
+127.0.0.1:5432 (default ``synchronous_commit``). Rounds alternate the two and
+the ratio is the median. Target (issue 14): PostgreSQL >= 0.7x SQLite.
+
+Run: ``.venv/bin/python benchmarks/bench_processes.py [--processes N] [--rounds N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+from _realistic import step_turn
+
+from zidane_actors.actors import open_session_host
+from zidane_actors.stores import SessionStore, open_postgres_store, open_sqlite_store
+
+DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+SESSIONS = 250  # per process
+APPENDS = 3
+TARGET = 0.7
+
+
+@asynccontextmanager
+async def opened(kind: str, where: str) -> AsyncIterator[SessionStore]:
+    if kind == "sqlite":
+        async with open_sqlite_store(where, durability="full") as store:
+            yield store
+    else:
+        async with open_postgres_store(DSN, schema=where) as store:
+            yield store
+
+
+async def worker(kind: str, where: str, index: int, start_at: float) -> dict[str, float]:
+    turns = [[step_turn(s, i) for i in range(APPENDS)] for s in range(SESSIONS)]
+    async with opened(kind, where) as store, open_session_host(store) as host:
+        sessions = [await host.create_session(id=f"p{index}-s{s}") for s in range(SESSIONS)]
+
+        async def one(s: int) -> None:
+            for turn in turns[s]:
+                await sessions[s].append_turns([turn])
+
+        await trio.sleep(max(0.0, start_at - time.time()))
+        begin = time.time()
+        async with trio.open_nursery() as nursery:
+            for s in range(SESSIONS):
+                nursery.start_soon(one, s)
+        end = time.time()
+        assert sessions[3].turns == tuple(turns[3])
+    return {"begin": begin, "end": end}
+
+
+def run_round(kind: str, where: str, processes: int) -> float:
+    """Turns/s of ``processes`` workers appending at once."""
+    start_at = time.time() + 4.0 + processes  # room for every worker's setup
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", kind, where, str(i), repr(start_at)],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        for i in range(processes)
+    ]
+    reports: list[dict[str, Any]] = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode:
+            raise RuntimeError(f"a {kind} worker failed ({proc.returncode})")
+        reports.append(json.loads(out))
+    late = max(r["begin"] for r in reports) - start_at
+    if late > 0.5:
+        print(f"   (a {kind} worker started {late:.1f} s late: setup took longer than planned)")
+    span = max(r["end"] for r in reports) - start_at
+    return processes * SESSIONS * APPENDS / span
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def main(processes: int, rounds: int) -> None:
+    print(
+        f"{processes} processes x {SESSIONS} sessions x {APPENDS} durable appends,"
+        " all at once, through open_session_host (defaults)"
+    )
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            order = ["sqlite", "postgres"] if r % 2 == 0 else ["postgres", "sqlite"]
+            found: dict[str, float] = {}
+            for kind in order:
+                if kind == "sqlite":
+                    found[kind] = run_round(kind, str(Path(tmp) / f"r{r}.db"), processes)
+                else:
+                    schema = f"bench_{uuid.uuid4().hex[:12]}"
+                    try:
+                        found[kind] = run_round(kind, schema, processes)
+                    finally:
+                        drop_schema(schema)
+            ratios.append(found["postgres"] / found["sqlite"])
+            print(
+                f"   round {r + 1}: sqlite {found['sqlite']:,.0f} turns/s,"
+                f" postgres {found['postgres']:,.0f} turns/s, ratio {ratios[-1]:.2f}x"
+            )
+    ratio = statistics.median(ratios)
+    verdict = "met" if ratio >= TARGET else "NOT met"
+    print(f"   median postgres / sqlite: {ratio:.2f}x (target >= {TARGET}x: {verdict})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        kind, where, index, start_at = sys.argv[2:6]
+        report = trio.run(worker, kind, where, int(index), float(start_at))
+        print(json.dumps(report))
+    else:
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--processes", type=int, default=4)
+        parser.add_argument("--rounds", type=int, default=3)
+        args = parser.parse_args()
+        main(args.processes, args.rounds)
