@@ -112,7 +112,8 @@ def _turn(n: int) -> SessionTurn:
 
 
 async def test_serve_sqlite_round_trip_over_http(sqlite_server: ServerProcess) -> None:
-    async with httpx.AsyncClient(base_url=sqlite_server.url) as client:
+    json = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=sqlite_server.url, headers=json) as client:
         session = SessionData(id="s1", created_at=1, updated_at=1)
         r = await client.put("/sessions/s1", content=encode(session))
         assert r.status_code == 204

@@ -15,12 +15,10 @@ server.
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import msgspec
@@ -28,10 +26,10 @@ import trio
 from msgspec import UNSET
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ..errors import (
     ConflictError,
@@ -67,8 +65,6 @@ from ..stores._remote import (
     ClaimRunResult,
     ClaimSendRequestBody,
     DeletedResult,
-    ErrorBody,
-    ErrorDetail,
     HistoryBody,
     HistoryResult,
     HistoryState,
@@ -82,14 +78,15 @@ from ..stores._remote import (
     UpsertArtifactResult,
     history_rev,
 )
+from ._errors import ApiError as _ApiError
+from ._errors import error_response as _error_response
+from ._guard import Guard
+from ._limits import Admission, BodyBudget, ServerLimits, check_depth, read_body
 from ._openapi import openapi_document
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "served_capabilities"]
+__all__ = ["create_app", "served_capabilities"]
 
 T = TypeVar("T")
-
-DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
-"""Largest request body accepted by default (a whole session document fits)."""
 
 _SERVER_PROVIDED: Final = frozenset(
     {"generate_session_id", "generate_turn_id", "mutate_history", "mutate_turns"}
@@ -107,28 +104,12 @@ def served_capabilities(store: object) -> frozenset[str]:
     return (store_capabilities(store) | _SERVER_PROVIDED) - {"aclose"}
 
 
-class _ApiError(Exception):
-    """An error answer: HTTP status, stable code, message and field path."""
-
-    def __init__(self, status: int, code: str, message: str, path: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.path = path
-
-
 class _RevMismatch(Exception):
     """Raised inside a history mutation to abort it when the revision moved on."""
 
     def __init__(self, rev: str) -> None:
         super().__init__(rev)
         self.rev = rev
-
-
-def _error_response(status: int, code: str, message: str, path: str | None = None) -> Response:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, path=path))
-    return Response(encode(body), status_code=status, media_type="application/json")
 
 
 def _json(value: object, status: int = 200) -> Response:
@@ -234,8 +215,9 @@ class _Api:
     """The route handlers over one backing store."""
 
     store: SessionStore
-    max_body_bytes: int
+    limits: ServerLimits
     capabilities: frozenset[str]
+    budget: BodyBudget
     locks: _SessionLocks = attrs.field(factory=_SessionLocks)
 
     def _optional(self, name: str) -> Any:
@@ -244,28 +226,19 @@ class _Api:
         return getattr(self.store, name)
 
     async def _body(self, request: Request, type_: type[T]) -> T:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise _ApiError(413, "body_too_large", self._too_large())
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise _ApiError(413, "body_too_large", self._too_large())
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        raw = await read_body(request, self.limits, self.budget)
+        check_depth(raw)
         try:
-            return decode(raw, type_, what="request body")
+            # msgspec reads any buffer: no copy of a body of up to max_body_bytes.
+            return decode(cast("bytes", raw), type_, what="request body")
         except ValidationError as exc:
             try:
                 msgspec.json.decode(raw)
             except msgspec.DecodeError:
                 raise _ApiError(400, "invalid_json", str(exc), exc.path) from None
             raise _ApiError(422, "invalid_body", str(exc), exc.path) from None
-
-    def _too_large(self) -> str:
-        return f"request body exceeds the limit of {self.max_body_bytes} bytes"
+        except RecursionError:  # a nesting the depth check let through but msgspec cannot
+            raise _ApiError(400, "too_deep", "request body nests too deeply") from None
 
     # -- sessions --------------------------------------------------------
 
@@ -541,70 +514,34 @@ def _same(path_value: str, body_value: str, where: str, what: str) -> None:
         )
 
 
-def _guarded(handler: Handler) -> Handler:
-    """Turn every exception of ``handler`` into a JSON error answer."""
+def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
+    """Turn every exception of ``handler`` into a JSON error answer; give back its body bytes."""
 
     async def endpoint(request: Request) -> Response:
         try:
             return await handler(request)
         except _ApiError as exc:
-            return _error_response(exc.status, exc.code, exc.message, exc.path)
+            return exc.response()
+        except ClientDisconnect:
+            _log.info(
+                "%s %s: the client left before sending its body", request.method, request.url.path
+            )
+            return _error_response(400, "client_disconnected", "the client left mid-body")
         except Exception as exc:
             error = _mapped(exc)
             if error.status >= 500:
                 _log.exception("%s %s failed", request.method, request.url.path)
             return _error_response(error.status, error.code, error.message, error.path)
+        finally:
+            budget.release(getattr(request.state, "body_bytes", 0))
 
     return endpoint
-
-
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-@attrs.define(eq=False)
-class _Guard:
-    """ASGI middleware: bearer-token check, or loopback-only without a token."""
-
-    app: ASGIApp
-    token: str | None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        denied = self._denied(scope)
-        if denied is None:
-            await self.app(scope, receive, send)
-            return
-        response = _error_response(*denied)
-        if denied[0] == 401:
-            response.headers["www-authenticate"] = 'Bearer realm="zidane-actors"'
-        await response(scope, receive, send)
-
-    def _denied(self, scope: Scope) -> tuple[int, str, str] | None:
-        if self.token is None:
-            client = scope.get("client")
-            if _is_loopback(client[0] if client else None):
-                return None
-            return (403, "forbidden", "without a token the server accepts loopback clients only")
-        headers: Mapping[bytes, bytes] = dict(scope["headers"])
-        auth = headers.get(b"authorization", b"")
-        scheme, _, given = auth.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token.encode()):
-            return None
-        return (401, "unauthorized", "missing or wrong bearer token")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return _error_response(exc.status_code, code, str(exc.detail))
+    return _error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
 
 def _routes(api: _Api, openapi: bytes) -> list[Route]:
@@ -653,7 +590,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
     ]
     by_path: dict[str, dict[str, Handler]] = {}
     for path, method, handler in table:
-        by_path.setdefault(path, {})[method] = _guarded(handler)
+        by_path.setdefault(path, {})[method] = _guarded(handler, api.budget)
     routes = [Route("/openapi.json", openapi_json, methods=["GET"])]
     for path, methods in by_path.items():
         routes.append(Route(path, _dispatch(methods), methods=list(methods)))
@@ -672,20 +609,24 @@ def create_app(
     store: SessionStore,
     *,
     token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    limits: ServerLimits | None = None,
 ) -> ASGIApp:
     """The ASGI app serving ``store`` over REST (run it on trio).
 
     With ``token``, every request needs ``Authorization: Bearer <token>``
-    (401 otherwise); without one, only loopback clients are served (403).
-    Bodies over ``max_body_bytes`` answer 413.
+    (401 otherwise); without one, only requests from local programs are
+    served (see ``Guard``). ``limits`` bounds what is accepted at once.
     """
-    if max_body_bytes <= 0:
-        raise ValidationError(f"max_body_bytes must be positive, got {max_body_bytes}")
     if token is not None and not token:
         raise ValidationError("token must not be empty")
+    limits = limits or ServerLimits()
     capabilities = served_capabilities(store)
-    api = _Api(store=store, max_body_bytes=max_body_bytes, capabilities=capabilities)
+    api = _Api(
+        store=store,
+        limits=limits,
+        capabilities=capabilities,
+        budget=BodyBudget(limits.max_body_bytes_in_flight),
+    )
     openapi = encode(openapi_document(capabilities))
     app = Starlette(routes=_routes(api, openapi), exception_handlers={HTTPException: _http_error})
-    return _Guard(app=app, token=token)
+    return Guard(app=Admission(app=app, max_requests=limits.max_requests), token=token)
