@@ -90,9 +90,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-_RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+# Server faults only: a 4xx says the request itself is wrong (or refused) and is final.
+_RETRY_STATUSES: Final = frozenset({500, 502, 503, 504})
 _BACKOFF_BASE_S: Final = 0.05
 _BACKOFF_CAP_S: Final = 2.0
+_RETRY_AFTER_CAP_S: Final = 10.0
 _HISTORY_ATTEMPTS: Final = 8
 
 
@@ -321,6 +323,12 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
 
 
+def _retry_after(response: httpx.Response) -> float:
+    """The delay a 503 asks for (``Retry-After`` in seconds, capped), else 0."""
+    raw = response.headers.get("retry-after", "")
+    return min(float(raw), _RETRY_AFTER_CAP_S) if raw.isascii() and raw.isdigit() else 0.0
+
+
 @attrs.frozen
 class RemoteStoreStatistics:
     """What :meth:`RemoteStore.statistics` answers."""
@@ -401,10 +409,11 @@ class RemoteStore:
         headers = {"content-type": "application/json"} if content is not None else None
         attempts = self.retries + 1 if retry else 1
         last: Exception | None = None
+        wait_s = 0.0
         for attempt in range(attempts):
             if attempt:
                 self._n_retries += 1
-                await trio.sleep(_backoff(attempt))
+                await trio.sleep(wait_s + _backoff(attempt))
             self._n_requests += 1
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
@@ -415,9 +424,11 @@ class RemoteStore:
                 if isinstance(exc, (httpx.TimeoutException, trio.TooSlowError)):
                     self._n_timeouts += 1
                 last = exc
+                wait_s = 0.0
                 continue
             if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
                 last = _error(response, method, path)
+                wait_s = _retry_after(response)
                 continue
             if response.is_success or response.status_code in expect:
                 return response
