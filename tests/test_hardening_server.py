@@ -392,6 +392,36 @@ async def test_a_client_leaving_mid_body_is_one_quiet_log_line(
     assert "left" in records[0].getMessage()
 
 
+# -- 5. the document is exact ---------------------------------------------------
+
+
+async def test_what_the_document_allows_is_accepted(server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=server.url, headers=JSON) as client:
+        # JSON Schema's integer includes 2.0; JavaScript cannot tell it from 2.
+        body = b'{"id": "s1", "createdAt": 5.0, "updatedAt": 7.0, "metadata": {"f": 1.0}}'
+        assert (await client.put("/sessions/s1", content=body)).status_code == 204
+        stored = (await client.get("/sessions/s1")).json()
+        assert (stored["createdAt"], stored["updatedAt"]) == (5, 7)
+        assert stored["metadata"] == {"f": 1.0}  # free-form values are kept as sent
+        assert b'"f":1.0' in (await client.get("/sessions/s1")).content
+        r = await client.put("/sessions/s1", content=body.replace(b"5.0", b"5.5"))
+        assert (r.status_code, r.json()["error"]["path"]) == (422, "$.createdAt")
+        # Filters are a conjunction: a project and "untagged only" match nothing.
+        r = await client.get("/sessions", params={"projectRoot": "/p", "untaggedOnly": "true"})
+        assert r.json() == {"ids": []}
+        # A body naming another resource than the URL is a conflict (RFC 9110, PUT).
+        r = await client.put("/sessions/s2", content=body)
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "id_mismatch")
+        # 405 says what is allowed.
+        r = await client.post("/sessions/s1")
+        assert r.status_code == 405
+        assert set(r.headers["allow"].replace(" ", "").split(",")) >= {"GET", "PUT", "DELETE"}
+        # Every status an operation answers is in the document.
+        doc = (await client.get("/openapi.json")).json()
+        append = doc["paths"]["/sessions/{sessionId}/turns"]["post"]["responses"]
+        assert {"400", "404", "408", "409", "413", "415", "422", "503"} <= set(append)
+
+
 def test_limits_must_be_positive() -> None:
     for name in ("max_body_bytes", "max_requests", "body_timeout_s", "max_body_bytes_in_flight"):
         with pytest.raises(ValidationError, match=name):

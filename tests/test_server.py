@@ -143,7 +143,7 @@ async def test_routes_round_trip() -> None:
             "PUT",
             "/sessions/s1",
             b'{"id": "s2", "createdAt": 1, "updatedAt": 1}',
-            400,
+            409,
             "id_mismatch",
         ),
         (
@@ -157,11 +157,16 @@ async def test_routes_round_trip() -> None:
         ("GET", "/sessions/a%20b", None, 400, "invalid_name"),
         ("GET", "/sessions/s1/turns?from=x", None, 400, "invalid_query"),
         ("GET", "/sessions/s1/turns?limit=-1", None, 400, "invalid_query"),
-        ("GET", "/sessions?projectRoot=/p&untaggedOnly=true", None, 400, "invalid_query"),
         ("GET", "/sessions?untaggedOnly=maybe", None, 400, "invalid_query"),
         ("GET", "/nowhere", None, 404, "not_found"),
         ("POST", "/sessions/s1", b"{}", 405, "method_not_allowed"),
-        ("PATCH", "/sessions/s1/meta", b'{"set": {"a": 1}, "remove": ["a"]}', 422, "invalid_body"),
+        (
+            "PATCH",
+            "/sessions/s1/meta",
+            b'{"set": {"a": 1}, "remove": ["a"]}',
+            409,
+            "conflicting_patch",
+        ),
         ("PATCH", "/sessions/s1/meta", b'{"set": 1}', 422, "invalid_body"),
         (
             "POST",

@@ -50,6 +50,7 @@ from ..model import (
     SessionData,
     SessionFilter,
     SessionHistory,
+    convert,
     decode,
     encode,
     new_id,
@@ -82,6 +83,7 @@ from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
 from ._guard import Guard
 from ._limits import Admission, BodyBudget, ServerLimits, check_depth, read_body
+from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 
 __all__ = ["create_app", "served_capabilities"]
@@ -163,12 +165,19 @@ def _param_bool(request: Request, name: str) -> bool:
     raise _ApiError(400, "invalid_query", f"query parameter {name!r} must be true or false")
 
 
+class _NoMatch(Exception):
+    """A listing filter no row can pass: ``projectRoot=X`` with ``untaggedOnly=true``."""
+
+
 def _project_root(request: Request) -> str | msgspec.UnsetType | None:
-    """The tri-state project filter: ``projectRoot=X``, ``untaggedOnly=true``, or neither."""
+    """The tri-state project filter: ``projectRoot=X``, ``untaggedOnly=true``, or neither.
+
+    The query's filters are a conjunction: both at once match nothing (``_NoMatch``).
+    """
     root = request.query_params.get("projectRoot")
     untagged = _param_bool(request, "untaggedOnly")
     if root is not None and untagged:
-        raise _ApiError(400, "invalid_query", "give projectRoot or untaggedOnly=true, not both")
+        raise _NoMatch
     if untagged:
         return None
     return root if root is not None else UNSET
@@ -233,9 +242,16 @@ class _Api:
             return decode(cast("bytes", raw), type_, what="request body")
         except ValidationError as exc:
             try:
-                msgspec.json.decode(raw)
+                value = msgspec.json.decode(raw)
             except msgspec.DecodeError:
                 raise _ApiError(400, "invalid_json", str(exc), exc.path) from None
+            if "got `float`" in str(exc):  # maybe an integer spelled 2.0
+                try:
+                    return convert(
+                        integral_floats_as_ints(value, type_), type_, what="request body"
+                    )
+                except ValidationError as again:
+                    exc = again
             raise _ApiError(422, "invalid_body", str(exc), exc.path) from None
         except RecursionError:  # a nesting the depth check let through but msgspec cannot
             raise _ApiError(400, "too_deep", "request body nests too deeply") from None
@@ -246,12 +262,19 @@ class _Api:
         return _json(sorted(self.capabilities))
 
     async def list_sessions(self, request: Request) -> Response:
-        ids = await self.store.list(_session_filter(request))
-        return _json(IdsResult(ids=tuple(ids)))
+        try:
+            filter = _session_filter(request)
+        except _NoMatch:
+            return _json(IdsResult(ids=()))
+        return _json(IdsResult(ids=tuple(await self.store.list(filter))))
 
     async def list_meta(self, request: Request) -> Response:
-        rows = await self._optional("list_meta")(_session_filter(request))
-        return _json(rows)
+        list_meta = self._optional("list_meta")
+        try:
+            filter = _session_filter(request)
+        except _NoMatch:
+            return _json([])
+        return _json(await list_meta(filter))
 
     async def generate_session_id(self, request: Request) -> Response:
         make = getattr(self.store, "generate_session_id", None)
@@ -341,7 +364,10 @@ class _Api:
         body = await self._body(request, PatchMetaBody)
         both = sorted(set(body.set) & set(body.remove))
         if both:
-            raise _ApiError(422, "invalid_body", f"keys both set and removed: {both}", "$.remove")
+            # 409, not 422: the body fits its schema, which cannot say "disjoint".
+            raise _ApiError(
+                409, "conflicting_patch", f"keys both set and removed: {both}", "$.remove"
+            )
         patch: dict[str, Any] = dict(body.set)
         patch.update(dict.fromkeys(body.remove, UNSET))
         async with self.locks.hold(sid):
@@ -370,6 +396,10 @@ class _Api:
         """Write a history if the stored one still has ``expectedRev`` (else 409)."""
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, HistoryBody)
+        for i, turn in enumerate(body.history.turns):  # checked even for an unknown session
+            validate_id(turn.id, what=f"turn id at $.history.turns[{i}].id")
+        for i, run in enumerate(body.history.runs):
+            validate_id(run.id, what=f"run id at $.history.runs[{i}].id")
         try:
             async with self.locks.hold(sid):
                 result = await self._write_history(sid, body)
@@ -453,12 +483,18 @@ class _Api:
         session_id = q.get("sessionId")
         if session_id is not None:
             validate_id(session_id, what="sessionId")
+        limit = _param_int(request, "limit")
+        since = _param_int(request, "since")
+        try:
+            project_root = _project_root(request)
+        except _NoMatch:
+            return _json([])
         filter = ArtifactFilter(
             kind=q.get("kind"),
-            limit=_param_int(request, "limit"),
-            project_root=_project_root(request),
+            limit=limit,
+            project_root=project_root,
             session_id=session_id,
-            since=_param_int(request, "since"),
+            since=since,
             uri=q.get("uri"),
         )
         return _json(await list_artifacts(filter))
@@ -505,9 +541,11 @@ class _Api:
 
 
 def _same(path_value: str, body_value: str, where: str, what: str) -> None:
+    validate_id(body_value, what=f"{what} at {where}")
+    # 409, as RFC 9110 suggests for a PUT whose representation contradicts its target.
     if path_value != body_value:
         raise _ApiError(
-            400,
+            409,
             "id_mismatch",
             f"{what} in the body ({body_value!r}) differs from the URL ({path_value!r})",
             where,

@@ -58,6 +58,7 @@ from ..model import (
     encode,
     validate_id,
 )
+from ..model._types import EpochMs
 from ._protocol import HistoryMutation, MutateResult, RunClaim, TurnsMutation
 
 __all__ = [
@@ -164,7 +165,7 @@ class PatchMetaBody(_Body, frozen=True):
 class ClaimRunBody(_Body, frozen=True):
     """``POST /sessions/{id}/claim-run``."""
 
-    stale_at: int
+    stale_at: EpochMs
     owner: RunOwner | None = None
 
 
@@ -217,8 +218,8 @@ class UpsertArtifactResult(_Body, frozen=True):
 class ClaimFireBody(_Body, frozen=True):
     """``POST /schedules/{id}/claim-fire``."""
 
-    due_at: int
-    next: int | None
+    due_at: EpochMs
+    next: EpochMs | None
 
 
 class ClaimedResult(_Body, frozen=True):
