@@ -57,6 +57,7 @@ from ..model import (
     validate_id,
 )
 from ..stores import MutateResult, SessionStore, store_capabilities
+from ..stores._protocol import WRITE_METHODS
 from ..stores._remote import (
     AppendTurnsBody,
     AppendTurnsResult,
@@ -224,6 +225,9 @@ class _Api:
     """The route handlers over one backing store."""
 
     store: SessionStore
+    """Where reads (and claims, schedules, history edits) go."""
+    writer: SessionStore
+    """Where the ``WRITE_METHODS`` go: the store, or a store actor batching them."""
     limits: ServerLimits
     capabilities: frozenset[str]
     budget: BodyBudget
@@ -232,7 +236,7 @@ class _Api:
     def _optional(self, name: str) -> Any:
         if name not in self.capabilities:
             raise _ApiError(501, "unsupported", f"the backing store does not implement {name}")
-        return getattr(self.store, name)
+        return getattr(self.writer if name in WRITE_METHODS else self.store, name)
 
     async def _body(self, request: Request, type_: type[T]) -> T:
         raw = await read_body(request, self.limits, self.budget)
@@ -296,13 +300,13 @@ class _Api:
         data = await self._body(request, SessionData)
         _same(sid, data.id, "$.id", "session id")
         async with self.locks.hold(sid):
-            await self.store.save(data)
+            await self.writer.save(data)
         return _no_content()
 
     async def delete(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         async with self.locks.hold(sid):
-            await self.store.delete(sid)
+            await self.writer.delete(sid)
         return _no_content()
 
     async def get_turns(self, request: Request) -> Response:
@@ -320,7 +324,7 @@ class _Api:
             stored = {t.id for t in await self.store.get_turns(sid)}
             fresh = tuple(t for t in body.turns if t.id not in stored)
             # Called even with nothing fresh: an unknown session still answers 404.
-            await self.store.append_turns(sid, fresh, body.options)
+            await self.writer.append_turns(sid, fresh, body.options)
         skipped = tuple(t.id for t in body.turns if t.id in stored)
         return _json(AppendTurnsResult(appended=len(fresh), skipped=skipped))
 
@@ -330,14 +334,14 @@ class _Api:
         body = await self._body(request, UpdateRunBody)
         _same(run_id, body.run.id, "$.run.id", "run id")
         async with self.locks.hold(sid):
-            await self.store.update_run(sid, body.run, body.options)
+            await self.writer.update_run(sid, body.run, body.options)
         return _no_content()
 
     async def update_status(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, UpdateStatusBody)
         async with self.locks.hold(sid):
-            await self.store.update_status(
+            await self.writer.update_status(
                 sid, body.status, owner=body.owner, preserve_updated_at=body.preserve_updated_at
             )
         return _no_content()
@@ -427,7 +431,7 @@ class _Api:
         if data is None:
             return "no-session"
         nxt = mutate(SessionHistory(turns=data.turns, runs=data.runs))
-        await self.store.save(msgspec.structs.replace(data, turns=nxt.turns, runs=nxt.runs))
+        await self.writer.save(msgspec.structs.replace(data, turns=nxt.turns, runs=nxt.runs))
         return "ok"
 
     # -- send requests ---------------------------------------------------
@@ -648,12 +652,16 @@ def create_app(
     *,
     token: str | None = None,
     limits: ServerLimits | None = None,
+    writer: SessionStore | None = None,
 ) -> ASGIApp:
     """The ASGI app serving ``store`` over REST (run it on trio).
 
     With ``token``, every request needs ``Authorization: Bearer <token>``
     (401 otherwise); without one, only requests from local programs are
     served (see ``Guard``). ``limits`` bounds what is accepted at once.
+    ``writer`` (a store actor over ``store``, as :func:`serve` passes) takes
+    the plain writes, so that concurrent ones share commits while reads
+    keep the store's own concurrency.
     """
     if token is not None and not token:
         raise ValidationError("token must not be empty")
@@ -661,6 +669,7 @@ def create_app(
     capabilities = served_capabilities(store)
     api = _Api(
         store=store,
+        writer=store if writer is None else writer,
         limits=limits,
         capabilities=capabilities,
         budget=BodyBudget(limits.max_body_bytes_in_flight),

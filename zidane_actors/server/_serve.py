@@ -34,8 +34,8 @@ async def serve(
 
     Without ``token`` only a loopback ``host`` is accepted (``ValidationError``
     otherwise): a server reachable from other machines must check a token.
-    The store's calls go through a store actor, so concurrent writes share
-    group commits when the store is a ``BatchingStore``. Under
+    Plain writes go through a store actor, so concurrent ones share group
+    commits when the store is a ``BatchingStore``. Under
     ``nursery.start`` the listening URL (``http://host:port``) is the start
     value. ``faults`` is for tests only (see :class:`FaultInjection`).
     """
@@ -56,7 +56,7 @@ async def serve(
     config.h2_max_header_list_size = limits.max_header_bytes
 
     async with open_store_actor(store) as actor:
-        app = create_app(actor, token=token, limits=limits)
+        app = create_app(store, token=token, limits=limits, writer=actor)
         if faults is not None:
             app = faults.wrap(app)
 
