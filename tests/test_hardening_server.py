@@ -319,7 +319,7 @@ async def test_remote_store_does_not_retry_a_rejected_body(server: ServerProcess
     async with create_remote_store(server.url, retries=3) as remote:
         with pytest.raises(ValidationError):
             await remote.save(data)
-        assert remote.statistics().requests == 1
+        assert remote.statistics().requests <= 1  # refused by the client or the server, once
 
 
 async def _answering(status: int, seen: list[bytes], task_status: trio.TaskStatus[int]) -> None:

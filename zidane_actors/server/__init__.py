@@ -2,12 +2,11 @@
 
 from ._app import create_app, served_capabilities
 from ._faults import FaultInjection, parse_faults
-from ._limits import DEFAULT_MAX_BODY_BYTES, MAX_BODY_DEPTH, ServerLimits
+from ._limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
 from ._serve import serve
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
-    "MAX_BODY_DEPTH",
     "FaultInjection",
     "ServerLimits",
     "create_app",

@@ -83,7 +83,7 @@ from ..stores._remote import (
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
 from ._guard import Guard
-from ._limits import Admission, BodyBudget, ServerLimits, check_depth, read_body
+from ._limits import Admission, BodyBudget, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 
@@ -240,25 +240,25 @@ class _Api:
 
     async def _body(self, request: Request, type_: type[T]) -> T:
         raw = await read_body(request, self.limits, self.budget)
-        check_depth(raw)
         try:
             # msgspec reads any buffer: no copy of a body of up to max_body_bytes.
             return decode(cast("bytes", raw), type_, what="request body")
         except ValidationError as exc:
+            error = exc
+        try:
+            value = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise _ApiError(400, "invalid_json", str(error), error.path) from None
+        except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH
+            raise _ApiError(422, "invalid_body", str(error), error.path) from None
+        if "got `float`" in str(error):  # maybe an integer spelled 2.0
             try:
-                value = msgspec.json.decode(raw)
-            except msgspec.DecodeError:
-                raise _ApiError(400, "invalid_json", str(exc), exc.path) from None
-            if "got `float`" in str(exc):  # maybe an integer spelled 2.0
-                try:
-                    return convert(
-                        integral_floats_as_ints(value, type_), type_, what="request body"
-                    )
-                except ValidationError as again:
-                    exc = again
-            raise _ApiError(422, "invalid_body", str(exc), exc.path) from None
-        except RecursionError:  # a nesting the depth check let through but msgspec cannot
-            raise _ApiError(400, "too_deep", "request body nests too deeply") from None
+                return convert(integral_floats_as_ints(value, type_), type_, what="request body")
+            except ValidationError as again:
+                error = again
+            except RecursionError:  # free-form values nested past what Python recurses
+                pass
+        raise _ApiError(422, "invalid_body", str(error), error.path) from None
 
     # -- sessions --------------------------------------------------------
 

@@ -9,9 +9,7 @@ bodies being read or served at once stay within ``max_body_bytes_in_flight``
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
 from typing import Any, Final
 
 import attrs
@@ -24,21 +22,16 @@ from ._errors import ApiError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
-    "MAX_BODY_DEPTH",
     "RETRY_AFTER_S",
     "Admission",
     "BodyBudget",
     "ServerLimits",
     "busy",
-    "check_depth",
     "read_body",
 ]
 
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 """Largest request body accepted by default (a whole session document fits)."""
-
-MAX_BODY_DEPTH: Final = 512
-"""Deepest nesting of arrays and objects a request body may have (400 beyond)."""
 
 RETRY_AFTER_S: Final = 1
 """The ``Retry-After`` of a 503 answered because the server is at a limit."""
@@ -130,28 +123,6 @@ async def read_body(request: Request, limits: ServerLimits, budget: BodyBudget) 
             headers={"connection": "close"},
         )
     return body
-
-
-_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
-_STEP: Final = [0] * 256
-_STEP[ord("[")] = _STEP[ord("{")] = 1
-_STEP[ord("]")] = _STEP[ord("}")] = -1
-
-
-def check_depth(body: bytes | bytearray, limit: int = MAX_BODY_DEPTH) -> None:
-    """400 ``too_deep`` when ``body`` nests arrays and objects deeper than ``limit``.
-
-    Counting brackets outside strings runs at C speed, and only for a body
-    with more brackets than ``limit`` (no other can be that deep).
-    """
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return
-    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
-    if max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit:
-        raise ApiError(
-            400, "too_deep", f"request body nests arrays and objects deeper than {limit} levels"
-        )
 
 
 @attrs.define(eq=False)

@@ -337,7 +337,7 @@ def openapi_document(capabilities: frozenset[str]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in ops:
         responses: dict[str, Any] = {
-            "400": _error("Unparsable or too deeply nested JSON, a bad id or query parameter"),
+            "400": _error("Unparsable JSON, a bad id or a bad query parameter"),
             "401": _error("Missing or wrong bearer token"),
             "403": _error("Without a token: a non-loopback client, Host or a foreign Origin"),
             "404": _error("Unknown session, record or route"),
