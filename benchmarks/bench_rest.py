@@ -11,7 +11,8 @@ remote stores (httpx) in this process.
    own session, all at once, against the embedded path (a session host over
    its own SQLite file in this process, the same sessions and turns).
    Target >= 50% of the embedded items/s (group commit through the
-   server's store actor).
+   server's store actor). For scale, the same clients' rate of the
+   cheapest request (``GET /capabilities``): what HTTP itself costs here.
 
 Run: ``python benchmarks/bench_rest.py [--history N] [--samples N] [--clients N] [--appends N]``
 (about a minute).
@@ -116,6 +117,24 @@ async def rest_throughput(url: str, clients: int, appends: int) -> float:
     return clients * appends / elapsed
 
 
+async def http_floor(url: str, clients: int, requests: int) -> float:
+    """Requests per second of ``clients`` remote stores asking for the capabilities."""
+    remotes = [create_remote_store(url) for _ in range(clients)]
+
+    async def asker(i: int) -> None:
+        for _ in range(requests):
+            await remotes[i].capabilities()
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for i in range(clients):
+            nursery.start_soon(asker, i)
+    elapsed = time.perf_counter() - start
+    for remote in remotes:
+        await remote.aclose()
+    return clients * requests / elapsed
+
+
 async def embedded_throughput(db: Path, clients: int, appends: int) -> float:
     """Turns per second of the same writers on a session host in this process."""
     async with open_sqlite_store(db) as store, open_session_host(store) as host:
@@ -145,6 +164,7 @@ async def main(history: int, samples: int, clients: int, appends: int) -> None:
             print(f"   {history} turns:        {long * 1000:7.2f} ms  ratio {ratio:.2f}x")
             print(f"   target <= {LATENCY_TARGET:.1f}x: {verdict}")
             rest = await rest_throughput(server.url, clients, appends)
+            floor = await http_floor(server.url, clients, appends)
         finally:
             server.stop()
         embedded = await embedded_throughput(Path(tmp) / "embedded.db", clients, appends)
@@ -154,6 +174,10 @@ async def main(history: int, samples: int, clients: int, appends: int) -> None:
     print(f"   embedded host:      {embedded:9.0f} turns/s (baseline)")
     print(f"   {clients} remote clients: {rest:9.0f} turns/s  {share:.0%} of the embedded")
     print(f"   target >= {THROUGHPUT_TARGET:.0%}: {verdict}")
+    print(
+        f"   for scale, GET /capabilities: {floor:9.0f} requests/s "
+        f"(appends reach {rest / floor:.0%} of it)"
+    )
 
 
 if __name__ == "__main__":
