@@ -38,21 +38,32 @@ RETRY_AFTER_S: Final = 1
 
 
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not value > 0 or not math.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value > 0
+        or not math.isfinite(value)
+    ):
         raise ValidationError(f"{attribute.name} must be a positive number, got {value!r}")
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int):
+        raise ValidationError(f"{attribute.name} must be an integer, got {value!r}")
+    _positive(instance, attribute, value)
 
 
 @attrs.frozen
 class ServerLimits:
     """What one server process accepts at once; every value must be positive."""
 
-    max_body_bytes: int = attrs.field(default=DEFAULT_MAX_BODY_BYTES, validator=_positive)
+    max_body_bytes: int = attrs.field(default=DEFAULT_MAX_BODY_BYTES, validator=_positive_int)
     """Largest request body (413 beyond, declared or counted)."""
     max_body_bytes_in_flight: int = attrs.field(
-        default=4 * DEFAULT_MAX_BODY_BYTES, validator=_positive
+        default=4 * DEFAULT_MAX_BODY_BYTES, validator=_positive_int
     )
     """Bytes of all request bodies held at once, from the first byte read to the answer."""
-    max_requests: int = attrs.field(default=256, validator=_positive)
+    max_requests: int = attrs.field(default=256, validator=_positive_int)
     """Requests served at once (503 with ``Retry-After`` beyond)."""
     body_timeout_s: float = attrs.field(default=30.0, validator=_positive)
     """Time for a whole request body to arrive once its headers are in (408 beyond)."""
@@ -60,8 +71,15 @@ class ServerLimits:
     """Longest silence of a client mid-request (the connection is closed)."""
     keep_alive_timeout_s: float = attrs.field(default=5.0, validator=_positive)
     """How long an idle kept-alive connection stays open."""
-    max_header_bytes: int = attrs.field(default=16 * 1024, validator=_positive)
-    """Largest request line plus headers (the connection is answered 431/400 and closed)."""
+    max_header_bytes: int = attrs.field(default=16 * 1024, validator=_positive_int)
+    """Largest request line plus headers (the connection is answered 400 and closed)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_body_bytes_in_flight < self.max_body_bytes:
+            raise ValidationError(
+                f"max_body_bytes_in_flight ({self.max_body_bytes_in_flight}) must be at least "
+                f"max_body_bytes ({self.max_body_bytes}), or no largest body could be read"
+            )
 
 
 def busy(message: str) -> ApiError:
