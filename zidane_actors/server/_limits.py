@@ -70,7 +70,8 @@ class ServerLimits:
     read_timeout_s: float = attrs.field(default=60.0, validator=_positive)
     """Longest silence of a client mid-request (the connection is closed)."""
     keep_alive_timeout_s: float = attrs.field(default=5.0, validator=_positive)
-    """How long an idle kept-alive connection stays open."""
+    """Time for a connection's request headers to arrive (from its opening or its last
+    answer), and how long an idle kept-alive connection stays open."""
     max_header_bytes: int = attrs.field(default=16 * 1024, validator=_positive_int)
     """Largest request line plus headers (the connection is answered 400 and closed)."""
 
