@@ -3,8 +3,10 @@
 Bodies are the model's camelCase JSON. Errors are always
 ``{"error": {"code", "message", "path"}}``: 400 for unparsable JSON, bad
 ids and bad query parameters, 422 for a body that parses but does not fit
-its type, 404 for unknown sessions, 409 for a lost conditional write, 413
-for an oversized body, 501 for a method the backing store lacks.
+its type, 404 for unknown sessions, 409 for a lost conditional write or a
+body contradicting its URL, 413 for an oversized body, 501 for a method the
+backing store lacks. The guard (``_guard``) and the limits (``_limits``)
+answer 401/403/415 and 408/503 before or while a body is read.
 
 The app runs on trio (hypercorn's trio worker, or any trio ASGI driver):
 writes to one session are serialized by a per-session ``trio.Lock`` so
