@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,16 @@ async def test_without_token_only_loopback_host_names_with_the_served_port(
             assert r.status_code == 403, path
 
 
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback here")
 async def test_without_token_ipv6_loopback_host() -> None:
     async with trio.open_nursery() as nursery:
         url = await nursery.start(
