@@ -62,7 +62,7 @@ class ServerLimits:
     max_body_bytes_in_flight: int = attrs.field(
         default=4 * DEFAULT_MAX_BODY_BYTES, validator=_positive_int
     )
-    """Bytes of all request bodies held at once, from the first byte read to the answer."""
+    """Bytes of all request bodies held at once, from their reading until their handler answers."""
     max_requests: int = attrs.field(default=256, validator=_positive_int)
     """Requests served at once (503 with ``Retry-After`` beyond)."""
     body_timeout_s: float = attrs.field(default=30.0, validator=_positive)
