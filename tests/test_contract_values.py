@@ -90,6 +90,9 @@ def server() -> Iterator[ServerProcess]:
     process.stop()
 
 
+_JSON = {"content-type": "application/json"}  # the server's bodies (no-token mode)
+
+
 async def _wipe(url: str) -> None:
     async with create_remote_store(url) as store:
         for sid in {*await store.list(), "s1", "s2"}:
@@ -406,7 +409,7 @@ async def test_server_answers_422_for_deep_bodies() -> None:
     url = _SERVER[0].url
     await _wipe(url)
     deep_json = "[" * 5_000 + "]" * 5_000
-    async with httpx.AsyncClient(base_url=url) as client:
+    async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
         answer = await client.put("/sessions/s1", content=encode(session()))
         assert answer.status_code == 204
         turn_json = encode(turn(1)).decode()
@@ -470,7 +473,7 @@ async def test_rest_artifact_route_applies_the_limits() -> None:
     url = _SERVER[0].url
     await _wipe(url)
     big = artifact(meta={"blob": "x" * (ARTIFACT_META_MAX_BYTES + 1)}, label="L" * 600)
-    async with httpx.AsyncClient(base_url=url) as client:
+    async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
         await client.put("/sessions/s1", content=encode(session()))
         answer = await client.put("/sessions/s1/artifacts", content=encode(big))
         assert answer.status_code == 200, answer.text
@@ -644,7 +647,7 @@ async def test_rest_answers_carry_the_required_fields(store: Any) -> None:
     doc = msgspec.json.decode(encode(loaded))
     assert {"status", "metadata", "turns", "runs"} <= doc.keys()
     url = _SERVER[0].url
-    async with httpx.AsyncClient(base_url=url) as client:
+    async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
         await client.put("/sessions/s9", content=encode(session("s9")))
         answer = (await client.get("/sessions/s9")).json()
         await client.delete("/sessions/s9")

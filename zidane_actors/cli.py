@@ -99,10 +99,38 @@ async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
 # -- serve --------------------------------------------------------------
 
 
-async def _serve(args: argparse.Namespace, out: TextIO) -> int:
-    from .server import parse_faults, serve
+def _serve_token(args: argparse.Namespace, err: TextIO) -> str | None:
+    """The token from ``--token-file``, ``--token`` (warned: visible in ``ps``) or the env."""
+    if args.token is not None and args.token_file is not None:
+        raise ValidationError("give --token or --token-file, not both")
+    if args.token_file is not None:
+        with open(args.token_file, encoding="utf-8") as file:
+            token = file.read().strip()
+        if not token:
+            raise ValidationError(f"token file {args.token_file!r} is empty")
+        return token
+    if args.token is not None:
+        print(
+            f"zidane-actors: warning: --token is visible to every local user (ps); "
+            f"prefer {TOKEN_ENV} or --token-file",
+            file=err,
+            flush=True,
+        )
+        return args.token or None
+    return os.environ.get(TOKEN_ENV) or None
 
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+
+async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .server import ServerLimits, parse_faults, serve
+
+    token = _serve_token(args, err)
+    given = {
+        "max_body_bytes": args.max_body_bytes,
+        "max_body_bytes_in_flight": args.max_body_bytes_in_flight,
+        "max_requests": args.max_requests,
+        "body_timeout_s": args.body_timeout,
+    }
+    limits = ServerLimits(**{k: v for k, v in given.items() if v is not None})
     faults_spec = os.environ.get(FAULTS_ENV)
     faults = parse_faults(faults_spec) if faults_spec else None
     # Signals are caught before the URL is printed: a SIGTERM right after it stops cleanly.
@@ -114,7 +142,7 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
                     args.host,
                     args.port,
                     token=token,
-                    max_body_bytes=args.max_body_bytes,
+                    limits=limits,
                     faults=faults,
                     task_status=task_status,
                 )
@@ -442,7 +470,7 @@ _SESSION_COMMANDS: Final = {
 
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "serve":
-        return await _serve(args, out)
+        return await _serve(args, out, err)
     if args.command == "copy":
         return await _copy(args, out, err)
     async with open_store_url(args.store) as store:
@@ -462,8 +490,19 @@ def _parser() -> _Parser:
     store_option(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8787, help="0 picks a free port")
-    serve.add_argument("--token", help=f"bearer token required from clients (env {TOKEN_ENV})")
-    serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    serve.add_argument(
+        "--token",
+        help=f"bearer token required from clients (visible in ps: prefer env {TOKEN_ENV})",
+    )
+    serve.add_argument("--token-file", help="read the bearer token from this file")
+    serve.add_argument("--max-body-bytes", type=int, help="largest request body (32 MiB)")
+    serve.add_argument(
+        "--max-body-bytes-in-flight", type=int, help="bytes of all bodies held at once (128 MiB)"
+    )
+    serve.add_argument("--max-requests", type=int, help="requests served at once (256)")
+    serve.add_argument(
+        "--body-timeout", type=float, help="seconds for a request body to arrive (30)"
+    )
 
     sessions = commands.add_parser("sessions", help="inspect and edit stored sessions")
     actions = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)

@@ -3,8 +3,10 @@
 Bodies are the model's camelCase JSON. Errors are always
 ``{"error": {"code", "message", "path"}}``: 400 for unparsable JSON, bad
 ids and bad query parameters, 422 for a body that parses but does not fit
-its type, 404 for unknown sessions, 409 for a lost conditional write, 413
-for an oversized body, 501 for a method the backing store lacks.
+its type, 404 for unknown sessions, 409 for a lost conditional write or a
+body contradicting its URL, 413 for an oversized body, 501 for a method the
+backing store lacks. The guard (``_guard``) and the limits (``_limits``)
+answer 401/403/415 and 408/503 before or while a body is read.
 
 The app runs on trio (hypercorn's trio worker, or any trio ASGI driver):
 writes to one session are serialized by a per-session ``trio.Lock`` so
@@ -15,12 +17,10 @@ server.
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import msgspec
@@ -28,10 +28,10 @@ import trio
 from msgspec import UNSET
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ..errors import (
     ConflictError,
@@ -52,16 +52,16 @@ from ..model import (
     SessionData,
     SessionFilter,
     SessionHistory,
+    convert,
     decode,
     encode,
-    fresh_turns,
     new_id,
     validate_id,
 )
 from ..stores import MutateResult, SessionStore, store_capabilities
+from ..stores._protocol import WRITE_METHODS
 from ..stores._remote import (
     AppendTurnsBody,
-    AppendTurnsResult,
     ClaimedResult,
     ClaimFireBody,
     ClaimRunBody,
@@ -70,8 +70,6 @@ from ..stores._remote import (
     DeletedResult,
     DemotedResult,
     DemoteStaleRunBody,
-    ErrorBody,
-    ErrorDetail,
     HistoryBody,
     HistoryResult,
     HistoryState,
@@ -85,14 +83,16 @@ from ..stores._remote import (
     UpsertArtifactResult,
     history_rev,
 )
+from ._errors import ApiError as _ApiError
+from ._errors import error_response as _error_response
+from ._guard import Guard
+from ._limits import Admission, BodyBudget, ServerLimits, read_body
+from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "served_capabilities"]
+__all__ = ["create_app", "served_capabilities"]
 
 T = TypeVar("T")
-
-DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
-"""Largest request body accepted by default (a whole session document fits)."""
 
 _SERVER_PROVIDED: Final = frozenset(
     {"generate_session_id", "generate_turn_id", "mutate_history", "mutate_turns"}
@@ -110,28 +110,12 @@ def served_capabilities(store: object) -> frozenset[str]:
     return (store_capabilities(store) | _SERVER_PROVIDED) - {"aclose"}
 
 
-class _ApiError(Exception):
-    """An error answer: HTTP status, stable code, message and field path."""
-
-    def __init__(self, status: int, code: str, message: str, path: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.path = path
-
-
 class _RevMismatch(Exception):
     """Raised inside a history mutation to abort it when the revision moved on."""
 
     def __init__(self, rev: str) -> None:
         super().__init__(rev)
         self.rev = rev
-
-
-def _error_response(status: int, code: str, message: str, path: str | None = None) -> Response:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, path=path))
-    return Response(encode(body), status_code=status, media_type="application/json")
 
 
 def _json(value: object, status: int = 200) -> Response:
@@ -185,12 +169,19 @@ def _param_bool(request: Request, name: str) -> bool:
     raise _ApiError(400, "invalid_query", f"query parameter {name!r} must be true or false")
 
 
+class _NoMatch(Exception):
+    """A listing filter no row can pass: ``projectRoot=X`` with ``untaggedOnly=true``."""
+
+
 def _project_root(request: Request) -> str | msgspec.UnsetType | None:
-    """The tri-state project filter: ``projectRoot=X``, ``untaggedOnly=true``, or neither."""
+    """The tri-state project filter: ``projectRoot=X``, ``untaggedOnly=true``, or neither.
+
+    The query's filters are a conjunction: both at once match nothing (``_NoMatch``).
+    """
     root = request.query_params.get("projectRoot")
     untagged = _param_bool(request, "untaggedOnly")
     if root is not None and untagged:
-        raise _ApiError(400, "invalid_query", "give projectRoot or untaggedOnly=true, not both")
+        raise _NoMatch
     if untagged:
         return None
     return root if root is not None else UNSET
@@ -237,40 +228,40 @@ class _Api:
     """The route handlers over one backing store."""
 
     store: SessionStore
-    max_body_bytes: int
+    """Where reads (and claims, schedules, history edits) go."""
+    writer: SessionStore
+    """Where the ``WRITE_METHODS`` go: the store, or a store actor batching them."""
+    limits: ServerLimits
     capabilities: frozenset[str]
+    budget: BodyBudget
     locks: _SessionLocks = attrs.field(factory=_SessionLocks)
 
     def _optional(self, name: str) -> Any:
         if name not in self.capabilities:
             raise _ApiError(501, "unsupported", f"the backing store does not implement {name}")
-        return getattr(self.store, name)
+        return getattr(self.writer if name in WRITE_METHODS else self.store, name)
 
     async def _body(self, request: Request, type_: type[T]) -> T:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise _ApiError(413, "body_too_large", self._too_large())
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise _ApiError(413, "body_too_large", self._too_large())
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        raw = await read_body(request, self.limits, self.budget)
         try:
-            return decode(raw, type_, what="request body")
+            # msgspec reads any buffer: no copy of a body of up to max_body_bytes.
+            return decode(cast("bytes", raw), type_, what="request body")
         except ValidationError as exc:
+            error = exc
+        try:
+            value = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise _ApiError(400, "invalid_json", str(error), error.path) from None
+        except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH
+            raise _ApiError(422, "invalid_body", str(error), error.path) from None
+        if "got `float`" in str(error):  # maybe an integer spelled 2.0
             try:
-                msgspec.json.decode(raw)
-            except msgspec.DecodeError:
-                raise _ApiError(400, "invalid_json", str(exc), exc.path) from None
-            except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH
+                return convert(integral_floats_as_ints(value, type_), type_, what="request body")
+            except ValidationError as again:
+                error = again
+            except RecursionError:  # free-form values nested past what Python recurses
                 pass
-            raise _ApiError(422, "invalid_body", str(exc), exc.path) from None
-
-    def _too_large(self) -> str:
-        return f"request body exceeds the limit of {self.max_body_bytes} bytes"
+        raise _ApiError(422, "invalid_body", str(error), error.path) from None
 
     # -- sessions --------------------------------------------------------
 
@@ -278,12 +269,19 @@ class _Api:
         return _json(sorted(self.capabilities))
 
     async def list_sessions(self, request: Request) -> Response:
-        ids = await self.store.list(_session_filter(request))
-        return _json(IdsResult(ids=tuple(ids)))
+        try:
+            filter = _session_filter(request)
+        except _NoMatch:
+            return _json(IdsResult(ids=()))
+        return _json(IdsResult(ids=tuple(await self.store.list(filter))))
 
     async def list_meta(self, request: Request) -> Response:
-        rows = await self._optional("list_meta")(_session_filter(request))
-        return _json(rows)
+        list_meta = self._optional("list_meta")
+        try:
+            filter = _session_filter(request)
+        except _NoMatch:
+            return _json([])
+        return _json(await list_meta(filter))
 
     async def generate_session_id(self, request: Request) -> Response:
         make = getattr(self.store, "generate_session_id", None)
@@ -305,13 +303,13 @@ class _Api:
         data = await self._body(request, SessionData)
         _same(sid, data.id, "$.id", "session id")
         async with self.locks.hold(sid):
-            await self.store.save(data)
+            await self.writer.save(data)
         return _no_content()
 
     async def delete(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         async with self.locks.hold(sid):
-            await self.store.delete(sid)
+            await self.writer.delete(sid)
         return _no_content()
 
     async def get_turns(self, request: Request) -> Response:
@@ -322,19 +320,16 @@ class _Api:
         return _json(turns)
 
     async def append_turns(self, request: Request) -> Response:
-        """Append the turns the session does not hold yet (``fresh_turns``: retry-safe).
+        """Append turns through the store's unique-turn-id rule: O(1) of the history.
 
-        A stored id with other content is 409, an id repeated in the body 422.
+        A stored identical turn is skipped (a retry), a stored id with other
+        content is 409, an id repeated in the body 422.
         """
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, AppendTurnsBody)
         async with self.locks.hold(sid):
-            stored = {t.id: t for t in await self.store.get_turns(sid)}
-            fresh = fresh_turns(sid, body.turns, stored)
-            # Called even with nothing fresh: an unknown session still answers 404.
-            await self.store.append_turns(sid, fresh, body.options)
-        skipped = tuple(t.id for t in body.turns if t.id in stored)
-        return _json(AppendTurnsResult(appended=len(fresh), skipped=skipped))
+            await self.writer.append_turns(sid, body.turns, body.options)
+        return _no_content()
 
     async def update_run(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -342,14 +337,14 @@ class _Api:
         body = await self._body(request, UpdateRunBody)
         _same(run_id, body.run.id, "$.run.id", "run id")
         async with self.locks.hold(sid):
-            await self.store.update_run(sid, body.run, body.options)
+            await self.writer.update_run(sid, body.run, body.options)
         return _no_content()
 
     async def update_status(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, UpdateStatusBody)
         async with self.locks.hold(sid):
-            await self.store.update_status(
+            await self.writer.update_status(
                 sid, body.status, owner=body.owner, preserve_updated_at=body.preserve_updated_at
             )
         return _no_content()
@@ -376,7 +371,10 @@ class _Api:
         body = await self._body(request, PatchMetaBody)
         both = sorted(set(body.set) & set(body.remove))
         if both:
-            raise _ApiError(422, "invalid_body", f"keys both set and removed: {both}", "$.remove")
+            # 409, not 422: the body fits its schema, which cannot say "disjoint".
+            raise _ApiError(
+                409, "conflicting_patch", f"keys both set and removed: {both}", "$.remove"
+            )
         patch: dict[str, Any] = dict(body.set)
         patch.update(dict.fromkeys(body.remove, UNSET))
         async with self.locks.hold(sid):
@@ -413,6 +411,10 @@ class _Api:
         """Write a history if the stored one still has ``expectedRev`` (else 409)."""
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, HistoryBody)
+        for i, turn in enumerate(body.history.turns):  # checked even for an unknown session
+            validate_id(turn.id, what=f"turn id at $.history.turns[{i}].id")
+        for i, run in enumerate(body.history.runs):
+            validate_id(run.id, what=f"run id at $.history.runs[{i}].id")
         try:
             async with self.locks.hold(sid):
                 result = await self._write_history(sid, body)
@@ -440,7 +442,7 @@ class _Api:
         if data is None:
             return "no-session"
         nxt = mutate(SessionHistory(turns=data.turns, runs=data.runs))
-        await self.store.save(msgspec.structs.replace(data, turns=nxt.turns, runs=nxt.runs))
+        await self.writer.save(msgspec.structs.replace(data, turns=nxt.turns, runs=nxt.runs))
         return "ok"
 
     # -- send requests ---------------------------------------------------
@@ -496,12 +498,18 @@ class _Api:
         session_id = q.get("sessionId")
         if session_id is not None:
             validate_id(session_id, what="sessionId")
+        limit = _param_int(request, "limit")
+        since = _param_int(request, "since")
+        try:
+            project_root = _project_root(request)
+        except _NoMatch:
+            return _json([])
         filter = ArtifactFilter(
             kind=q.get("kind"),
-            limit=_param_int(request, "limit"),
-            project_root=_project_root(request),
+            limit=limit,
+            project_root=project_root,
             session_id=session_id,
-            since=_param_int(request, "since"),
+            since=since,
             uri=q.get("uri"),
         )
         return _json(await list_artifacts(filter))
@@ -548,79 +556,45 @@ class _Api:
 
 
 def _same(path_value: str, body_value: str, where: str, what: str) -> None:
+    validate_id(body_value, what=f"{what} at {where}")
+    # 409, as RFC 9110 suggests for a PUT whose representation contradicts its target.
     if path_value != body_value:
         raise _ApiError(
-            400,
+            409,
             "id_mismatch",
             f"{what} in the body ({body_value!r}) differs from the URL ({path_value!r})",
             where,
         )
 
 
-def _guarded(handler: Handler) -> Handler:
-    """Turn every exception of ``handler`` into a JSON error answer."""
+def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
+    """Turn every exception of ``handler`` into a JSON error answer; give back its body bytes."""
 
     async def endpoint(request: Request) -> Response:
         try:
             return await handler(request)
         except _ApiError as exc:
-            return _error_response(exc.status, exc.code, exc.message, exc.path)
+            return exc.response()
+        except ClientDisconnect:
+            _log.info(
+                "%s %s: the client left before sending its body", request.method, request.url.path
+            )
+            return _error_response(400, "client_disconnected", "the client left mid-body")
         except Exception as exc:
             error = _mapped(exc)
             if error.status >= 500:
                 _log.exception("%s %s failed", request.method, request.url.path)
             return _error_response(error.status, error.code, error.message, error.path)
+        finally:
+            budget.release(getattr(request.state, "body_bytes", 0))
 
     return endpoint
-
-
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-@attrs.define(eq=False)
-class _Guard:
-    """ASGI middleware: bearer-token check, or loopback-only without a token."""
-
-    app: ASGIApp
-    token: str | None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        denied = self._denied(scope)
-        if denied is None:
-            await self.app(scope, receive, send)
-            return
-        response = _error_response(*denied)
-        if denied[0] == 401:
-            response.headers["www-authenticate"] = 'Bearer realm="zidane-actors"'
-        await response(scope, receive, send)
-
-    def _denied(self, scope: Scope) -> tuple[int, str, str] | None:
-        if self.token is None:
-            client = scope.get("client")
-            if _is_loopback(client[0] if client else None):
-                return None
-            return (403, "forbidden", "without a token the server accepts loopback clients only")
-        headers: Mapping[bytes, bytes] = dict(scope["headers"])
-        auth = headers.get(b"authorization", b"")
-        scheme, _, given = auth.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token.encode()):
-            return None
-        return (401, "unauthorized", "missing or wrong bearer token")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return _error_response(exc.status_code, code, str(exc.detail))
+    return _error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
 
 def _routes(api: _Api, openapi: bytes) -> list[Route]:
@@ -670,7 +644,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
     ]
     by_path: dict[str, dict[str, Handler]] = {}
     for path, method, handler in table:
-        by_path.setdefault(path, {})[method] = _guarded(handler)
+        by_path.setdefault(path, {})[method] = _guarded(handler, api.budget)
     routes = [Route("/openapi.json", openapi_json, methods=["GET"])]
     for path, methods in by_path.items():
         routes.append(Route(path, _dispatch(methods), methods=list(methods)))
@@ -689,20 +663,29 @@ def create_app(
     store: SessionStore,
     *,
     token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    limits: ServerLimits | None = None,
+    writer: SessionStore | None = None,
 ) -> ASGIApp:
     """The ASGI app serving ``store`` over REST (run it on trio).
 
     With ``token``, every request needs ``Authorization: Bearer <token>``
-    (401 otherwise); without one, only loopback clients are served (403).
-    Bodies over ``max_body_bytes`` answer 413.
+    (401 otherwise); without one, only requests from local programs are
+    served (see ``Guard``). ``limits`` bounds what is accepted at once.
+    ``writer`` (a store actor over ``store``, as :func:`serve` passes) takes
+    the plain writes, so that concurrent ones share commits while reads
+    keep the store's own concurrency.
     """
-    if max_body_bytes <= 0:
-        raise ValidationError(f"max_body_bytes must be positive, got {max_body_bytes}")
     if token is not None and not token:
         raise ValidationError("token must not be empty")
+    limits = limits or ServerLimits()
     capabilities = served_capabilities(store)
-    api = _Api(store=store, max_body_bytes=max_body_bytes, capabilities=capabilities)
+    api = _Api(
+        store=store,
+        writer=store if writer is None else writer,
+        limits=limits,
+        capabilities=capabilities,
+        budget=BodyBudget(limits.max_body_bytes_in_flight),
+    )
     openapi = encode(openapi_document(capabilities))
     app = Starlette(routes=_routes(api, openapi), exception_handlers={HTTPException: _http_error})
-    return _Guard(app=app, token=token)
+    return Guard(app=Admission(app=app, max_requests=limits.max_requests), token=token)

@@ -14,7 +14,7 @@ import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ValidationError
-from ._app import _error_response
+from ._errors import error_response
 
 __all__ = ["FaultInjection", "parse_faults"]
 
@@ -70,7 +70,7 @@ class _FaultyApp:
         if f.delay_every and n % f.delay_every == 0:
             await trio.sleep(f.delay_ms / 1000)
         if f.fail_every and n % f.fail_every == 0:
-            await _error_response(500, "injected", "injected fault")(scope, receive, send)
+            await error_response(500, "injected", "injected fault")(scope, receive, send)
             return
         for message in messages:
             await send(message)

@@ -20,7 +20,6 @@ from ..model import (
 )
 from ..stores._remote import (
     AppendTurnsBody,
-    AppendTurnsResult,
     ClaimedResult,
     ClaimFireBody,
     ClaimRunBody,
@@ -46,7 +45,49 @@ from ..stores._remote import (
 __all__ = ["openapi_document"]
 
 _REF: Final = "#/components/schemas/{name}"
-_ID_PATTERN: Final = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]*$"
+# validate_id's rule: no leading dot or dash, never two dots in a row.
+_ID_PATTERN: Final = r"^[A-Za-z0-9_](?:\.?[A-Za-z0-9_:@+=-])*\.?$"
+
+
+# The rules the types check beyond their fields' own types, for the document to be exact.
+_ID_FIELDS: Final = {
+    "SessionData": ("id",),
+    "SessionMetaRow": ("id",),
+    "SessionTurn": ("id",),
+    "SessionRun": ("id",),
+    "SessionArtifact": ("id", "sessionId"),
+    "Schedule": ("id",),
+    "ScheduleFire": ("id", "scheduleId"),
+}
+
+
+def _exactly_one(*names: str) -> dict[str, Any]:
+    return {"oneOf": [{"required": [n], "properties": {n: {"type": "string"}}} for n in names]}
+
+
+_INLINE_DATA_NEEDS_TYPE: Final = {
+    "if": {"required": ["data"], "properties": {"data": {"type": "string"}}},
+    "then": {
+        "required": ["mediaType"],
+        "properties": {"mediaType": {"type": "string", "minLength": 1}},
+    },
+}
+_CROSS_FIELD: Final = {
+    "ImageBlock": {**_exactly_one("data", "url", "ref"), **_INLINE_DATA_NEEDS_TYPE},
+    "FileBlock": {**_exactly_one("data", "url", "text", "ref"), **_INLINE_DATA_NEEDS_TYPE},
+}
+
+
+def _tighten(components: dict[str, Any]) -> None:
+    """Add the id rule and the cross-field rules to the generated schemas."""
+    for name, fields in _ID_FIELDS.items():
+        properties = components.get(name, {}).get("properties", {})
+        for field in fields:
+            if properties.get(field, {}).get("type") == "string":
+                properties[field].update(pattern=_ID_PATTERN, maxLength=ID_MAX_LENGTH)
+    for name, rules in _CROSS_FIELD.items():
+        if name in components:
+            components[name].update(rules)
 
 
 @attrs.frozen
@@ -59,7 +100,6 @@ class _Op:
     ok: Any = None
     ok_status: int = 200
     query: tuple[tuple[str, str], ...] = ()
-    not_found: bool = False
 
 
 _FILTER: Final = (
@@ -82,7 +122,7 @@ _OPS: Final = (
     ),
     _Op("/session-ids", "post", "Generate a session id", ok=IdResult),
     _Op("/turn-ids", "post", "Generate a turn id", ok=IdResult),
-    _Op("/sessions/{sessionId}", "get", "Load a session", ok=SessionData, not_found=True),
+    _Op("/sessions/{sessionId}", "get", "Load a session", ok=SessionData),
     _Op("/sessions/{sessionId}", "put", "Save a whole session", body=SessionData, ok_status=204),
     _Op("/sessions/{sessionId}", "delete", "Delete a session", ok_status=204),
     _Op(
@@ -95,9 +135,9 @@ _OPS: Final = (
     _Op(
         "/sessions/{sessionId}/turns",
         "post",
-        "Append turns, skipping ids already stored",
+        "Append turns, skipping ids stored with identical content",
         body=AppendTurnsBody,
-        ok=AppendTurnsResult,
+        ok_status=204,
     ),
     _Op(
         "/sessions/{sessionId}/runs/{runId}",
@@ -119,7 +159,6 @@ _OPS: Final = (
         "The session's header row",
         "get_meta",
         ok=SessionMetaRow,
-        not_found=True,
     ),
     _Op(
         "/sessions/{sessionId}/meta",
@@ -158,7 +197,6 @@ _OPS: Final = (
         "get",
         "Turns and runs with their revision",
         ok=HistoryState,
-        not_found=True,
     ),
     _Op(
         "/sessions/{sessionId}/history",
@@ -181,7 +219,6 @@ _OPS: Final = (
         "The record of a claimed request id",
         "find_send_request",
         ok=SendRequestRecord,
-        not_found=True,
     ),
     _Op(
         "/sessions/{sessionId}/send-requests/{requestId}/result",
@@ -213,7 +250,7 @@ _OPS: Final = (
         "list_artifacts",
         ok=list[SessionArtifact],
         query=(
-            ("sessionId", "string"),
+            ("sessionId", "id"),
             ("kind", "string"),
             ("uri", "string"),
             ("since", "integer"),
@@ -290,6 +327,8 @@ def _query_params(query: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
     params = []
     for name, kind in query:
         schema: dict[str, Any] = {"type": kind}
+        if kind == "id":
+            schema = {"type": "string", "pattern": _ID_PATTERN, "maxLength": ID_MAX_LENGTH}
         if kind == "integer":
             schema["minimum"] = 0
             schema["maximum"] = 10**15 - 1
@@ -303,16 +342,28 @@ def openapi_document(capabilities: frozenset[str]) -> dict[str, Any]:
     types = [t for op in ops for t in (op.body, op.ok) if t is not None]
     schemas, components = msgspec.json.schema_components([ErrorBody, *types], ref_template=_REF)
     schema_of = dict(zip([ErrorBody, *types], schemas, strict=True))
+    _tighten(components)
     paths: dict[str, dict[str, Any]] = {}
     for op in ops:
         responses: dict[str, Any] = {
             "400": _error("Unparsable JSON, a bad id or a bad query parameter"),
             "401": _error("Missing or wrong bearer token"),
-            "403": _error("Non-loopback client without a configured token"),
-            "409": _error("Conflict (revision mismatch, lost race)"),
-            "413": _error("Body larger than the server's limit"),
-            "422": _error("The body does not fit its schema"),
+            "403": _error("Without a token: a non-loopback client, Host or a foreign Origin"),
+            "404": _error("Unknown session, record or route"),
+            "409": _error(
+                "Conflict: a body id differs from the URL's, a key both set and removed, "
+                "a stale revision, a turn id stored with other content"
+            ),
+            "422": _error("A value the store refuses"),
+            "503": _error("At a limit (see Retry-After), or the store is unavailable"),
         }
+        if op.body is not None:
+            responses["408"] = _error("The body did not arrive in time")
+            responses["413"] = _error("Body larger than the server's limit")
+            responses["415"] = _error("Without a token: a body not sent as application/json")
+            responses["422"] = _error("The body does not fit its schema, or the store refuses it")
+        if op.capability is not None:
+            responses["501"] = _error("The backing store lacks this method")
         if op.ok_status == 204:
             responses["204"] = {"description": "Done"}
         else:
@@ -320,8 +371,6 @@ def openapi_document(capabilities: frozenset[str]) -> dict[str, Any]:
                 "description": "OK",
                 "content": {"application/json": {"schema": schema_of[op.ok]}},
             }
-        if op.not_found:
-            responses["404"] = _error("Not found")
         operation: dict[str, Any] = {
             "operationId": f"{op.method}{op.path}".replace("/", "_")
             .replace("{", "")

@@ -9,9 +9,13 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import Framework
 
+from ..actors import open_store_actor
+from ..errors import ValidationError
 from ..stores import SessionStore
-from ._app import DEFAULT_MAX_BODY_BYTES, create_app
+from ._app import create_app
 from ._faults import FaultInjection
+from ._guard import is_loopback_host
+from ._limits import ServerLimits
 
 __all__ = ["serve"]
 
@@ -22,27 +26,45 @@ async def serve(
     port: int = 8787,
     *,
     token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    limits: ServerLimits | None = None,
     faults: FaultInjection | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``store`` on ``host:port`` until cancelled (``port=0`` picks a free one).
 
-    Under ``nursery.start`` the listening URL (``http://host:port``) is the
-    start value. ``faults`` is for tests only (see :class:`FaultInjection`).
+    Without ``token`` only a loopback ``host`` is accepted (``ValidationError``
+    otherwise): a server reachable from other machines must check a token.
+    Plain writes go through a store actor, so concurrent ones share group
+    commits when the store is a ``BatchingStore``. Under
+    ``nursery.start`` the listening URL (``http://host:port``) is the start
+    value. ``faults`` is for tests only (see :class:`FaultInjection`).
     """
-    app = create_app(store, token=token, max_body_bytes=max_body_bytes)
-    if faults is not None:
-        app = faults.wrap(app)
+    if token is None and not is_loopback_host(host.removeprefix("[").removesuffix("]")):
+        raise ValidationError(
+            f"refusing to serve on {host!r} without a token: anyone who can reach it could "
+            "read and write every session; bind a loopback address (127.0.0.1) or set a token"
+        )
+    limits = limits or ServerLimits()
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = 1.0
+    config.read_timeout = max(1, round(limits.read_timeout_s))
+    config.keep_alive_timeout = limits.keep_alive_timeout_s
+    config.h11_max_incomplete_size = limits.max_header_bytes
+    config.h2_max_header_list_size = limits.max_header_bytes
 
-    async def run(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn_serve(cast("Framework", app), config, task_status=task_status)
+    async with open_store_actor(store) as actor:
+        app = create_app(store, token=token, limits=limits, writer=actor)
+        if faults is not None:
+            app = faults.wrap(app)
 
-    async with trio.open_nursery() as nursery:
-        urls: list[str] = await nursery.start(run)
-        task_status.started(urls[0])
+        async def run(
+            *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+        ) -> None:
+            await hypercorn_serve(cast("Framework", app), config, task_status=task_status)
+
+        async with trio.open_nursery() as nursery:
+            urls: list[str] = await nursery.start(run)
+            task_status.started(urls[0])

@@ -60,12 +60,12 @@ from ..model import (
     normalize_artifact,
     validate_id,
 )
+from ..model._types import EpochMs
 from ._protocol import HistoryMutation, MutateResult, RunClaim, TurnsMutation
 from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
 
 __all__ = [
     "AppendTurnsBody",
-    "AppendTurnsResult",
     "ClaimFireBody",
     "ClaimRunBody",
     "ClaimRunResult",
@@ -93,9 +93,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-_RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+# Server faults only: a 4xx says the request itself is wrong (or refused) and is final.
+_RETRY_STATUSES: Final = frozenset({500, 502, 503, 504})
 _BACKOFF_BASE_S: Final = 0.05
 _BACKOFF_CAP_S: Final = 2.0
+_RETRY_AFTER_CAP_S: Final = 10.0
 _HISTORY_ATTEMPTS: Final = 8
 
 
@@ -124,13 +126,6 @@ class AppendTurnsBody(_Body, frozen=True):
 
     turns: tuple[SessionTurn, ...]
     options: AppendTurnsOptions | None = None
-
-
-class AppendTurnsResult(_Body, frozen=True):
-    """How many turns were appended, and the ids skipped because they were stored already."""
-
-    appended: int
-    skipped: tuple[str, ...] = ()
 
 
 class UpdateRunBody(_Body, frozen=True):
@@ -165,15 +160,15 @@ class PatchMetaBody(_Body, frozen=True):
 class ClaimRunBody(_Body, frozen=True):
     """``POST /sessions/{id}/claim-run``."""
 
-    stale_at: int
+    stale_at: EpochMs
     owner: RunOwner | None = None
 
 
 class DemoteStaleRunBody(_Body, frozen=True):
     """``POST /sessions/{id}/demote-stale-run``: the loader's staleness horizon and clock."""
 
-    stale_at: int
-    now: int
+    stale_at: EpochMs
+    now: EpochMs
 
 
 class DemotedResult(_Body, frozen=True):
@@ -231,8 +226,8 @@ class UpsertArtifactResult(_Body, frozen=True):
 class ClaimFireBody(_Body, frozen=True):
     """``POST /schedules/{id}/claim-fire``."""
 
-    due_at: int
-    next: int | None
+    due_at: EpochMs
+    next: EpochMs | None
 
 
 class ClaimedResult(_Body, frozen=True):
@@ -343,6 +338,12 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
 
 
+def _retry_after(response: httpx.Response) -> float:
+    """The delay a 503 asks for (``Retry-After`` in seconds, capped), else 0."""
+    raw = response.headers.get("retry-after", "")
+    return min(float(raw), _RETRY_AFTER_CAP_S) if raw.isascii() and raw.isdigit() else 0.0
+
+
 @attrs.frozen
 class RemoteStoreStatistics:
     """What :meth:`RemoteStore.statistics` answers."""
@@ -425,10 +426,11 @@ class RemoteStore:
         headers = {"content-type": "application/json"} if content is not None else None
         attempts = self.retries + 1 if retry else 1
         last: Exception | None = None
+        wait_s = 0.0
         for attempt in range(attempts):
             if attempt:
                 self._n_retries += 1
-                await trio.sleep(_backoff(attempt))
+                await trio.sleep(wait_s + _backoff(attempt))
             self._n_requests += 1
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
@@ -439,9 +441,11 @@ class RemoteStore:
                 if isinstance(exc, (httpx.TimeoutException, trio.TooSlowError)):
                     self._n_timeouts += 1
                 last = exc
+                wait_s = 0.0
                 continue
             if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
                 last = _error(response, method, path)
+                wait_s = _retry_after(response)
                 continue
             if response.is_success or response.status_code in expect:
                 return response
@@ -502,7 +506,7 @@ class RemoteStore:
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
     ) -> None:
-        """Append turns; the server skips ids it holds already, so a retry never duplicates."""
+        """Append turns; a stored identical turn is skipped, so a retry never duplicates."""
         if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
             raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
         checked = tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))

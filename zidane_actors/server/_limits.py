@@ -1,0 +1,167 @@
+"""Resource limits of the server: concurrent requests, body size, body time, body memory.
+
+A slow or hostile client must not hold the server: every request counts
+against ``max_requests`` (503 with ``Retry-After`` beyond it), a body must
+arrive whole within ``body_timeout_s`` (408 otherwise), and the bytes of all
+bodies being read or served at once stay within ``max_body_bytes_in_flight``
+(503 with ``Retry-After`` when a body would pass it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import attrs
+import trio
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import ValidationError
+from ._errors import ApiError
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "RETRY_AFTER_S",
+    "Admission",
+    "BodyBudget",
+    "ServerLimits",
+    "busy",
+    "read_body",
+]
+
+DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+"""Largest request body accepted by default (a whole session document fits)."""
+
+RETRY_AFTER_S: Final = 1
+"""The ``Retry-After`` of a 503 answered because the server is at a limit."""
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value > 0
+        or not math.isfinite(value)
+    ):
+        raise ValidationError(f"{attribute.name} must be a positive number, got {value!r}")
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int):
+        raise ValidationError(f"{attribute.name} must be an integer, got {value!r}")
+    _positive(instance, attribute, value)
+
+
+@attrs.frozen
+class ServerLimits:
+    """What one server process accepts at once; every value must be positive."""
+
+    max_body_bytes: int = attrs.field(default=DEFAULT_MAX_BODY_BYTES, validator=_positive_int)
+    """Largest request body (413 beyond, declared or counted)."""
+    max_body_bytes_in_flight: int = attrs.field(
+        default=4 * DEFAULT_MAX_BODY_BYTES, validator=_positive_int
+    )
+    """Bytes of all request bodies held at once, from their reading until their handler answers."""
+    max_requests: int = attrs.field(default=256, validator=_positive_int)
+    """Requests served at once (503 with ``Retry-After`` beyond)."""
+    body_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    """Time for a whole request body to arrive once its headers are in (408 beyond)."""
+    read_timeout_s: float = attrs.field(default=60.0, validator=_positive)
+    """Longest silence of a client mid-request (the connection is closed)."""
+    keep_alive_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    """Time for a connection's request headers to arrive (from its opening or its last
+    answer), and how long an idle kept-alive connection stays open."""
+    max_header_bytes: int = attrs.field(default=16 * 1024, validator=_positive_int)
+    """Largest request line plus headers (the connection is answered 400 and closed)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_body_bytes_in_flight < self.max_body_bytes:
+            raise ValidationError(
+                f"max_body_bytes_in_flight ({self.max_body_bytes_in_flight}) must be at least "
+                f"max_body_bytes ({self.max_body_bytes}), or no largest body could be read"
+            )
+
+
+def busy(message: str) -> ApiError:
+    """The 503 answered when a limit is reached: the client may come back later."""
+    return ApiError(503, "busy", message, headers={"retry-after": str(RETRY_AFTER_S)})
+
+
+@attrs.define(eq=False)
+class BodyBudget:
+    """The bytes of request bodies held at once, reserved before they are read."""
+
+    limit: int
+    held: int = 0
+
+    def reserve(self, size: int) -> None:
+        """Take ``size`` bytes (503 ``busy`` when that would pass the limit)."""
+        if self.held + size > self.limit:
+            raise busy("the server holds too many request bodies at once; retry later")
+        self.held += size
+
+    def release(self, size: int) -> None:
+        """Give back bytes taken by :meth:`reserve`."""
+        self.held -= size
+
+
+async def read_body(request: Request, limits: ServerLimits, budget: BodyBudget) -> bytearray:
+    """The whole body of ``request``, read under the size, time and memory limits.
+
+    The bytes reserved stay counted in ``request.state.body_bytes`` until
+    the caller releases them (when the answer is sent).
+    """
+    too_large = ApiError(
+        413, "body_too_large", f"request body exceeds the limit of {limits.max_body_bytes} bytes"
+    )
+    declared = request.headers.get("content-length")
+    reserved = 0
+    if declared is not None and declared.isascii() and declared.isdigit():
+        if int(declared) > limits.max_body_bytes:
+            raise too_large
+        reserved = int(declared)
+        budget.reserve(reserved)
+        request.state.body_bytes = reserved
+    body = bytearray()
+    with trio.move_on_after(limits.body_timeout_s) as deadline:
+        async for chunk in request.stream():
+            if len(body) + len(chunk) > limits.max_body_bytes:
+                raise too_large
+            extra = len(body) + len(chunk) - reserved
+            if extra > 0:
+                budget.reserve(extra)
+                reserved += extra
+                request.state.body_bytes = reserved
+            body += chunk
+    if deadline.cancelled_caught:
+        raise ApiError(
+            408,
+            "body_timeout",
+            f"the request body did not arrive within {limits.body_timeout_s:g} s",
+            headers={"connection": "close"},
+        )
+    return body
+
+
+@attrs.define(eq=False)
+class Admission:
+    """ASGI middleware: at most ``max_requests`` HTTP requests in the app at once."""
+
+    app: ASGIApp
+    max_requests: int
+    active: int = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.max_requests:
+            refusal = busy(f"the server is serving {self.max_requests} requests; retry later")
+            await refusal.response()(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
