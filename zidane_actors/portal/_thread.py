@@ -191,12 +191,20 @@ class Portal:
             if not future.cancelled() and isinstance(future.exception(), ActorCrashed):
                 self._crash_reported = True
 
-    def _closed_error(self) -> BaseException:
-        if self._crash is not None:
-            error = ActorCrashed("the portal's trio thread crashed")
-            error.__cause__ = self._crash
-            return error
-        return ActorClosed("the portal is closed")
+    def _closed_error(self, *, pending: bool = False) -> ActorClosed | ActorCrashed:
+        """``ActorCrashed`` for a call the crash caught pending, else ``ActorClosed``.
+
+        Either way a crash is the ``__cause__``.
+        """
+        if self._crash is None:
+            return ActorClosed("the portal is closed")
+        error: ActorClosed | ActorCrashed
+        if pending:
+            error = ActorCrashed("the portal's trio thread crashed during this call")
+        else:
+            error = ActorClosed("the portal's trio thread crashed")
+        error.__cause__ = self._crash
+        return error
 
     # -- the trio side ----------------------------------------------------------
 
@@ -266,7 +274,7 @@ class Portal:
             # Opening failed: the opener's error goes to whoever waits for the start.
             _settle(self._ready, error=crash or ActorClosed("the portal closed before it opened"))
             crash = None
-        error = self._closed_error()
+        error = self._closed_error(pending=True)
         for future in pending:
             _settle(future, error=error)
         _settle(self._stopped)
