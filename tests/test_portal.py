@@ -457,3 +457,34 @@ def test_one_host_serves_several_threads_at_once() -> None:
         for t in threads:
             t.join(SAFETY_S)
         assert sorted(t.id for t in session.turns) == ["t0", "t1", "t2", "t3"]
+
+
+# -- the host under concurrent get-or-create (what shared portals do) ---------
+
+
+async def test_concurrent_creates_of_one_id_never_overwrite_each_other() -> None:
+    from zidane_actors.actors import open_session_host
+    from zidane_actors.stores import open_memory_store
+
+    async with open_memory_store() as store, open_session_host(store) as host:
+        outcomes: list[Any] = []
+
+        async def create() -> None:
+            try:
+                session = await host.create_session(id="same")
+                await session.append_turns([turn(len(outcomes))])
+                outcomes.append(session)
+            except ConflictError as exc:
+                outcomes.append(exc)
+
+        async def load() -> None:
+            outcomes.append(await host.load_session("same"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(create)
+            nursery.start_soon(load)
+        sessions = {id(o) for o in outcomes if not isinstance(o, ConflictError)}
+        assert len(sessions) == 1  # one handle: the creator's, shared by the load
+        stored = await store.load("same")
+        assert stored is not None and len(stored.turns) == 1

@@ -33,7 +33,7 @@ class SharedPortal:
     refs: int = 0
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # a failed start may call back into acquire's hold
 _portals: dict[str, SharedPortal] = {}
 _atexit_registered = False
 
