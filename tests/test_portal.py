@@ -202,6 +202,25 @@ def test_closing_closes_the_store_after_the_calls_in_flight() -> None:
     assert len(session.turns) == 1
 
 
+def test_closing_cancels_a_call_that_would_never_end() -> None:
+    host = start_host("memory:")
+    outcome: list[BaseException] = []
+
+    def wait_forever() -> None:
+        try:
+            host.call(trio.sleep_forever)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait_forever)
+    waiter.start()
+    host.call(trio.testing.wait_all_tasks_blocked)
+    host.close()
+    waiter.join(SAFETY_S)
+    assert not waiter.is_alive()
+    assert len(outcome) == 1 and type(outcome[0]) is ActorClosed
+
+
 async def _set_gate(store: GatedStore) -> None:
     store.gate = trio.Event()
 

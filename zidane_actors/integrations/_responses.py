@@ -24,6 +24,7 @@ __all__ = [
     "ItemGroup",
     "group_items",
     "items_of_turn",
+    "native_metadata",
     "turn_without_last_item",
 ]
 

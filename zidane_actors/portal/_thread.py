@@ -51,8 +51,8 @@ class Portal:
     :meth:`start` launches the thread and answers a future that resolves once
     the host is open (or fails with the opener's error). :meth:`submit` runs a
     coroutine function in the trio loop; :meth:`close` stops accepting calls,
-    lets the calls in flight finish, closes the host and the store, and ends
-    the thread.
+    cancels the calls in flight (accepted mutations are applied first),
+    closes the host and the store, and ends the thread.
     """
 
     def __init__(self, opener: HostOpener, *, name: str = "zidane-actors-portal") -> None:
@@ -101,7 +101,8 @@ class Portal:
     def close(self) -> cf.Future[None]:
         """Stop accepting calls and shut the host down; answers :attr:`stopped`.
 
-        Calls already submitted finish first. Idempotent.
+        Calls in flight are cancelled (an accepted mutation is applied first; the
+        others fail with ``ActorClosed``). Idempotent.
         """
         with self._lock:
             self._accepting = False
@@ -253,8 +254,11 @@ class Portal:
             await closing.wait()
             with self._lock:
                 self._accepting = False
-        # The nursery waited for the calls in flight; calls queued behind the
-        # close find no nursery and fail with ActorClosed.
+            # Calls still in flight are cancelled, as trio cancels a nursery: one not
+            # yet accepted is withdrawn (its caller gets ActorClosed from the sweep in
+            # _thread_main), an accepted mutation is applied first. No call can hold
+            # the close open.
+            nursery.cancel_scope.cancel()
         self._nursery = None
 
     def _thread_main(self) -> None:
