@@ -138,6 +138,28 @@ def test_run_sync_with_tool_calls_stores_ordinary_zidane_data(
     assert roles[:4] == ["user", "assistant", "user", "assistant"]
 
 
+def test_reasoning_items_are_replayed_exactly(make: SessionFactory) -> None:
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    reasoning = ResponseReasoningItem(
+        id="rs_1",
+        type="reasoning",
+        summary=[Summary(text="Thinking about colours.", type="summary_text")],
+        encrypted_content="opaque-blob",
+    )
+    model = ScriptedModel(
+        [[reasoning, assistant_message("Green.")], [assistant_message("Still green.")]]
+    )
+    agent = Agent(name="assistant", model=model)
+    session = make()
+    Runner.run_sync(agent, "Colour?", session=session)
+    Runner.run_sync(agent, "Again?", session=session)
+    replayed = model.calls[1].input
+    assert replayed[1] == reasoning.model_dump(exclude_unset=True)
+    assert replayed[1]["encrypted_content"] == "opaque-blob"
+
+
 def test_run_streamed_saves_the_streamed_items(make: SessionFactory) -> None:
     model = ScriptedModel(
         [
