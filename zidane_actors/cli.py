@@ -11,8 +11,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
@@ -35,11 +34,11 @@ from .model import (
     validate_id,
 )
 from .stores import SessionStore, store_capabilities
+from .stores._url import TOKEN_ENV, open_store_url
 
 __all__ = ["main"]
 
 DEFAULT_STORE: Final = "sqlite:./zidane-sessions.db"
-TOKEN_ENV: Final = "ZIDANE_ACTORS_TOKEN"
 FAULTS_ENV: Final = "ZIDANE_ACTORS_FAULTS"
 _PREVIEW: Final = 400
 
@@ -51,49 +50,6 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         raise _UsageError(f"{self.prog}: {message}")
-
-
-# -- store URLs ---------------------------------------------------------
-
-
-@asynccontextmanager
-async def open_store_url(url: str) -> AsyncIterator[SessionStore]:
-    """Open the store a URL names: ``sqlite:PATH``, ``memory:``, ``postgres://…``,
-    ``file:DIR`` (a single-session file map) or ``http(s)://…`` (a remote session
-    API; ``ZIDANE_ACTORS_TOKEN`` is sent as its bearer token)."""
-    async with AsyncExitStack() as stack:
-        yield await _enter_store(url, stack)
-
-
-async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
-    from . import stores
-
-    if url in ("memory", "memory:"):
-        return await stack.enter_async_context(stores.open_memory_store())
-    if url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
-        path = url.removeprefix("sqlite:")
-        if not path:
-            raise ValidationError("sqlite store URL needs a path: sqlite:PATH")
-        return await stack.enter_async_context(stores.open_sqlite_store(path))
-    if url.startswith(("postgres://", "postgresql://", "postgres:")):
-        dsn = url if "://" in url else url.removeprefix("postgres:")
-        return await stack.enter_async_context(stores.open_postgres_store(dsn))
-    if url.startswith("file:"):
-        directory = url.removeprefix("file:")
-        if not directory:
-            raise ValidationError("file store URL needs a directory: file:DIR")
-        adapter = await stack.enter_async_context(stores.open_directory_adapter(directory))
-        file_map = stores.create_file_map_store(adapter)
-        stack.push_async_callback(file_map.aclose)
-        return file_map
-    if url.startswith(("http://", "https://")):
-        token = os.environ.get(TOKEN_ENV)
-        headers = {"authorization": f"Bearer {token}"} if token else None
-        return await stack.enter_async_context(stores.create_remote_store(url, headers=headers))
-    raise ValidationError(
-        f"unknown store URL {url!r}: use sqlite:PATH, memory:, postgres://…, "
-        "file:DIR or http(s)://…"
-    )
 
 
 # -- serve --------------------------------------------------------------

@@ -129,19 +129,32 @@ class SessionHost:
         self._check_open()
         if id is not None and (id in self._sessions or id in self._loading):
             raise ConflictError(f"session {id!r} is already open in this host")
-        data = await _new_session_data(
-            self._store,
-            id=id,
-            agent_id=agent_id,
-            metadata=metadata,
-            project_root=project_root,
-            clock=self._clock,
-        )
-        if data.id in self._sessions:
-            raise ConflictError(f"session {data.id!r} is already open in this host")
-        session = Session(data, store=self._store, runner=self, clock=self._clock, caps=self._caps)
-        self._sessions[data.id] = session
-        return session
+        # Claim the id for the whole create: a concurrent create of it is a
+        # conflict, and a concurrent load waits for this one and shares it.
+        pending = _PendingLoad()
+        if id is not None:
+            self._loading[id] = pending
+        try:
+            data = await _new_session_data(
+                self._store,
+                id=id,
+                agent_id=agent_id,
+                metadata=metadata,
+                project_root=project_root,
+                clock=self._clock,
+            )
+            if data.id in self._sessions or (id is None and data.id in self._loading):
+                raise ConflictError(f"session {data.id!r} is already open in this host")
+            session = Session(
+                data, store=self._store, runner=self, clock=self._clock, caps=self._caps
+            )
+            self._sessions[data.id] = session
+            pending.session = session
+            return session
+        finally:
+            if id is not None:
+                del self._loading[id]
+                pending.done.set()
 
     async def load_session(
         self,

@@ -1,0 +1,44 @@
+"""The README's portal, openai-agents and pydantic-ai examples run as written."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+from agents import set_tracing_disabled
+
+from zidane_actors.integrations import _shared
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+EXPECTED = {
+    "From asyncio and blocking code": "1\n2\n",
+    "openai-agents": "Green. 3\n",
+    "pydantic-ai": "Hi again! 2\n",
+}
+
+
+def section_example(title: str) -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example is not None, f"README section {title!r} has no python example"
+    return example.group(1)
+
+
+@pytest.mark.parametrize("title", list(EXPECTED))
+def test_readme_integration_example_runs(
+    title: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    set_tracing_disabled(True)  # nothing leaves the machine
+    monkeypatch.chdir(tmp_path)
+    code = section_example(title)
+    try:
+        exec(compile(code, f"README.md#{title}", "exec"), {"__name__": "__main__"})
+    finally:
+        _shared.close_all()
+    assert capsys.readouterr().out == EXPECTED[title]

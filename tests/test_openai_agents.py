@@ -1,0 +1,472 @@
+"""ZidaneSession under the real openai-agents Runner, with its own ScriptedModel.
+
+No network, no mocks of openai-agents: ``agents.testing.ScriptedModel`` is
+the SDK's deterministic model. The second half ports, written from scratch,
+the behaviours openai-agents' own SQLiteSession tests check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.memory import Session as AgentsSession
+from agents.memory import SessionSettings
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from zidane_actors.actors import load_session
+from zidane_actors.errors import ActorClosed, InvalidNameError, WireFormatError
+from zidane_actors.integrations import _shared
+from zidane_actors.integrations.openai_agents import ZidaneSession
+from zidane_actors.model import SessionData, TextBlock, ToolCallBlock, ToolResultBlock
+from zidane_actors.stores import open_sqlite_store
+from zidane_actors.wire import to_anthropic_request, to_wire_messages
+
+set_tracing_disabled(True)  # nothing leaves the machine
+
+SessionFactory = Callable[..., ZidaneSession]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:{tmp_path / 'agents.db'}"
+
+
+@pytest.fixture
+def make(db: str) -> Iterator[SessionFactory]:
+    opened: list[ZidaneSession] = []
+
+    def factory(session_id: str = "conv", **kwargs: Any) -> ZidaneSession:
+        kwargs.setdefault("store", db)
+        session = ZidaneSession(session_id, **kwargs)
+        opened.append(session)
+        return session
+
+    yield factory
+    for session in opened:
+        session.close()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def read_back(db: str, session_id: str) -> SessionData | None:
+    async def main() -> SessionData | None:
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+            loaded = await load_session(store, session_id)
+            return None if loaded is None else loaded.to_json()
+
+    return trio.run(main)
+
+
+@function_tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def msg(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "content": text}
+
+
+# -- the Runner ----------------------------------------------------------------
+
+
+def test_runner_remembers_across_runs_and_replays_items_exactly(make: SessionFactory) -> None:
+    model = ScriptedModel([[assistant_message("Noted: green.")], [assistant_message("Green.")]])
+    agent = Agent(name="assistant", model=model)
+    session = make()
+
+    async def main() -> None:
+        first = await Runner.run(agent, "My favourite colour is green.", session=session)
+        assert first.final_output == "Noted: green."
+        second = await Runner.run(agent, "What is my favourite colour?", session=session)
+        assert second.final_output == "Green."
+
+    run(main())
+    assert len(model.calls) == 2
+    replayed = model.calls[1].input
+    # The second call sees the first exchange exactly as the Runner produced it.
+    answer = assistant_message("Noted: green.").model_dump(exclude_unset=True)
+    assert replayed[:-1] == [*model.calls[0].input, answer]
+    assert replayed[-1]["content"] == "What is my favourite colour?"
+    assert len(run(session.get_items())) == 4
+
+
+def test_run_sync_with_tool_calls_stores_ordinary_zidane_data(
+    make: SessionFactory, db: str
+) -> None:
+    model = ScriptedModel(
+        [
+            [function_call("weather", {"city": "Paris"}, call_id="call_1")],
+            [assistant_message("It is sunny in Paris.")],
+        ]
+    )
+    agent = Agent(name="assistant", model=model, tools=[weather])
+    session = make("weather-1")
+    result = Runner.run_sync(agent, "Weather in Paris?", session=session)
+    assert result.final_output == "It is sunny in Paris."
+    # The model's second call got the call and its output, paired.
+    second = model.calls[1].input
+    kinds = [item.get("type") for item in second]
+    assert kinds[-2:] == ["function_call", "function_call_output"]
+    assert second[-1]["call_id"] == "call_1" and second[-1]["output"] == "sunny in Paris"
+
+    data = read_back(db, "weather-1")
+    assert data is not None
+    roles = [t.role for t in data.turns]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    (question,) = data.turns[0].content
+    assert isinstance(question, TextBlock) and question.text == "Weather in Paris?"
+    (call,) = data.turns[1].content
+    assert isinstance(call, ToolCallBlock) and call.input == {"city": "Paris"}
+    (output,) = data.turns[2].content
+    assert isinstance(output, ToolResultBlock) and output.call_id == "call_1"
+    (answer,) = data.turns[3].content
+    assert isinstance(answer, TextBlock) and answer.text == "It is sunny in Paris."
+
+    async def for_anthropic() -> dict[str, Any]:
+        return to_anthropic_request(await to_wire_messages(data.turns, provider="anthropic"))
+
+    request = trio.run(for_anthropic)
+    roles = [m["role"] for m in request["messages"]]
+    assert roles[:4] == ["user", "assistant", "user", "assistant"]
+
+
+def test_reasoning_items_are_replayed_exactly(make: SessionFactory) -> None:
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    reasoning = ResponseReasoningItem(
+        id="rs_1",
+        type="reasoning",
+        summary=[Summary(text="Thinking about colours.", type="summary_text")],
+        encrypted_content="opaque-blob",
+    )
+    model = ScriptedModel(
+        [[reasoning, assistant_message("Green.")], [assistant_message("Still green.")]]
+    )
+    agent = Agent(name="assistant", model=model)
+    session = make()
+    Runner.run_sync(agent, "Colour?", session=session)
+    Runner.run_sync(agent, "Again?", session=session)
+    replayed = model.calls[1].input
+    assert replayed[1] == reasoning.model_dump(exclude_unset=True)
+    assert replayed[1]["encrypted_content"] == "opaque-blob"
+
+
+def test_run_streamed_saves_the_streamed_items(make: SessionFactory) -> None:
+    model = ScriptedModel(
+        [
+            [function_call("weather", {"city": "Oslo"}, call_id="call_9")],
+            [assistant_message("Sunny in Oslo.")],
+        ]
+    )
+    agent = Agent(name="assistant", model=model, tools=[weather])
+    session = make()
+
+    async def main() -> str:
+        streamed = Runner.run_streamed(agent, "Oslo?", session=session)
+        async for _ in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
+
+    assert run(main()) == "Sunny in Oslo."
+    items = run(session.get_items())
+    assert [i.get("type", "message") for i in items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+
+
+def test_concurrent_runs_on_distinct_sessions_share_one_portal(make: SessionFactory) -> None:
+    sessions = [make(f"user-{i}") for i in range(6)]
+    assert len({id(s._shared) for s in sessions}) == 1
+
+    async def one(i: int, session: ZidaneSession) -> None:
+        model = ScriptedModel(
+            [[assistant_message(f"hello {i}")], [assistant_message(f"again {i}")]]
+        )
+        agent = Agent(name="assistant", model=model)
+        await Runner.run(agent, f"I am {i}", session=session)
+        await Runner.run(agent, "Who am I?", session=session)
+        assert model.calls[1].input[0]["content"] == f"I am {i}"
+
+    async def main() -> None:
+        await asyncio.gather(*(one(i, s) for i, s in enumerate(sessions)))
+
+    run(main())
+    for i, session in enumerate(sessions):
+        items = run(session.get_items())
+        assert len(items) == 4
+        assert items[0]["content"] == f"I am {i}"
+        assert items[-1]["content"][0]["text"] == f"again {i}"
+
+
+def test_pop_item_lets_a_user_correct_the_last_question(make: SessionFactory) -> None:
+    model = ScriptedModel([[assistant_message("4")], [assistant_message("6")]])
+    agent = Agent(name="math", model=model)
+    session = make()
+    Runner.run_sync(agent, "2 + 2?", session=session)
+
+    async def correct() -> None:
+        answer = await session.pop_item()
+        question = await session.pop_item()
+        assert answer is not None and answer["content"][0]["text"] == "4"
+        assert question == msg("user", "2 + 2?")
+
+    run(correct())
+    Runner.run_sync(agent, "3 + 3?", session=session)
+    assert model.calls[1].input == [msg("user", "3 + 3?")]
+
+
+def test_session_settings_limit_bounds_what_the_runner_replays(make: SessionFactory) -> None:
+    model = ScriptedModel([[assistant_message(f"a{i}")] for i in range(3)])
+    agent = Agent(name="assistant", model=model)
+    session = make(session_settings=SessionSettings(limit=2))
+    for i in range(3):
+        Runner.run_sync(agent, f"q{i}", session=session)
+    # Two stored items (q1, a1) plus the new question.
+    assert [i.get("content") for i in model.calls[2].input][::2] == ["q1", "q2"]
+
+
+# -- the Session protocol, as openai-agents' SQLiteSession tests check it -------
+
+
+def test_is_an_agents_session(make: SessionFactory) -> None:
+    session = make()
+    assert isinstance(session, AgentsSession)
+    assert session.session_id == "conv"
+    assert session.session_settings == SessionSettings()
+
+
+def test_empty_session_answers_nothing(make: SessionFactory, db: str) -> None:
+    session = make("never-written")
+    assert run(session.get_items()) == []
+    assert run(session.get_items(3)) == []
+    assert run(session.pop_item()) is None
+    run(session.clear_session())
+    assert read_back(db, "never-written") is None  # reads never create a session
+
+
+def test_add_and_get_round_trip_exactly(make: SessionFactory) -> None:
+    items: list[Any] = [
+        msg("user", "Hello"),
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Hi!", "annotations": [], "logprobs": []}],
+        },
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "c1",
+            "name": "lookup",
+            "arguments": '{"q": "x"}',
+            "status": "completed",
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "found"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "and this picture?"},
+                {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"},
+            ],
+        },
+        {"role": "developer", "content": "Be brief."},
+    ]
+    session = make()
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+    assert json.dumps(run(session.get_items())) == json.dumps(items)
+
+
+def test_items_survive_a_new_instance_and_a_new_process_portal(
+    make: SessionFactory, db: str
+) -> None:
+    first = make("persist")
+    run(first.add_items([msg("user", "one"), msg("assistant", "two")]))
+    first.close()
+    assert not any(s.url.endswith("agents.db") for s in _shared._portals.values())
+    again = make("persist")
+    assert run(again.get_items()) == [msg("user", "one"), msg("assistant", "two")]
+
+
+def test_get_items_limit_answers_the_newest_in_order(make: SessionFactory) -> None:
+    session = make()
+    items = [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(7)]
+    run(session.add_items(items))
+    assert run(session.get_items(3)) == items[-3:]
+    assert run(session.get_items(1)) == items[-1:]
+    assert run(session.get_items(100)) == items
+    assert run(session.get_items(0)) == []
+    assert run(session.get_items(-1)) == items  # SQLite's LIMIT -1, as upstream
+    limited = make("conv", session_settings={"limit": 2})
+    assert run(limited.get_items()) == items[-2:]
+    assert run(limited.get_items(4)) == items[-4:]  # an explicit limit wins
+
+
+def test_limit_counts_items_inside_merged_turns(make: SessionFactory) -> None:
+    session = make()
+    items: list[Any] = [
+        msg("user", "a"),
+        msg("user", "b"),
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        {"type": "function_call_output", "call_id": "c2", "output": "2"},
+    ]
+    run(session.add_items(items))
+    for n in range(len(items) + 1):
+        assert run(session.get_items(n)) == (items[-n:] if n else [])
+
+
+def test_one_response_split_over_calls_still_pairs_after_a_reload(
+    make: SessionFactory, db: str
+) -> None:
+    session = make("split")
+    calls: list[Any] = [
+        {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"}
+        for i in (1, 2)
+    ]
+    outputs: list[Any] = [
+        {"type": "function_call_output", "call_id": f"c{i}", "output": str(i)} for i in (1, 2)
+    ]
+    run(session.add_items([msg("user", "go")]))
+    run(session.add_items(calls[:1]))
+    run(session.add_items(calls[1:]))
+    run(session.add_items(outputs))
+    expected = [msg("user", "go"), *calls, *outputs]
+    assert run(session.get_items()) == expected
+    # A load heals tool pairings: both results must still find their calls.
+    data = read_back(db, "split")
+    assert data is not None
+    assert [t.role for t in data.turns] == ["user", "assistant", "user"]
+    assert len(data.turns[2].content) == 2
+    session.close()
+    assert run(make("split").get_items()) == expected
+
+
+def test_pop_item_removes_items_newest_first_down_to_empty(make: SessionFactory) -> None:
+    session = make()
+    items: list[Any] = [
+        msg("user", "a"),
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        msg("assistant", "done"),
+    ]
+    run(session.add_items(items))
+    for n in range(len(items), 0, -1):
+        assert run(session.pop_item()) == items[n - 1]
+        assert run(session.get_items()) == items[: n - 1]
+    assert run(session.pop_item()) is None
+
+
+def test_pop_item_is_durable(make: SessionFactory, db: str) -> None:
+    session = make("durable")
+    run(session.add_items([msg("user", "a"), msg("assistant", "b")]))
+    run(session.pop_item())
+    data = read_back(db, "durable")
+    assert data is not None and [t.content for t in data.turns] == [(TextBlock("a"),)]
+
+
+def test_sessions_are_isolated_and_pop_touches_one(make: SessionFactory) -> None:
+    one, two = make("one"), make("two")
+    run(one.add_items([msg("user", "for one")]))
+    run(two.add_items([msg("user", "for two"), msg("assistant", "reply two")]))
+    assert run(one.pop_item()) == msg("user", "for one")
+    assert run(one.get_items()) == []
+    assert run(two.get_items()) == [msg("user", "for two"), msg("assistant", "reply two")]
+
+
+def test_clear_session_then_add_again(make: SessionFactory, db: str) -> None:
+    session = make("cleared")
+    run(session.add_items([msg("user", "a"), msg("assistant", "b")]))
+    run(session.clear_session())
+    assert run(session.get_items()) == []
+    data = read_back(db, "cleared")
+    assert data is not None and data.turns == ()  # the zidane session stays, empty
+    run(session.add_items([msg("user", "c")]))
+    assert run(session.get_items()) == [msg("user", "c")]
+
+
+def test_unicode_and_hostile_text_round_trip(make: SessionFactory) -> None:
+    texts = ["héllo wörld 👋 你好", "'); DROP TABLE turns; --", "line\nbreak\ttab\u0000nul", " "]
+    items = [msg("user", t) for t in texts]
+    session = make()
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+
+
+def test_concurrent_add_items_keep_every_call_whole(make: SessionFactory) -> None:
+    session = make()
+    batches = [[msg("user", f"{b}-{i}") for i in range(3)] for b in range(8)]
+
+    async def main() -> None:
+        await asyncio.gather(*(session.add_items(batch) for batch in batches))
+
+    run(main())
+    got = [i["content"] for i in run(session.get_items())]
+    assert sorted(got) == sorted(i["content"] for b in batches for i in b)
+    for batch in batches:
+        start = got.index(batch[0]["content"])
+        assert got[start : start + 3] == [i["content"] for i in batch]
+
+
+def test_empty_add_is_a_no_op(make: SessionFactory, db: str) -> None:
+    session = make("nothing")
+    run(session.add_items([]))
+    assert run(session.get_items()) == []  # the store is open (no two first openers race)
+    assert read_back(db, "nothing") is None
+
+
+def test_an_item_the_converters_cannot_carry_is_refused_whole(make: SessionFactory) -> None:
+    session = make()
+    bad: list[Any] = [msg("user", "ok"), {"type": "web_search_call", "id": "ws_1"}]
+    with pytest.raises(WireFormatError, match=r"\$\[1\]"):
+        run(session.add_items(bad))
+    assert run(session.get_items()) == []
+
+
+def test_unsafe_session_ids_are_refused() -> None:
+    with pytest.raises(InvalidNameError):
+        ZidaneSession("../escape", store="memory:")
+
+
+def test_a_closed_session_refuses_calls_and_the_last_close_stops_the_portal(
+    make: SessionFactory,
+) -> None:
+    one, two = make("one"), make("two")
+    shared = one._shared
+    assert shared is not None and shared is two._shared
+    run(one.add_items([msg("user", "x")]))
+    one.close()
+    with pytest.raises(ActorClosed):
+        run(one.get_items())
+    assert run(two.get_items()) == []  # the portal lives on for the other session
+    run(two.aclose())
+    assert shared.portal.stopped.done()
+
+
+def test_a_bad_store_url_fails_the_first_call_with_a_validation_error() -> None:
+    from zidane_actors.errors import ValidationError
+
+    session = ZidaneSession("x", store="nosuch:store")
+    try:
+        with pytest.raises(ValidationError, match="unknown store URL"):
+            run(session.get_items())
+    finally:
+        session.close()

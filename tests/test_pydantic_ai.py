@@ -1,0 +1,200 @@
+"""pydantic-ai histories kept in zidane sessions, driven by pydantic-ai's TestModel and
+FunctionModel (no network, no mocks of pydantic-ai)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    BinaryContent,
+    ImageUrl,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from zidane_actors.integrations.pydantic_ai import (
+    append_messages,
+    append_messages_sync,
+    message_history,
+    messages_to_turns,
+    turns_to_messages,
+)
+from zidane_actors.model import (
+    ImageBlock,
+    ReasoningBlock,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from zidane_actors.portal import open_host_async, start_host
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+def adder() -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(TestModel())
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    return agent
+
+
+def user_prompts(messages: list[ModelMessage]) -> list[str]:
+    return [
+        p.content
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, UserPromptPart) and isinstance(p.content, str)
+    ]
+
+
+def recall(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """A model that answers with every user prompt it was shown, in order."""
+    del info
+    return ModelResponse(parts=[TextPart(" | ".join(user_prompts(messages)))])
+
+
+def dumped(messages: list[ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(messages)
+
+
+def assert_pairs(turns: tuple[SessionTurn, ...]) -> None:
+    """Every tool call is answered in the user turn right after its assistant turn."""
+    for i, turn in enumerate(turns):
+        calls = [b.id for b in turn.content if isinstance(b, ToolCallBlock)]
+        if calls:
+            results = [b.call_id for b in turns[i + 1].content if isinstance(b, ToolResultBlock)]
+            assert turns[i + 1].role == "user" and results == calls
+
+
+def test_a_conversation_resumed_from_the_store_continues(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'pyd.db'}"
+    with start_host(url) as host:
+        session = host.create_session(id="chat")
+        first = adder().run_sync("add please", message_history=message_history(session))
+        append_messages_sync(session, first.new_messages())
+        assert_pairs(session.turns)
+        kinds = [type(b).__name__ for t in session.turns for b in t.content]
+        assert kinds == ["TextBlock", "ToolCallBlock", "ToolResultBlock", "TextBlock"]
+
+    with start_host(url) as host:  # a new process' view: everything from the store
+        session = host.load_session("chat")
+        assert session is not None
+        history = message_history(session)
+        assert history == first.all_messages()  # exactly, timestamps and all
+        second = Agent(FunctionModel(recall)).run_sync("and now?", message_history=history)
+        assert second.output == "add please | and now?"
+        append_messages_sync(session, second.new_messages())
+        assert len(session.turns) == 6
+
+
+def test_asyncio_helpers_and_tool_pairing() -> None:
+    async def main() -> None:
+        async with open_host_async("memory:") as host:
+            session = await host.create_session()
+            for prompt in ("one", "two"):
+                result = await adder().run(prompt, message_history=message_history(session))
+                await append_messages(session, result.new_messages())
+            assert_pairs(session.turns)
+            final = await Agent(FunctionModel(recall)).run(
+                "three", message_history=message_history(session)
+            )
+            assert final.output == "one | two | three"
+
+    asyncio.run(main())
+
+
+def test_thinking_images_and_returns_convert_both_ways() -> None:
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    [
+                        "What is in these?",
+                        ImageUrl(url="https://example.com/cat.png"),
+                        BinaryContent(data=PNG, media_type="image/png"),
+                    ]
+                )
+            ]
+        ),
+        ModelResponse(
+            parts=[
+                ThinkingPart("Two images.", signature="sig", provider_name="anthropic"),
+                ToolCallPart("look", {"index": 1}, tool_call_id="call_1"),
+            ]
+        ),
+        ModelRequest(parts=[ToolReturnPart("look", "a cat", tool_call_id="call_1")]),
+        ModelResponse(parts=[TextPart("A cat, twice.")]),
+    ]
+    turns = messages_to_turns(messages)
+    assert [t.role for t in turns] == ["user", "assistant", "user", "assistant"]
+    assert turns[0].content[1] == ImageBlock(url="https://example.com/cat.png")
+    image = turns[0].content[2]
+    assert isinstance(image, ImageBlock) and image.media_type == "image/png" and image.data
+    assert turns[1].content[0] == ReasoningBlock(
+        text="Two images.", provider="anthropic", signature="sig"
+    )
+    assert turns[2].content == (ToolResultBlock(call_id="call_1", output="a cat", name="look"),)
+    # Exact as pydantic-ai itself serialises a history.
+    assert dumped(turns_to_messages(turns)) == dumped(messages)
+
+    # Without the kept copies (turns another writer made), the parts come back
+    # from the neutral content.
+    bare = [SessionTurn(t.id, t.role, t.content, t.created_at) for t in turns]
+    rebuilt = turns_to_messages(bare)
+    assert [type(m) for m in rebuilt] == [type(m) for m in messages]
+    prompt = rebuilt[0].parts[0]
+    assert isinstance(prompt, UserPromptPart) and not isinstance(prompt.content, str)
+    assert prompt.content[0] == "What is in these?"
+    binary = prompt.content[2]
+    assert isinstance(binary, BinaryContent) and binary.data == PNG and binary.is_image
+    call = rebuilt[1].parts[1]
+    assert isinstance(call, ToolCallPart) and call.args_as_dict() == {"index": 1}
+    back = rebuilt[2].parts[0]
+    assert isinstance(back, ToolReturnPart) and back.tool_call_id == "call_1"
+    assert messages_to_turns(rebuilt)[2].content == turns[2].content
+
+
+def test_a_turn_changed_elsewhere_is_read_from_its_content() -> None:
+    (turn,) = messages_to_turns([ModelResponse(parts=[TextPart("original")])])
+    edited = SessionTurn(
+        turn.id, turn.role, (TextBlock("edited"),), turn.created_at, metadata=turn.metadata
+    )
+    (message,) = turns_to_messages([edited])
+    assert isinstance(message, ModelResponse) and message.parts == [TextPart("edited")]
+
+
+def test_neutral_history_written_by_other_code_drives_a_run() -> None:
+    turns = [
+        SessionTurn("t1", "user", (TextBlock("hi"),), 1),
+        SessionTurn("t2", "assistant", (ToolCallBlock("c1", "lookup", {"q": "x"}),), 2),
+        SessionTurn("t3", "user", (ToolResultBlock(call_id="c1", output="found"),), 3),
+        SessionTurn("t4", "assistant", (TextBlock("done"),), 4),
+    ]
+    seen: list[Any] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.extend(messages)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    result = Agent(FunctionModel(model)).run_sync("next", message_history=turns_to_messages(turns))
+    assert result.output == "ok"
+    returns = [p for m in seen for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [(r.tool_call_id, r.content) for r in returns] == [("c1", "found")]

@@ -1,0 +1,97 @@
+"""One portal per store URL for the whole process, shared by the integrations.
+
+``acquire(url)`` answers the running portal for ``url`` (starting it on
+first use, without waiting for it) and counts a reference; ``release``
+drops one and closes the portal with the last. Portals still referenced at
+interpreter exit are closed by an ``atexit`` hook, so their stores are
+closed cleanly too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import functools
+import os
+import threading
+
+import attrs
+
+from ..portal._api import host_opener
+from ..portal._thread import Portal
+
+__all__ = ["SharedPortal", "acquire", "release"]
+
+
+@attrs.define(eq=False)
+class SharedPortal:
+    """A running portal, the store URL it serves, and its open handshake."""
+
+    url: str
+    portal: Portal
+    ready: cf.Future[None]
+    refs: int = 0
+
+
+_lock = threading.RLock()  # a failed start may call back into acquire's hold
+_portals: dict[str, SharedPortal] = {}
+_atexit_registered = False
+
+
+def canonical_url(url: str) -> str:
+    """Local paths made absolute, so one file gets one portal whatever the spelling."""
+    for prefix in ("sqlite:", "file:"):
+        if url.startswith(prefix) and not url.startswith(f"{prefix}//") and url != prefix:
+            return prefix + os.path.abspath(url.removeprefix(prefix))
+    if url.endswith((".db", ".sqlite", ".sqlite3")) and ":" not in url:
+        return "sqlite:" + os.path.abspath(url)
+    if url == "memory":
+        return "memory:"
+    return url
+
+
+def acquire(url: str) -> SharedPortal:
+    """The process's portal for ``url``, started when needed; one more reference."""
+    global _atexit_registered
+    key = canonical_url(url)
+    with _lock:
+        shared = _portals.get(key)
+        if shared is None or shared.portal.stopped.done():
+            portal = Portal(host_opener(key), name=f"zidane-actors-portal {key}")
+            shared = SharedPortal(key, portal, portal.start())
+            _portals[key] = shared
+            shared.ready.add_done_callback(functools.partial(_forget_failed, shared))
+            if not _atexit_registered:
+                atexit.register(close_all)
+                _atexit_registered = True
+        shared.refs += 1
+        return shared
+
+
+def _forget_failed(shared: SharedPortal, ready: cf.Future[None]) -> None:
+    if ready.exception() is not None:
+        with _lock:
+            if _portals.get(shared.url) is shared:
+                del _portals[shared.url]
+
+
+def release(shared: SharedPortal) -> cf.Future[None] | None:
+    """Drop a reference; with the last one the portal closes (answers its ``stopped``)."""
+    with _lock:
+        shared.refs -= 1
+        if shared.refs > 0:
+            return None
+        if _portals.get(shared.url) is shared:
+            del _portals[shared.url]
+    return shared.portal.close()
+
+
+def close_all() -> None:
+    """Close every shared portal and wait for their threads (the ``atexit`` hook)."""
+    with _lock:
+        portals = list(_portals.values())
+        _portals.clear()
+    for shared in portals:
+        shared.portal.close()
+    for shared in portals:
+        shared.portal.stopped.result()
