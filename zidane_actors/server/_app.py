@@ -83,6 +83,7 @@ from ..stores._remote import (
     history_rev,
 )
 from ._openapi import openapi_document
+from ._ui import is_public_ui_path, ui_routes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app", "served_capabilities"]
 
@@ -160,6 +161,12 @@ def _mapped(exc: Exception) -> _ApiError:
     if isinstance(exc, StoreError):
         return _ApiError(500, "store_error", str(exc))
     return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
+
+
+def _ui_error(exc: Exception) -> tuple[int, str]:
+    """Status and message of the browser's error page for ``exc``."""
+    error = _mapped(exc)
+    return error.status, error.message
 
 
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
@@ -593,6 +600,8 @@ class _Guard:
             if _is_loopback(client[0] if client else None):
                 return None
             return (403, "forbidden", "without a token the server accepts loopback clients only")
+        if is_public_ui_path(scope["path"]):
+            return None  # the browser's page shells and assets hold no data
         headers: Mapping[bytes, bytes] = dict(scope["headers"])
         auth = headers.get(b"authorization", b"")
         scheme, _, given = auth.partition(b" ")
@@ -687,5 +696,6 @@ def create_app(
     capabilities = served_capabilities(store)
     api = _Api(store=store, max_body_bytes=max_body_bytes, capabilities=capabilities)
     openapi = encode(openapi_document(capabilities))
-    app = Starlette(routes=_routes(api, openapi), exception_handlers={HTTPException: _http_error})
+    routes = _routes(api, openapi) + ui_routes(store, _ui_error)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return _Guard(app=app, token=token)
