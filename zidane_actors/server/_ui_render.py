@@ -320,7 +320,7 @@ def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
 def _file(block: FileBlock) -> Html:
     label = block.name or "file"
     kind = f" ({block.media_type})" if block.media_type else ""
-    parts: list[Node] = [el("div", {"class": "file-name"}, f"📎 {label}{kind}")]
+    parts: list[Node] = [el("div", {"class": "file-name"}, f"file {label}{kind}")]
     if block.media_type and block.media_type.lower().startswith("image/"):
         parts.append(_image(block, label))
     elif block.url is not None:
@@ -395,7 +395,7 @@ def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bo
         el(
             "div",
             {"class": "block-head"},
-            "🔧 ",
+            "call ",
             el("strong", None, block.name),
             " ",
             el("code", {"class": "muted"}, block.id),
@@ -643,8 +643,8 @@ def _chart(runs: Sequence[SessionRun]) -> Html | None:
     costs = [_run_cost(r) or 0.0 for r in ordered]
     max_tokens = max((a + b for a, b in tokens), default=0) or 1
     max_cost = max(costs, default=0.0) or 1.0
-    bar, gap, height, label_h = 14, 6, 80, 14
-    width = len(ordered) * (bar + gap) + gap
+    bar, gap, height, label_h = 18, 6, 80, 4
+    width = max(len(ordered) * (bar + gap) + gap, 160)
     panels: list[Html] = []
     for kind, title in (("tokens", "tokens in / out"), ("cost", "cost (USD)")):
         shapes: list[Html] = []
@@ -721,7 +721,15 @@ def _chart(runs: Sequence[SessionRun]) -> Html | None:
                     el("line", {"class": "axis", "x1": 0, "y1": height, "x2": width, "y2": height}),
                     shapes,
                 ),
-                el("figcaption", None, f"{title} per run ({peak})"),
+                el(
+                    "figcaption",
+                    None,
+                    [
+                        (el("span", {"class": f"key key-{k}"}), f" {k} ")
+                        for k in (("in", "out") if kind == "tokens" else ())
+                    ],
+                    f"{title} per run ({peak})",
+                ),
             )
         )
     return el("div", {"class": "charts"}, panels)
