@@ -87,7 +87,9 @@
     var title = root && root.getAttribute("data-title");
     document.title = title ? title + " · zidane-actors" : "zidane-actors";
     if (location.hash && !lastText) {
-      var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+      var id = location.hash.slice(1);
+      try { id = decodeURIComponent(id); } catch (e) { /* keep it raw */ }
+      var target = document.getElementById(id);
       if (target) target.scrollIntoView();
     }
   }
@@ -108,6 +110,12 @@
         if (response.status === 401) {
           if (token) sessionStorage.removeItem(KEY);
           askToken(token ? "That token was refused." : null);
+          return null;
+        }
+        var type = response.headers.get("content-type") || "";
+        if (type.indexOf("text/html") !== 0) {
+          message("The server answered " + response.status + " " + response.statusText + ".");
+          setState("ready");
           return null;
         }
         return response.text().then(function (text) {
