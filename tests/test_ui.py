@@ -434,3 +434,53 @@ async def test_list_reads_only_what_the_page_needs() -> None:
             r = await client.get("/ui/fragments/sessions?status=error")
             assert store.limits == [102, 408]
             assert r.text.count('class="session-row"') == 1 and 'rel="next"' not in r.text
+
+
+class _RequiredOnly:
+    """A store with only the protocol's required methods (no ``list_meta``, ``get_meta``...)."""
+
+    _REQUIRED = frozenset(
+        {
+            "load",
+            "save",
+            "append_turns",
+            "get_turns",
+            "update_run",
+            "update_status",
+            "delete",
+            "list",
+        }
+    )
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._REQUIRED:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+async def test_a_store_with_only_the_required_methods_is_browsable() -> None:
+    async with open_memory_store() as inner:
+        for i in range(60):
+            await inner.save(_session(f"s{i:02d}", updated_at=T0 + i, metadata={}))
+        async with open_memory_store() as ref_store:
+            for i in range(60):
+                await ref_store.save(_session(f"s{i:02d}", updated_at=T0 + i, metadata={}))
+            async with _client(ref_store) as client:
+                expected = [
+                    (await client.get(u)).text
+                    for u in ("/ui/fragments/sessions?page=2&q=hi", "/ui/fragments/sessions/s07")
+                ]
+        async with _client(_RequiredOnly(inner)) as client:  # type: ignore[arg-type]
+            got = [
+                (await client.get(u)).text
+                for u in ("/ui/fragments/sessions?page=2&q=hi", "/ui/fragments/sessions/s07")
+            ]
+            schedules = await client.get("/ui/fragments/schedules")
+    assert got[0] == expected[0] and got[0].count('class="session-row"') == 10
+    cut = '<section class="artifacts">'
+    assert got[1].split(cut)[0] == expected[1].split(cut)[0]
+    assert "does not list artifacts" in got[1]
+    assert schedules.status_code == 200 and "does not keep schedules" in schedules.text

@@ -848,6 +848,16 @@ def _fire(fire: ScheduleFire) -> Html:
         _when(fire.due_at),
         ")",
         [" · ", _session_link(fire.session_id)] if fire.session_id else None,
+        [
+            " · ",
+            el(
+                "a",
+                {"href": f"{ui_path('sessions', fire.session_id)}#run-{fire.run_id}"},
+                f"run {fire.run_id}",
+            ),
+        ]
+        if fire.session_id and fire.run_id
+        else None,
         el("span", {"class": "run-error"}, f" {fire.error}") if fire.error else None,
     )
 
