@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from test_postgres_store import DSN, fresh_schema
 
@@ -267,8 +267,10 @@ def test_safe_links_and_images() -> None:
     assert safe_image_src(None, None, "https://tracker.example/pixel.png") is None
 
 
-def test_session_page_escapes_every_field() -> None:
-    evil = '"><script>x()</script><img src=x onerror=y>'
+@given(st.text(min_size=1, max_size=80))
+@example('"><script>x()</script><img src=x onerror=y>')
+@example("javascript:alert(1)")
+def test_session_page_escapes_every_field(evil: str) -> None:
     turn = SessionTurn(
         id="t1",
         role="user",
@@ -325,6 +327,7 @@ def test_session_page_escapes_every_field() -> None:
     parser.feed(page)
     tags = {t for t, _ in parser.tags}
     assert "script" not in tags and "img" not in tags
+    assert evil in "".join(parser.text) or not evil.strip()
     for _, attrs in parser.tags:
         for name, value in attrs:
             assert not name.startswith("on")

@@ -221,9 +221,11 @@ class _Reader:
         data = await self.store.load(sid)
         return None if data is None else session_meta_row(data)
 
-    async def runs(self, sid: str) -> tuple[SessionRun, ...]:
+    async def runs(self, meta: SessionMetaRow) -> tuple[SessionRun, ...]:
         """The session's runs. The protocol has no runs-only read: this is ``load``."""
-        data = await self.store.load(sid)
+        if meta.run_count == 0:
+            return ()
+        data = await self.store.load(meta.id)
         return () if data is None else data.runs
 
     async def artifacts(self, sid: str) -> list[SessionArtifact] | None:
@@ -304,7 +306,7 @@ class _Ui:
             lookahead=tuple(turns[TURN_PAGE_SIZE:]),
             start=start,
             page_size=TURN_PAGE_SIZE,
-            runs=await self.reader.runs(sid),
+            runs=await self.reader.runs(meta),
             artifacts=await self.reader.artifacts(sid),
         )
         return render_session(page)
