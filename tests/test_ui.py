@@ -435,8 +435,20 @@ async def test_list_reads_only_what_the_page_needs() -> None:
             store.limits.clear()
             # A status filter that keeps one row: geometric batches up to the whole list.
             r = await client.get("/ui/fragments/sessions?status=error")
-            assert store.limits == [102, 408]
+            assert store.limits == [51, 204, 816]
             assert r.text.count('class="session-row"') == 1 and 'rel="next"' not in r.text
+            assert "scan-limit" not in r.text
+            store.limits.clear()
+            # ... and stops at the scan cap, offering to search further.
+            r = await client.get("/ui/fragments/sessions?status=error&scan=100")
+            assert store.limits == [51, 100]
+            assert 'class="session-row"' not in r.text
+            assert "Searched the 100 most recently updated sessions only" in r.text
+            assert 'href="/ui/?status=error&amp;scan=400"' in r.text
+            store.limits.clear()
+            r = await client.get("/ui/fragments/sessions?status=error&scan=400")
+            assert store.limits == [51, 204, 400]
+            assert 'data-session-id="s007"' in r.text
 
 
 class _RequiredOnly:

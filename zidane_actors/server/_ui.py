@@ -16,7 +16,7 @@ status or text filter rejects rows), and a transcript page is one
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from importlib import resources
 from typing import Any, Final
 
@@ -61,6 +61,8 @@ PAIRING_LOOKAHEAD: Final = 8
 ARTIFACTS_SHOWN: Final = 200
 FIRES_SHOWN: Final = 10
 STATUSES: Final = ("idle", "running", "completed", "error")
+DEFAULT_SCAN: Final = 20_000
+"""Most sessions one filtered list request reads (status and title search filter the rows)."""
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -184,24 +186,31 @@ class _Reader:
     def _has(self, name: str) -> bool:
         return name in self.capabilities
 
-    async def meta_rows(
-        self, filter: SessionFilter, first: int
-    ) -> AsyncGenerator[SessionMetaRow, None]:
-        """Rows in ``list_meta`` order, read in batches of ``first`` then ×4.
+    async def scan(
+        self, filter: SessionFilter, keep: Callable[[SessionMetaRow], bool], want: int, cap: int
+    ) -> tuple[list[SessionMetaRow], bool]:
+        """Up to ``want`` rows that ``keep`` accepts, in ``list_meta`` order.
 
-        The protocol has no offset, so each batch re-reads the earlier rows
-        (ids already yielded are skipped). A store without ``list_meta`` is
-        read as ``list`` ids, then one ``get_meta`` (or ``load``) per id.
+        The answer says whether the scan stopped at ``cap`` rows read before
+        finding ``want`` matches or reaching the end. The protocol has no
+        offset, so each ``list_meta`` batch (``want`` rows, then ×4) re-reads
+        the earlier rows (ids already seen are skipped). A store without
+        ``list_meta`` is read as ``list`` ids, then one ``get_meta`` (or
+        ``load``) per id.
         """
+        matched: list[SessionMetaRow] = []
         if not self._has("list_meta"):
-            for sid in await self.store.list(filter):
+            ids = await self.store.list(filter)
+            for sid in ids[:cap]:
                 row = await self.meta(sid)
-                if row is not None:
-                    yield row
-            return
+                if row is not None and keep(row):
+                    matched.append(row)
+                    if len(matched) >= want:
+                        return matched, False
+            return matched, len(ids) > cap
         list_meta = self.store.list_meta  # type: ignore[attr-defined]
         seen: set[str] = set()
-        limit = max(first, 1)
+        limit = min(want, cap)
         while True:
             rows: list[SessionMetaRow] = await list_meta(
                 msgspec.structs.replace(filter, limit=limit)
@@ -209,10 +218,15 @@ class _Reader:
             for row in rows:
                 if row.id not in seen:
                     seen.add(row.id)
-                    yield row
+                    if keep(row):
+                        matched.append(row)
+                        if len(matched) >= want:
+                            return matched, False
             if len(rows) < limit:
-                return
-            limit *= 4
+                return matched, False
+            if limit >= cap:
+                return matched, True
+            limit = min(limit * 4, cap)
 
     async def meta(self, sid: str) -> SessionMetaRow | None:
         if self._has("get_meta"):
@@ -264,21 +278,19 @@ class _Ui:
         query = ListQuery.parse(request)
         skip = (query.page - 1) * LIST_PAGE_SIZE
         want = skip + LIST_PAGE_SIZE + 1
-        first = want * 2 if query.post_filtered else want
-        matched: list[SessionMetaRow] = []
-        rows = self.reader.meta_rows(query.store_filter(), first)
-        try:
-            async for row in rows:
-                if query.keeps(row):
-                    matched.append(row)
-                    if len(matched) >= want:
-                        break
-        finally:
-            await rows.aclose()
+        if query.post_filtered:
+            cap = max(_param_count(request, "scan", DEFAULT_SCAN, 1), want)
+            matched, truncated = await self.reader.scan(
+                query.store_filter(), query.keeps, want, cap
+            )
+        else:
+            cap, truncated = want, False
+            matched, _ = await self.reader.scan(query.store_filter(), query.keeps, want, want)
         page = SessionsPage(
             rows=tuple(matched[skip : skip + LIST_PAGE_SIZE]),
             has_next=len(matched) > skip + LIST_PAGE_SIZE,
             page=query.page,
+            scanned=cap if truncated else None,
             params={
                 k: v
                 for k, v in {
@@ -287,6 +299,7 @@ class _Ui:
                     "project": query.project,
                     "untagged": "1" if query.untagged else None,
                     "status": query.status,
+                    "scan": request.query_params.get("scan") if query.post_filtered else None,
                 }.items()
                 if v is not None
             },

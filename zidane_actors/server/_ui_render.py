@@ -149,6 +149,8 @@ class SessionsPage:
     has_next: bool
     page: int
     params: Mapping[str, str]
+    scanned: int | None = None
+    """Set when a filtered scan stopped after this many sessions, short of the page."""
 
 
 def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
@@ -272,6 +274,15 @@ def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
         if page.has_next
         else None
     )
+    more: Node = None
+    if page.scanned is not None:
+        further = str(page.scanned * 4)
+        more = el(
+            "p",
+            {"class": "scan-limit"},
+            f"Searched the {page.scanned:,} most recently updated sessions only. ",
+            el("a", {"href": _list_url(page.params, scan=further)}, f"Search {further} sessions"),
+        )
     return el(
         "section",
         {"class": "page", "data-page": "sessions", "data-title": "Sessions"},
@@ -279,6 +290,7 @@ def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
         el("h1", None, "Sessions"),
         _filter_form(page.params, statuses),
         body,
+        more,
         el("nav", {"class": "pager"}, prev, el("span", None, f"Page {page.page}"), nxt),
     )
 
