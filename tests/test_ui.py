@@ -499,3 +499,24 @@ async def test_a_store_with_only_the_required_methods_is_browsable() -> None:
     assert got[1].split(cut)[0] == expected[1].split(cut)[0]
     assert "does not list artifacts" in got[1]
     assert schedules.status_code == 200 and "does not keep schedules" in schedules.text
+
+
+async def test_a_running_session_opens_on_its_newest_turns() -> None:
+    async with open_memory_store() as store, _client(store) as client:
+        turns = tuple(
+            SessionTurn(
+                id=f"t{i}", role="user", content=(TextBlock(text=f"m{i}"),), created_at=T0 + i
+            )
+            for i in range(250)
+        )
+        await store.save(SessionData(id="live", created_at=T0, updated_at=T0, turns=turns))
+        r = await client.get("/ui/fragments/sessions/live")
+        assert 'data-turn-id="t0"' in r.text and "data-poll" not in r.text
+        await store.update_status("live", "running")  # owned by this (live) process
+        r = await client.get("/ui/fragments/sessions/live")
+        assert 'data-poll="2000"' in r.text
+        assert 'id="turn-200"' in r.text and 'id="turn-249"' in r.text
+        assert 'id="turn-199"' not in r.text
+        assert "turns 201–250 of 250" in r.text
+        r = await client.get("/ui/fragments/sessions/live?from=0")
+        assert 'id="turn-0"' in r.text and 'id="turn-100"' not in r.text

@@ -45,6 +45,7 @@ from ._html import Html
 from ._ui_render import (
     SessionPage,
     SessionsPage,
+    last_page_start,
     render_error,
     render_schedules,
     render_session,
@@ -312,6 +313,8 @@ class _Ui:
         meta = await self.reader.meta(sid)
         if meta is None:
             return 404, render_error(404, f"No session {sid!r} in this store.")
+        if "from" not in request.query_params and meta.status == "running":
+            start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
         turns: list[SessionTurn] = await self.store_turns(sid, start)
         page = SessionPage(
             meta=meta,

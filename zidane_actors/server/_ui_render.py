@@ -31,6 +31,7 @@ from ._html import Html, Node, el, safe_image_src, safe_link, ui_path
 __all__ = [
     "SessionPage",
     "SessionsPage",
+    "last_page_start",
     "render_error",
     "render_schedules",
     "render_session",
@@ -498,6 +499,11 @@ def _turn(
     )
 
 
+def last_page_start(total: int, size: int) -> int:
+    """Index of the first turn of the last page when pages start at multiples of ``size``."""
+    return max(0, (total - 1) // size * size) if total else 0
+
+
 def _turn_pager(page: SessionPage) -> Html:
     total = page.meta.turn_count
     sid = page.meta.id
@@ -507,7 +513,7 @@ def _turn_pager(page: SessionPage) -> Html:
         return el("a", {"href": f"{ui_path('sessions', sid)}?from={start}", "rel": rel}, label)
 
     shown_to = page.start + len(page.turns)
-    last_start = max(0, ((total - 1) // size) * size) if total else 0
+    last_start = last_page_start(total, size)
     return el(
         "nav",
         {"class": "pager"},
