@@ -227,6 +227,8 @@ async def _seed(path: Path) -> None:
                 updated_at=T0 + 2_011,
                 metadata={"title": XSS_TEXT},
                 turns=(_text(1, XSS_TEXT),),
+                agent_id=XSS_TEXT,
+                project_root=XSS_TEXT,
             )
         )
         await store.save(
@@ -515,9 +517,16 @@ def test_xss_in_store_content_renders_as_text(browser: WebDriver, server: Server
     browser.get_log("browser")  # drop earlier messages
     _open(browser, f"{server.url}/ui/?q=onerror", "sessions")
     assert _session_ids(browser) == ["xss"]
-    row = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=xss] td.title a")
-    assert row.text == XSS_TEXT
-    row.click()
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=xss]")
+    links = row.find_elements(By.TAG_NAME, "a")
+    assert [a.text for a in links] == [XSS_TEXT] * 3  # title, agent and project links
+    # The agent link filters by the text as it is (query-encoded into the URL).
+    links[1].click()
+    _until(browser, lambda d: "agent=" in d.current_url)
+    _shown(browser, "sessions")
+    assert _session_ids(browser) == ["xss"]
+    assert browser.find_element(By.NAME, "agent").get_attribute("value") == XSS_TEXT
+    browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=xss] td.title a").click()
     _shown(browser, "session")
     text = browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t1] .block.text")
     assert text.text == XSS_TEXT
