@@ -28,6 +28,7 @@ from zidane_actors.model import (
     SessionArtifact,
     SessionData,
     SessionRun,
+    SessionRunAgent,
     SessionTurn,
     TextBlock,
     ToolCallBlock,
@@ -82,7 +83,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             tokens_in=12_000,
             tokens_out=3_000,
             cost=0.42,
-            agent={"id": "lead", "label": "Lead"},  # type: ignore[arg-type]
+            agent=SessionRunAgent(id="lead", label="Lead"),
         ),
         SessionRun(
             id="r-sub1",

@@ -8,9 +8,9 @@ as a server-rendered HTML fragment from ``/ui/fragments/...`` with the
 ``sessionStorage``); fragments are guarded exactly like the JSON API.
 
 Reads stay bounded per request: the list asks ``list_meta`` for
-``offset + page + 1`` rows (growing the limit geometrically only while a
-status or text filter rejects rows), and a transcript page is one
-``get_turns(from, limit)`` call.
+``offset + page + 1`` rows (growing the limit geometrically, up to a scan
+cap, only while a status or text filter rejects rows), and a transcript page
+is one ``get_turns(from, limit)`` call.
 """
 
 from __future__ import annotations
