@@ -354,7 +354,7 @@ async def test_pages_carry_a_strict_csp_and_shells_need_no_token() -> None:
             assert "s3cr3t-9" not in r.text
         assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
         assert (await client.get("/ui")).headers["location"] == "/ui/"
-        assert (await client.get("/ui/static/../_app.py")).status_code == 404
+        assert (await client.get("/ui/static/../_app.py")).status_code == 401  # /ui/_app.py
         assert (await client.get("/ui/static/shell.html")).status_code == 404
         for url in (
             "/ui/fragments/sessions",
@@ -364,6 +364,16 @@ async def test_pages_carry_a_strict_csp_and_shells_need_no_token() -> None:
             assert (await client.get(url)).status_code == 401
             wrong = await client.get(url, headers={"authorization": "Bearer nope"})
             assert wrong.status_code == 401
+        for url in (
+            "/ui/fragments",
+            "/ui/fragments/",
+            "/ui/sessions/a/b",
+            "/ui/x",
+            "/ui/static/",
+            "/ui/sessions/",
+            "/sessions",
+        ):
+            assert (await client.get(url)).status_code == 401, url
         r = await client.get("/ui/fragments/sessions", headers={"authorization": "Bearer s3cr3t-9"})
         assert r.status_code == 200
         assert r.headers["content-security-policy"] == CONTENT_SECURITY_POLICY

@@ -16,6 +16,7 @@ is one ``get_turns(from, limit)`` call.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import Any, Final
@@ -85,11 +86,12 @@ _log = logging.getLogger("zidane_actors.server")
 ErrorOf = Callable[[Exception], tuple[int, str]]
 
 
+_PUBLIC_PATH: Final = re.compile(r"/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
+
+
 def is_public_ui_path(path: str) -> bool:
     """Whether ``path`` is a data-free page shell or asset (served without the token)."""
-    return path in ("/ui", "/ui/") or (
-        path.startswith("/ui/") and not path.startswith("/ui/fragments/")
-    )
+    return _PUBLIC_PATH.fullmatch(path) is not None
 
 
 def _asset(name: str) -> bytes:
