@@ -530,3 +530,11 @@ async def test_a_running_session_opens_on_its_newest_turns() -> None:
         assert "turns 201–250 of 250" in r.text
         r = await client.get("/ui/fragments/sessions/live?from=0")
         assert 'id="turn-0"' in r.text and 'id="turn-100"' not in r.text
+
+
+async def test_without_a_token_every_ui_route_follows_the_loopback_rule() -> None:
+    async with open_memory_store() as store:
+        transport = httpx.ASGITransport(app=create_app(store), client=("192.0.2.7", 1))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            for url in ("/ui/", "/ui/static/app.js", "/ui/fragments/sessions"):
+                assert (await client.get(url)).status_code == 403, url
