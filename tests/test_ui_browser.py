@@ -601,6 +601,12 @@ def test_token_mode_asks_once_and_keeps_it_out_of_urls(
     # The data routes still refuse a request without the header.
     assert httpx.get(f"{token_server.url}/ui/fragments/sessions").status_code == 401
 
+    # "Forget token" drops it: the next page asks again.
+    browser.find_element(By.ID, "forget-token").click()
+    _until(browser, lambda d: d.find_elements(By.ID, "token-input"))
+    assert browser.execute_script("return sessionStorage.length") == 0
+    assert not browser.find_elements(By.ID, "forget-token")
+
     browser.execute_script("sessionStorage.setItem('zidane-actors.token', 'wrong')")
     browser.get(f"{token_server.url}/ui/sessions/tree")
     _until(browser, lambda d: d.find_elements(By.ID, "token-input"))

@@ -97,7 +97,28 @@
   function schedule() {
     var root = main.firstElementChild;
     var every = root && Number(root.getAttribute("data-poll"));
-    if (every > 0) timer = setTimeout(function () { load(true); }, every);
+    if (every > 0) {
+      timer = setTimeout(function () {
+        if (document.hidden) schedule(); // no polling from a background tab
+        else load(true);
+      }, every);
+    }
+  }
+
+  function forgetButton() {
+    var old = document.getElementById("forget-token");
+    if (old) old.remove();
+    if (!sessionStorage.getItem(KEY)) return;
+    var button = document.createElement("button");
+    button.type = "button";
+    button.id = "forget-token";
+    button.className = "link";
+    button.textContent = "Forget token";
+    button.addEventListener("click", function () {
+      sessionStorage.removeItem(KEY);
+      location.reload();
+    });
+    document.querySelector("header.top").appendChild(button);
   }
 
   function load(polling) {
@@ -123,6 +144,7 @@
             show(text);
             lastText = text;
           }
+          if (!polling) forgetButton();
           setState(polling ? "refreshed" : "ready");
           schedule();
         });
