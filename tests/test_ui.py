@@ -17,6 +17,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from test_postgres_store import DSN, fresh_schema
+from test_server_e2e import ServerProcess
 
 from zidane_actors.model import (
     ImageBlock,
@@ -39,6 +40,7 @@ from zidane_actors.server._ui_render import SessionPage, render_session
 from zidane_actors.stores import (
     SessionStore,
     create_file_map_store,
+    create_remote_store,
     open_directory_adapter,
     open_memory_store,
     open_postgres_store,
@@ -148,11 +150,23 @@ async def _postgres() -> AsyncIterator[Any]:
             yield store
 
 
+@asynccontextmanager
+async def _remote() -> AsyncIterator[Any]:
+    server = ServerProcess("memory")
+    server.start()
+    try:
+        async with create_remote_store(server.url) as store:
+            yield store
+    finally:
+        server.stop()
+
+
 STORES: dict[str, StoreOpener] = {
     "memory": open_memory_store,
     "sqlite": _sqlite,
     "file-map": _file_map,
     "postgres": _postgres,
+    "remote": _remote,
 }
 
 
