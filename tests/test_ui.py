@@ -552,3 +552,37 @@ async def test_without_a_token_every_ui_route_follows_the_loopback_rule() -> Non
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             for url in ("/ui/", "/ui/static/app.js", "/ui/fragments/sessions"):
                 assert (await client.get(url)).status_code == 403, url
+
+
+def test_chart_scales_and_labels_honestly() -> None:
+    def runs(n: int, cost: float | None) -> tuple[SessionRun, ...]:
+        return tuple(
+            SessionRun(
+                id=f"r{i}",
+                prompt="",
+                started_at=T0 + i,
+                status="completed",
+                tokens_in=0,
+                tokens_out=0,
+                cost=cost,
+            )
+            for i in range(n)
+        )
+
+    meta = SessionMetaRow(
+        id="s", metadata={}, run_count=1, turn_count=0, updated_at=T0, user_message_count=0
+    )
+
+    def page(r: tuple[SessionRun, ...]) -> str:
+        return render_session(
+            SessionPage(
+                meta=meta, turns=(), lookahead=(), start=0, page_size=100, runs=r, artifacts=None
+            )
+        )
+
+    flat = page(runs(2, 0.0))
+    assert "(max 0)" in flat and "(max $0.0000)" in flat and 'height="0.00"' in flat
+    assert 'height="-' not in page(runs(1, -2.0))
+    many = page(runs(75, 1.0))
+    assert "the last 60 of 75 runs" in many
+    assert many.count('class="bar-cost"') == 60 and 'data-run-id="r74"' in many

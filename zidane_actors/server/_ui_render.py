@@ -659,8 +659,10 @@ def _chart(runs: Sequence[SessionRun]) -> Html | None:
         return None
     tokens = [tuple(v or 0 for v in _run_tokens(r)) for r in ordered]
     costs = [_run_cost(r) or 0.0 for r in ordered]
-    max_tokens = max((a + b for a, b in tokens), default=0) or 1
-    max_cost = max(costs, default=0.0) or 1.0
+    peak_tokens = max(a + b for a, b in tokens)
+    peak_cost = max(costs)
+    max_tokens = peak_tokens or 1  # the scale: all-zero bars stay flat
+    max_cost = max(peak_cost, 0.0) or 1.0
     bar, gap, height, label_h = 18, 6, 80, 4
     width = max(len(ordered) * (bar + gap) + gap, 160)
     panels: list[Html] = []
@@ -702,7 +704,7 @@ def _chart(runs: Sequence[SessionRun]) -> Html | None:
                     )
                 )
             else:
-                h = height * costs[i] / max_cost
+                h = height * max(costs[i], 0.0) / max_cost
                 tip += _cost(_run_cost(run))
                 shapes.append(
                     el(
@@ -721,7 +723,9 @@ def _chart(runs: Sequence[SessionRun]) -> Html | None:
                         ),
                     )
                 )
-        peak = f"max {max_tokens:,}" if kind == "tokens" else f"max {_cost(max_cost)}"
+        peak = f"max {peak_tokens:,}" if kind == "tokens" else f"max {_cost(peak_cost)}"
+        if len(runs) > len(ordered):
+            peak += f"; the last {len(ordered)} of {len(runs)} runs"
         panels.append(
             el(
                 "figure",
