@@ -214,7 +214,8 @@ async def test_files_on_disk(tmp_path: Path) -> None:
         await store.save(session(turns=(turn(0),), metadata={"title": "hi"}))
         await store.append_turns("s", [turn(1, "assistant"), turn(2)])
     names = sorted(os.listdir(tmp_path / "sess"))
-    assert names == ["meta.json", "turns.jsonl"]  # no temporary files left behind
+    # The manifest that commits each save, and no temporary files left behind.
+    assert names == [".zidane-filemap.json", "meta.json", "turns.jsonl"]
     lines = (tmp_path / "sess" / "turns.jsonl").read_text().splitlines()
     assert [decode(line, SessionTurn).id for line in lines] == ["t0", "t1", "t2"]
     meta = (tmp_path / "sess" / "meta.json").read_text()
@@ -233,7 +234,7 @@ async def test_custom_file_names(tmp_path: Path) -> None:
     store = create_file_map_store(DirectoryFileMapAdapter(tmp_path), options)
     await store.save(session(turns=(turn(0),)))
     await store.claim_send_request("s", "q", "fp")
-    assert sorted(os.listdir(tmp_path)) == ["m.json", "r.json", "t.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == [".zidane-filemap.json", "m.json", "r.json", "t.jsonl"]
     assert store.options == options
 
 

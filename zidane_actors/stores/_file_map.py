@@ -6,19 +6,23 @@ holds ``meta.json`` (the header and runs), ``turns.jsonl`` (one turn per
 line) and ``send-requests.json`` (claimed send ids). One store holds one
 session: writing a second session id is refused.
 
-:class:`DirectoryFileMapAdapter` keeps the map as files in a directory, each
-replaced atomically (temporary file in the same directory, ``fsync``,
-``os.replace``, ``fsync`` of the directory).
+:class:`DirectoryFileMapAdapter` keeps the map as files in a directory and
+commits each save all-or-nothing with a manifest renamed last; appends write
+only the appended bytes (see docs/file-map.md for the on-disk protocol).
 """
 
 from __future__ import annotations
 
 import builtins
+import errno
+import fcntl
 import os
+import re
 import secrets
+import stat
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -139,8 +143,24 @@ class _SendRequests(msgspec.Struct, frozen=True, rename="camel"):
     records: tuple[SendRequestRecord, ...] = ()
 
 
+def _last_turn(tail: str, file: str, number: int) -> SessionTurn | None:
+    """The last line when it lacks only its newline; a torn write is skipped with a warning."""
+    if not tail.strip():
+        return None
+    try:
+        return decode(tail, SessionTurn, what="turn")
+    except ValidationError as exc:
+        warnings.warn(
+            CorruptDataWarning(
+                f"{file} line {number} is truncated (a write was cut short); skipped: {exc}"
+            ),
+            stacklevel=4,
+        )
+        return None
+
+
 def _parse_turns(text: str, file: str) -> builtins.list[SessionTurn]:
-    """Turns of a JSONL file; a truncated last line is skipped with a warning."""
+    """Turns of a JSONL file; a damaged line in the middle is a located error."""
     lines = text.split("\n")
     tail = lines.pop()  # "" when the file ends with a newline
     turns = []
@@ -151,18 +171,20 @@ def _parse_turns(text: str, file: str) -> builtins.list[SessionTurn]:
             turns.append(decode(line, SessionTurn, what="turn"))
         except ValidationError as exc:
             raise CorruptDataError(f"{file} line {number} does not decode: {exc}") from None
-    if tail.strip():
-        try:
-            turns.append(decode(tail, SessionTurn, what="turn"))
-        except ValidationError as exc:
-            warnings.warn(
-                CorruptDataWarning(
-                    f"{file} line {len(lines) + 1} is truncated (a write was cut short); "
-                    f"skipped: {exc}"
-                ),
-                stacklevel=3,
-            )
+    last = _last_turn(tail, file, len(lines) + 1)
+    if last is not None:
+        turns.append(last)
     return turns
+
+
+def _append_point(text: str, file: str) -> str:
+    """``text`` ready to take more lines: a complete last turn gets its newline, a torn one goes."""
+    if not text or text.endswith("\n"):
+        return text
+    start = text.rfind("\n") + 1
+    if _last_turn(text[start:], file, text.count("\n") + 1) is not None:
+        return text + "\n"
+    return text[:start]
 
 
 def _turn_lines(turns: Sequence[SessionTurn]) -> str:
@@ -310,11 +332,8 @@ class FileMapStore:
                 )
             if not lines and run is None:
                 return
-            existing = files.get(self._options.turns_file, "")
-            if existing and not existing.endswith("\n"):
-                self._turns(files)  # warns about the truncated tail it drops
-                existing = existing[: existing.rfind("\n") + 1]
-            files[self._options.turns_file] = existing + lines
+            name = self._options.turns_file
+            files[name] = _append_point(files.get(name, ""), name) + lines
             runs = meta.runs if run is None else upsert_runs(meta.runs, (run,))
             self._put_meta(files, msgspec.structs.replace(meta, runs=runs, updated_at=_now()))
             await self._adapter.save(files)
@@ -578,105 +597,412 @@ def create_file_map_store(
 
 # -- the directory adapter ---------------------------------------------------------------------
 
+_MANIFEST = ".zidane-filemap.json"
+"""The commit record of a directory: which files, how many bytes of each, pending renames."""
 
-def _is_temp(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp")
+_TEMP = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{12}\.tmp\Z")
+"""The adapter's temporary files, ``.<name>.<12 hex>.tmp`` (stale ones are removed on open)."""
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``.zidane-filemap.json``: one committed save of the map.
+
+    ``files`` gives each file's committed length in bytes (bytes past it are
+    an append that never committed); ``pending`` the temporary file to rename
+    over a name and ``removed`` the names to unlink, both replayed until done.
+    """
+
+    generation: int
+    commit: str
+    files: dict[str, int]
+    pending: dict[str, str] = msgspec.field(default_factory=dict)
+    removed: tuple[str, ...] = ()
+
+
+_Signature = tuple[int, int, int, int]
+"""A file's device, inode, size and modification time: changes when anything writes it."""
+
+
+def _signature(st: os.stat_result) -> _Signature:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@attrs.frozen
+class _Snapshot:
+    """The committed map as last read or written (``manifest`` ``None``: no manifest yet).
+
+    ``signatures`` tell whether the files are still the ones read or written.
+    """
+
+    manifest: bytes | None
+    generation: int
+    files: dict[str, str]
+    sizes: dict[str, int]
+    signatures: dict[str, _Signature]
+
+
+def _text(data: bytes, path: str) -> str:
+    """UTF-8 text; a character cut at the very end (a torn write) becomes U+FFFD."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        if exc.end == len(data) and exc.reason == "unexpected end of data":
+            return data[: exc.start].decode() + "\ufffd"
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CorruptDataError(
+            f"{path} line {line} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
 
 
-def _write_atomic(directory: str, name: str, text: str) -> None:
-    temp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+def _utf8(text: str, name: str) -> bytes:
     try:
-        with open(temp, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, os.path.join(directory, name))
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"file {name!r} is not encodable as UTF-8: {exc.reason}") from None
+
+
+def _not_regular(path: str, mode: int) -> CorruptDataError:
+    kind = (
+        "a symbolic link"
+        if stat.S_ISLNK(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "a named pipe"
+        if stat.S_ISFIFO(mode)
+        else "not a regular file"
+    )
+    return CorruptDataError(
+        f"{path} is {kind}; the file-map store reads and writes regular files only and never "
+        "follows links (remove it)"
+    )
 
 
 class DirectoryFileMapAdapter:
     """A :class:`FileMapAdapter` keeping each file of the map in one directory.
 
-    ``save`` replaces every file atomically and removes files the map no
-    longer has; blocking file I/O runs in a worker thread, one call at a time.
+    A save is all-or-nothing across the files: new content goes to temporary
+    files (or is appended past the committed end of a file it extends), then a
+    small manifest renamed last commits it; a crash leaves the previous save
+    or the new one, and the next open finishes or discards what was in flight.
+    Only the map's own files are read or written: links and non-regular files
+    are refused, foreign files are left alone. Blocking I/O runs in a worker
+    thread, one call at a time, under an ``flock`` of the directory.
+
+    ``names`` are the map's file names in a directory written before the
+    manifest existed (default: the store's default names).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, names: Iterable[str] | None = None) -> None:
         self._path = os.fspath(path)
+        if isinstance(names, str):
+            raise ValidationError(f"names must be file names, not a string {names!r}")
+        defaults = FileMapStoreOptions()
+        self._names = tuple(
+            _check_file_name(n, "file name")
+            for n in (
+                names
+                if names is not None
+                else (defaults.meta_file, defaults.turns_file, defaults.send_requests_file)
+            )
+        )
         self._limiter = trio.CapacityLimiter(1)
+        self._snapshot: _Snapshot | None = None
 
     @property
     def path(self) -> str:
         """The directory."""
         return self._path
 
-    def _names(self) -> builtins.list[str]:
+    # -- file primitives (all relative to the directory's descriptor) ----------------------
+
+    def _where(self, name: str) -> str:
+        return os.path.join(self._path, name)
+
+    def _open(self, dir_fd: int, name: str, flags: int) -> int | None:
+        """A descriptor on the regular file ``name`` (``None`` when absent); never a link."""
         try:
-            entries = os.listdir(self._path)
+            fd = os.open(name, flags, dir_fd=dir_fd)
         except FileNotFoundError:
-            return []
-        return [
-            n for n in entries if not _is_temp(n) and os.path.isfile(os.path.join(self._path, n))
-        ]
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EMLINK):
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                raise _not_regular(self._where(name), st.st_mode) from None
+            raise
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _not_regular(self._where(name), mode)
+        return fd
+
+    def _read(
+        self, dir_fd: int, name: str, size: int | None = None
+    ) -> tuple[bytes, _Signature] | None:
+        """The file's bytes (its first ``size`` bytes when given), ``None`` when absent."""
+        fd = self._open(dir_fd, name, _READ)
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+            length = st.st_size
+            if size is not None and length < size:
+                raise CorruptDataError(
+                    f"{self._where(name)} holds {length} bytes, fewer than the {size} "
+                    "its last save committed (changed outside the store)"
+                )
+            chunks = []
+            left = length if size is None else size
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 24))
+                if not chunk:
+                    raise CorruptDataError(f"{self._where(name)} shrank while it was read")
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks), _signature(st)
+        finally:
+            os.close(fd)
+
+    def _create(self, dir_fd: int, name: str, data: bytes) -> _Signature:
+        """Write a new file, mode 0600, durably (``O_EXCL``: never an existing path)."""
+        fd = os.open(name, _CREATE, 0o600, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            return _signature(os.fstat(fd))
+        finally:
+            os.close(fd)
+
+    def _append(self, dir_fd: int, name: str, committed: int, data: bytes) -> _Signature:
+        """Write ``data`` at the committed end of ``name`` (dropping an uncommitted tail)."""
+        fd = self._open(dir_fd, name, _WRITE)
+        if fd is None:
+            raise CorruptDataError(f"{self._where(name)} is missing (deleted outside the store)")
+        try:
+            length = os.fstat(fd).st_size
+            if length < committed:
+                raise CorruptDataError(
+                    f"{self._where(name)} holds {length} bytes, fewer than the {committed} "
+                    "its last save committed (changed outside the store)"
+                )
+            if length > committed:
+                os.ftruncate(fd, committed)
+            view, offset = memoryview(data), committed
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+            os.fsync(fd)
+            return _signature(os.fstat(fd))
+        finally:
+            os.close(fd)
+
+    def _only_link(self, dir_fd: int, name: str) -> bool:
+        """Whether ``name`` is a regular file no other path links to (safe to append to)."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+    def _check_replaceable(self, dir_fd: int, name: str) -> None:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(self._where(name), st.st_mode)
+
+    # -- the save protocol -----------------------------------------------------------------
+
+    @contextmanager
+    def _directory(self, *, create: bool) -> Iterator[int | None]:
+        """The directory's descriptor, locked (``None`` when it is absent and not created)."""
+        if create:
+            os.makedirs(self._path, mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if create:
+                raise
+            yield None
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        except BaseException:
+            self._snapshot = None  # whatever happened, read the directory afresh next time
+            raise
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _manifest(self, raw: bytes) -> _Manifest:
+        where = self._where(_MANIFEST)
+        try:
+            manifest = msgspec.json.decode(raw, type=_Manifest)
+            for name, size in manifest.files.items():
+                _check_file_name(name, "file name")
+                if size < 0:
+                    raise ValueError(f"negative size for {name!r}")
+            for name, temp in manifest.pending.items():
+                match = _TEMP.match(temp)
+                if name not in manifest.files or not match or match["name"] != name:
+                    raise ValueError(f"bad pending rename {temp!r} -> {name!r}")
+            for name in manifest.removed:
+                _check_file_name(name, "file name")
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise CorruptDataError(f"{where} does not decode: {exc}") from None
+        return manifest
+
+    def _apply(self, dir_fd: int, manifest: _Manifest) -> None:
+        """Finish a committed save: rename its temporary files, unlink removed names."""
+        for name, temp in manifest.pending.items():
+            with suppress(FileNotFoundError):  # renamed already
+                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        for name in manifest.removed:
+            with suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+
+    def _clean(self, dir_fd: int) -> None:
+        """Remove the adapter's stale temporary files (crashed saves); nothing else."""
+        for entry in os.listdir(dir_fd):
+            match = _TEMP.match(entry)
+            if match is None:
+                continue
+            try:
+                _check_file_name(match["name"], "file name")
+                os.unlink(entry, dir_fd=dir_fd)
+            except (InvalidNameError, OSError):
+                pass  # not ours (a directory), or a read-only directory: still readable
+
+    def _unchanged(self, dir_fd: int, cached: _Snapshot) -> bool:
+        for name, signature in cached.signatures.items():
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            if _signature(st) != signature:
+                return False
+        return True
+
+    def _current(self, dir_fd: int) -> _Snapshot:
+        """The committed map: cached while nothing changed on disk, else recovered and read."""
+        manifest_file = self._read(dir_fd, _MANIFEST)
+        raw = None if manifest_file is None else manifest_file[0]
+        cached = self._snapshot
+        if cached is not None and raw == cached.manifest and self._unchanged(dir_fd, cached):
+            return cached
+        self._snapshot = None
+        files, sizes, signatures = {}, {}, {}
+        if raw is None:
+            self._clean(dir_fd)
+            for name in self._names:
+                found = self._read(dir_fd, name)
+                if found is not None:
+                    data, signatures[name] = found
+                    files[name], sizes[name] = _text(data, self._where(name)), len(data)
+            return _Snapshot(None, 0, files, sizes, signatures)
+        manifest = self._manifest(raw)
+        self._apply(dir_fd, manifest)
+        self._clean(dir_fd)
+        for name, size in manifest.files.items():
+            found = self._read(dir_fd, name, size)
+            if found is None:
+                raise CorruptDataError(
+                    f"{self._where(name)} is missing (deleted outside the store); "
+                    f"{self._where(_MANIFEST)} lists it"
+                )
+            data, signatures[name] = found
+            files[name], sizes[name] = _text(data, self._where(name)), size
+        self._snapshot = _Snapshot(raw, manifest.generation, files, sizes, signatures)
+        return self._snapshot
+
+    def _commit(self, dir_fd: int, old: _Snapshot, files: dict[str, str]) -> None:
+        """Save ``files`` over ``old``: stage, rename the manifest (the commit), apply."""
+        sizes, pending, signatures = {}, {}, {}
+        for name, text in files.items():
+            before = old.files.get(name)
+            if before is not None and text == before:
+                sizes[name], signatures[name] = old.sizes[name], old.signatures[name]
+            elif (
+                before is not None
+                and old.manifest is not None
+                and text.startswith(before)
+                and self._only_link(dir_fd, name)
+            ):
+                tail = _utf8(text[len(before) :], name)
+                signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
+                sizes[name] = old.sizes[name] + len(tail)
+            else:
+                self._check_replaceable(dir_fd, name)
+                data = _utf8(text, name)
+                pending[name] = f".{name}.{secrets.token_hex(6)}.tmp"
+                signatures[name] = self._create(dir_fd, pending[name], data)
+                sizes[name] = len(data)
+        removed = tuple(sorted(set(old.files) - set(files)))
+        if old.manifest is not None and sizes == old.sizes and not pending and not removed:
+            return  # nothing changed
+        manifest = _Manifest(
+            generation=old.generation + 1,
+            commit=secrets.token_hex(8),
+            files=sizes,
+            pending=pending,
+            removed=removed,
+        )
+        raw = msgspec.json.encode(manifest)
+        staged = f"{_MANIFEST}.{secrets.token_hex(6)}.tmp"
+        self._create(dir_fd, staged, raw)
+        os.fsync(dir_fd)  # the staged files exist on disk before the manifest names them
+        os.replace(staged, _MANIFEST, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)  # committed
+        self._apply(dir_fd, manifest)
+        self._snapshot = _Snapshot(raw, manifest.generation, dict(files), sizes, signatures)
 
     def _get(self) -> dict[str, str]:
-        files = {}
-        for name in self._names():
-            path = os.path.join(self._path, name)
-            try:
-                with open(path, encoding="utf-8") as f:
-                    files[name] = f.read()
-            except UnicodeDecodeError as exc:
-                raise CorruptDataError(f"{path} is not UTF-8 text: {exc}") from None
-        return files
+        with self._directory(create=False) as dir_fd:
+            return {} if dir_fd is None else dict(self._current(dir_fd).files)
 
     def _save(self, files: dict[str, str]) -> None:
         for name in files:
             _check_file_name(name, "file name")
-        os.makedirs(self._path, exist_ok=True)
-        stale = set(self._names()) - set(files)
-        for name, text in files.items():
-            _write_atomic(self._path, name, text)
-        for name in stale:
-            os.unlink(os.path.join(self._path, name))
-        _fsync_dir(self._path)
+        with self._directory(create=True) as dir_fd:
+            assert dir_fd is not None
+            self._commit(dir_fd, self._current(dir_fd), files)
 
     def _delete(self) -> None:
-        names = self._names()
-        for name in names:
-            os.unlink(os.path.join(self._path, name))
-        if names:
-            _fsync_dir(self._path)
+        with self._directory(create=False) as dir_fd:
+            if dir_fd is None:
+                return
+            old = self._current(dir_fd)
+            if old.manifest is None and not old.files:
+                return
+            self._commit(dir_fd, old, {})
+            os.unlink(_MANIFEST, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+            self._snapshot = None
 
     async def get(self) -> dict[str, str]:
-        """Every file of the directory (an absent directory is an empty map)."""
+        """The map's committed files (an absent directory is an empty map)."""
         return await trio.to_thread.run_sync(self._get, limiter=self._limiter)
 
     async def save(self, files: dict[str, str]) -> None:
-        """Replace the directory's files with ``files``, each atomically and durably."""
+        """Replace the map with ``files``, all-or-nothing and durably."""
         await trio.to_thread.run_sync(self._save, dict(files), limiter=self._limiter)
 
     async def delete(self) -> None:
-        """Remove every file of the map."""
+        """Remove the map's files (foreign files in the directory stay)."""
         await trio.to_thread.run_sync(self._delete, limiter=self._limiter)
 
 
 @asynccontextmanager
 async def open_directory_adapter(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str], *, names: Iterable[str] | None = None
 ) -> AsyncIterator[DirectoryFileMapAdapter]:
-    """A :class:`DirectoryFileMapAdapter` on ``path``, created if missing."""
+    """A :class:`DirectoryFileMapAdapter` on ``path``, created (mode 0700) if missing."""
     fspath = os.fspath(path)
-    await trio.to_thread.run_sync(lambda: os.makedirs(fspath, exist_ok=True))
-    yield DirectoryFileMapAdapter(fspath)
+    await trio.to_thread.run_sync(lambda: os.makedirs(fspath, mode=0o700, exist_ok=True))
+    yield DirectoryFileMapAdapter(fspath, names=names)

@@ -1,0 +1,443 @@
+"""The file-map store on real files: links, private modes, torn tails, foreign files, crashes.
+
+Each test plants on disk what an attacker, an editor, a crash or another
+tool leaves in a session directory, then drives the store through it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import _file_map_worker as worker
+import pytest
+import trio
+
+from zidane_actors.errors import (
+    CorruptDataError,
+    CorruptDataWarning,
+    InvalidNameError,
+    ValidationError,
+)
+from zidane_actors.model import SessionData, SessionTurn, TextBlock, encode_str
+from zidane_actors.stores import (
+    DirectoryFileMapAdapter,
+    FileMapStore,
+    FileMapStoreOptions,
+    create_file_map_store,
+    open_directory_adapter,
+    open_memory_store,
+)
+
+MANIFEST = ".zidane-filemap.json"
+WORKER = str(Path(__file__).with_name("_file_map_worker.py"))
+
+
+def turn(i: int, text: str = "ünï €uro 𝄞") -> SessionTurn:
+    return SessionTurn(
+        id=f"t{i}", role="user", content=(TextBlock(text=f"{text} {i}"),), created_at=1_000 + i
+    )
+
+
+def session(*turns: SessionTurn) -> SessionData:
+    return SessionData(id="s", created_at=1, updated_at=2, turns=turns)
+
+
+def store_on(directory: Path) -> FileMapStore:
+    return create_file_map_store(DirectoryFileMapAdapter(directory))
+
+
+async def ids(store: FileMapStore) -> list[str]:
+    return [t.id for t in await store.get_turns("s")]
+
+
+async def saved(directory: Path, *turns: SessionTurn, manifest: bool = True) -> FileMapStore:
+    """A store on ``directory`` holding ``turns``; without the manifest the files are as
+    a hand edit or an older version left them (read as they are)."""
+    store = store_on(directory)
+    await store.save(session(*turns))
+    if not manifest:
+        (directory / MANIFEST).unlink(missing_ok=True)
+        store = store_on(directory)
+    return store
+
+
+def entries(directory: Path) -> dict[str, tuple[int, bytes]]:
+    """Every entry of ``directory``: its type and its bytes (or link target)."""
+    found: dict[str, tuple[int, bytes]] = {}
+    for name in os.listdir(directory):
+        path = directory / name
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            found[name] = (stat.S_IFLNK, os.fsencode(os.readlink(path)))
+        elif stat.S_ISREG(mode):
+            found[name] = (stat.S_IFREG, path.read_bytes())
+        else:
+            found[name] = (stat.S_IFMT(mode), b"")
+    return found
+
+
+# -- item 7: links and other non-regular files are refused, never followed ------------------
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "api-key"
+    path.write_text("SECRET-KEY-42\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["committed", "hand-made"])
+@pytest.mark.parametrize("name", ["meta.json", "turns.jsonl", "send-requests.json"])
+async def test_planted_link_is_refused_and_its_target_never_copied(
+    tmp_path: Path, secret: Path, name: str, manifest: bool
+) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, turn(0), manifest=manifest)
+    await store.claim_send_request("s", "q", "fp")
+    store = store_on(directory)
+    (directory / name).unlink()
+    (directory / name).symlink_to(secret)
+    with pytest.raises(CorruptDataError, match=rf"{name} is a symbolic link"):
+        await store.load("s")
+    with pytest.raises(CorruptDataError, match=rf"{name} is a symbolic link"):
+        await store.append_turns("s", [turn(1)])
+    with pytest.raises(CorruptDataError, match=rf"{name} is a symbolic link"):
+        await store.save(session(turn(2)))
+    assert os.readlink(directory / name) == str(secret)  # still a link, not replaced
+    for entry, (_, content) in entries(directory).items():
+        assert entry == name or b"SECRET" not in content
+    assert entries(secret.parent)[secret.name] == (stat.S_IFREG, b"SECRET-KEY-42\n")
+
+
+async def test_link_to_proc_environ_is_not_read(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, turn(0), manifest=False)
+    (directory / "turns.jsonl").unlink()
+    (directory / "turns.jsonl").symlink_to("/proc/self/environ")
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl is a symbolic link"):
+        await store.get_turns("s")
+    assert all(b"PATH=" not in content for _, content in entries(directory).values())
+
+
+async def test_planted_pipe_and_directory_are_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, turn(0))
+    (directory / "turns.jsonl").unlink()
+    os.mkfifo(directory / "turns.jsonl")  # would block a reader forever
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl is a named pipe"):
+        await store.load("s")
+    (directory / "turns.jsonl").unlink()
+    (directory / "turns.jsonl").mkdir()
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl is a directory"):
+        await store.load("s")
+
+
+async def test_files_are_private(tmp_path: Path) -> None:
+    async with open_directory_adapter(tmp_path / "made") as adapter:
+        store = create_file_map_store(adapter)
+        await store.save(session(turn(0)))
+        await store.append_turns("s", [turn(1)])
+        await store.claim_send_request("s", "q", "fp")
+    assert stat.S_IMODE(os.stat(tmp_path / "made").st_mode) == 0o700
+    names = os.listdir(tmp_path / "made")
+    assert sorted(names) == [MANIFEST, "meta.json", "send-requests.json", "turns.jsonl"]
+    for name in names:
+        assert stat.S_IMODE(os.stat(tmp_path / "made" / name).st_mode) == 0o600, name
+    await store_on(tmp_path / "by-save").save(session())
+    assert stat.S_IMODE(os.stat(tmp_path / "by-save").st_mode) == 0o700
+
+
+# -- item 8: a complete last line without its newline is a turn ------------------------------
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["committed", "hand-made"])
+async def test_last_line_without_newline_is_kept_by_the_next_append(
+    tmp_path: Path, manifest: bool
+) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, turn(0), turn(1), manifest=False)
+    path = directory / "turns.jsonl"
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    if manifest:  # the store committed the file as it is now
+        await store.patch_meta("s", {"k": 1})
+        store = store_on(directory)
+    assert await ids(store) == ["t0", "t1"]
+    await store.append_turns("s", [turn(2)])
+    assert await ids(store) == ["t0", "t1", "t2"]
+    assert await ids(store_on(directory)) == ["t0", "t1", "t2"]
+    assert path.read_text().splitlines() == [encode_str(turn(i)) for i in range(3)]
+
+
+# -- item 9: a torn tail (partial JSON or partial UTF-8) is a truncated last line ------------
+
+
+async def test_every_cut_of_the_last_line_is_a_truncated_line(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await saved(directory, turn(0), turn(1), manifest=False)
+    path = directory / "turns.jsonl"
+    complete = path.read_bytes()
+    line = encode_str(turn(2)).encode()
+    assert len(line) > len(encode_str(turn(2))), "the line has multi-byte characters"
+    for cut in range(1, len(line)):
+        path.write_bytes(complete + line[:cut])
+        with pytest.warns(CorruptDataWarning, match="turns.jsonl line 3 is truncated"):
+            assert await ids(store_on(directory)) == ["t0", "t1"], cut
+    path.write_bytes(complete + line[:-1])
+    store = store_on(directory)
+    with pytest.warns(CorruptDataWarning):
+        await store.append_turns("s", [turn(3)])
+    assert await ids(store) == ["t0", "t1", "t3"]
+    assert path.read_bytes() == complete + encode_str(turn(3)).encode() + b"\n"
+
+
+async def test_cut_inside_a_character_leaves_the_session_writable(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await saved(directory, turn(0), manifest=False)
+    path = directory / "turns.jsonl"
+    line = encode_str(turn(1)).encode()
+    cut = line.index("€".encode()) + 1  # inside the three bytes of "€"
+    with path.open("ab") as f:
+        f.write(line[:cut])
+    store = store_on(directory)
+    with pytest.warns(CorruptDataWarning, match="line 2 is truncated"):
+        loaded = await store.load("s")
+    assert loaded is not None and [t.id for t in loaded.turns] == ["t0"]
+    with pytest.warns(CorruptDataWarning):
+        await store.append_turns("s", [turn(2)])
+    assert await ids(store_on(directory)) == ["t0", "t2"]
+
+
+async def test_bad_bytes_in_the_middle_are_a_located_error(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await saved(directory, turn(0), turn(1), turn(2), manifest=False)
+    path = directory / "turns.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace("€".encode(), b"\xe2\x82")  # a cut character mid-file
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl line 2 is not UTF-8"):
+        await store_on(directory).load("s")
+    path.write_bytes(b"\n".join(lines[:1] + lines[2:]))
+    meta = directory / "meta.json"
+    meta.write_bytes(meta.read_bytes()[:-1] + b"\xc3")
+    with pytest.raises(CorruptDataError, match=r"meta\.json"):
+        await store_on(directory).load("s")
+
+
+# -- item 10: foreign files are neither read, nor rewritten, nor deleted ---------------------
+
+
+async def test_foreign_files_are_left_alone(tmp_path: Path, secret: Path) -> None:
+    directory = tmp_path / "sess"
+    directory.mkdir()
+    (directory / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1\xff\xfe\x80")
+    (directory / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1")
+    (directory / "meta.json~").write_text('{"id": "old"}')
+    (directory / "#turns.jsonl#").write_text("half an edit")
+    (directory / ".turns.jsonl.swp").write_bytes(b"b0VIM 9.0\x00\xff")
+    (directory / ".notes.tmp").write_text("someone else's temp file")
+    (directory / "notes.txt").symlink_to(secret)
+    (directory / "sub").mkdir()
+    os.mkfifo(directory / "pipe")
+    foreign = entries(directory)
+
+    store = store_on(directory)
+    await store.save(session(turn(0)))
+    await store.append_turns("s", [turn(1)])
+    await store.patch_meta("s", {"k": "v"})
+    await store.claim_send_request("s", "q", "fp")
+    store = store_on(directory)
+    assert await ids(store) == ["t0", "t1"]
+    assert {k: v for k, v in entries(directory).items() if k in foreign} == foreign
+    await store.delete("s")
+    assert entries(directory) == foreign
+    assert await store.load("s") is None
+
+
+# -- item 11: a save is all-or-nothing; appends write only what they append ------------------
+
+
+async def test_append_writes_only_the_appended_bytes(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, *(turn(i) for i in range(50)))
+    path = directory / "turns.jsonl"
+    before = path.read_bytes()
+    with path.open("rb") as witness:  # the file as it was: sees the appends if not replaced
+        for i in range(50, 53):
+            await store.append_turns("s", [turn(i)])
+        appended = "".join(encode_str(turn(i)) + "\n" for i in range(50, 53)).encode()
+        assert path.read_bytes() == before + appended
+        assert witness.read() == before + appended
+
+
+async def test_hard_linked_file_is_replaced_not_written_through(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    store = await saved(directory, turn(0))
+    path = directory / "turns.jsonl"
+    os.link(path, tmp_path / "elsewhere")  # a backup by hard link, or a planted link
+    before = (tmp_path / "elsewhere").read_bytes()
+    await store.append_turns("s", [turn(1)])
+    assert (tmp_path / "elsewhere").read_bytes() == before
+    assert await ids(store_on(directory)) == ["t0", "t1"]
+    assert os.stat(path).st_nlink == 1
+
+
+async def test_uncommitted_append_is_invisible_and_replaced(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await saved(directory, turn(0))
+    path = directory / "turns.jsonl"
+    committed = path.read_bytes()
+    with path.open("ab") as f:  # a crash after appending, before the manifest commit
+        f.write(encode_str(turn(1)).encode() + b"\n" + encode_str(turn(2)).encode()[:9])
+    store = store_on(directory)
+    assert await ids(store) == ["t0"]  # no warning: the tail never committed
+    await store.append_turns("s", [turn(3)])
+    assert path.read_bytes() == committed + encode_str(turn(3)).encode() + b"\n"
+
+
+async def test_stale_temp_files_are_removed_on_open(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await saved(directory, turn(0))
+    stale = [".meta.json.0123456789ab.tmp", ".turns.jsonl.abcdef012345.tmp"]
+    stale.append(f"{MANIFEST}.00112233aabb.tmp")
+    for name in stale:
+        (directory / name).write_text("left by a crash")
+    (directory / ".other.tmp").write_text("not ours")
+    (directory / ".a.b.0123456789ab.tmp").mkdir()  # a directory is never ours
+    assert await ids(store_on(directory)) == ["t0"]
+    assert sorted(os.listdir(directory)) == [
+        ".a.b.0123456789ab.tmp",
+        ".other.tmp",
+        MANIFEST,
+        "meta.json",
+        "turns.jsonl",
+    ]
+
+
+async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    directory.mkdir()
+    (directory / "m.json").write_text(encode_str(session()))
+    (directory / "t.jsonl").write_text(encode_str(turn(0)) + "\n")
+    (directory / "meta.json").write_text("not this session's file")
+    options = FileMapStoreOptions(meta_file="m.json", turns_file="t.jsonl")
+    adapter = DirectoryFileMapAdapter(directory, names=["m.json", "t.jsonl"])
+    store = create_file_map_store(adapter, options)
+    await store.append_turns("s", [turn(1)])
+    assert await ids(create_file_map_store(DirectoryFileMapAdapter(directory), options)) == [
+        "t0",
+        "t1",
+    ]
+    assert (directory / "meta.json").read_text() == "not this session's file"
+    with pytest.raises(ValidationError, match="not a string"):
+        DirectoryFileMapAdapter(directory, names="m.json")
+    with pytest.raises(InvalidNameError):
+        DirectoryFileMapAdapter(directory, names=["../m.json"])
+
+
+async def test_damage_outside_the_store_is_located(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await saved(directory, turn(0), turn(1))
+    path = directory / "turns.jsonl"
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl holds \d+ bytes, fewer than"):
+        await store_on(directory).load("s")
+    path.unlink()
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl is missing"):
+        await store_on(directory).load("s")
+    (directory / MANIFEST).write_text('{"generation": 1}')
+    with pytest.raises(CorruptDataError, match=r"\.zidane-filemap\.json does not decode"):
+        await store_on(directory).load("s")
+
+
+async def _state(store: Any, request_ids: list[str]) -> tuple[Any, ...] | None:
+    """What a crash must keep whole: metadata, turns, runs and claimed send ids."""
+    data = await store.load("s")
+    if data is None:
+        return None
+    claimed = [r for r in request_ids if await store.find_send_request("s", r) is not None]
+    return (data.metadata, data.turns, data.runs, claimed)
+
+
+def _model(ops: list[worker.Op], request_ids: list[str]) -> tuple[Any, ...] | None:
+    """The state after ``ops`` in the reference model (the memory store)."""
+
+    async def run() -> tuple[Any, ...] | None:
+        async with open_memory_store() as store:
+            for op in ops:
+                await worker.apply(store, op)
+            return await _state(store, request_ids)
+
+    return trio.run(run)
+
+
+def _temps(directory: Path) -> list[str]:
+    return [n for n in os.listdir(directory) if n.endswith(".tmp")] if directory.exists() else []
+
+
+SELF_KILLS = 24
+"""Children that SIGKILL themselves at a seeded file-system call of the save protocol."""
+PARENT_KILLS = 8
+"""Children the parent SIGKILLs after a seeded number of acknowledged operations."""
+
+
+def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
+    """Every load after a SIGKILL equals the last acknowledged state (or the one in flight
+    when its commit completed): never a mix of two saves, no acknowledged turn lost."""
+    directory = tmp_path / "sess"
+    rng = random.Random(1311)
+    history: list[worker.Op] = []
+    seen: Counter[str] = Counter()
+    server = subprocess.Popen(
+        [sys.executable, WORKER, str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        for round_ in range(SELF_KILLS + PARENT_KILLS):
+            ops = worker.plan(round_)
+            kill_at = rng.randint(1, 160) if round_ < SELF_KILLS else 0
+            server.stdin.write(f"{round_} {kill_at}\n")
+            server.stdin.flush()
+            kill_after = rng.randint(1, 8) if not kill_at else None
+            acked, pid, status = 0, None, None
+            while status is None:
+                kind, _, value = server.stdout.readline().partition(" ")
+                assert kind, "the worker died"
+                if kind == "ack":
+                    acked += 1
+                elif kind == "pid":
+                    pid = int(value)
+                else:
+                    status = int(value)
+                if pid is not None and acked == kill_after:
+                    os.kill(pid, signal.SIGKILL)
+                    kill_after = None
+            assert status == 0 or os.WTERMSIG(status) == signal.SIGKILL, status
+            seen["temps left"] += bool(_temps(directory))
+
+            request_ids = [f"q{tag}" for kind, tag, _ in history + ops if kind == "claim"]
+            state = trio.run(_state, store_on(directory), request_ids)
+            candidates = [history + ops[:acked]]
+            if acked < len(ops):
+                candidates.append(history + ops[: acked + 1])
+            matching = [c for c in candidates if _model(c, request_ids) == state]
+            assert matching, f"round {round_} (kill at {kill_at}, {acked} acked): mixed state"
+            seen["in flight committed"] += matching[0] is not candidates[0]
+            history = matching[0]
+            assert _temps(directory) == []  # cleaned on open
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    # The seeded kill points reach inside the protocol: before and after its commit point.
+    assert seen["temps left"] > 0 and seen["in flight committed"] > 0, seen
