@@ -219,7 +219,7 @@ async def test_files_on_disk(tmp_path: Path) -> None:
     lines = (tmp_path / "sess" / "turns.jsonl").read_text().splitlines()
     assert [decode(line, SessionTurn).id for line in lines] == ["t0", "t1", "t2"]
     meta = (tmp_path / "sess" / "meta.json").read_text()
-    assert '"title":"hi"' in meta and '"turns"' not in meta
+    assert '"title":"hi"' in meta and '"turns":[]' in meta  # turns live in turns.jsonl
     await store.claim_send_request("s", "q", "fp")
     assert "send-requests.json" in os.listdir(tmp_path / "sess")
     await store.delete("s")

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar, overload
 import msgspec
 
 from ..errors import ExtensionStateError
-from ..model import JsonValue
+from ..model import JsonValue, check_json
 from ._session import Session
 
 __all__ = [
@@ -148,6 +148,13 @@ async def set_extension_session_state(
     if session is None:
         return
     _check_names(extension, key)
+    check_json(
+        value,
+        what=f"{extension}.{key}: value",
+        path=f'$.metadata.{EXTENSION_STATE_METADATA_KEY}["{extension}"]["{key}"]',
+        depth=3,
+        error=ExtensionStateError,
+    )
     try:
         encoded = msgspec.json.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:

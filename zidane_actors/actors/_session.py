@@ -41,9 +41,12 @@ from ..model import (
     ToolResultBlock,
     TurnUsage,
     UpdateRunOptions,
+    check_json,
+    check_model,
     current_run_owner,
     demote_stale_running_status,
     new_id,
+    normalize_artifact,
     upsert_runs,
     validate_id,
 )
@@ -111,10 +114,14 @@ def _total_usage(stats: RunStats) -> TurnUsage:
     )
 
 
-def _json_copy(value: Any, what: str) -> Any:
-    """A deep copy of a JSON value (``UNSET`` kept), refusing non-JSON values."""
+def _json_copy(value: Any, what: str, path: str, depth: int) -> Any:
+    """A deep copy of a JSON value (``UNSET`` kept), refusing what JSON cannot carry exactly.
+
+    ``path`` and ``depth`` say where the value is stored (see ``check_json``).
+    """
     if value is msgspec.UNSET:
         return value
+    check_json(value, what=what, path=path, depth=depth)
     try:
         return msgspec.json.decode(msgspec.json.encode(value))
     except (TypeError, msgspec.EncodeError) as exc:
@@ -128,6 +135,7 @@ def _checked_turns(turns: Iterable[SessionTurn], what: str) -> tuple[SessionTurn
             raise ValidationError(
                 f"expected a SessionTurn, got {type(turn).__name__}", path=f"$.{what}[{i}]"
             )
+    check_model(checked, what=what, path=f"$.{what}")
     return checked
 
 
@@ -138,7 +146,14 @@ def _checked_runs(runs: Iterable[SessionRun]) -> tuple[SessionRun, ...]:
             raise ValidationError(
                 f"expected a SessionRun, got {type(run).__name__}", path=f"$.runs[{i}]"
             )
+    check_model(checked, what="runs", path="$.runs")
     return checked
+
+
+def _checked_append_options(options: AppendTurnsOptions | None) -> AppendTurnsOptions | None:
+    if options is not None:
+        check_model(options, what="append options", path="$.options")
+    return options
 
 
 def close_interrupted_tool_calls(turns: Sequence[SessionTurn]) -> tuple[SessionTurn, ...] | None:
@@ -514,13 +529,17 @@ class Session:
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> None:
         """Append turns in memory and through ``store.append_turns`` (store first)."""
-        await self._call(_AppendTurns(_checked_turns(turns, "turns"), options))
+        await self._call(
+            _AppendTurns(_checked_turns(turns, "turns"), _checked_append_options(options))
+        )
 
     def append_turns_nowait(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> Reply[None]:
         """Enqueue :meth:`append_turns`; raises ``trio.WouldBlock`` when the mailbox is full."""
-        return self._submit(_AppendTurns(_checked_turns(turns, "turns"), options))
+        return self._submit(
+            _AppendTurns(_checked_turns(turns, "turns"), _checked_append_options(options))
+        )
 
     async def save(self) -> None:
         """Persist the session, then await the ``on_saved`` listeners in order.
@@ -562,15 +581,11 @@ class Session:
         the write, in the actor; one that raises fails this call (the write stands)
         and skips the later listeners.
         """
-        await self._call(
-            _SetMeta(_checked_key(key), _json_copy(value, f"metadata[{key!r}]"), touch)
-        )
+        await self._call(_SetMeta(_checked_key(key), _meta_value(key, value), touch))
 
     def set_meta_nowait(self, key: str, value: Any, *, touch: bool = True) -> Reply[None]:
         """Enqueue :meth:`set_meta` without waiting."""
-        return self._submit(
-            _SetMeta(_checked_key(key), _json_copy(value, f"metadata[{key!r}]"), touch)
-        )
+        return self._submit(_SetMeta(_checked_key(key), _meta_value(key, value), touch))
 
     async def _update_meta(
         self, key: str, update: Callable[[Any], Any], *, touch: bool = True
@@ -712,6 +727,7 @@ class Session:
             raise ValidationError(
                 f"expected a SessionArtifactInput, got {type(input).__name__}", path="$.input"
             )
+        check_model(input, what="artifact input", path="$.input")
         return await self._call(_AddArtifact(input, run_id, turn_id))
 
     async def list_artifacts(
@@ -828,6 +844,7 @@ class Session:
         run = SessionRun(
             id=run_id, prompt=prompt, started_at=self._now(), status="running", **extras
         )
+        check_model(run, what="run", path="$.run")
         await self._write_run(run)
         return run
 
@@ -855,6 +872,7 @@ class Session:
         if command.detail is not None:
             changes["error_detail"] = command.detail
         run = msgspec.structs.replace(current, **changes)
+        check_model(run, what="run", path="$.run")
         await self._write_run(run)
         return run
 
@@ -890,7 +908,7 @@ class Session:
             run_id=run_id,
             turn_id=turn_id,
         )
-        return await self._full().upsert_artifact(artifact)
+        return await self._full().upsert_artifact(normalize_artifact(artifact))
 
     async def _do_heal(self) -> bool:
         before = self._data
@@ -921,6 +939,12 @@ def _in_trio() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _meta_value(key: str, value: Any) -> Any:
+    """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
+    segment = f".{key}" if key.isidentifier() else f"[{msgspec.json.encode(key).decode()}]"
+    return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + segment, 1)
 
 
 def _checked_key(key: object) -> str:
@@ -963,7 +987,7 @@ async def _new_session_data(
     validate_id(id)
     if agent_id is not None:
         _checked_agent(agent_id)
-    meta = _json_copy(dict(metadata or {}), "metadata")
+    meta = _json_copy(dict(metadata or {}), "metadata", "$.metadata", 0)
     now = clock()
     data = SessionData(
         id=id,

@@ -1,6 +1,7 @@
 """Layer 1: the persisted data model, its codec and the pure rules over it."""
 
 from ._artifacts import (
+    ARTIFACT_KIND_MAX_CHARS,
     ARTIFACT_KINDS,
     ARTIFACT_LABEL_MAX_CHARS,
     ARTIFACT_META_MAX_BYTES,
@@ -10,12 +11,14 @@ from ._artifacts import (
     filter_artifacts,
     matches_artifact_filter,
     merge_artifact,
+    normalize_artifact,
     normalize_artifact_input,
     select_artifact_evictions,
     sort_artifacts,
 )
 from ._codec import convert, decode, decoder, encode, encode_str, to_builtins
 from ._ids import ID_MAX_LENGTH, new_id, validate_id
+from ._json import MAX_JSON_DEPTH, check_json, check_model
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
     current_run_owner,
@@ -89,11 +92,13 @@ __all__ = [
     "ARTIFACTS_METADATA_KEY",
     "ARTIFACTS_PER_SESSION_CAP",
     "ARTIFACT_KINDS",
+    "ARTIFACT_KIND_MAX_CHARS",
     "ARTIFACT_LABEL_MAX_CHARS",
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
+    "MAX_JSON_DEPTH",
     "RUN_OWNER_HOLD_MS",
     "SEND_REQUEST_HISTORY",
     "AppendTurnsOptions",
@@ -137,6 +142,8 @@ __all__ = [
     "TurnRole",
     "TurnUsage",
     "UpdateRunOptions",
+    "check_json",
+    "check_model",
     "convert",
     "current_run_owner",
     "decode",
@@ -153,6 +160,7 @@ __all__ = [
     "merge_artifact",
     "merge_session_metadata",
     "new_id",
+    "normalize_artifact",
     "normalize_artifact_input",
     "patch_metadata",
     "process_started_at",

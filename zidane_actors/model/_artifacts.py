@@ -8,19 +8,23 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
+from ..errors import ValidationError
 from ._codec import encode
+from ._json import check_json
 from ._types import ArtifactFilter, SessionArtifact, SessionArtifactInput
 
 __all__ = [
     "ARTIFACTS_METADATA_KEY",
     "ARTIFACTS_PER_SESSION_CAP",
     "ARTIFACT_KINDS",
+    "ARTIFACT_KIND_MAX_CHARS",
     "ARTIFACT_LABEL_MAX_CHARS",
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
     "filter_artifacts",
     "matches_artifact_filter",
     "merge_artifact",
+    "normalize_artifact",
     "normalize_artifact_input",
     "select_artifact_evictions",
     "sort_artifacts",
@@ -53,6 +57,7 @@ ARTIFACT_URI_MAX_CHARS: Final = 4_096
 """A longer uri cannot be clipped without changing identity: the input is refused."""
 
 ARTIFACT_KIND_MAX_CHARS: Final = 64
+"""A longer kind is refused like a long uri."""
 
 
 def _clean_str(value: object) -> str | None:
@@ -76,19 +81,63 @@ def normalize_artifact_input(raw: object) -> SessionArtifactInput | None:
         return None
     if len(kind) > ARTIFACT_KIND_MAX_CHARS or len(uri) > ARTIFACT_URI_MAX_CHARS:
         return None
-    if len(label) > ARTIFACT_LABEL_MAX_CHARS:
-        label = label[: ARTIFACT_LABEL_MAX_CHARS - 1] + "…"
     meta: Any = UNSET
     if "meta" in raw and raw["meta"] is not None:
         try:
-            if len(encode(raw["meta"])) <= ARTIFACT_META_MAX_BYTES:
-                meta = raw["meta"]
-        except (TypeError, ValueError, OverflowError):
+            meta = _bounded_meta(raw["meta"])
+        except ValidationError:
             meta = UNSET
     project_root = _clean_str(raw.get("projectRoot"))
     return SessionArtifactInput(
-        kind=kind, uri=uri, label=label, meta=meta, project_root=project_root
+        kind=kind, uri=uri, label=_clipped_label(label), meta=meta, project_root=project_root
     )
+
+
+def _clipped_label(label: str) -> str:
+    if len(label) > ARTIFACT_LABEL_MAX_CHARS:
+        return label[: ARTIFACT_LABEL_MAX_CHARS - 1] + "…"
+    return label
+
+
+def _bounded_meta(meta: Any) -> Any:
+    """``meta``, or ``UNSET`` when its JSON is over the byte bound; refused when not exact JSON."""
+    if meta is UNSET:
+        return meta
+    check_json(meta, what="artifact meta", path="$.meta")
+    try:
+        size = len(encode(meta))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"artifact meta is not JSON: {exc}", path="$.meta") from None
+    return meta if size <= ARTIFACT_META_MAX_BYTES else UNSET
+
+
+def normalize_artifact(artifact: SessionArtifact) -> SessionArtifact:
+    """``artifact`` within the artifact limits: what every store keeps, on every write path.
+
+    The bounds of :func:`normalize_artifact_input`, for a typed artifact: a
+    kind over :data:`ARTIFACT_KIND_MAX_CHARS` or a uri over
+    :data:`ARTIFACT_URI_MAX_CHARS` is refused (:class:`ValidationError`: an
+    identity cannot be clipped), a label over :data:`ARTIFACT_LABEL_MAX_CHARS`
+    is clipped, and a ``meta`` whose JSON is over :data:`ARTIFACT_META_MAX_BYTES`
+    is dropped (the artifact is kept). Answers ``artifact`` itself when
+    nothing changes.
+    """
+    if not isinstance(artifact, SessionArtifact):
+        raise ValidationError(f"expected a SessionArtifact, got {type(artifact).__name__}")
+    for name, value, limit in (
+        ("kind", artifact.kind, ARTIFACT_KIND_MAX_CHARS),
+        ("uri", artifact.uri, ARTIFACT_URI_MAX_CHARS),
+    ):
+        if isinstance(value, str) and len(value) > limit:
+            raise ValidationError(
+                f"artifact {name} is {len(value)} characters, over the {limit}-character limit",
+                path=f"$.{name}",
+            )
+    label = _clipped_label(artifact.label) if isinstance(artifact.label, str) else artifact.label
+    meta = _bounded_meta(artifact.meta)
+    if label is artifact.label and meta is artifact.meta:
+        return artifact
+    return msgspec.structs.replace(artifact, label=label, meta=meta)
 
 
 def merge_artifact(existing: SessionArtifact, incoming: SessionArtifact) -> SessionArtifact:

@@ -10,8 +10,17 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from ..errors import ValidationError
+from ._json import MAX_JSON_DEPTH
 
-__all__ = ["convert", "decode", "decoder", "encode", "encode_str", "to_builtins"]
+__all__ = [
+    "convert",
+    "decode",
+    "decoder",
+    "encode",
+    "encode_str",
+    "to_builtins",
+    "too_deep",
+]
 
 T = TypeVar("T")
 
@@ -56,6 +65,8 @@ def decode(data: bytes | str, type_: type[T], *, what: str | None = None) -> T:
         result: T = decoder(cast(Hashable, type_)).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _located(exc, what or _name(type_)) from None
+    except RecursionError:
+        raise too_deep(what or _name(type_)) from None
     return result
 
 
@@ -65,6 +76,16 @@ def convert(obj: object, type_: type[T], *, what: str | None = None) -> T:
         return msgspec.convert(obj, type_)
     except msgspec.ValidationError as exc:
         raise _located(exc, what or _name(type_)) from None
+    except RecursionError:
+        raise too_deep(what or _name(type_)) from None
+
+
+def too_deep(what: str) -> ValidationError:
+    """The error for a document nested past what the parser recurses through."""
+    return ValidationError(
+        f"invalid {what}: nested deeper than {MAX_JSON_DEPTH} arrays/objects (MAX_JSON_DEPTH)",
+        path="$",
+    )
 
 
 def to_builtins(value: object) -> Any:

@@ -7,6 +7,7 @@ here reads the same in zidane and back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
@@ -78,6 +79,18 @@ class _Value(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """Base of every persisted value type."""
 
 
+def _required(make: Callable[[], Any]) -> Any:
+    """The default of a field the spec marks required: always written, filled in when absent.
+
+    ``omit_defaults`` leaves out a value equal to a plain default (or to what
+    a builtin container factory such as ``dict`` makes), but never one made by
+    another factory.
+    So the field is written even when it holds its default, and a document
+    written before (without the field) still decodes.
+    """
+    return msgspec.field(default_factory=make)
+
+
 class _Block(_Value, frozen=True, tag_field="type"):
     """Base of the content blocks, tagged by their ``type`` key."""
 
@@ -132,7 +145,7 @@ class ToolCallBlock(_Block, frozen=True, tag="tool_call"):
 
     id: NonEmptyStr
     name: NonEmptyStr
-    input: dict[str, JsonValue] = msgspec.field(default_factory=dict)
+    input: dict[str, JsonValue] = _required(lambda: {})
 
 
 ToolResultPart: TypeAlias = TextBlock | ImageBlock | FileBlock
@@ -155,7 +168,7 @@ class ReasoningBlock(_Block, frozen=True, tag="reasoning"):
     ``redactedData`` (Anthropic redacted thinking) are opaque.
     """
 
-    text: str = ""
+    text: str = _required(lambda: "")
     provider: str | None = None
     signature: str | None = None
     redacted_data: str | None = None
@@ -177,8 +190,8 @@ class SessionMessage(_Value, frozen=True):
 class TurnUsage(_Value, frozen=True):
     """Token usage of one turn (or a run's total)."""
 
-    input: Count = 0
-    output: Count = 0
+    input: Count = _required(lambda: 0)
+    output: Count = _required(lambda: 0)
     cache_read: Count | None = None
     cache_creation: Count | None = None
     cost: float | None = None
@@ -228,7 +241,7 @@ class RunEstimateFailure(_Value, frozen=True):
 class RunUserWait(_Value, frozen=True):
     """Time a run spent waiting on the user."""
 
-    ms: float = 0
+    ms: float = _required(lambda: 0)
     since: EpochMs | None = None
 
 
@@ -333,10 +346,10 @@ class SessionData(_Value, frozen=True):
     id: NonEmptyStr
     created_at: EpochMs
     updated_at: EpochMs
-    status: SessionStatus = "idle"
-    metadata: dict[str, JsonValue] = msgspec.field(default_factory=dict)
-    turns: tuple[SessionTurn, ...] = ()
-    runs: tuple[SessionRun, ...] = ()
+    status: SessionStatus = _required(lambda: "idle")
+    metadata: dict[str, JsonValue] = _required(lambda: {})
+    turns: tuple[SessionTurn, ...] = _required(lambda: ())
+    runs: tuple[SessionRun, ...] = _required(lambda: ())
     agent_id: str | None = None
     project_root: str | None = None
     run_owner: RunOwner | None = None

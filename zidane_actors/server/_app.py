@@ -269,6 +269,8 @@ class _Api:
                 msgspec.json.decode(raw)
             except msgspec.DecodeError:
                 raise _ApiError(400, "invalid_json", str(exc), exc.path) from None
+            except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH
+                pass
             raise _ApiError(422, "invalid_body", str(exc), exc.path) from None
 
     def _too_large(self) -> str:

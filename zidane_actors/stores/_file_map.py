@@ -69,6 +69,7 @@ from ..model import (
 )
 from ._protocol import HistoryMutation, MutateResult
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
+from ._validate import json_value
 
 __all__ = [
     "DirectoryFileMapAdapter",
@@ -84,8 +85,12 @@ __all__ = [
 class FileMapAdapter(Protocol):
     """Host storage of one file map: load, replace and delete it as a whole."""
 
-    async def get(self) -> dict[str, str]:
-        """The current file map (empty when nothing is persisted)."""
+    async def get(self) -> Mapping[str, Any]:
+        """The current file map (empty when nothing is persisted).
+
+        Either the spec's shape ``{"files": {name: text}}`` or the plain
+        ``{name: text}`` map; the store accepts both.
+        """
         ...
 
     async def save(self, files: dict[str, str]) -> None:
@@ -143,6 +148,30 @@ class _SendRequests(msgspec.Struct, frozen=True, rename="camel"):
     records: tuple[SendRequestRecord, ...] = ()
 
 
+def _file_map(got: object) -> dict[str, str]:
+    """What ``FileMapAdapter.get`` answered, as a plain ``{name: text}`` map.
+
+    The spec's adapters answer ``{"files": {...}}``; a plain map is accepted
+    too (a file named ``files`` holds text, never a map, so the two cannot
+    be confused).
+    """
+    if isinstance(got, Mapping) and isinstance(got.get("files"), Mapping):
+        got = got["files"]
+    if not isinstance(got, Mapping):
+        raise CorruptDataError(
+            f"the file-map adapter's get() answered a {type(got).__name__}, "
+            'not {"files": {name: text}}'
+        )
+    files = dict(got)
+    for name, text in files.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise CorruptDataError(
+                f"the file-map adapter's get() answered {name!r}: {type(text).__name__}; "
+                "file names and contents must be strings"
+            )
+    return files
+
+
 def _last_turn(tail: str, file: str, number: int) -> SessionTurn | None:
     """The last line when it lacks only its newline; a torn write is skipped with a warning."""
     if not tail.strip():
@@ -187,8 +216,8 @@ def _append_point(text: str, file: str) -> str:
     return text[:start]
 
 
-def _turn_lines(turns: Sequence[SessionTurn]) -> str:
-    rows = _turn_rows_of(turns, 0)
+def _turn_lines(turns: Sequence[SessionTurn], where: str = "$") -> str:
+    rows = _turn_rows_of(turns, 0, where)
     return "".join(body.decode() + "\n" for *_, body in rows)
 
 
@@ -216,8 +245,7 @@ class FileMapStore:
     async def _files(self) -> dict[str, str]:
         if self._closed:
             raise StoreClosedError("the file-map store is closed")
-        files = await self._adapter.get()
-        return dict(files)
+        return _file_map(await self._adapter.get())
 
     def _meta(self, files: Mapping[str, str]) -> _Meta | None:
         raw = files.get(self._options.meta_file)
@@ -295,7 +323,7 @@ class FileMapStore:
         data = _valid_header(data)
         for run in data.runs:
             _run_body(run)
-        lines = _turn_lines(data.turns)
+        lines = _turn_lines(data.turns, "$.turns")
         async with self._lock:
             files = await self._files()
             self._check_owner(files, data.id)
@@ -323,6 +351,8 @@ class FileMapStore:
         if options is not None:
             _valid_body(options, AppendTurnsOptions, "append options")
             run = options.run
+            if run is not None:
+                _run_body(run)
         async with self._lock:
             files = await self._files()
             meta = self._held(files, session_id)
@@ -498,7 +528,7 @@ class FileMapStore:
                     "a history mutation must return a SessionHistory or None, "
                     f"got {type(result).__name__}"
                 )
-            lines = _turn_lines(result.turns)
+            lines = _turn_lines(result.turns, "$.turns")
             runs = meta.runs
             if result.runs is not runs and result.runs != runs:
                 for run in result.runs:
@@ -554,10 +584,7 @@ class FileMapStore:
         """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
         validate_id(session_id)
         validate_id(request_id, what="send request id")
-        try:
-            value: Any = msgspec.json.decode(encode(result))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValidationError(f"send result is not JSON-serializable: {exc}") from None
+        value: Any = json_value(result, "send result")
         async with self._lock:
             files = await self._files()
             held = self._requests(files)

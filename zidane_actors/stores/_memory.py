@@ -53,6 +53,7 @@ from ..model import (
     merge_artifact,
     merge_session_metadata,
     new_id,
+    normalize_artifact,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -71,13 +72,16 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
     check_ids,
     checked,
     checked_header,
     checked_int,
     checked_items,
     checked_meta_patch,
-    encoded,
+    json_value,
     now_ms,
 )
 
@@ -93,10 +97,6 @@ def _copy(value: T, type_: type[T]) -> T:
     key: Any = type_
     result: T = decoder(key).decode(encode(value))
     return result
-
-
-def _checked_json(value: object, what: str) -> JsonValue:
-    return msgspec.json.decode(encoded(value, what))
 
 
 def _checked_optional_int(value: object, what: str) -> int | None:
@@ -526,7 +526,7 @@ class MemoryStore:
     def _settle_send_request(self, session_id: str, request_id: str, result: JsonValue) -> None:
         validate_id(session_id)
         validate_id(request_id, what="request id")
-        value = _checked_json(result, "send result")
+        value = json_value(result, "send result")
         records = self._send_requests.get(session_id, {})
         record = records.get(request_id)
         if record is None:
@@ -547,9 +547,8 @@ class MemoryStore:
         return self._upsert_artifact(artifact)
 
     def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
-        valid = checked(artifact, SessionArtifact, "artifact")
-        validate_id(valid.session_id)
-        validate_id(valid.id, what="artifact id")
+        valid = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
+        check_artifact_ids(valid)
         if valid.session_id not in self._sessions:
             return None
         rows = self._artifacts.setdefault(valid.session_id, {})
@@ -585,6 +584,7 @@ class MemoryStore:
         await self._enter()
         if filter is not None:
             filter = checked(filter, ArtifactFilter, "artifact filter")
+        check_artifact_filter_ids(filter)
         every = (a for rows in self._artifacts.values() for a in rows.values())
         return [_copy(a, SessionArtifact) for a in filter_artifacts(every, filter)]
 
@@ -630,8 +630,7 @@ class MemoryStore:
         """
         await self._enter()
         valid = checked(fire, ScheduleFire, "schedule fire")
-        validate_id(valid.schedule_id, what="schedule id")
-        validate_id(valid.id, what="fire id")
+        check_fire_ids(valid)
         if valid.schedule_id not in self._schedules:
             return
         fires = [f for f in self._fires.get(valid.schedule_id, []) if f.id != valid.id]

@@ -61,12 +61,14 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_json,
     current_run_owner,
     decoder,
     encode_str,
     filter_artifacts,
     merge_artifact,
     merge_session_metadata,
+    normalize_artifact,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -79,6 +81,9 @@ from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ._postgres_schema import migrate
 from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
 from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
     check_ids,
     checked,
     checked_header,
@@ -124,8 +129,9 @@ def _decode(text: str | None, type_: Any, table: str, key: str) -> Any:
         raise CorruptDataError(f"{table} row {key} has no value where JSON was expected")
     try:
         return decoder(type_).decode(text)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise CorruptDataError(f"{table} row {key} does not decode: {exc}") from None
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise CorruptDataError(f"{table} row {key} does not decode: {reason}") from None
 
 
 def _map_error(exc: BaseException) -> BaseException:
@@ -495,9 +501,8 @@ def _touch(cur: _Cursor, session_id: str) -> None:
 
 
 def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact | None:
-    artifact = checked(artifact, SessionArtifact, "artifact")
-    validate_id(artifact.session_id)
-    validate_id(artifact.id, what="artifact id")
+    artifact = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
+    check_artifact_ids(artifact)
     if _lock_header(cur, artifact.session_id) is None:
         return None
     cur.execute(
@@ -568,7 +573,7 @@ def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
 def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
     validate_id(session_id)
     validate_id(request_id, what="request id")
-    _json(result, "send result")
+    check_json(result, what="send result")
     if result is None:
         cur.execute(
             "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
@@ -650,29 +655,40 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
     return where + order, params
 
 
+_AGG: Final = "count(*) || ':' || string_agg(body, ',' ORDER BY seq)"
+"""Rows' JSON bodies joined by commas, after their count (``NULL`` for no rows)."""
+
+
 def _decode_list(
     cur: _Cursor, text: str | None, type_: Any, table: str, session_id: str
 ) -> tuple[Any, ...]:
-    """Decode a JSON array aggregated from ``table`` rows, naming the bad row on failure."""
+    """Decode ``table`` rows aggregated as ``"<count>:<body>,<body>…"`` (:data:`_AGG`).
+
+    Names the bad row on failure. The count catches a row holding two
+    documents (``{...},{...}``), which the joined array would read as two items.
+    """
     if text is None:
         return ()
+    count, _, bodies = text.partition(":")
     try:
-        items: tuple[Any, ...] = decoder(tuple[type_, ...]).decode(f"[{text}]")
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        cur.execute(
-            f"SELECT seq, body FROM {table} WHERE session_id = %s ORDER BY seq",
-            (session_id,),
-        )
-        for seq, body in cur.fetchall():
-            _decode(body, type_, table, f"(session_id={session_id!r}, seq={seq})")
-        raise CorruptDataError(f"{table} rows of session {session_id!r} do not decode") from None
-    return items
+        items: tuple[Any, ...] = decoder(tuple[type_, ...]).decode(f"[{bodies}]")
+        if len(items) == int(count):
+            return items
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    cur.execute(
+        f"SELECT seq, body FROM {table} WHERE session_id = %s ORDER BY seq",
+        (session_id,),
+    )
+    for seq, body in cur.fetchall():
+        _decode(body, type_, table, f"(session_id={session_id!r}, seq={seq})")
+    raise CorruptDataError(f"{table} rows of session {session_id!r} do not decode")
 
 
 def _history(cur: _Cursor, session_id: str) -> SessionHistory:
     cur.execute(
-        "SELECT (SELECT string_agg(body, ',' ORDER BY seq) FROM turns WHERE session_id = %s),"
-        " (SELECT string_agg(body, ',' ORDER BY seq) FROM runs WHERE session_id = %s)",
+        f"SELECT (SELECT {_AGG} FROM turns WHERE session_id = %s),"
+        f" (SELECT {_AGG} FROM runs WHERE session_id = %s)",
         (session_id, session_id),
     )
     row = cur.fetchone()
@@ -911,8 +927,8 @@ class PostgresStore:
             cur.execute(
                 "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
                 " run_owner::text,"
-                " (SELECT string_agg(body, ',' ORDER BY seq) FROM turns WHERE session_id = s.id),"
-                " (SELECT string_agg(body, ',' ORDER BY seq) FROM runs WHERE session_id = s.id)"
+                f" (SELECT {_AGG} FROM turns WHERE session_id = s.id),"
+                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id)"
                 " FROM sessions s WHERE id = %s",
                 (session_id,),
             )
@@ -970,7 +986,7 @@ class PostgresStore:
 
         def op(cur: _Cursor) -> builtins.list[SessionTurn]:
             cur.execute(
-                "SELECT string_agg(body, ',' ORDER BY seq) FROM (SELECT seq, body FROM turns"
+                f"SELECT {_AGG} FROM (SELECT seq, body FROM turns"
                 " WHERE session_id = %s AND seq >= %s ORDER BY seq LIMIT %s) t",
                 (session_id, from_, limit),
             )
@@ -1269,6 +1285,7 @@ class PostgresStore:
         params: builtins.list[Any] = []
         if filter is not None:
             filter = checked(filter, ArtifactFilter, "artifact filter")
+            check_artifact_filter_ids(filter)
             for column, value in (
                 ("session_id", filter.session_id),
                 ("kind", filter.kind),
@@ -1352,8 +1369,7 @@ class PostgresStore:
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
         fire = checked(fire, ScheduleFire, "schedule fire")
-        validate_id(fire.schedule_id, what="schedule id")
-        validate_id(fire.id, what="fire id")
+        check_fire_ids(fire)
         body = _json(fire, "schedule fire")
 
         def op(cur: _Cursor) -> None:

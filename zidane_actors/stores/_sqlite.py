@@ -55,6 +55,8 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_json,
+    check_model,
     current_run_owner,
     decode,
     decoder,
@@ -63,6 +65,7 @@ from ..model import (
     merge_artifact,
     merge_session_metadata,
     new_id,
+    normalize_artifact,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -79,7 +82,12 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._sqlite_schema import migrate
-from ._validate import checked_int
+from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
+    checked_int,
+)
 
 __all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
 
@@ -132,26 +140,32 @@ class SQLiteStoreStatistics:
 def _decode_row(raw: bytes, type_: type[T], table: str, session_id: str, where: str) -> T:
     try:
         value: T = decoder(cast(Hashable, type_)).decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(
-            f"table {table}: row of session {session_id!r} at {where} does not decode: {exc}"
+            f"table {table}: row of session {session_id!r} at {where} does not decode: {reason}"
         ) from None
     return value
 
 
 def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[SessionTurn, ...]:
-    """Decode turn bodies in one pass; on failure, name the first bad row's seq."""
+    """Decode turn bodies in one pass; on failure, name the first bad row's seq.
+
+    The bodies are joined into one array, so a row holding two documents
+    (``{...},{...}``) would read as two turns: a count that differs from
+    the rows' sends every row through its own decode, which refuses it.
+    """
     try:
         turns: tuple[SessionTurn, ...] = decoder(tuple[SessionTurn, ...]).decode(
             b"[" + b",".join(body for _, body in rows) + b"]"
         )
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        for seq, body in rows:
-            _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}")
-        raise CorruptDataError(
-            f"table turns: rows of session {session_id!r} do not decode"
-        ) from None
-    return turns
+        if len(turns) == len(rows):
+            return turns
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, TypeError):
+        pass  # TypeError: a body stored as TEXT, which the row decode reads as well
+    return tuple(
+        _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}") for seq, body in rows
+    )
 
 
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
@@ -165,18 +179,21 @@ def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+    if not isinstance(metadata, Mapping):
         raise ValidationError("session metadata must be a mapping with string keys")
+    kept = {k: v for k, v in metadata.items() if v is not UNSET}
+    check_json(kept, what="session metadata", path="$.metadata")
     try:
-        return encode({k: v for k, v in metadata.items() if v is not UNSET}).decode()
+        return encode(kept).decode()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
 
 
-def _valid_body(value: object, type_: type[T], what: str) -> bytes:
+def _valid_body(value: object, type_: type[T], what: str, path: str = "$") -> bytes:
     """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
     if type(value) is not type_ and not isinstance(value, type_):
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    check_model(value, what=what, path=path)
     try:
         body = encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -196,8 +213,13 @@ def _valid_header(data: object) -> SessionData:
     return data
 
 
-def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, str, bytes]]:
-    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``."""
+def _turn_rows_of(
+    turns: object, start: int, where: str = "$"
+) -> builtins.list[tuple[int, str, str, bytes]]:
+    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``.
+
+    ``where`` locates ``turns`` in the caller's argument (``$.turns`` in a save).
+    """
     # Lists and tuples first: the Sequence ABC check is slow on this hot path.
     if not isinstance(turns, (list, tuple)) and (
         isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
@@ -207,7 +229,7 @@ def _turn_rows_of(turns: object, start: int) -> builtins.list[tuple[int, str, st
         )
     rows = []
     for i, turn in enumerate(turns):
-        body = _valid_body(turn, SessionTurn, f"turn {i}")
+        body = _valid_body(turn, SessionTurn, f"turn {i}", f"{where}[{i}]")
         validate_id(turn.id, what=f"turn id at $[{i}]")
         rows.append((start + i, turn.id, turn.role, body))
     return rows
@@ -284,6 +306,8 @@ class SQLiteStore:
             return _Busy(str(exc))
         if code in _CORRUPT_CODES:
             return CorruptDataError(f"SQLite database {self._path} is corrupt: {exc}")
+        if "malformed JSON" in str(exc):  # a JSON function met a stored value it cannot read
+            return CorruptDataError(f"SQLite database {self._path} holds bad JSON: {exc}")
         return StoreError(f"SQLite database {self._path}: {exc}")
 
     async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
@@ -443,7 +467,7 @@ class SQLiteStore:
 
     def _op_save(self, conn: _Conn, data: SessionData) -> None:
         data = _valid_header(data)
-        rows = _turn_rows_of(data.turns, 0)
+        rows = _turn_rows_of(data.turns, 0, "$.turns")
         self._write_header(conn, data, data.metadata)
         conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
         self._append_rows(conn, data.id, rows)
@@ -811,7 +835,7 @@ class SQLiteStore:
                     f"got {type(result).__name__}"
                 )
             if result.turns is not turns:
-                new_rows = _turn_rows_of(result.turns, 0)
+                new_rows = _turn_rows_of(result.turns, 0, "$.turns")
                 bodies = [r[3] for r in new_rows]
                 keep = 0
                 for (_, old), new in zip(rows, bodies, strict=False):
@@ -866,8 +890,11 @@ class SQLiteStore:
 
     def _op_upsert_artifact(self, conn: _Conn, artifact: SessionArtifact) -> SessionArtifact | None:
         body = _valid_body(artifact, SessionArtifact, "artifact")
-        sid = _session_id(artifact.session_id)
-        validate_id(artifact.id, what="artifact id")
+        normalized = normalize_artifact(artifact)
+        if normalized is not artifact:
+            artifact, body = normalized, encode(normalized)
+        check_artifact_ids(artifact)
+        sid = artifact.session_id
         if self._header(conn, sid) is None:
             return None
         row = conn.execute(
@@ -903,6 +930,7 @@ class SQLiteStore:
 
     def _op_delete_artifact(self, conn: _Conn, session_id: str, artifact_id: str) -> None:
         _session_id(session_id)
+        validate_id(artifact_id, what="artifact id")
         if conn.execute(
             "DELETE FROM artifacts WHERE session_id = ? AND id = ?", (session_id, artifact_id)
         ).rowcount:
@@ -918,6 +946,7 @@ class SQLiteStore:
         """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
         if filter is not None:
             _valid_body(filter, ArtifactFilter, "artifact filter")
+        check_artifact_filter_ids(filter)
 
         def op(conn: _Conn) -> builtins.list[SessionArtifact]:
             if filter is not None and filter.session_id is not None:
@@ -982,6 +1011,7 @@ class SQLiteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         _session_id(session_id)
+        validate_id(request_id, what="send request id")
 
         def op(conn: _Conn) -> SendRequestRecord | None:
             row = conn.execute(
@@ -998,6 +1028,7 @@ class SQLiteStore:
     ) -> None:
         _session_id(session_id)
         validate_id(request_id, what="send request id")
+        check_json(result, what="send result")
         try:
             encoded = encode(result)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -1105,8 +1136,7 @@ class SQLiteStore:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` of its schedule."""
 
         body = _valid_body(fire, ScheduleFire, "schedule fire")
-        validate_id(fire.schedule_id, what="schedule id")
-        validate_id(fire.id, what="fire id")
+        check_fire_ids(fire)
 
         def op(conn: _Conn) -> None:
             if not conn.execute(

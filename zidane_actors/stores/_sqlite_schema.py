@@ -110,11 +110,30 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database at ``user_version`` 0 that already holds tables: not ours to migrate."""
+    tables = [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " ORDER BY name"
+        )
+    ]
+    if tables:
+        listed = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+        raise StoreError(
+            f"SQLite database {path} holds tables ({listed}) but no zidane_actors schema "
+            "(user_version 0): it belongs to another program, so it is not migrated; "
+            "open a new file instead"
+        )
+
+
 def migrate(conn: sqlite3.Connection, path: str, migrations: tuple[str, ...] = MIGRATIONS) -> int:
     """Bring ``conn`` up to ``len(migrations)``, one transaction per step; the final version.
 
     Raises :class:`~zidane_actors.errors.StoreError` for a database written by a
-    newer library (its ``user_version`` is past what ``migrations`` knows).
+    newer library (its ``user_version`` is past what ``migrations`` knows) and
+    for a foreign one (``user_version`` 0 with tables already in it).
     """
     target = len(migrations)
     conn.execute("BEGIN IMMEDIATE")
@@ -125,6 +144,8 @@ def migrate(conn: sqlite3.Connection, path: str, migrations: tuple[str, ...] = M
                 f"SQLite database {path} has schema version {version}, newer than the "
                 f"{target} this version of zidane_actors supports; upgrade zidane_actors"
             )
+        if version == 0:
+            _refuse_foreign(conn, path)
         while version < target:
             for statement in _statements(migrations[version]):
                 conn.execute(statement)

@@ -1,6 +1,7 @@
 """Argument checks every store shares: untrusted input is validated the way a
-persistent store decodes it (a JSON round trip), so all stores refuse the same
-values with the same located errors.
+persistent store decodes it (a JSON round trip, after ``check_model`` refused
+what JSON cannot carry exactly), so all stores refuse the same values with the
+same located errors.
 """
 
 from __future__ import annotations
@@ -9,12 +10,28 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+import msgspec
 from msgspec import UNSET
 
 from ..errors import ValidationError
-from ..model import SessionData, SessionRun, SessionTurn, decode, encode, validate_id
+from ..model import (
+    ArtifactFilter,
+    ScheduleFire,
+    SessionArtifact,
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    check_json,
+    check_model,
+    decode,
+    encode,
+    validate_id,
+)
 
 __all__ = [
+    "check_artifact_filter_ids",
+    "check_artifact_ids",
+    "check_fire_ids",
     "check_ids",
     "checked",
     "checked_header",
@@ -22,6 +39,7 @@ __all__ = [
     "checked_items",
     "checked_meta_patch",
     "encoded",
+    "json_value",
     "now_ms",
 ]
 
@@ -34,7 +52,8 @@ def now_ms() -> int:
 
 
 def encoded(value: object, what: str) -> bytes:
-    """``value`` as JSON, or a :class:`ValidationError` naming ``what``."""
+    """``value`` as exact JSON, or a :class:`ValidationError` naming ``what`` (and where)."""
+    check_model(value, what=what)
     try:
         return encode(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -80,6 +99,24 @@ def check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
         validate_id(run.id, what=f"run id at $.runs[{i}]")
 
 
+def check_artifact_ids(artifact: SessionArtifact) -> None:
+    """The artifact's own id and its session id are safe ids."""
+    validate_id(artifact.session_id)
+    validate_id(artifact.id, what="artifact id")
+
+
+def check_artifact_filter_ids(filter: ArtifactFilter | None) -> None:
+    """A filter's ``sessionId``, when set, is a safe id (as on every other method)."""
+    if filter is not None and filter.session_id is not None:
+        validate_id(filter.session_id)
+
+
+def check_fire_ids(fire: ScheduleFire) -> None:
+    """A fire's id and its schedule's id are safe ids."""
+    validate_id(fire.schedule_id, what="schedule id")
+    validate_id(fire.id, what="fire id")
+
+
 def checked_header(data: object) -> SessionData:
     """``data`` is a ``SessionData`` with a safe id and a dict of metadata."""
     if not isinstance(data, SessionData):
@@ -100,3 +137,9 @@ def checked_meta_patch(patch: object) -> dict[str, Any]:
     kept = {k: v for k, v in patch.items() if v is not UNSET}
     valid = decode(encoded(kept, "metadata patch"), dict[str, Any], what="metadata patch")
     return {k: valid.get(k, UNSET) for k in patch}
+
+
+def json_value(value: object, what: str) -> Any:
+    """A copy of the free-form JSON ``value``, refused when JSON cannot carry it exactly."""
+    check_json(value, what=what)
+    return msgspec.json.decode(encode(value))

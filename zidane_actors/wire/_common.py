@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import WireFormatError
+from ..model import check_json
 
 __all__ = [
     "RAW_ARGUMENTS_KEY",
@@ -96,16 +97,12 @@ def to_data_url(media_type: str, data: str) -> str:
 def arguments_from_json(arguments: str) -> dict[str, Any]:
     """Tool arguments (a JSON string) as the neutral input object.
 
-    Text that is not a JSON object (invalid, empty, an array…) is kept
+    Text that is not a JSON object (invalid, empty, an array…), or one JSON
+    cannot store exactly (``NaN``, nested past ``MAX_JSON_DEPTH``), is kept
     verbatim as ``{"_raw": text}`` so it survives the trip back.
     """
-    try:
-        parsed = json.loads(arguments)
-    except (ValueError, RecursionError):
-        return {RAW_ARGUMENTS_KEY: arguments}
-    if isinstance(parsed, dict):
-        return parsed
-    return {RAW_ARGUMENTS_KEY: arguments}
+    parsed = _exact_object(arguments)
+    return {RAW_ARGUMENTS_KEY: arguments} if parsed is None else parsed
 
 
 def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
@@ -117,10 +114,19 @@ def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
 
 
 def _is_raw(text: str) -> bool:
+    return _exact_object(text) is None
+
+
+def _exact_object(text: str) -> dict[str, Any] | None:
+    """``text`` parsed, when it is a JSON object a store keeps exactly (see ``check_json``)."""
     try:
-        return not isinstance(json.loads(text), dict)
+        parsed = json.loads(text)
+        if isinstance(parsed, dict):
+            check_json(parsed)  # as the store checks a ToolCallBlock.input
+            return parsed
     except (ValueError, RecursionError):
-        return True
+        pass
+    return None
 
 
 def reindex(exc: WireFormatError, index: int) -> WireFormatError:

@@ -47,18 +47,22 @@ PairingRepairKind: TypeAlias = Literal[
 T = TypeVar("T", SessionTurn, SessionMessage)
 
 
-class PairingRepair(msgspec.Struct, frozen=True):
-    """One repair :func:`ensure_tool_result_pairing` made; ``index`` is into its input."""
+class PairingRepair(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """One repair :func:`ensure_tool_result_pairing` made; ``index`` is into its input.
+
+    As JSON, like :class:`PairingDrop`: camelCase, ``callId`` absent when ``None``.
+    """
 
     index: int
     kind: PairingRepairKind
     call_id: str | None = None
 
 
-class PairingDrop(msgspec.Struct, frozen=True):
+class PairingDrop(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """One deletion :func:`drop_invalid_tool_pairings` made; ``index`` is into its input.
 
-    ``call_id`` is ``None`` for ``empty-turn`` drops.
+    ``call_id`` is ``None`` for ``empty-turn`` drops; as JSON it is ``callId``,
+    absent (not ``null``) when there is none, as in the spec.
     """
 
     index: int
