@@ -549,7 +549,11 @@ def test_running_session_refreshes_as_turns_arrive(
         assert root.get_attribute("data-status") == "running"
         assert root.get_attribute("data-poll")
         turn = _text(2, "a turn that arrived later", role="assistant")
-        r = client.post("/sessions/live/turns", content=b'{"turns": [' + encode(turn) + b"]}")
+        r = client.post(
+            "/sessions/live/turns",
+            content=b'{"turns": [' + encode(turn) + b"]}",
+            headers={"content-type": "application/json"},
+        )
         assert r.status_code == 200
         _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-turn-id=t2]"))
         assert "a turn that arrived later" in browser.find_element(By.ID, "app").text
