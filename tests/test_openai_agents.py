@@ -24,7 +24,13 @@ from zidane_actors.actors import load_session
 from zidane_actors.errors import ActorClosed, InvalidNameError, WireFormatError
 from zidane_actors.integrations import _shared
 from zidane_actors.integrations.openai_agents import ZidaneSession
-from zidane_actors.model import SessionData, TextBlock, ToolCallBlock, ToolResultBlock
+from zidane_actors.model import (
+    NativeBlock,
+    SessionData,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from zidane_actors.stores import open_sqlite_store
 from zidane_actors.wire import to_anthropic_request, to_wire_messages
 
@@ -380,7 +386,10 @@ def test_pop_item_is_durable(make: SessionFactory, db: str) -> None:
     run(session.add_items([msg("user", "a"), msg("assistant", "b")]))
     run(session.pop_item())
     data = read_back(db, "durable")
-    assert data is not None and [t.content for t in data.turns] == [(TextBlock("a"),)]
+    assert data is not None and [t.role for t in data.turns] == ["user"]
+    (block,) = data.turns[0].content
+    assert isinstance(block, TextBlock) and block.text == "a"
+    assert run(session.get_items()) == [msg("user", "a")]
 
 
 def test_sessions_are_isolated_and_pop_touches_one(make: SessionFactory) -> None:
@@ -433,12 +442,87 @@ def test_empty_add_is_a_no_op(make: SessionFactory, db: str) -> None:
     assert read_back(db, "nothing") is None
 
 
-def test_an_item_the_converters_cannot_carry_is_refused_whole(make: SessionFactory) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "function_call", "name": "f", "arguments": "{}"},  # no call_id
+        {"role": "user", "content": 5},
+        {"type": "web_search_call", "id": "ws_1", "score": float("nan")},  # not JSON
+        "not an item",
+    ],
+)
+def test_an_item_the_converters_cannot_carry_is_refused_whole(
+    make: SessionFactory, bad: Any
+) -> None:
     session = make()
-    bad: list[Any] = [msg("user", "ok"), {"type": "web_search_call", "id": "ws_1"}]
     with pytest.raises(WireFormatError, match=r"\$\[1\]"):
-        run(session.add_items(bad))
+        run(session.add_items([msg("user", "ok"), bad]))
     assert run(session.get_items()) == []
+
+
+def test_provider_native_items_round_trip_as_native_blocks(make: SessionFactory, db: str) -> None:
+    search: dict[str, Any] = {
+        "id": "ws_1",
+        "type": "web_search_call",
+        "status": "completed",
+        "action": {"type": "search", "query": "weather Paris"},
+    }
+    items: list[Any] = [
+        msg("user", "Weather in Paris?"),
+        search,
+        {"type": "item_reference", "id": "msg_0"},
+        {"type": "some_future_item", "payload": {"n": 1, "x": 1.5}},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Sunny."}],
+        },
+    ]
+    session = make("native")
+    run(session.add_items(items))
+    assert json.dumps(run(session.get_items())) == json.dumps(items)
+    data = read_back(db, "native")
+    assert data is not None
+    assert [t.role for t in data.turns] == ["user", "assistant"]
+    kinds = [type(b).__name__ for b in data.turns[1].content]
+    assert kinds == ["NativeBlock", "NativeBlock", "NativeBlock", "TextBlock"]
+    assert data.turns[1].content[0] == NativeBlock("openai-responses", search)
+    assert run(session.pop_item()) == items[-1]
+    assert json.dumps(run(session.get_items())) == json.dumps(items[:-1])
+
+
+def test_exact_shapes_are_stored_without_a_copy(make: SessionFactory, db: str) -> None:
+    # Items in the converters' own key order come back from the content alone.
+    items: list[Any] = [
+        msg("user", "Hello"),
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+    ]
+    session = make("plain")
+    run(session.add_items(items))
+    data = read_back(db, "plain")
+    assert data is not None and all(t.metadata is None for t in data.turns)
+    assert json.dumps(run(session.get_items())) == json.dumps(items)
+    # The same items with their keys in another order keep a copy, and come back as sent.
+    reordered: list[Any] = [{"content": "Hi", "role": "user"}]
+    run(session.add_items(reordered))
+    data = read_back(db, "plain")
+    assert data is not None and data.turns[-1].metadata == {"openaiItems": reordered}
+    assert json.dumps(run(session.get_items(1))) == json.dumps(reordered)
+
+
+def test_popping_the_follower_of_a_reasoning_item_keeps_the_reasoning(
+    make: SessionFactory,
+) -> None:
+    items: list[Any] = [
+        msg("user", "go"),
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    ]
+    session = make()
+    run(session.add_items(items))
+    assert run(session.pop_item()) == items[-1]
+    assert json.dumps(run(session.get_items())) == json.dumps(items[:-1])
 
 
 def test_unsafe_session_ids_are_refused() -> None:

@@ -127,8 +127,13 @@ class SessionHost:
         An id this host or the store already holds raises :class:`ConflictError`.
         """
         self._check_open()
-        if id is not None and (id in self._sessions or id in self._loading):
-            raise ConflictError(f"session {id!r} is already open in this host")
+        if id is not None:
+            # A load or create of this id under way decides first: wait for it.
+            while (under_way := self._loading.get(id)) is not None:
+                await under_way.done.wait()
+                self._check_open()
+            if id in self._sessions:
+                raise ConflictError(f"session {id!r} is already open in this host")
         # Claim the id for the whole create: a concurrent create of it is a
         # conflict, and a concurrent load waits for this one and shares it.
         pending = _PendingLoad()

@@ -3,11 +3,13 @@
 Items become turns through the wire layer's Responses converters: each run
 of consecutive items of one role is one turn (so an assistant turn holds a
 response's tool calls and the next user turn their outputs, as the pairing
-rules want). Where the converters do not give the items back exactly (item
-ids, ``status``, output-text annotations, …), the turn also keeps the items
-as sent under ``metadata["openaiItems"]``; a turn's native items are used
-only while they still convert to exactly the turn's content, so a turn
-changed by anything else (a heal, an edit) is read from its content.
+rules want). The converters carry every field (provider data, native
+blocks); where they still do not give the items back identically (today:
+the order of an item's keys, or a reasoning item with no follower in its
+turn), the turn also keeps the items as sent under
+``metadata["openaiItems"]``. A turn's copy is used only while it still
+converts to exactly the turn's content, so a turn changed by anything else
+(a heal, an edit) is read from its content.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ __all__ = [
     "OPENAI_ITEMS_METADATA_KEY",
     "ItemGroup",
     "group_items",
+    "identical",
     "items_of_turn",
-    "native_metadata",
     "turn_without_last_item",
+    "with_native_metadata",
 ]
 
 OPENAI_ITEMS_METADATA_KEY: Final = "openaiItems"
@@ -53,11 +56,24 @@ def group_items(items: Sequence[Mapping[str, Any]]) -> list[ItemGroup]:
     return groups
 
 
-def native_metadata(role: Role, content: tuple[SessionContentBlock, ...], items: list[Any]) -> Any:
+def identical(a: Any, b: Any) -> bool:
+    """``a == b`` as JSON text: same types (``1`` is not ``1.0`` nor ``True``), same key order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(identical(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _converted(role: Role, content: tuple[SessionContentBlock, ...]) -> list[dict[str, Any]]:
+    return to_openai_responses([SessionMessage(role=role, content=content)])
+
+
+def _native_metadata(role: Role, content: tuple[SessionContentBlock, ...], items: list[Any]) -> Any:
     """The ``openaiItems`` value a turn needs: ``None`` when the converters are exact."""
-    if to_openai_responses([SessionMessage(role=role, content=content)]) == items:
-        return None
-    return items
+    return None if identical(_converted(role, content), items) else items
 
 
 def _native_items(turn: SessionTurn) -> list[dict[str, Any]] | None:
@@ -82,34 +98,44 @@ def items_of_turn(turn: SessionTurn) -> list[dict[str, Any]]:
     native = _native_items(turn)
     if native is not None:
         return native
-    return to_openai_responses([SessionMessage(role=turn.role, content=turn.content)])
+    return _converted(turn.role, turn.content)
 
 
 def turn_without_last_item(turn: SessionTurn) -> SessionTurn | None:
     """``turn`` with its last item removed, or ``None`` when nothing would remain."""
     native = _native_items(turn)
-    if native is not None:
-        rest = native[:-1]
-        if not rest:
-            return None
-        ((role, content, items),) = group_items(rest)
-        metadata = dict(turn.metadata or {})
-        kept = native_metadata(role, content, items)
-        if kept is None:
-            metadata.pop(OPENAI_ITEMS_METADATA_KEY, None)
-        else:
-            metadata[OPENAI_ITEMS_METADATA_KEY] = kept
-        return _replace(turn, content, metadata or None)
-    items = items_of_turn(turn)
+    items = items_of_turn(turn) if native is None else native
     if len(items) <= 1:
         return None
-    # The longest content prefix that still gives every item but the last.
-    assert turn.role != "command"
-    for end in range(len(turn.content) - 1, 0, -1):
-        prefix = turn.content[:end]
-        if to_openai_responses([SessionMessage(role=turn.role, content=prefix)]) == items[:-1]:
-            return _replace(turn, prefix, turn.metadata)
-    return None  # pragma: no cover - a one-block turn gives at most one item
+    rest = items[:-1]
+    if native is None:
+        # The longest content prefix that still gives every item but the last
+        # keeps the turn's own blocks (and whatever else they carry).
+        assert turn.role != "command"
+        for end in range(len(turn.content) - 1, 0, -1):
+            prefix = turn.content[:end]
+            if identical(_converted(turn.role, prefix), rest):
+                return _replace(turn, prefix, turn.metadata)
+    # Otherwise (a reasoning item left without its follower…) the remaining
+    # items are converted again, with their copy when still needed.
+    ((role, content, group),) = group_items(rest)
+    return _replace(turn, content, with_native_metadata(turn.metadata, role, content, group))
+
+
+def with_native_metadata(
+    metadata: Mapping[str, Any] | None,
+    role: Role,
+    content: tuple[SessionContentBlock, ...],
+    items: list[Any],
+) -> dict[str, Any] | None:
+    """``metadata`` with the ``openaiItems`` copy ``items`` need (or without one)."""
+    updated = dict(metadata or {})
+    native = _native_metadata(role, content, items)
+    if native is None:
+        updated.pop(OPENAI_ITEMS_METADATA_KEY, None)
+    else:
+        updated[OPENAI_ITEMS_METADATA_KEY] = native
+    return updated or None
 
 
 def _replace(

@@ -31,11 +31,10 @@ from ..model import SessionTurn, validate_id
 from ..portal._thread import wait_future
 from . import _shared
 from ._responses import (
-    OPENAI_ITEMS_METADATA_KEY,
     group_items,
     items_of_turn,
-    native_metadata,
     turn_without_last_item,
+    with_native_metadata,
 )
 
 __all__ = ["DEFAULT_STORE", "ZidaneSession"]
@@ -221,8 +220,7 @@ class ZidaneSession:
         async with _lock_for(session):
             turns: list[SessionTurn] = []
             for role, content, items in groups:
-                native = native_metadata(role, content, items)
-                metadata = None if native is None else {OPENAI_ITEMS_METADATA_KEY: native}
+                metadata = with_native_metadata(None, role, content, items)
                 turns.append(
                     SessionTurn(
                         id=await session.generate_turn_id(),
@@ -276,12 +274,7 @@ def _merge(last: SessionTurn, new: SessionTurn) -> SessionTurn | None:
     if not before or group_items(before)[0][1] != last.content:
         return None
     ((role, content, group),) = group_items([*before, *items_of_turn(new)])
-    metadata = dict(last.metadata or {})
-    native = native_metadata(role, content, group)
-    if native is None:
-        metadata.pop(OPENAI_ITEMS_METADATA_KEY, None)
-    else:
-        metadata[OPENAI_ITEMS_METADATA_KEY] = native
+    metadata = with_native_metadata(last.metadata, role, content, group)
     return SessionTurn(
         id=last.id,
         role=last.role,
@@ -289,5 +282,5 @@ def _merge(last: SessionTurn, new: SessionTurn) -> SessionTurn | None:
         created_at=last.created_at,
         run_id=last.run_id,
         usage=last.usage,
-        metadata=metadata or None,
+        metadata=metadata,
     )

@@ -89,6 +89,7 @@ from ._guard import Guard
 from ._limits import Admission, BodyBudget, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
+from ._ui import ui_routes
 
 __all__ = ["create_app", "served_capabilities"]
 
@@ -147,6 +148,12 @@ def _mapped(exc: Exception) -> _ApiError:
     if isinstance(exc, StoreError):
         return _ApiError(500, "store_error", str(exc))
     return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
+
+
+def _ui_error(exc: Exception) -> tuple[int, str]:
+    """Status and message of the browser's error page for ``exc``."""
+    error = _mapped(exc)
+    return error.status, error.message
 
 
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
@@ -687,5 +694,6 @@ def create_app(
         budget=BodyBudget(limits.max_body_bytes_in_flight),
     )
     openapi = encode(openapi_document(capabilities))
-    app = Starlette(routes=_routes(api, openapi), exception_handlers={HTTPException: _http_error})
+    routes = _routes(api, openapi) + ui_routes(store, _ui_error)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return Guard(app=Admission(app=app, max_requests=limits.max_requests), token=token)

@@ -21,6 +21,7 @@ import attrs
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._errors import ApiError
+from ._ui import is_public_ui_path
 
 __all__ = ["Guard", "is_loopback_host"]
 
@@ -73,7 +74,8 @@ class Guard:
         try:
             if self.token is None:
                 self._check_local(scope, headers)
-            else:
+            elif not is_public_ui_path(scope["path"]):
+                # The browser's page shells and assets hold no data: served without it.
                 self._check_token(headers)
         except ApiError as denied:
             await denied.response()(scope, receive, send)

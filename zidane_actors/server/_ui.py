@@ -1,0 +1,386 @@
+"""The read-only session browser under ``/ui/``: routes and store reads.
+
+The pages are a static shell (``/ui/``, ``/ui/sessions/{id}``,
+``/ui/schedules``) plus the bundled JS and CSS; they hold no data, so they
+are served without the bearer token. The script fetches the page's content
+as a server-rendered HTML fragment from ``/ui/fragments/...`` with the
+``Authorization`` header (the token it asked for once and keeps in
+``sessionStorage``); fragments are guarded exactly like the JSON API.
+
+Reads stay bounded per request: the list asks ``list_meta`` for
+``offset + page + 1`` rows (growing the limit geometrically, up to a scan
+cap, only while a status or text filter rejects rows), and a transcript page
+is one ``get_turns(from, limit)`` call.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from importlib import resources
+from typing import Any, Final
+
+import attrs
+import msgspec
+from msgspec import UNSET
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import ValidationError
+from ..model import (
+    ArtifactFilter,
+    Schedule,
+    ScheduleFire,
+    SessionArtifact,
+    SessionFilter,
+    SessionMetaRow,
+    SessionRun,
+    SessionTurn,
+    session_meta_row,
+    validate_id,
+)
+from ..stores import SessionStore, store_capabilities
+from ._html import Html
+from ._ui_render import (
+    SessionPage,
+    SessionsPage,
+    last_page_start,
+    render_error,
+    render_schedules,
+    render_session,
+    render_sessions,
+    session_title,
+)
+
+__all__ = ["CONTENT_SECURITY_POLICY", "is_public_ui_path", "ui_routes"]
+
+LIST_PAGE_SIZE: Final = 50
+TURN_PAGE_SIZE: Final = 100
+PAIRING_LOOKAHEAD: Final = 8
+"""Turns read past a transcript page to find results of its last calls."""
+ARTIFACTS_SHOWN: Final = 200
+FIRES_SHOWN: Final = 10
+STATUSES: Final = ("idle", "running", "completed", "error")
+DEFAULT_SCAN: Final = 20_000
+"""Most sessions one filtered list request reads (status and title search filter the rows)."""
+
+CONTENT_SECURITY_POLICY: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+_SECURITY_HEADERS: Final = {
+    "content-security-policy": CONTENT_SECURITY_POLICY,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+_STATIC: Final = {
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+_log = logging.getLogger("zidane_actors.server")
+
+ErrorOf = Callable[[Exception], tuple[int, str]]
+
+
+_PUBLIC_PATH: Final = re.compile(r"/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
+
+
+def is_public_ui_path(path: str) -> bool:
+    """Whether ``path`` is a data-free page shell or asset (served without the token)."""
+    return _PUBLIC_PATH.fullmatch(path) is not None
+
+
+def _asset(name: str) -> bytes:
+    return resources.files(__package__).joinpath("_ui_static", name).read_bytes()
+
+
+def _html_response(body: str | bytes, status: int = 200) -> Response:
+    return Response(
+        body, status_code=status, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS
+    )
+
+
+class _BadQuery(Exception):
+    """A query parameter the page cannot use (answered 400 with the message)."""
+
+
+def _param(request: Request, name: str, max_len: int = 500) -> str | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if len(raw) > max_len:
+        raise _BadQuery(f"query parameter {name!r} is longer than {max_len} characters")
+    return raw
+
+
+def _param_count(request: Request, name: str, default: int, minimum: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12 or int(raw) < minimum:
+        raise _BadQuery(f"query parameter {name!r} must be an integer ≥ {minimum}")
+    return int(raw)
+
+
+@attrs.frozen
+class ListQuery:
+    """The session list's filters and page, parsed from the query string."""
+
+    q: str | None = None
+    agent: str | None = None
+    project: str | None = None
+    untagged: bool = False
+    status: str | None = None
+    page: int = 1
+
+    @classmethod
+    def parse(cls, request: Request) -> ListQuery:
+        status = _param(request, "status")
+        if status is not None and status not in STATUSES:
+            raise _BadQuery(f"status must be one of {', '.join(STATUSES)}")
+        untagged = _param(request, "untagged")
+        project = _param(request, "project", 4096)
+        if untagged is not None and project is not None:
+            raise _BadQuery("give a project root or untagged, not both")
+        return cls(
+            q=_param(request, "q"),
+            agent=_param(request, "agent"),
+            project=project,
+            untagged=untagged is not None,
+            status=status,
+            page=_param_count(request, "page", 1, 1),
+        )
+
+    def store_filter(self) -> SessionFilter:
+        root: str | msgspec.UnsetType | None = UNSET
+        if self.untagged:
+            root = None
+        elif self.project is not None:
+            root = self.project
+        return SessionFilter(agent_id=self.agent, project_root=root)
+
+    def keeps(self, row: SessionMetaRow) -> bool:
+        """The filters the store cannot apply: status and the title search."""
+        if self.status is not None and (row.status or "idle") != self.status:
+            return False
+        if self.q is not None:
+            needle = self.q.casefold()
+            title = session_title(row.metadata, row.first_user_turn)
+            if needle not in title.casefold() and needle not in row.id.casefold():
+                return False
+        return True
+
+    @property
+    def post_filtered(self) -> bool:
+        return self.status is not None or self.q is not None
+
+
+@attrs.define(eq=False)
+class _Reader:
+    """The store reads behind the pages (each one bounded, see the module doc)."""
+
+    store: SessionStore
+    capabilities: frozenset[str]
+
+    def _has(self, name: str) -> bool:
+        return name in self.capabilities
+
+    async def scan(
+        self, filter: SessionFilter, keep: Callable[[SessionMetaRow], bool], want: int, cap: int
+    ) -> tuple[list[SessionMetaRow], bool]:
+        """Up to ``want`` rows that ``keep`` accepts, in ``list_meta`` order.
+
+        The answer says whether the scan stopped at ``cap`` rows read before
+        finding ``want`` matches or reaching the end. The protocol has no
+        offset, so each ``list_meta`` batch (``want`` rows, then ×4) re-reads
+        the earlier rows (ids already seen are skipped). A store without
+        ``list_meta`` is read as ``list`` ids, then one ``get_meta`` (or
+        ``load``) per id.
+        """
+        matched: list[SessionMetaRow] = []
+        if not self._has("list_meta"):
+            ids = await self.store.list(filter)
+            for sid in ids[:cap]:
+                row = await self.meta(sid)
+                if row is not None and keep(row):
+                    matched.append(row)
+                    if len(matched) >= want:
+                        return matched, False
+            return matched, len(ids) > cap
+        list_meta = self.store.list_meta  # type: ignore[attr-defined]
+        seen: set[str] = set()
+        limit = min(want, cap)
+        while True:
+            rows: list[SessionMetaRow] = await list_meta(
+                msgspec.structs.replace(filter, limit=limit)
+            )
+            for row in rows:
+                if row.id not in seen:
+                    seen.add(row.id)
+                    if keep(row):
+                        matched.append(row)
+                        if len(matched) >= want:
+                            return matched, False
+            if len(rows) < limit:
+                return matched, False
+            if limit >= cap:
+                return matched, True
+            limit = min(limit * 4, cap)
+
+    async def meta(self, sid: str) -> SessionMetaRow | None:
+        if self._has("get_meta"):
+            row: SessionMetaRow | None = await self.store.get_meta(sid)  # type: ignore[attr-defined]
+            return row
+        data = await self.store.load(sid)
+        return None if data is None else session_meta_row(data)
+
+    async def runs(self, meta: SessionMetaRow) -> tuple[SessionRun, ...]:
+        """The session's runs. The protocol has no runs-only read: this is ``load``."""
+        if meta.run_count == 0:
+            return ()
+        data = await self.store.load(meta.id)
+        return () if data is None else data.runs
+
+    async def artifacts(self, sid: str) -> list[SessionArtifact] | None:
+        if not self._has("list_artifacts"):
+            return None
+        found: list[SessionArtifact] = await self.store.list_artifacts(  # type: ignore[attr-defined]
+            ArtifactFilter(session_id=sid, limit=ARTIFACTS_SHOWN)
+        )
+        return found
+
+    async def schedules(self) -> list[tuple[Schedule, list[ScheduleFire]]] | None:
+        if not self._has("list_schedules"):
+            return None
+        found: list[Schedule] = await self.store.list_schedules()  # type: ignore[attr-defined]
+        out = []
+        for schedule in found:
+            fires: list[ScheduleFire] = []
+            if self._has("list_schedule_fires"):
+                fires = await self.store.list_schedule_fires(  # type: ignore[attr-defined]
+                    schedule.id, FIRES_SHOWN
+                )
+            elif schedule.last_fire is not None:
+                fires = [schedule.last_fire]
+            out.append((schedule, fires))
+        return out
+
+
+@attrs.define(eq=False)
+class _Ui:
+    """The fragment handlers."""
+
+    reader: _Reader
+    error_of: ErrorOf
+
+    async def sessions(self, request: Request) -> Html:
+        query = ListQuery.parse(request)
+        skip = (query.page - 1) * LIST_PAGE_SIZE
+        want = skip + LIST_PAGE_SIZE + 1
+        if query.post_filtered:
+            cap = max(_param_count(request, "scan", DEFAULT_SCAN, 1), want)
+            matched, truncated = await self.reader.scan(
+                query.store_filter(), query.keeps, want, cap
+            )
+        else:
+            cap, truncated = want, False
+            matched, _ = await self.reader.scan(query.store_filter(), query.keeps, want, want)
+        page = SessionsPage(
+            rows=tuple(matched[skip : skip + LIST_PAGE_SIZE]),
+            has_next=len(matched) > skip + LIST_PAGE_SIZE,
+            page=query.page,
+            scanned=cap if truncated else None,
+            params={
+                k: v
+                for k, v in {
+                    "q": query.q,
+                    "agent": query.agent,
+                    "project": query.project,
+                    "untagged": "1" if query.untagged else None,
+                    "status": query.status,
+                    "scan": request.query_params.get("scan") if query.post_filtered else None,
+                }.items()
+                if v is not None
+            },
+        )
+        return render_sessions(page, STATUSES)
+
+    async def session(self, request: Request) -> Html | tuple[int, Html]:
+        sid = validate_id(request.path_params["sessionId"], what="session id")
+        start = _param_count(request, "from", 0, 0)
+        meta = await self.reader.meta(sid)
+        if meta is None:
+            return 404, render_error(404, f"No session {sid!r} in this store.")
+        if "from" not in request.query_params and meta.status == "running":
+            start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
+        turns: list[SessionTurn] = await self.store_turns(sid, start)
+        page = SessionPage(
+            meta=meta,
+            turns=tuple(turns[:TURN_PAGE_SIZE]),
+            lookahead=tuple(turns[TURN_PAGE_SIZE:]),
+            start=start,
+            page_size=TURN_PAGE_SIZE,
+            runs=await self.reader.runs(meta),
+            artifacts=await self.reader.artifacts(sid),
+        )
+        return render_session(page)
+
+    async def store_turns(self, sid: str, start: int) -> list[SessionTurn]:
+        turns: list[SessionTurn] = await self.reader.store.get_turns(
+            sid, start, TURN_PAGE_SIZE + PAIRING_LOOKAHEAD
+        )
+        return turns
+
+    async def schedules(self, request: Request) -> Html:
+        return render_schedules(await self.reader.schedules())
+
+    def fragment(self, handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                result = await handler(request)
+            except (_BadQuery, ValidationError) as exc:
+                return _html_response(render_error(400, str(exc)), 400)
+            except Exception as exc:
+                status, message = self.error_of(exc)
+                if status >= 500:
+                    _log.exception("GET %s failed", request.url.path)
+                return _html_response(render_error(status, message), status)
+            if isinstance(result, tuple):
+                return _html_response(result[1], result[0])
+            return _html_response(result)
+
+        return endpoint
+
+
+def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
+    """The ``/ui`` routes over ``store``; ``error_of`` maps an exception to (status, message)."""
+    ui = _Ui(reader=_Reader(store, store_capabilities(store)), error_of=error_of)
+    shell = _asset("shell.html")
+
+    async def page(request: Request) -> Response:
+        return _html_response(shell)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return Response("not found", status_code=404, media_type="text/plain")
+        return Response(_asset(name), media_type=_STATIC[name], headers=_SECURITY_HEADERS)
+
+    async def home(request: Request) -> Response:
+        return Response(status_code=308, headers={"location": "/ui/"})
+
+    get = ["GET"]
+    return [
+        Route("/ui", home, methods=get),
+        Route("/ui/", page, methods=get),
+        Route("/ui/sessions/{sessionId}", page, methods=get),
+        Route("/ui/schedules", page, methods=get),
+        Route("/ui/static/{name}", static, methods=get),
+        Route("/ui/fragments/sessions", ui.fragment(ui.sessions), methods=get),
+        Route("/ui/fragments/sessions/{sessionId}", ui.fragment(ui.session), methods=get),
+        Route("/ui/fragments/schedules", ui.fragment(ui.schedules), methods=get),
+    ]

@@ -1,0 +1,949 @@
+"""HTML fragments of the session browser, built with :mod:`._html` (escaped by construction)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import attrs
+import msgspec
+
+from ..model import (
+    FileBlock,
+    ImageBlock,
+    NativeBlock,
+    ReasoningBlock,
+    Schedule,
+    ScheduleFire,
+    SessionArtifact,
+    SessionContentBlock,
+    SessionMetaRow,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from ._html import Html, Node, el, safe_image_src, safe_link, ui_path
+
+__all__ = [
+    "SessionPage",
+    "SessionsPage",
+    "last_page_start",
+    "render_error",
+    "render_schedules",
+    "render_session",
+    "render_sessions",
+    "session_title",
+]
+
+TITLE_CHARS: Final = 120
+CHART_RUNS: Final = 60
+_ORPHAN_MARKER: Final = "[Orphaned tool result removed:"
+_HEALED_TURN_SUFFIX: Final = ".interrupted"
+
+
+def session_title(metadata: Mapping[str, Any], first_user: SessionTurn | None) -> str:
+    """``metadata.title``, else the first user turn's text on one line (may be empty)."""
+    title = metadata.get("title")
+    if isinstance(title, str) and title.strip():
+        return title
+    if first_user is not None:
+        text = " ".join(b.text for b in first_user.content if isinstance(b, TextBlock))
+        return " ".join(text.split())[:TITLE_CHARS]
+    return ""
+
+
+# -- small pieces -------------------------------------------------------------
+
+
+def _when(ms: int | None) -> Html:
+    if ms is None:
+        return Html("–")
+    try:
+        at = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return el("span", None, str(ms))
+    return el("time", {"datetime": at.isoformat()}, at.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def _count(n: int | None) -> str:
+    return "–" if n is None else f"{n:,}"
+
+
+def _cost(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.4f}"
+
+
+def _duration(ms: float | None) -> str:
+    if ms is None:
+        return "–"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def _badge(status: str | None) -> Html:
+    value = status or "idle"
+    return el("span", {"class": f"badge status-{_token(value)}"}, value)
+
+
+def _mark(text: str, title: str) -> Html:
+    return el("span", {"class": "badge mark", "title": title}, text)
+
+
+def _token(value: str) -> str:
+    """``value`` reduced to a CSS class fragment."""
+    return "".join(c if c.isascii() and c.isalnum() else "-" for c in value)[:40]
+
+
+def _json_text(value: object) -> str:
+    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _session_link(sid: str, text: Node = None) -> Html:
+    return el("a", {"href": ui_path("sessions", sid)}, text if text is not None else sid)
+
+
+def _nav(current: str) -> Html:
+    links = [("sessions", "/ui/", "Sessions"), ("schedules", "/ui/schedules", "Schedules")]
+    return el(
+        "nav",
+        {"class": "tabs"},
+        [
+            el("a", {"href": href, "aria-current": "page" if key == current else None}, label)
+            for key, href, label in links
+        ],
+    )
+
+
+def render_error(status: int, message: str) -> Html:
+    """An error fragment (the page shows it in place of the content)."""
+    return el(
+        "section",
+        {"class": "page error", "data-status": status},
+        _nav(""),
+        el("h1", None, f"Error {status}"),
+        el("p", None, message),
+    )
+
+
+# -- the session list ---------------------------------------------------------
+
+
+@attrs.frozen
+class SessionsPage:
+    """One page of the session list and the filters that made it."""
+
+    rows: tuple[SessionMetaRow, ...]
+    has_next: bool
+    page: int
+    params: Mapping[str, str]
+    scanned: int | None = None
+    """Set when a filtered scan stopped after this many sessions, short of the page."""
+
+
+def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
+    merged = {**params, **changes}
+    query = urlencode({k: v for k, v in merged.items() if v is not None})
+    return "/ui/" + (f"?{query}" if query else "")
+
+
+def _filter_form(params: Mapping[str, str], statuses: Sequence[str]) -> Html:
+    def field(name: str, label: str, placeholder: str) -> Html:
+        return el(
+            "label",
+            None,
+            label,
+            el(
+                "input",
+                {
+                    "type": "search" if name == "q" else "text",
+                    "name": name,
+                    "value": params.get(name, ""),
+                    "placeholder": placeholder,
+                },
+            ),
+        )
+
+    status = params.get("status")
+    return el(
+        "form",
+        {"class": "filters", "method": "get", "action": "/ui/", "role": "search"},
+        field("q", "Search", "title or id"),
+        field("agent", "Agent", "agent id"),
+        field("project", "Project", "project root"),
+        el(
+            "label",
+            {"class": "check"},
+            el(
+                "input",
+                {
+                    "type": "checkbox",
+                    "name": "untagged",
+                    "value": "1",
+                    "checked": "untagged" in params,
+                },
+            ),
+            "untagged only",
+        ),
+        el(
+            "label",
+            None,
+            "Status",
+            el(
+                "select",
+                {"name": "status"},
+                el("option", {"value": ""}, "any"),
+                [el("option", {"value": s, "selected": s == status}, s) for s in statuses],
+            ),
+        ),
+        el("button", {"type": "submit"}, "Filter"),
+        el("a", {"href": "/ui/", "class": "clear"}, "Clear"),
+    )
+
+
+def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
+    title = session_title(row.metadata, row.first_user_turn)
+    agent: Node = (
+        el("a", {"href": _list_url(params, agent=row.agent_id, page=None)}, row.agent_id)
+        if row.agent_id is not None
+        else "–"
+    )
+    project: Node
+    if row.project_root is None:
+        project = el(
+            "a",
+            {"href": _list_url(params, project=None, untagged="1", page=None), "class": "muted"},
+            "untagged",
+        )
+    else:
+        project = el(
+            "a",
+            {"href": _list_url(params, project=row.project_root, untagged=None, page=None)},
+            row.project_root,
+        )
+    return el(
+        "tr",
+        {"class": "session-row", "data-session-id": row.id},
+        el(
+            "td",
+            {"class": "title"},
+            _session_link(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
+            el("div", {"class": "sid"}, row.id),
+        ),
+        el("td", None, agent),
+        el("td", None, project),
+        el("td", None, _badge(row.status)),
+        el("td", {"class": "num"}, _count(row.turn_count)),
+        el("td", {"class": "num"}, _count(row.run_count)),
+        el("td", None, _when(row.updated_at)),
+    )
+
+
+def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
+    """The session list: filters, one page of rows, previous/next links."""
+    head = ["Title", "Agent", "Project", "Status", "Turns", "Runs", "Updated (UTC)"]
+    body: Node
+    if page.rows:
+        body = el(
+            "table",
+            {"class": "sessions"},
+            el("thead", None, el("tr", None, [el("th", None, h) for h in head])),
+            el("tbody", None, [_session_row(r, page.params) for r in page.rows]),
+        )
+    else:
+        body = el("p", {"class": "empty"}, "No sessions match.")
+    prev = (
+        el("a", {"href": _list_url(page.params, page=str(page.page - 1)), "rel": "prev"}, "← Newer")
+        if page.page > 1
+        else None
+    )
+    nxt = (
+        el("a", {"href": _list_url(page.params, page=str(page.page + 1)), "rel": "next"}, "Older →")
+        if page.has_next
+        else None
+    )
+    more: Node = None
+    if page.scanned is not None:
+        further = str(page.scanned * 4)
+        more = el(
+            "p",
+            {"class": "scan-limit"},
+            f"Searched the {page.scanned:,} most recently updated sessions only. ",
+            el("a", {"href": _list_url(page.params, scan=further)}, f"Search {further} sessions"),
+        )
+    return el(
+        "section",
+        {"class": "page", "data-page": "sessions", "data-title": "Sessions"},
+        _nav("sessions"),
+        el("h1", None, "Sessions"),
+        _filter_form(page.params, statuses),
+        body,
+        more,
+        el("nav", {"class": "pager"}, prev, el("span", None, f"Page {page.page}"), nxt),
+    )
+
+
+# -- one session --------------------------------------------------------------
+
+
+@attrs.frozen
+class SessionPage:
+    """What one session page shows: header, one page of turns, runs, artifacts."""
+
+    meta: SessionMetaRow
+    turns: tuple[SessionTurn, ...]
+    lookahead: tuple[SessionTurn, ...]
+    start: int
+    page_size: int
+    runs: tuple[SessionRun, ...]
+    artifacts: list[SessionArtifact] | None
+
+
+def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
+    src = safe_image_src(block.media_type, block.data, block.url)
+    if src is not None:
+        return el("img", {"src": src, "alt": alt, "class": "inline-image"})
+    if block.url is not None:
+        link = safe_link(block.url)
+        if link is not None:
+            return el(
+                "a",
+                {"href": link, "rel": "noopener noreferrer nofollow", "target": "_blank"},
+                f"external image: {_clip(block.url, 200)}",
+            )
+        return el("span", {"class": "muted"}, f"image URL not shown: {_clip(block.url, 200)}")
+    if block.ref is not None:
+        return el("span", {"class": "muted"}, f"image reference {block.ref}")
+    return None
+
+
+def _file(block: FileBlock) -> Html:
+    label = block.name or "file"
+    kind = f" ({block.media_type})" if block.media_type else ""
+    parts: list[Node] = [el("div", {"class": "file-name"}, f"file {label}{kind}")]
+    if block.media_type and block.media_type.lower().startswith("image/"):
+        parts.append(_image(block, label))
+    elif block.url is not None:
+        link = safe_link(block.url)
+        parts.append(
+            el("a", {"href": link, "rel": "noopener noreferrer nofollow"}, block.url)
+            if link
+            else el("code", None, block.url)
+        )
+    if block.text is not None:
+        parts.append(el("pre", None, block.text))
+    if block.ref is not None:
+        parts.append(el("div", {"class": "muted"}, f"reference {block.ref}"))
+    return el("div", {"class": "block file"}, parts)
+
+
+def _is_synthetic(text: str) -> bool:
+    return text.startswith(SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    if isinstance(block.output, str):
+        return block.output
+    return "".join(p.text or "" for p in block.output if isinstance(p, TextBlock | FileBlock))
+
+
+def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
+    text = _result_text(block)
+    marks: list[Node] = []
+    if _is_synthetic(text):
+        marks.append(_mark("synthetic", "fabricated: no real result was recorded"))
+    if text.startswith(_ORPHAN_MARKER):
+        marks.append(_mark("healed", "replaced by the pairing heal"))
+    if block.is_error:
+        marks.append(_mark("error", "the tool reported an error"))
+    body: list[Node] = []
+    if isinstance(block.output, str):
+        body.append(el("pre", None, block.output))
+    else:
+        for part in block.output:
+            if isinstance(part, TextBlock):
+                body.append(el("pre", None, part.text))
+            elif isinstance(part, ImageBlock):
+                body.append(_image(part, "tool result image"))
+            elif isinstance(part, NativeBlock):
+                body.append(_native(part))
+            else:
+                body.append(_file(part))
+    head = "result" if not standalone else f"result of call {block.call_id}"
+    return el(
+        "div",
+        {
+            "class": "block tool-result" + (" is-error" if block.is_error else ""),
+            "data-call-id": block.call_id,
+        },
+        el("div", {"class": "block-head"}, f"↳ {head}", marks),
+        body,
+    )
+
+
+def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bool) -> Html:
+    after: Node
+    if result is not None:
+        after = _tool_result(result, standalone=False)
+    else:
+        after = el(
+            "div",
+            {"class": "block tool-result pending"},
+            "no result yet" if running else "no result on this page",
+        )
+    return el(
+        "div",
+        {"class": "block tool-call", "data-call-id": block.id},
+        el(
+            "div",
+            {"class": "block-head"},
+            "call ",
+            el("strong", None, block.name),
+            " ",
+            el("code", {"class": "muted"}, block.id),
+        ),
+        el("pre", {"class": "tool-input"}, _json_text(block.input)),
+        after,
+    )
+
+
+def _reasoning(block: ReasoningBlock) -> Html:
+    summary = "Reasoning"
+    if block.redacted_data is not None and not block.text:
+        summary = "Reasoning (redacted)"
+    return el(
+        "details",
+        {"class": "block reasoning"},
+        el("summary", None, summary),
+        el("pre", None, block.text) if block.text else None,
+    )
+
+
+def _native(block: NativeBlock) -> Html:
+    """A provider-native block (a server tool's call or result...): its kind, JSON collapsed."""
+    kind = block.data.get("type")
+    label = f"{block.provider} {kind}" if isinstance(kind, str) else block.provider
+    return el(
+        "details",
+        {"class": "block native"},
+        el("summary", None, f"Provider block: {label}"),
+        el("pre", None, _json_text(block.data)),
+    )
+
+
+def _block(
+    block: SessionContentBlock,
+    results: Mapping[str, ToolResultBlock],
+    calls_here: set[str],
+    running: bool,
+) -> Node:
+    if isinstance(block, TextBlock):
+        marks = (
+            _mark("healed", "replaced by the pairing heal")
+            if block.text.startswith(_ORPHAN_MARKER)
+            else None
+        )
+        return el("div", {"class": "block text"}, marks, block.text)
+    if isinstance(block, ToolCallBlock):
+        return _tool_call(block, results.get(block.id), running)
+    if isinstance(block, ToolResultBlock):
+        if block.call_id in calls_here:
+            return None  # shown under its call
+        return _tool_result(block, standalone=True)
+    if isinstance(block, ReasoningBlock):
+        return _reasoning(block)
+    if isinstance(block, ImageBlock):
+        return el("div", {"class": "block image"}, _image(block, "image"))
+    if isinstance(block, NativeBlock):
+        return _native(block)
+    return _file(block)
+
+
+def _turn(
+    turn: SessionTurn,
+    index: int,
+    results: Mapping[str, ToolResultBlock],
+    calls_here: set[str],
+    running: bool,
+) -> Html:
+    marks: list[Node] = []
+    meta = turn.metadata or {}
+    if turn.id.endswith(_HEALED_TURN_SUFFIX) or meta.get("synthetic") is True:
+        marks.append(_mark("synthetic", "written by the runtime, not by the model or the user"))
+    usage: Node = None
+    if turn.usage is not None:
+        u = turn.usage
+        bits = [f"{_count(u.input)} in / {_count(u.output)} out"]
+        if u.cost is not None:
+            bits.append(_cost(u.cost))
+        if u.model:
+            bits.append(u.model)
+        usage = el("span", {"class": "usage"}, " · ".join(bits))
+    run: Node = None
+    if turn.run_id is not None:
+        run = el("a", {"href": f"#run-{turn.run_id}", "class": "run-link"}, f"run {turn.run_id}")
+    blocks = [_block(b, results, calls_here, running) for b in turn.content]
+    if not any(b is not None for b in blocks):
+        blocks = [el("div", {"class": "muted"}, "tool results, shown under their calls")]
+    return el(
+        "article",
+        {"class": f"turn role-{_token(turn.role)}", "id": f"turn-{index}", "data-turn-id": turn.id},
+        el(
+            "header",
+            None,
+            el("span", {"class": "role"}, turn.role),
+            el("span", {"class": "muted"}, f"#{index + 1}"),
+            _when(turn.created_at),
+            run,
+            usage,
+            marks,
+        ),
+        blocks,
+    )
+
+
+def last_page_start(total: int, size: int) -> int:
+    """Index of the first turn of the last page when pages start at multiples of ``size``."""
+    return max(0, (total - 1) // size * size) if total else 0
+
+
+def _turn_pager(page: SessionPage) -> Html:
+    total = page.meta.turn_count
+    sid = page.meta.id
+    size = page.page_size
+
+    def link(start: int, label: str, rel: str) -> Html:
+        return el("a", {"href": f"{ui_path('sessions', sid)}?from={start}", "rel": rel}, label)
+
+    shown_to = page.start + len(page.turns)
+    last_start = last_page_start(total, size)
+    return el(
+        "nav",
+        {"class": "pager"},
+        link(0, "⇤ First", "first") if page.start > 0 else None,
+        link(max(0, page.start - size), "← Earlier", "prev") if page.start > 0 else None,
+        el(
+            "span",
+            {"class": "range"},
+            f"turns {page.start + 1 if page.turns else page.start}–{shown_to} of {total:,}",
+        ),
+        link(shown_to, "Later →", "next") if shown_to < total else None,
+        link(last_start, "Last ⇥", "last")
+        if shown_to < total and last_start > page.start
+        else None,
+    )
+
+
+def _transcript(page: SessionPage, running: bool) -> Html:
+    results: dict[str, ToolResultBlock] = {}
+    for turn in (*page.turns, *page.lookahead):
+        for block in turn.content:
+            if isinstance(block, ToolResultBlock):
+                results.setdefault(block.call_id, block)
+    calls_here = {b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)}
+    return el(
+        "section",
+        {"class": "transcript"},
+        el("h2", None, "Transcript"),
+        _turn_pager(page),
+        [_turn(t, page.start + i, results, calls_here, running) for i, t in enumerate(page.turns)],
+        el("p", {"class": "empty"}, "No turns on this page.") if not page.turns else None,
+        _turn_pager(page) if len(page.turns) > 10 else None,
+    )
+
+
+def _run_tokens(run: SessionRun) -> tuple[int | None, int | None]:
+    total = run.total_usage
+    tin = run.tokens_in if run.tokens_in is not None else (total.input if total else None)
+    tout = run.tokens_out if run.tokens_out is not None else (total.output if total else None)
+    return tin, tout
+
+
+def _run_cost(run: SessionRun) -> float | None:
+    if run.cost is not None:
+        return run.cost
+    return run.total_usage.cost if run.total_usage is not None else None
+
+
+def _run_duration(run: SessionRun) -> str:
+    if run.ended_at is not None:
+        return _duration(max(0, run.ended_at - run.started_at))
+    if run.wall_ms is not None:
+        return _duration(run.wall_ms)
+    return "running" if run.status == "running" else "–"
+
+
+def _run_name(run: SessionRun) -> str:
+    if run.label:
+        return run.label
+    if run.agent is not None and run.agent.label:
+        return run.agent.label
+    return "subagent" if run.parent_run_id else "run"
+
+
+def _run_item(
+    run: SessionRun,
+    children: Mapping[str, list[SessionRun]],
+    resumed_by: Mapping[str, list[SessionRun]],
+    seen: set[str],
+) -> Html:
+    seen.add(run.id)
+    tin, tout = _run_tokens(run)
+    resume: list[Node] = []
+    if run.resumed_from_run_id is not None:
+        resume.append(
+            el(
+                "span",
+                {"class": "resume"},
+                "↻ resumes ",
+                el("a", {"href": f"#run-{run.resumed_from_run_id}"}, run.resumed_from_run_id),
+            )
+        )
+    for later in resumed_by.get(run.id, ()):
+        resume.append(
+            el(
+                "span",
+                {"class": "resume"},
+                "→ resumed by ",
+                el("a", {"href": f"#run-{later.id}"}, later.id),
+            )
+        )
+    kids = [c for c in children.get(run.id, ()) if c.id not in seen]
+    sub = el("ul", None, [_run_item(c, children, resumed_by, seen) for c in kids]) if kids else None
+    return el(
+        "li",
+        {"class": "run", "id": f"run-{run.id}", "data-run-id": run.id},
+        el(
+            "div",
+            {"class": "run-line"},
+            _badge(run.status),
+            el("strong", None, _run_name(run)),
+            el("code", {"class": "muted"}, run.id),
+            el("span", {"class": "stat"}, _run_duration(run)),
+            el("span", {"class": "stat tokens"}, f"{_count(tin)} in / {_count(tout)} out"),
+            el("span", {"class": "stat cost"}, _cost(_run_cost(run))),
+            el("span", {"class": "stat"}, f"{_count(run.turns)} turns") if run.turns else None,
+            resume,
+        ),
+        el("div", {"class": "prompt"}, _clip(run.prompt, 300)) if run.prompt else None,
+        el("div", {"class": "run-error"}, run.error) if run.error else None,
+        sub,
+    )
+
+
+def _run_tree(runs: Sequence[SessionRun]) -> Html:
+    ordered = sorted(runs, key=lambda r: (r.started_at, r.id))
+    ids = {r.id for r in ordered}
+    children: dict[str, list[SessionRun]] = {}
+    resumed_by: dict[str, list[SessionRun]] = {}
+    roots: list[SessionRun] = []
+    for run in ordered:
+        if (
+            run.parent_run_id is not None
+            and run.parent_run_id in ids
+            and run.parent_run_id != run.id
+        ):
+            children.setdefault(run.parent_run_id, []).append(run)
+        else:
+            roots.append(run)
+        if run.resumed_from_run_id is not None:
+            resumed_by.setdefault(run.resumed_from_run_id, []).append(run)
+    seen: set[str] = set()
+    items = [_run_item(r, children, resumed_by, seen) for r in roots]
+    # Runs caught in a parent cycle have no root: list them flat rather than lose them.
+    items += [_run_item(r, children, resumed_by, seen) for r in ordered if r.id not in seen]
+    return el("ul", {"class": "run-tree"}, items)
+
+
+def _chart(runs: Sequence[SessionRun]) -> Html | None:
+    """Bars of tokens (in + out, stacked) and cost per run, oldest first: inline SVG."""
+    ordered = sorted(runs, key=lambda r: (r.started_at, r.id))[-CHART_RUNS:]
+    if not ordered:
+        return None
+    tokens = [tuple(v or 0 for v in _run_tokens(r)) for r in ordered]
+    costs = [_run_cost(r) or 0.0 for r in ordered]
+    peak_tokens = max(a + b for a, b in tokens)
+    peak_cost = max(costs)
+    max_tokens = peak_tokens or 1  # the scale: all-zero bars stay flat
+    max_cost = max(peak_cost, 0.0) or 1.0
+    bar, gap, height, label_h = 18, 6, 80, 4
+    width = max(len(ordered) * (bar + gap) + gap, 160)
+    panels: list[Html] = []
+    for kind, title in (("tokens", "tokens in / out"), ("cost", "cost (USD)")):
+        shapes: list[Html] = []
+        for i, run in enumerate(ordered):
+            x = gap + i * (bar + gap)
+            tip = f"{_run_name(run)} {run.id}: "
+            if kind == "tokens":
+                tin, tout = tokens[i]
+                h_in = height * tin / max_tokens
+                h_out = height * tout / max_tokens
+                tip += f"{tin:,} in / {tout:,} out"
+                shapes.append(
+                    el(
+                        "g",
+                        {"data-run-id": run.id},
+                        el("title", None, tip),
+                        el(
+                            "rect",
+                            {
+                                "class": "bar-in",
+                                "x": x,
+                                "y": f"{height - h_in:.2f}",
+                                "width": bar,
+                                "height": f"{h_in:.2f}",
+                            },
+                        ),
+                        el(
+                            "rect",
+                            {
+                                "class": "bar-out",
+                                "x": x,
+                                "y": f"{height - h_in - h_out:.2f}",
+                                "width": bar,
+                                "height": f"{h_out:.2f}",
+                            },
+                        ),
+                    )
+                )
+            else:
+                h = height * max(costs[i], 0.0) / max_cost
+                tip += _cost(_run_cost(run))
+                shapes.append(
+                    el(
+                        "g",
+                        {"data-run-id": run.id},
+                        el("title", None, tip),
+                        el(
+                            "rect",
+                            {
+                                "class": "bar-cost",
+                                "x": x,
+                                "y": f"{height - h:.2f}",
+                                "width": bar,
+                                "height": f"{h:.2f}",
+                            },
+                        ),
+                    )
+                )
+        peak = f"max {peak_tokens:,}" if kind == "tokens" else f"max {_cost(peak_cost)}"
+        if len(runs) > len(ordered):
+            peak += f"; the last {len(ordered)} of {len(runs)} runs"
+        panels.append(
+            el(
+                "figure",
+                {"class": f"chart chart-{kind}"},
+                el(
+                    "svg",
+                    {
+                        "xmlns": "http://www.w3.org/2000/svg",
+                        "viewBox": f"0 0 {width} {height + label_h}",
+                        "width": width,
+                        "height": height + label_h,
+                        "role": "img",
+                        "aria-label": f"{title} per run",
+                    },
+                    el("line", {"class": "axis", "x1": 0, "y1": height, "x2": width, "y2": height}),
+                    shapes,
+                ),
+                el(
+                    "figcaption",
+                    None,
+                    [
+                        (el("span", {"class": f"key key-{k}"}), f" {k} ")
+                        for k in (("in", "out") if kind == "tokens" else ())
+                    ],
+                    f"{title} per run ({peak})",
+                ),
+            )
+        )
+    return el("div", {"class": "charts"}, panels)
+
+
+def _artifacts(artifacts: list[SessionArtifact] | None) -> Html:
+    if artifacts is None:
+        body: Node = el("p", {"class": "muted"}, "This store does not list artifacts.")
+    elif not artifacts:
+        body = el("p", {"class": "muted"}, "No artifacts.")
+    else:
+        rows = []
+        for a in artifacts:
+            link = safe_link(a.uri)
+            target: Node = (
+                el("a", {"href": link, "rel": "noopener noreferrer nofollow"}, a.label or a.uri)
+                if link
+                else el("span", None, a.label or a.uri)
+            )
+            rows.append(
+                el(
+                    "tr",
+                    {"class": "artifact"},
+                    el("td", None, el("code", None, a.kind)),
+                    el("td", None, target),
+                    el("td", None, el("code", {"class": "uri"}, a.uri)),
+                    el("td", None, _when(a.updated_at)),
+                )
+            )
+        body = el(
+            "table",
+            {"class": "artifacts"},
+            el(
+                "thead",
+                None,
+                el("tr", None, [el("th", None, h) for h in ("Kind", "Label", "URI", "Updated")]),
+            ),
+            el("tbody", None, rows),
+        )
+    return el("section", {"class": "artifacts"}, el("h2", None, "Artifacts"), body)
+
+
+def _facts(items: Iterable[tuple[str, Node]]) -> Html:
+    return el("dl", {"class": "facts"}, [(el("dt", None, k), el("dd", None, v)) for k, v in items])
+
+
+def render_session(page: SessionPage) -> Html:
+    """One session: header, run tree and chart, one page of the transcript, artifacts."""
+    meta = page.meta
+    running = meta.status == "running"
+    title = session_title(meta.metadata, meta.first_user_turn) or meta.id
+    owner = meta.run_owner
+    facts: list[tuple[str, Node]] = [
+        ("id", el("code", None, meta.id)),
+        ("status", _badge(meta.status)),
+        ("agent", meta.agent_id or "–"),
+        ("project", meta.project_root if meta.project_root is not None else "untagged"),
+        ("created", _when(meta.created_at)),
+        ("updated", _when(meta.updated_at)),
+        ("turns", _count(meta.turn_count)),
+        ("runs", _count(meta.run_count)),
+    ]
+    if owner is not None:
+        facts.append(("run owner", f"{owner.host_id} pid {owner.pid}"))
+    runs = el(
+        "section",
+        {"class": "runs"},
+        el("h2", None, f"Runs ({len(page.runs)})"),
+        _chart(page.runs),
+        _run_tree(page.runs) if page.runs else el("p", {"class": "muted"}, "No runs."),
+    )
+    return el(
+        "section",
+        {
+            "class": "page",
+            "data-page": "session",
+            "data-session-id": meta.id,
+            "data-status": meta.status or "idle",
+            "data-poll": 2000 if running else None,
+            "data-title": _clip(title, 80),
+        },
+        _nav(""),
+        el("h1", None, title),
+        _facts(facts),
+        runs,
+        _transcript(page, running),
+        _artifacts(page.artifacts),
+        el(
+            "section",
+            {"class": "metadata"},
+            el("h2", None, "Metadata"),
+            el("pre", None, _json_text(meta.metadata)),
+        ),
+    )
+
+
+# -- schedules ----------------------------------------------------------------
+
+
+def _every(s: Schedule) -> str:
+    if s.cron:
+        return f"cron {s.cron}" + (f" ({s.timezone})" if s.timezone else "")
+    if s.interval_ms:
+        return f"every {_duration(s.interval_ms)}"
+    return "once"
+
+
+def _fire(fire: ScheduleFire) -> Html:
+    return el(
+        "li",
+        {"class": "fire"},
+        _badge(fire.status),
+        " fired ",
+        _when(fire.fired_at),
+        " (due ",
+        _when(fire.due_at),
+        ")",
+        [" · ", _session_link(fire.session_id)] if fire.session_id else None,
+        [
+            " · ",
+            el(
+                "a",
+                {"href": f"{ui_path('sessions', fire.session_id)}#run-{fire.run_id}"},
+                f"run {fire.run_id}",
+            ),
+        ]
+        if fire.session_id and fire.run_id
+        else None,
+        el("span", {"class": "run-error"}, f" {fire.error}") if fire.error else None,
+    )
+
+
+def render_schedules(schedules: list[tuple[Schedule, list[ScheduleFire]]] | None) -> Html:
+    """Every schedule with its recent fires, newest first."""
+    body: Node
+    if schedules is None:
+        body = el("p", {"class": "muted"}, "This store does not keep schedules.")
+    elif not schedules:
+        body = el("p", {"class": "empty"}, "No schedules.")
+    else:
+        body = [
+            el(
+                "article",
+                {"class": "schedule", "data-schedule-id": s.id},
+                el(
+                    "h2",
+                    None,
+                    s.name or s.id,
+                    " ",
+                    el("span", {"class": "badge"}, "enabled" if s.enabled else "disabled"),
+                ),
+                _facts(
+                    [
+                        ("id", el("code", None, s.id)),
+                        ("when", _every(s)),
+                        ("next fire", _when(s.next_fire_at)),
+                        ("agent", s.agent_id or "–"),
+                        (
+                            "session",
+                            _session_link(s.session_id) if s.session_id else "new each time",
+                        ),
+                        ("prompt", _clip(s.prompt, 300)),
+                    ]
+                ),
+                el("h3", None, "Recent fires"),
+                el("ul", {"class": "fires"}, [_fire(f) for f in fires])
+                if fires
+                else el("p", {"class": "muted"}, "Never fired."),
+            )
+            for s, fires in schedules
+        ]
+    return el(
+        "section",
+        {"class": "page", "data-page": "schedules", "data-title": "Schedules"},
+        _nav("schedules"),
+        el("h1", None, "Schedules"),
+        body,
+    )
