@@ -991,26 +991,31 @@ class Session:
     ) -> None:
         # The store's rule, applied to memory first: a held different turn
         # conflicts before any write, and an append of only held turns (a retry)
-        # without a run writes nothing.
+        # without a run writes nothing. Nothing else touches memory meanwhile:
+        # direct appends wait while the actor has a command in hand.
         fresh = fresh_turns(self._data.id, turns, self._turns_by_id())
         if not fresh and (options is None or options.run is None):
             return
         if self._store is not None:
             await self._store.append_turns(self._data.id, turns, options)
-        self._apply_append(turns, options)
+        self._apply_fresh(fresh, options)
 
     def _apply_append(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> None:
-        """Apply an append the store acknowledged: only the turns memory lacks are added."""
+        """Apply a direct append the store acknowledged: only the turns memory lacks."""
+        fresh = fresh_turns(self._data.id, turns, self._turns_by_id())
+        if fresh or (options is not None and options.run is not None):
+            self._apply_fresh(fresh, options)
+
+    def _apply_fresh(
+        self, fresh: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> None:
         data = self._data
-        index = self._turns_by_id()
-        fresh = fresh_turns(data.id, turns, index)
+        index = self._turns_by_id()  # before the commit: extended, not rebuilt
         runs = data.runs
         if options is not None and options.run is not None:
             runs = upsert_runs(runs, (options.run,))
-        elif not fresh:
-            return
         new = msgspec.structs.replace(
             data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
