@@ -669,6 +669,14 @@ def _run_tree(runs: Sequence[SessionRun]) -> Html:
     return el("ul", {"class": "run-tree"}, items)
 
 
+def _bar(cls: str, x: int, y: float, width: int, height: float) -> Html:
+    """One bar of a chart: an SVG ``rect`` with its coordinates at two decimals."""
+    return el(
+        "rect",
+        {"class": cls, "x": x, "y": f"{y:.2f}", "width": width, "height": f"{height:.2f}"},
+    )
+
+
 def _chart(runs: Sequence[SessionRun]) -> Html | None:
     """Bars of tokens (in + out, stacked) and cost per run, oldest first: inline SVG."""
     ordered = sorted(runs, key=lambda r: (r.started_at, r.id))[-CHART_RUNS:]
@@ -693,53 +701,15 @@ def _chart(runs: Sequence[SessionRun]) -> Html | None:
                 h_in = height * tin / max_tokens
                 h_out = height * tout / max_tokens
                 tip += f"{tin:,} in / {tout:,} out"
-                shapes.append(
-                    el(
-                        "g",
-                        {"data-run-id": run.id},
-                        el("title", None, tip),
-                        el(
-                            "rect",
-                            {
-                                "class": "bar-in",
-                                "x": x,
-                                "y": f"{height - h_in:.2f}",
-                                "width": bar,
-                                "height": f"{h_in:.2f}",
-                            },
-                        ),
-                        el(
-                            "rect",
-                            {
-                                "class": "bar-out",
-                                "x": x,
-                                "y": f"{height - h_in - h_out:.2f}",
-                                "width": bar,
-                                "height": f"{h_out:.2f}",
-                            },
-                        ),
-                    )
-                )
+                bars = [
+                    _bar("bar-in", x, height - h_in, bar, h_in),
+                    _bar("bar-out", x, height - h_in - h_out, bar, h_out),
+                ]
             else:
                 h = height * max(costs[i], 0.0) / max_cost
                 tip += _cost(_run_cost(run))
-                shapes.append(
-                    el(
-                        "g",
-                        {"data-run-id": run.id},
-                        el("title", None, tip),
-                        el(
-                            "rect",
-                            {
-                                "class": "bar-cost",
-                                "x": x,
-                                "y": f"{height - h:.2f}",
-                                "width": bar,
-                                "height": f"{h:.2f}",
-                            },
-                        ),
-                    )
-                )
+                bars = [_bar("bar-cost", x, height - h, bar, h)]
+            shapes.append(el("g", {"data-run-id": run.id}, el("title", None, tip), bars))
         peak = f"max {peak_tokens:,}" if kind == "tokens" else f"max {_cost(peak_cost)}"
         if len(runs) > len(ordered):
             peak += f"; the last {len(ordered)} of {len(runs)} runs"
