@@ -17,8 +17,8 @@ from store_contract import (
     make_turn,
 )
 
-from zidane_actors.errors import StoreClosedError, ValidationError
-from zidane_actors.model import SessionData
+from zidane_actors.errors import ConflictError, StoreClosedError, ValidationError
+from zidane_actors.model import SessionData, SessionHistory, SessionTurn, TextBlock
 from zidane_actors.stores import (
     OPTIONAL_METHODS,
     WRITE_METHODS,
@@ -147,3 +147,21 @@ async def test_apply_writes_covers_every_write_method() -> None:
         )
         assert [t.id for t in loaded.turns] == ["t1"]
         assert await store.list_artifacts() == []
+
+
+async def test_append_id_check_follows_rewrites_of_the_history() -> None:
+    store = create_memory_store()
+    other = SessionTurn(id="t1", role="user", content=(TextBlock("other"),), created_at=1)
+    await store.save(make_session("s", turns=(make_turn(0),)))
+    await store.append_turns("s", [make_turn(1)])
+    with pytest.raises(ConflictError, match="'t1'"):
+        await store.append_turns("s", [other])
+    await store.save(make_session("s", turns=(make_turn(0),)))  # t1 is gone
+    await store.append_turns("s", [other])
+    await store.mutate_history("s", lambda h: SessionHistory(h.turns[:1], h.runs))
+    await store.append_turns("s", [make_turn(1), make_turn(2)])  # t1 is gone again
+    loaded = await store.load("s")
+    assert loaded is not None and loaded.turns == (make_turn(0), make_turn(1), make_turn(2))
+    await store.delete("s")
+    await store.save(make_session("s"))
+    await store.append_turns("s", [other])

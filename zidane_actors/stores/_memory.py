@@ -117,6 +117,10 @@ class MemoryStore:
         self._closed = False
         self._sessions: dict[str, SessionData] = {}
         self._revs: dict[str, int] = {}
+        # Per session: the turns tuple last indexed and its turns by id, so an append
+        # checks ids in O(appended). Valid while the stored tuple is that very tuple
+        # (every write that changes turns stores a new one).
+        self._turn_index: dict[str, tuple[tuple[SessionTurn, ...], dict[str, SessionTurn]]] = {}
         self._rev_clock = itertools.count(1)
         self._artifacts: dict[str, dict[str, SessionArtifact]] = {}
         self._send_requests: dict[str, dict[str, SendRequestRecord]] = {}
@@ -144,6 +148,7 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         self._closed = True
         self._sessions.clear()
+        self._turn_index.clear()
         self._revs.clear()
         self._artifacts.clear()
         self._send_requests.clear()
@@ -227,18 +232,31 @@ class MemoryStore:
         stored = self._sessions.get(session_id)
         if stored is None:
             raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+        index = self._turns_by_id(stored)
         if new_turns:
-            new_turns = fresh_turns(session_id, new_turns, {t.id: t for t in stored.turns})
+            new_turns = fresh_turns(session_id, new_turns, index)
         if not new_turns and run is None:
             return
+        turns = stored.turns + new_turns
         self._write(
             msgspec.structs.replace(
                 stored,
-                turns=stored.turns + new_turns,
+                turns=turns,
                 runs=stored.runs if run is None else upsert_runs(stored.runs, (run,)),
                 updated_at=now_ms(),
             )
         )
+        index.update((t.id, t) for t in new_turns)
+        self._turn_index[session_id] = (turns, index)
+
+    def _turns_by_id(self, stored: SessionData) -> dict[str, SessionTurn]:
+        """``stored``'s turns by id, rebuilt only when its turns were replaced."""
+        entry = self._turn_index.get(stored.id)
+        if entry is not None and entry[0] is stored.turns:
+            return entry[1]
+        index = {t.id: t for t in stored.turns}
+        self._turn_index[stored.id] = (stored.turns, index)
+        return index
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -328,6 +346,7 @@ class MemoryStore:
     def _delete(self, session_id: str) -> None:
         validate_id(session_id)
         self._sessions.pop(session_id, None)
+        self._turn_index.pop(session_id, None)
         self._revs.pop(session_id, None)
         self._artifacts.pop(session_id, None)
         self._send_requests.pop(session_id, None)
