@@ -320,6 +320,32 @@ async def test_mutate_history_rewrites_the_log() -> None:
     assert [t.id for t in await store.get_turns("s")] == ["t1", "t2"]
 
 
+def other_content(i: int) -> SessionTurn:
+    return SessionTurn(id=f"t{i}", role="user", content=(TextBlock(text="other"),), created_at=1)
+
+
+async def test_append_id_check_follows_every_writer_of_the_map() -> None:
+    adapter = DictAdapter()
+    store = create_file_map_store(adapter)
+    other = create_file_map_store(adapter)  # another writer of the same map
+    await store.save(session(turns=(turn(0),)))
+    await store.append_turns("s", [turn(1)])
+    await other.append_turns("s", [turn(2)])  # past what ``store`` indexed
+    with pytest.raises(ConflictError, match="'t2'"):
+        await store.append_turns("s", [other_content(2)])
+    await store.append_turns("s", [turn(2), turn(3)])  # t2 a retry: only t3 is written
+    assert [t.id for t in await store.get_turns("s")] == ["t0", "t1", "t2", "t3"]
+    await other.save(session(turns=(turn(0),)))  # a rewrite drops t1..t3
+    await store.append_turns("s", [other_content(1)])
+    assert await store.get_turns("s") == [turn(0), other_content(1)]
+    with pytest.raises(ConflictError, match="'t0'"):
+        await store.append_turns("s", [other_content(0)])
+    # Lines added by hand are parsed and located from where the index stopped.
+    adapter.files["turns.jsonl"] += encode_str(turn(5)) + "\n" + "{torn\n"
+    with pytest.raises(CorruptDataError, match=r"turns\.jsonl line 4"):
+        await store.append_turns("s", [turn(6)])
+
+
 async def test_closed_store_refuses() -> None:
     store = create_file_map_store(DictAdapter())
     await store.aclose()

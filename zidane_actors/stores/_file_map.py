@@ -191,19 +191,19 @@ def _last_turn(tail: str, file: str, number: int) -> SessionTurn | None:
         return None
 
 
-def _parse_turns(text: str, file: str) -> builtins.list[SessionTurn]:
-    """Turns of a JSONL file; a damaged line in the middle is a located error."""
+def _parse_turns(text: str, file: str, first_line: int = 1) -> builtins.list[SessionTurn]:
+    """Turns of JSONL text starting at line ``first_line``; a damaged middle line is located."""
     lines = text.split("\n")
     tail = lines.pop()  # "" when the file ends with a newline
     turns = []
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, first_line):
         if not line.strip():
             continue
         try:
             turns.append(decode(line, SessionTurn, what="turn"))
         except ValidationError as exc:
             raise CorruptDataError(f"{file} line {number} does not decode: {exc}") from None
-    last = _last_turn(tail, file, len(lines) + 1)
+    last = _last_turn(tail, file, first_line + len(lines))
     if last is not None:
         turns.append(last)
     return turns
@@ -238,6 +238,9 @@ class FileMapStore:
         self._lock = trio.Lock()
         self._closed = False
         self._deleted_rev = 0
+        # The turns text last indexed (whole lines only), its line count and its turns
+        # by id: an append whose text extends it parses only the lines added since.
+        self._indexed: tuple[str, int, dict[str, SessionTurn]] = ("", 0, {})
 
     @property
     def options(self) -> FileMapStoreOptions:
@@ -262,6 +265,31 @@ class FileMapStore:
 
     def _turns(self, files: Mapping[str, str]) -> builtins.list[SessionTurn]:
         return _parse_turns(files.get(self._options.turns_file, ""), self._options.turns_file)
+
+    def _turns_by_id(self, files: Mapping[str, str]) -> dict[str, SessionTurn]:
+        """The stored turns by id, exact for whatever text the map holds now.
+
+        Text that extends the text last indexed (this store's appends, or
+        another writer's) costs a parse of the added lines only; any other
+        text (a save, a history rewrite) is parsed whole.
+        """
+        name = self._options.turns_file
+        text = files.get(name, "")
+        old, count, index = self._indexed
+        if text is not old:
+            if text.startswith(old):
+                added = _parse_turns(text[len(old) :], name, count + 1)
+                index.update((t.id, t) for t in added)  # the cache is replaced below
+            else:
+                index = {t.id: t for t in _parse_turns(text, name)}
+                count = 0
+                old = ""
+            if text.endswith("\n"):  # only whole lines are kept for the next extension
+                count += text.count("\n", len(old))
+                self._indexed = (text, count, index)
+            else:
+                self._indexed = ("", 0, {})
+        return index
 
     def _requests(self, files: Mapping[str, str]) -> _SendRequests | None:
         raw = files.get(self._options.send_requests_file)
@@ -365,8 +393,7 @@ class FileMapStore:
                     f"cannot append turns to unknown session {session_id!r} (file-map store)"
                 )
             if lines:
-                stored = {t.id: t for t in self._turns(files)}
-                fresh = fresh_turns(session_id, turns, stored)
+                fresh = fresh_turns(session_id, turns, self._turns_by_id(files))
                 if len(fresh) != len(turns):
                     lines = _turn_lines(fresh)
             if not lines and run is None:
