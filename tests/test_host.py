@@ -83,7 +83,10 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
             await s.set_meta("k", s.id)  # memory only, applied at once: no actor either
         assert host.statistics().live_actors == 0
         for s in sessions:
-            await s.update_status("completed")  # a store write other than an append: an actor
+            await s.update_status("completed")  # other store writes go straight there too
+        assert host.statistics().live_actors == 0
+        for s in sessions:
+            await s.heal_interrupted_tool_calls()  # a command that needs the actor
         stats = host.statistics()
         assert stats.live_actors == 3
         assert stats.evictions == 7
@@ -91,7 +94,7 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
         first = sessions[0]
         assert [t.id for t in first.turns] == ["s0-1"]  # reads work while evicted
         assert first._actor is None  # an evicted session keeps no actor
-        await first.update_status("idle")  # revives the actor
+        await first.heal_interrupted_tool_calls()  # revives the actor
         await first.append_turns([text_turn("s0-2")])
         assert host.statistics().started == 11
         assert host.statistics().live_actors == 3
@@ -103,13 +106,13 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
 async def test_idle_actors_are_evicted_after_idle_seconds() -> None:
     async with open_session_host(create_memory_store(), idle_seconds=0.05) as host:
         session = await host.create_session()
-        await session.update_status("completed")
+        await session.heal_interrupted_tool_calls()  # needs the actor
         assert host.statistics().live_actors == 1
         await trio.sleep(0.2)
         assert host.statistics().live_actors == 0
         assert host.statistics().evictions == 1
-        await session.update_status("idle")
-        assert session.status == "idle" and host.statistics().live_actors == 1
+        await session.heal_interrupted_tool_calls()
+        assert host.statistics().live_actors == 1
 
 
 async def test_crash_is_isolated_surfaced_and_fails_pending_callers() -> None:
@@ -193,14 +196,15 @@ async def test_statistics_include_the_store_actor() -> None:
 async def test_eviction_never_fails_a_command_already_handed_to_the_actor() -> None:
     async with open_session_host(create_memory_store(), max_live_sessions=1) as host:
         a = await host.create_session(id="a")
-        await a.update_status("completed")  # a's actor now waits in receive(), idle
+        await a.heal_interrupted_tool_calls()  # a's actor now waits in receive(), idle
         b = await host.create_session(id="b")
         handed = a.set_meta_nowait("k", 1)  # goes straight to a's waiting receive
-        await b.update_status("completed")  # a is least recently used, but not idle
+        await b.heal_interrupted_tool_calls()  # a is least recently used, but not idle
         await handed.wait()  # applied, not failed with ActorClosed
         assert host.statistics().evictions == 1  # a was trimmed once it idled
-        await a.update_status("idle")  # a revived actor, started after the evicted one stopped
-        assert a.metadata["k"] == 1 and a.status == "idle" and b.status == "completed"
+        await a.heal_interrupted_tool_calls()  # revived, started after the evicted one stopped
+        await a.set_meta_nowait("j", 2).wait()
+        assert dict(a.metadata) == {"k": 1, "j": 2} and host.statistics().started == 3
 
 
 async def test_concurrent_sessions_share_group_commits() -> None:

@@ -1,27 +1,47 @@
-"""Properties of the session fast paths: direct appends and inline memory-only commands.
+"""Properties of the session fast paths: direct store writes and inline memory-only commands.
 
-Concurrent callers of ONE session mix appends (straight to the store actor
-when the session is idle), memory-only commands (applied inline when idle),
-store writes that need the actor, and ``*_nowait`` forms, under random
-cancellation. Whatever path each call takes: memory and store see the same
-turns in the same order, each caller's accepted appends keep its order, a
-cancelled call is applied everywhere or nowhere, and a reload equals memory.
+Concurrent callers of ONE session mix appends and the other store writes
+(status, runs, saves: straight to the store actor when the session is idle),
+memory-only commands (applied inline when idle), a command that always needs
+the actor (a heal), and ``*_nowait`` forms, under random cancellation.
+Whatever path each call takes: memory and store see the same turns in the
+same order and the same runs and status, each caller's accepted appends keep
+its order, a cancelled call is applied everywhere or nowhere, a run starts
+once, and a reload equals memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zidane_actors.actors import Session, open_session_host
-from zidane_actors.model import SessionTurn, TextBlock, demote_stale_running_status
+from zidane_actors.actors import RunStats, Session, open_session_host
+from zidane_actors.errors import ConflictError, ValidationError
+from zidane_actors.model import SessionRun, SessionTurn, TextBlock, demote_stale_running_status
 from zidane_actors.stores import create_memory_store
 
 steps = st.tuples(
-    st.sampled_from(["append", "append_nowait", "meta", "meta_nowait", "status", "save"]),
+    st.sampled_from(
+        [
+            "append",
+            "append_nowait",
+            "meta",
+            "meta_nowait",
+            "status",
+            "status_nowait",
+            "start_run",
+            "finish_run",
+            "update_run",
+            "update_run_nowait",
+            "save",
+            "save_keys",
+            "heal",
+        ]
+    ),
     st.sampled_from([None, None, 0.0, 0.0001, 0.001]),  # the call's deadline (None: none)
     st.integers(0, 2),  # checkpoints before the step
 )
@@ -30,6 +50,10 @@ plans = st.lists(st.lists(steps, min_size=1, max_size=10), min_size=1, max_size=
 
 def turn(tid: str) -> SessionTurn:
     return SessionTurn(id=tid, role="user", content=(TextBlock(text=tid),), created_at=1)
+
+
+def run(who: int, step: int) -> SessionRun:
+    return SessionRun(id=f"u{who}", prompt=f"{step}", started_at=step, status="running")
 
 
 async def caller(
@@ -64,6 +88,35 @@ async def caller(
                     await reply.wait()
             elif kind == "status":
                 await session.update_status("completed" if step % 2 else "idle")
+            elif kind == "status_nowait":
+                try:
+                    reply = session.update_status_nowait("completed" if step % 2 else "idle")
+                except trio.WouldBlock:
+                    continue
+                with trio.CancelScope(shield=True):
+                    await reply.wait()
+            elif kind == "start_run":
+                try:
+                    await session.start_run(f"r{step % 2}", f"{who}")
+                    log["started"].append(f"r{step % 2}")
+                except ConflictError:  # started already (by any caller)
+                    assert any(r.id == f"r{step % 2}" for r in session.runs)
+            elif kind == "finish_run":
+                with contextlib.suppress(ValidationError):  # not started yet
+                    await session.complete_run(f"r{step % 2}", RunStats(who, step, 1))
+            elif kind == "update_run":
+                await session.update_run(run(who, step))
+            elif kind == "update_run_nowait":
+                try:
+                    reply = session.update_run_nowait(run(who, step))
+                except trio.WouldBlock:
+                    continue
+                with trio.CancelScope(shield=True):
+                    await reply.wait()
+            elif kind == "save_keys":
+                await session.save_meta_keys([f"c{who}"])
+            elif kind == "heal":
+                await session.heal_interrupted_tool_calls()
             else:
                 await session.save()
 
@@ -82,7 +135,7 @@ async def test_fast_paths_keep_memory_and_store_in_one_order(
     _random: object,
 ) -> None:
     store = create_memory_store()
-    log: dict[str, Any] = {"sent": [], "acked": []}
+    log: dict[str, Any] = {"sent": [], "acked": [], "started": []}
     async with open_session_host(
         store, mailbox_size=mailbox_size, store_mailbox_size=store_mailbox_size
     ) as host:
@@ -91,6 +144,16 @@ async def test_fast_paths_keep_memory_and_store_in_one_order(
             async with trio.open_nursery() as nursery:
                 for who, plan in enumerate(plan_list):
                     nursery.start_soon(caller, session, who, plan, log)
+        # Runs and status as the store holds them, before a save rewrites the header.
+        held = await store.load("s")
+        assert held is not None
+        assert (held.runs, held.status, held.run_owner) == (
+            session.runs,
+            session.status,
+            session._data.run_owner,
+        )
+        # A run starts once, whichever callers raced to start it.
+        assert sorted(log["started"]) == sorted(r.id for r in session.runs if r.id[0] == "r")
         await session.save()
         memory_ids = [t.id for t in session.turns]
         # Every acknowledged append is in memory; nothing is there that was never sent.

@@ -246,7 +246,7 @@ class SessionHost:
         return actor
 
     def direct_store(self, session: Session) -> StoreActor:
-        """The store actor, for appends that skip an idle session's actor."""
+        """The store actor, for store writes that skip an idle session's actor."""
         self._check_open()
         return self._store
 

@@ -13,7 +13,7 @@ import abc
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Final, Protocol, TypeAlias, TypeVar, cast
 
 import attrs
 import msgspec
@@ -247,7 +247,7 @@ class _Runner(Protocol):
     def actor_for(self, session: Session) -> Actor[_SessionCommand[Any]]: ...
 
     def direct_store(self, session: Session) -> StoreActor | None:
-        """The store actor a lone append may go to directly (see ``Session.append_turns``)."""
+        """The store actor a write of an idle session may go to directly (see ``Session._call``)."""
         ...
 
     def crashed(self, session: Session, exc: BaseException) -> None:
@@ -279,18 +279,38 @@ class _AppendTurns(_SessionCommand[None]):
         await session._do_append_turns(self.turns, self.options)
 
 
-@attrs.frozen(eq=False)
-class _Save(_SessionCommand[None]):
-    async def apply(self, session: Session) -> None:
-        await session._do_save()
+_Plan: TypeAlias = tuple[StoreWrite | None, Callable[[Any], T]]
+"""A store command's write (``None`` without a store) and its finish: applied to memory once
+the store acknowledged the write, it answers the command's result from the store's (it must
+not raise nor reach a schedule point)."""
 
 
 @attrs.frozen(eq=False)
-class _SaveMetaKeys(_SessionCommand[bool]):
-    keys: tuple[str, ...]
+class _StoreCommand(_SessionCommand[T]):
+    """A mutation planned as one store write and the memory change its acknowledgement makes.
 
-    async def apply(self, session: Session) -> bool:
-        return await session._do_save_meta_keys(self.keys)
+    The actor plans, writes and finishes in one go. On the direct path (see
+    ``Session._call``) the caller plans and the store actor's verdict finishes.
+    """
+
+    reads: ClassVar[bool] = True
+    """Whether the plan reads memory: then it goes direct only with nothing in flight."""
+
+    @abc.abstractmethod
+    def plan(self, session: Session) -> _Plan[T]: ...
+
+    async def apply(self, session: Session) -> T:
+        write, finish = self.plan(session)
+        return finish(None if write is None else await session._store_call(write))
+
+
+@attrs.frozen(eq=False)
+class _Save(_StoreCommand[bool]):
+    keys: tuple[str, ...] | None = None
+    """``None``: a ``save()``; else ``save_meta_keys(keys)``."""
+
+    def plan(self, session: Session) -> _Plan[bool]:
+        return session._save_plan(self.keys)
 
 
 @attrs.frozen(eq=False)
@@ -325,42 +345,44 @@ class _UpdateMeta(_MemoryCommand):
 
 
 @attrs.frozen(eq=False)
-class _StartRun(_SessionCommand[SessionRun]):
+class _StartRun(_StoreCommand[SessionRun]):
     run_id: str
     prompt: str
     extras: Mapping[str, Any]
 
-    async def apply(self, session: Session) -> SessionRun:
-        return await session._do_start_run(self.run_id, self.prompt, self.extras)
+    def plan(self, session: Session) -> _Plan[SessionRun]:
+        return session._start_run_plan(self.run_id, self.prompt, self.extras)
 
 
 @attrs.frozen(eq=False)
-class _FinishRun(_SessionCommand[SessionRun]):
+class _FinishRun(_StoreCommand[SessionRun]):
     run_id: str
     status: RunStatus
     stats: RunStats | None
     error: str | None = None
     detail: RunErrorDetail | None = None
 
-    async def apply(self, session: Session) -> SessionRun:
-        return await session._do_finish_run(self)
+    def plan(self, session: Session) -> _Plan[SessionRun]:
+        return session._finish_run_plan(self)
 
 
 @attrs.frozen(eq=False)
-class _UpdateRun(_SessionCommand[None]):
+class _UpdateRun(_StoreCommand[None]):
+    reads: ClassVar[bool] = False
     run: SessionRun
     options: UpdateRunOptions | None
 
-    async def apply(self, session: Session) -> None:
-        await session._do_update_run(self.run, self.options)
+    def plan(self, session: Session) -> _Plan[None]:
+        return session._run_plan(self.run, self.options, None)
 
 
 @attrs.frozen(eq=False)
-class _UpdateStatus(_SessionCommand[None]):
+class _UpdateStatus(_StoreCommand[None]):
+    reads: ClassVar[bool] = False
     status: SessionStatus
 
-    async def apply(self, session: Session) -> None:
-        await session._do_update_status(self.status)
+    def plan(self, session: Session) -> _Plan[None]:
+        return session._status_plan(self.status)
 
 
 @attrs.frozen(eq=False)
@@ -376,13 +398,14 @@ class _Replace(_MemoryCommand):
 
 
 @attrs.frozen(eq=False)
-class _AddArtifact(_SessionCommand[SessionArtifact | None]):
+class _AddArtifact(_StoreCommand[SessionArtifact | None]):
+    reads: ClassVar[bool] = False  # only the id and project root, which never change
     input: SessionArtifactInput
     run_id: str | None
     turn_id: str | None
 
-    async def apply(self, session: Session) -> SessionArtifact | None:
-        return await session._do_add_artifact(self.input, self.run_id, self.turn_id)
+    def plan(self, session: Session) -> _Plan[SessionArtifact | None]:
+        return session._artifact_plan(self.input, self.run_id, self.turn_id)
 
 
 @attrs.frozen(eq=False)
@@ -456,7 +479,7 @@ class Session:
         self._turn_index: dict[str, SessionTurn] = _NO_INDEX
         self._indexed: tuple[SessionTurn, ...] | None = None
         self._last_active = trio.current_time() if _in_trio() else 0.0
-        # Commands sent to the actor and not yet answered, appends sent straight to
+        # Commands sent to the actor and not yet answered, store writes sent straight to
         # the store actor and not yet answered, and who waits for the latter to drain.
         self._queued = 0
         self._inflight = 0
@@ -561,11 +584,11 @@ class Session:
 
         async def handle(command: _SessionCommand[Any]) -> Any:
             self._last_active = trio.current_time()
-            while self._inflight:  # direct appends sent before this command go first
+            while self._inflight:  # direct writes sent before this command go first
                 if self._settled is None:
                     self._settled = trio.Event()
                 await self._settled.wait()
-            if self._crash is not None:  # a direct append just crashed the session
+            if self._crash is not None:  # a direct write just crashed the session
                 raise self._crashed_error()
             return await command.apply(self)
 
@@ -609,6 +632,10 @@ class Session:
 
     async def _call(self, command: _SessionCommand[T]) -> T:
         self._check_alive()
+        if isinstance(command, _StoreCommand):
+            store = self._direct_store(reads=command.reads)
+            if store is not None:
+                return await self._send_direct(store, *command.plan(self))
         self._last_active = trio.current_time()
         actor = self._runner.actor_for(self)
         command.reply._on_resolve = self._answered
@@ -622,6 +649,10 @@ class Session:
 
     def _submit(self, command: _SessionCommand[T]) -> Reply[T]:
         self._check_alive()
+        if isinstance(command, _StoreCommand) and not command.reads:
+            store = self._direct_store()
+            if store is not None:
+                return self._submit_direct(store, *command.plan(self))
         self._last_active = trio.current_time()
         actor = self._runner.actor_for(self)
         command.reply._on_resolve = self._answered
@@ -649,32 +680,32 @@ class Session:
         finally:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
-    # -- the direct append path ----------------------------------------------
+    # -- the direct path -----------------------------------------------------
     #
-    # An append to a session with nothing queued in its actor goes straight to
-    # the store actor, and the store actor's verdict applies it to memory (in
-    # ``_appended``, synchronously, before the caller runs again): one mailbox
-    # and one task switch fewer per append, and no actor started. Order holds:
-    # direct appends are applied in the store actor's mailbox order, an append
-    # only goes direct when no command is queued in the session's actor, and
-    # the actor lets in-flight direct appends finish before applying anything.
+    # A store write of a session with nothing queued in its actor goes straight
+    # to the store actor, and the store actor's verdict applies it to memory
+    # (in ``_direct_reply``'s finish, synchronously, before the caller runs
+    # again): one mailbox and one task switch fewer, and no actor started.
+    # Order holds: direct writes are applied in the store actor's mailbox order;
+    # a write only goes direct when no command is queued in the session's actor,
+    # and one planned from memory (a run's start or finish, a save) only when
+    # nothing is in flight either, so it reads what the actor would read; the
+    # actor lets in-flight direct writes finish before applying anything.
 
     def _crashed_error(self) -> ActorCrashed:
         err = ActorCrashed(f"session {self.id!r} crashed: {self._crash!r}")
         err.__cause__ = self._crash
         return err
 
-    def _direct_store(self) -> StoreActor | None:
-        if self._queued or self._crash is not None:
+    def _direct_store(self, *, reads: bool = False) -> StoreActor | None:
+        if self._queued or self._crash is not None or (reads and self._inflight):
             return None
         return self._runner.direct_store(self)
 
-    def _append_reply(
-        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
-    ) -> Reply[None]:
-        def appended(result: outcome.Outcome[None]) -> outcome.Outcome[None]:
+    def _direct_reply(self, finish: Callable[[Any], T]) -> Reply[T]:
+        def landed(result: outcome.Outcome[Any]) -> outcome.Outcome[T]:
             if type(result) is outcome.Value:
-                self._apply_append(turns, options)
+                result = outcome.capture(finish, result.value)
             elif (
                 type(result) is outcome.Error
                 and not isinstance(result.error, Exception)
@@ -691,19 +722,48 @@ class Session:
             self._landed()
             return result
 
-        return Reply(appended)
+        return Reply(landed)
+
+    async def _send_direct(
+        self, store: StoreActor, write: StoreWrite | None, finish: Callable[[Any], T]
+    ) -> T:
+        """Send ``write`` to the store actor; its verdict runs ``finish``. Cancelled: not sent."""
+        assert write is not None  # a session in a host has the host's store actor
+        self._last_active = trio.current_time()
+        reply = self._direct_reply(finish)
+        self._inflight += 1
+        try:
+            await store._send(write, reply)
+        except BaseException:
+            self._landed()  # not accepted: it will never be answered
+            raise
+        return await reply.wait_shielded()
+
+    def _submit_direct(
+        self, store: StoreActor, write: StoreWrite | None, finish: Callable[[Any], T]
+    ) -> Reply[T]:
+        """:meth:`_send_direct` without waiting: ``trio.WouldBlock`` when the mailbox is full."""
+        assert write is not None
+        self._last_active = trio.current_time()
+        reply = self._direct_reply(finish)
+        store._submit(write, reply)
+        self._inflight += 1
+        return reply
 
     def _landed(self) -> None:
-        """One direct append answered (or never accepted): wake the actor at the last one."""
+        """One direct write answered (or never accepted): wake the actor at the last one."""
         self._inflight -= 1
         if not self._inflight and self._settled is not None:
             self._settled.set()
             self._settled = None
 
-    def _append_write(
+    def _direct_append(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
-    ) -> StoreWrite:
-        return StoreWrite("append_turns", (self.id, turns, options))
+    ) -> tuple[StoreWrite, Callable[[Any], None]]:
+        def finish(_: object) -> None:
+            self._apply_append(turns, options)
+
+        return StoreWrite("append_turns", (self.id, turns, options)), finish
 
     # -- mutations -----------------------------------------------------------
 
@@ -716,15 +776,7 @@ class Session:
         store = self._direct_store()
         if store is None:
             return await self._call(_AppendTurns(checked, options))
-        self._last_active = trio.current_time()
-        reply = self._append_reply(checked, options)
-        self._inflight += 1
-        try:
-            await store._send(self._append_write(checked, options), reply)
-        except BaseException:
-            self._landed()  # not accepted: it will never be answered
-            raise
-        return await reply.wait_shielded()
+        return await self._send_direct(store, *self._direct_append(checked, options))
 
     def append_turns_nowait(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
@@ -735,11 +787,7 @@ class Session:
         store = self._direct_store()
         if store is None:
             return self._submit(_AppendTurns(checked, options))
-        self._last_active = trio.current_time()
-        reply = self._append_reply(checked, options)
-        store._submit(self._append_write(checked, options), reply)
-        self._inflight += 1
-        return reply
+        return self._submit_direct(store, *self._direct_append(checked, options))
 
     async def save(self) -> None:
         """Persist the session, then await the ``on_saved`` listeners in order.
@@ -771,7 +819,7 @@ class Session:
         for i, key in enumerate(checked):
             if not isinstance(key, str):
                 raise ValidationError("metadata keys must be strings", path=f"$.keys[{i}]")
-        if await self._call(_SaveMetaKeys(checked)):
+        if await self._call(_Save(checked)):
             await self._run_saved_listeners()
 
     async def set_meta(self, key: str, value: Any, *, touch: bool = True) -> None:
@@ -928,6 +976,8 @@ class Session:
                 f"expected a SessionArtifactInput, got {type(input).__name__}", path="$.input"
             )
         check_model(input, what="artifact input", path="$.input")
+        if "upsert_artifact" not in self._caps:
+            return None
         return await self._call(_AddArtifact(input, run_id, turn_id))
 
     async def list_artifacts(
@@ -992,7 +1042,7 @@ class Session:
         # The store's rule, applied to memory first: a held different turn
         # conflicts before any write, and an append of only held turns (a retry)
         # without a run writes nothing. Nothing else touches memory meanwhile:
-        # direct appends wait while the actor has a command in hand.
+        # direct writes wait while the actor has a command in hand.
         fresh = fresh_turns(self._data.id, turns, self._turns_by_id())
         if not fresh and (options is None or options.run is None):
             return
@@ -1023,25 +1073,37 @@ class Session:
         index.update((t.id, t) for t in fresh)
         self._indexed = new.turns
 
-    async def _do_save(self) -> None:
-        assert self._store is not None
-        data = self._data
-        if "save_meta" in self._caps and not self._bulk:
-            keys = tuple(sorted(self._changed))
-            await self._full().save_meta(data, SaveMetaOptions(meta_keys=keys))
-        else:
-            await self._store.save(data)
-            self._bulk = False
-        self._changed = ()
+    def _store_call(self, write: StoreWrite) -> Awaitable[Any]:
+        """Make ``write`` as a call of the store (the actor's path)."""
+        method: Callable[..., Awaitable[Any]] = getattr(self._store, write.method)
+        return method(*write.args, **write.kwargs)
 
-    async def _do_save_meta_keys(self, keys: tuple[str, ...]) -> bool:
-        """Answer whether this was a full save (so ``on_saved`` listeners run)."""
-        if "save_meta" not in self._caps:
-            await self._do_save()
-            return True
-        await self._full().save_meta(self._data, SaveMetaOptions(meta_keys=keys))
-        self._changed = tuple(k for k in self._changed if k not in keys)
-        return False
+    def _store_write(self, method: str, *args: Any) -> StoreWrite | None:
+        return None if self._store is None else StoreWrite(method, args)
+
+    def _save_plan(self, keys: tuple[str, ...] | None) -> _Plan[bool]:
+        """A save (``keys`` ``None``) or ``save_meta_keys``; answers whether it was a full save.
+
+        ``save_meta`` with the keys changed since the last save, unless the
+        history was replaced (a bulk save) or the store has no ``save_meta``.
+        """
+        data = self._data
+        if "save_meta" in self._caps and (keys is not None or not self._bulk):
+            saved = tuple(sorted(self._changed)) if keys is None else keys
+            write = StoreWrite("save_meta", (data, SaveMetaOptions(meta_keys=saved)))
+            full = False
+        else:
+            saved = self._changed
+            write = StoreWrite("save", (data,))
+            full = True
+
+        def finish(_: object) -> bool:
+            self._changed = tuple(k for k in self._changed if k not in saved)
+            if full:
+                self._bulk = False
+            return full
+
+        return write, finish
 
     def _do_set_meta(self, key: str, update: Callable[[Any], Any], touch: bool) -> None:
         data = self._data
@@ -1058,29 +1120,29 @@ class Session:
         for _, listener in self._meta_listeners:
             listener(key, value)
 
-    async def _write_run(self, run: SessionRun, options: UpdateRunOptions | None = None) -> None:
-        if self._store is not None:
-            await self._store.update_run(self.id, run, options)
-        data = self._data
-        self._commit(
-            msgspec.structs.replace(
-                data, runs=upsert_runs(data.runs, (run,)), updated_at=self._now()
-            )
-        )
+    def _run_plan(self, run: SessionRun, options: UpdateRunOptions | None, answer: T) -> _Plan[T]:
+        """Upsert ``run`` through ``store.update_run``, then in memory; answer ``answer``."""
 
-    async def _do_start_run(
+        def finish(_: object) -> T:
+            data = self._data
+            runs = upsert_runs(data.runs, (run,))
+            self._commit(msgspec.structs.replace(data, runs=runs, updated_at=self._now()))
+            return answer
+
+        return self._store_write("update_run", self.id, run, options), finish
+
+    def _start_run_plan(
         self, run_id: str, prompt: str, extras: Mapping[str, Any]
-    ) -> SessionRun:
+    ) -> _Plan[SessionRun]:
         if any(r.id == run_id for r in self._data.runs):
             raise ConflictError(f"session {self.id!r} already has a run {run_id!r}")
         run = SessionRun(
             id=run_id, prompt=prompt, started_at=self._now(), status="running", **extras
         )
         check_model(run, what="run", path="$.run")
-        await self._write_run(run)
-        return run
+        return self._run_plan(run, None, run)
 
-    async def _do_finish_run(self, command: _FinishRun) -> SessionRun:
+    def _finish_run_plan(self, command: _FinishRun) -> _Plan[SessionRun]:
         current = next((r for r in self._data.runs if r.id == command.run_id), None)
         if current is None:
             raise ValidationError(
@@ -1105,27 +1167,22 @@ class Session:
             changes["error_detail"] = command.detail
         run = msgspec.structs.replace(current, **changes)
         check_model(run, what="run", path="$.run")
-        await self._write_run(run)
-        return run
+        return self._run_plan(run, None, run)
 
-    async def _do_update_run(self, run: SessionRun, options: UpdateRunOptions | None) -> None:
-        await self._write_run(run, options)
-
-    async def _do_update_status(self, status: SessionStatus) -> None:
-        if self._store is not None:
-            await self._store.update_status(self.id, status)
-        owner = current_run_owner() if status == "running" else None
-        self._commit(
-            msgspec.structs.replace(
-                self._data, status=status, run_owner=owner, updated_at=self._now()
+    def _status_plan(self, status: SessionStatus) -> _Plan[None]:
+        def finish(_: object) -> None:
+            owner = current_run_owner() if status == "running" else None
+            self._commit(
+                msgspec.structs.replace(
+                    self._data, status=status, run_owner=owner, updated_at=self._now()
+                )
             )
-        )
 
-    async def _do_add_artifact(
+        return self._store_write("update_status", self.id, status), finish
+
+    def _artifact_plan(
         self, input: SessionArtifactInput, run_id: str | None, turn_id: str | None
-    ) -> SessionArtifact | None:
-        if "upsert_artifact" not in self._caps:
-            return None
+    ) -> _Plan[SessionArtifact | None]:
         now = self._now()
         artifact = SessionArtifact(
             id=new_id(),
@@ -1140,7 +1197,8 @@ class Session:
             run_id=run_id,
             turn_id=turn_id,
         )
-        return await self._full().upsert_artifact(normalize_artifact(artifact))
+        write = self._store_write("upsert_artifact", normalize_artifact(artifact))
+        return write, _stored_artifact
 
     async def _do_heal(self) -> bool:
         before = self._data
@@ -1163,6 +1221,10 @@ class Session:
         except Exception:  # best-effort by contract: the in-memory heal stands
             return True
         return True
+
+
+def _stored_artifact(result: SessionArtifact | None) -> SessionArtifact | None:
+    return result
 
 
 def _in_trio() -> bool:
