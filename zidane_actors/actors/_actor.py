@@ -210,12 +210,10 @@ class Actor(Generic[C]):
 
     def idle(self) -> bool:
         """Running, handling nothing and with nothing queued."""
-        return (
-            self._state == "running"
-            and not self._busy
-            and self._send.statistics().current_buffer_used == 0
-            and self._send.statistics().tasks_waiting_send == 0
-        )
+        if self._state != "running" or self._busy:
+            return False
+        stats = self._send.statistics()
+        return stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0
 
     def _closed_error(self) -> ActorClosed:
         if self._crash is not None:
@@ -369,7 +367,14 @@ class Actor(Generic[C]):
                 while self._state == "running":
                     guard.shield = False
                     try:
-                        first = await self._receive.receive()
+                        # A queued command is taken without a schedule point (a new
+                        # actor's first one, or the next after a busy spell): only a
+                        # cancel stops it here, as it would stop ``receive()``.
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                        try:
+                            first = self._receive.receive_nowait()
+                        except trio.WouldBlock:
+                            first = await self._receive.receive()
                     except (trio.EndOfChannel, trio.ClosedResourceError):
                         break
                     guard.shield = True
