@@ -354,6 +354,18 @@ class Actor(Generic[C]):
             self._resolve(command, result)
         return None
 
+    async def _first(self) -> C:
+        """The first command, taken without a schedule point when it is queued already.
+
+        It usually is (a command starts its actor), so a new actor handles it in
+        the pass it starts; only a cancel stops it here, as in ``receive()``.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            return self._receive.receive_nowait()
+        except trio.WouldBlock:
+            return await self._receive.receive()
+
     async def run(self) -> None:
         """The actor loop; returns when closed, cancelled or crashed (never raises for a crash)."""
         if self._started:
@@ -364,19 +376,14 @@ class Actor(Generic[C]):
             # One scope for the whole loop: open to cancellation while waiting for
             # a command, shielded while applying one (cheaper than a scope each).
             with trio.CancelScope() as guard:
+                fresh = True
                 while self._state == "running":
                     guard.shield = False
                     try:
-                        # A queued command is taken without a schedule point (a new
-                        # actor's first one, or the next after a busy spell): only a
-                        # cancel stops it here, as it would stop ``receive()``.
-                        await trio.lowlevel.checkpoint_if_cancelled()
-                        try:
-                            first = self._receive.receive_nowait()
-                        except trio.WouldBlock:
-                            first = await self._receive.receive()
+                        first = await (self._first() if fresh else self._receive.receive())
                     except (trio.EndOfChannel, trio.ClosedResourceError):
                         break
+                    fresh = False
                     guard.shield = True
                     # A command handed straight to a waiting receive is in hand, even
                     # if close() ran since: it is applied, and only the queue drained.
