@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
 
-from zidane_actors.actors import Session, open_session_host
-from zidane_actors.errors import ActorClosed, ActorCrashed
-from zidane_actors.model import AppendTurnsOptions, SessionTurn, TextBlock
+from zidane_actors.actors import RunStats, Session, open_session_host
+from zidane_actors.errors import ActorClosed, ActorCrashed, ConflictError, ValidationError
+from zidane_actors.model import (
+    AppendTurnsOptions,
+    SessionArtifactInput,
+    SessionTurn,
+    TextBlock,
+)
 from zidane_actors.stores import MemoryStore, create_memory_store
 
 
@@ -101,6 +107,37 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
         assert (await host.load_session("s0")) is first
     stored = await store.load("s0")
     assert stored is not None and [t.id for t in stored.turns] == ["s0-1", "s0-2"]
+
+
+async def test_store_writes_of_an_idle_session_start_no_actor() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        run = await session.start_run("r1", "go")
+        with pytest.raises(ConflictError):  # checked against memory, as the actor would
+            await session.start_run("r1")
+        await session.update_run(msgspec.structs.replace(run, label="first"))
+        done = await session.complete_run("r1", RunStats(1, 2, 3))
+        with pytest.raises(ValidationError):
+            await session.abort_run("r2")
+        await session.update_status_nowait("running").wait()
+        await session.update_status("completed")
+        await session.set_meta("k", 1)
+        await session.save_meta_keys(["k"])
+        await session.set_meta("j", 2)
+        await session.save()
+        artifact = await session.add_artifact(SessionArtifactInput("file", "f://x", "x"))
+        assert host.statistics().started == 0
+        assert done.status == "completed" and done.label == "first" and done.turns == 3
+        assert artifact is not None and await session.list_artifacts() == (artifact,)
+        stored = await store.load("s")
+        assert stored is not None
+        assert (stored.runs, stored.status, dict(stored.metadata)) == (
+            session.runs,
+            "completed",
+            {"k": 1, "j": 2},
+        )
+        assert session._changed == ()  # both saves took their keys
 
 
 async def test_idle_actors_are_evicted_after_idle_seconds() -> None:
