@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from zidane_actors.actors import RunStats, Session, open_session_host
+from zidane_actors.actors import Actor, RunStats, Session, open_session_host
 from zidane_actors.errors import ActorClosed, ActorCrashed, ConflictError, ValidationError
 from zidane_actors.model import (
     AppendTurnsOptions,
@@ -138,6 +139,28 @@ async def test_store_writes_of_an_idle_session_start_no_actor() -> None:
             {"k": 1, "j": 2},
         )
         assert session._changed == ()  # both saves took their keys
+
+
+async def test_an_evicted_actor_is_freed_without_the_cyclic_gc() -> None:
+    # A host drops an actor per touch past the cap: left in a reference cycle,
+    # each would wait for a full collection over the whole heap.
+    async with open_session_host(create_memory_store(), max_live_sessions=1) as host:
+        sessions = [await host.create_session(id=f"s{i}") for i in range(5)]
+        gc.collect()
+        gc.disable()
+        try:
+            for session in sessions:
+                await session.heal_interrupted_tool_calls()  # starts an actor, evicts one
+            await trio.testing.wait_all_tasks_blocked()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            in_cycles = [o for o in gc.garbage if isinstance(o, Actor)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        assert host.statistics().evictions == 4
+        assert in_cycles == []
 
 
 async def test_idle_actors_are_evicted_after_idle_seconds() -> None:

@@ -162,6 +162,29 @@ class Actor(Generic[C]):
     may close the actor.
     """
 
+    # A host starts and drops many session actors: slots and a stop event made
+    # only when someone waits for it keep each start small.
+    __slots__ = (
+        "_busy",
+        "_close_cause",
+        "_crash",
+        "_failed",
+        "_fatal",
+        "_handle",
+        "_handle_batch",
+        "_mailbox_size",
+        "_max_batch",
+        "_on_crash",
+        "_on_idle",
+        "_on_stop",
+        "_processed",
+        "_receive",
+        "_send",
+        "_started",
+        "_state",
+        "_stopped",
+    )
+
     def __init__(
         self,
         handle: Callable[[C], Awaitable[Any]] | None = None,
@@ -194,7 +217,7 @@ class Actor(Generic[C]):
         self._processed = 0
         self._failed = 0
         self._started = False
-        self._stopped = trio.Event()
+        self._stopped: trio.Event | None = None
 
     # -- caller side ---------------------------------------------------------
 
@@ -282,6 +305,11 @@ class Actor(Generic[C]):
 
     async def wait_stopped(self) -> None:
         """Return once the actor has stopped (closed or crashed) and failed its queue."""
+        if self._state in ("closed", "crashed"):
+            await trio.lowlevel.checkpoint()
+            return
+        if self._stopped is None:
+            self._stopped = trio.Event()
         await self._stopped.wait()
 
     def statistics(self) -> ActorStatistics:
@@ -321,11 +349,17 @@ class Actor(Generic[C]):
         self._receive.close()
         self._send.close()
         self._state = "crashed" if cause is not None else "closed"
-        self._stopped.set()
-        if self._on_stop is not None:
-            self._on_stop()
-        if crash is not None and self._on_crash is not None:
-            self._on_crash(crash)
+        if self._stopped is not None:
+            self._stopped.set()
+        on_stop, on_crash = self._on_stop, self._on_crash
+        # A stopped actor calls nothing more. Dropping its hooks breaks the cycles
+        # through closures that know the actor, so reference counting frees it at
+        # once instead of leaving it to the cyclic GC (a host drops many actors).
+        self._on_stop = self._on_idle = self._on_crash = None
+        if on_stop is not None:
+            on_stop()
+        if crash is not None and on_crash is not None:
+            on_crash(crash)
 
     def _verdict_error(self, crash: BaseException | None) -> BaseException:
         if crash is None:
