@@ -408,7 +408,7 @@ WITH input AS (
     FROM input u JOIN turns t ON t.session_id = u.sid AND t.id = u.i
 ), fresh AS (
     SELECT u.sid, u.i, u.r, u.b,
-        s.turn_count + row_number() OVER (PARTITION BY u.sid ORDER BY u.o) - 1 AS seq
+        s.turn_count + row_number() OVER (PARTITION BY u.sid COLLATE "C" ORDER BY u.o) - 1 AS seq
     FROM input u JOIN sessions s ON s.id = u.sid
     WHERE NOT EXISTS (SELECT FROM stored WHERE stored.o = u.o)
 ), added AS (
