@@ -205,6 +205,40 @@ async def test_save_refuses_duplicate_turn_ids(store: PostgresStore) -> None:
     assert await store.load("s") is None
 
 
+async def test_save_keeps_the_stored_turns_it_repeats(schema: str, store: PostgresStore) -> None:
+    """A save rewrites turns only from the first one that differs (by id, role or text)."""
+
+    def rows() -> list[tuple[Any, ...]]:
+        return admin(schema, "SELECT seq, id, xmin::text FROM turns ORDER BY seq")
+
+    turns = tuple(turn(i, "user" if i % 2 else "assistant") for i in range(6))
+    await store.save(session("s", turns=turns))
+    first = rows()
+    await store.save(session("s", turns=turns, metadata={"title": "header only"}))
+    assert rows() == first
+    await store.save(session("s", turns=(*turns, turn(6))))
+    assert rows()[:6] == first
+    changed = (*turns[:3], turn(3, text="edited"), *turns[4:])
+    await store.save(session("s", turns=changed))
+    assert rows()[:3] == first[:3]
+    assert [r[2] for r in rows()[3:]] != [r[2] for r in first[3:]]
+    loaded = await store.load("s")
+    assert loaded is not None
+    assert loaded.turns == changed
+    for kept in (turns[:2], turns[3:], ()):
+        await store.save(session("s", turns=kept))
+        loaded = await store.load("s")
+        assert loaded is not None
+        assert loaded.turns == kept
+        meta = await store.get_meta("s")
+        assert meta is not None
+        users = sum(1 for t in kept if t.role == "user")
+        assert (meta.turn_count, meta.user_message_count) == (len(kept), users)
+        assert admin(schema, "SELECT count(*), coalesce(max(seq) + 1, 0) FROM turns") == [
+            (len(kept), len(kept))
+        ]
+
+
 async def test_append_with_run_is_one_write(store: PostgresStore) -> None:
     await store.save(session("s"))
     run = SessionRun(id="r1", prompt="p", started_at=5, status="running")

@@ -12,6 +12,7 @@ conditional statements inside one transaction each.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -177,10 +178,12 @@ def _metadata(text: str, session_id: str) -> dict[str, Any]:
     return value
 
 
-def _insert_turns(cur: _Cursor, session_id: str, start: int, turns: Sequence[SessionTurn]) -> int:
-    """Insert ``turns`` at seq ``start``…; answer how many are user turns."""
+def _insert_turns(
+    cur: _Cursor, session_id: str, start: int, turns: Sequence[SessionTurn], bodies: Sequence[str]
+) -> None:
+    """Insert ``turns`` (encoded as ``bodies``) at seq ``start``…."""
     if not turns:
-        return 0
+        return
     cur.execute(
         "INSERT INTO turns (session_id, seq, id, role, body)"
         " SELECT %s, s, i, r, b FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[])"
@@ -190,10 +193,9 @@ def _insert_turns(cur: _Cursor, session_id: str, start: int, turns: Sequence[Ses
             list(range(start, start + len(turns))),
             [t.id for t in turns],
             [t.role for t in turns],
-            [_json(t, f"turn {t.id!r}") for t in turns],
+            bodies,
         ),
     )
-    return sum(1 for t in turns if t.role == "user")
 
 
 def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
@@ -203,7 +205,7 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
     cur.execute(
         "INSERT INTO runs (session_id, id, seq, body)"
         " SELECT %s, i, (SELECT coalesce(max(seq), -1) FROM runs WHERE session_id = %s) + o, b"
-        " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(i, b, o)"
+        " FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS u(i, b, o)"
         " ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body",
         (
             session_id,
@@ -214,13 +216,52 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
     )
 
 
+_KEEP_PREFIX_SQL: Final = """
+WITH new AS (
+    SELECT u.o - 1 AS seq, u.i, u.r, u.h
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(hashes)b::bytea[])
+        WITH ORDINALITY AS u(i, r, h, o)
+), kept AS (
+    SELECT coalesce(min(n.seq), %(count)s) AS n
+    FROM new n LEFT JOIN turns t ON t.session_id = %(sid)s AND t.seq = n.seq
+    WHERE t.seq IS NULL OR t.id <> n.i OR t.role <> n.r
+        OR sha256(convert_to(t.body, 'UTF8')) <> n.h
+), gone AS (
+    DELETE FROM turns WHERE session_id = %(sid)s AND seq >= (SELECT n FROM kept)
+)
+SELECT n FROM kept
+"""
+"""Delete the stored turns from the first one the new list does not repeat; answer its seq.
+
+Stored rows are compared by id, role and the SHA-256 of their text, so only
+digests travel, and a row is kept only when its text is exactly the new one.
+"""
+
+
 def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
-    """Replace every turn (ids already checked unique by ``check_ids``)."""
-    cur.execute("DELETE FROM turns WHERE session_id = %s", (session_id,))
-    users = _insert_turns(cur, session_id, 0, turns)
+    """Replace every turn (ids already checked unique by ``check_ids``).
+
+    The stored prefix the new list repeats stays as it is: a save that only
+    changes the header, or adds turns, writes no stored turn again.
+    """
+    bodies = [_json(t, f"turn {t.id!r}") for t in turns]
+    cur.execute(
+        _KEEP_PREFIX_SQL,
+        {
+            "sid": session_id,
+            "ids": [t.id for t in turns],
+            "roles": [t.role for t in turns],
+            "hashes": [hashlib.sha256(b.encode()).digest() for b in bodies],
+            "count": len(turns),
+        },
+    )
+    row = cur.fetchone()
+    assert row is not None
+    kept = int(row[0])
+    _insert_turns(cur, session_id, kept, turns[kept:], bodies[kept:])
     cur.execute(
         "UPDATE sessions SET turn_count = %s, user_turn_count = %s WHERE id = %s",
-        (len(turns), users, session_id),
+        (len(turns), sum(1 for t in turns if t.role == "user"), session_id),
     )
 
 
