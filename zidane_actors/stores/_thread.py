@@ -3,7 +3,7 @@
 Why not ``trio.to_thread.run_sync``: each call there hands the job to a pooled
 thread and wakes the trio thread through a fresh channel; a long-lived
 thread fed by a queue, answering through the run's ``TrioToken``, costs about
-half of that per call, and the resource is only ever touched by its own
+two thirds of that per call, and the resource is only ever touched by its own
 thread. Semantics are those of ``to_thread.run_sync`` behind a
 ``CapacityLimiter(1)``:
 
