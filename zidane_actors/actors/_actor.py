@@ -391,8 +391,8 @@ class Actor(Generic[C]):
     async def _first(self) -> C:
         """The first command, taken without a schedule point when it is queued already.
 
-        It usually is (a command starts its actor), so a new actor handles it in
-        the pass it starts; only a cancel stops it here, as in ``receive()``.
+        It usually is (a command starts a session's actor), so a new actor handles
+        it in the pass it starts; only a cancel stops it here, as in ``receive()``.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
@@ -410,7 +410,9 @@ class Actor(Generic[C]):
             # One scope for the whole loop: open to cancellation while waiting for
             # a command, shielded while applying one (cheaper than a scope each).
             with trio.CancelScope() as guard:
-                fresh = True
+                # A batching actor waits one pass instead, so writes queued in the
+                # same pass as its first one join that first batch.
+                fresh = self._max_batch == 1
                 while self._state == "running":
                     guard.shield = False
                     try:
