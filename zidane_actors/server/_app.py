@@ -18,8 +18,8 @@ server.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any, Final, TypeVar, cast
 
 import attrs
@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (
     ConflictError,
@@ -228,19 +228,37 @@ class _SessionLocks:
 
     _locks: dict[str, tuple[trio.Lock, int]] = attrs.field(factory=dict)
 
-    @asynccontextmanager
-    async def hold(self, session_id: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(session_id, (trio.Lock(), 0))
-        self._locks[session_id] = (lock, users + 1)
+    def hold(self, session_id: str) -> _Held:
+        """``async with locks.hold(id):`` the session's writes, one request at a time."""
+        return _Held(self._locks, session_id)
+
+
+@attrs.define(eq=False)
+class _Held:
+    """Holding one session's lock (a plain class: this is on every write's path)."""
+
+    _locks: dict[str, tuple[trio.Lock, int]]
+    _session_id: str
+
+    async def __aenter__(self) -> None:
+        lock, users = self._locks.get(self._session_id) or (trio.Lock(), 0)
+        self._locks[self._session_id] = (lock, users + 1)
         try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[session_id]
-            if users == 1:
-                del self._locks[session_id]
-            else:
-                self._locks[session_id] = (lock, users - 1)
+            await lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._locks[self._session_id][0].release()
+        self._leave()
+
+    def _leave(self) -> None:
+        lock, users = self._locks[self._session_id]
+        if users == 1:
+            del self._locks[self._session_id]
+        else:
+            self._locks[self._session_id] = (lock, users - 1)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -805,6 +823,38 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
     return routes
 
 
+@attrs.define(eq=False)
+class _HotRoutes:
+    """ASGI middleware: the two write routes every append takes, without Starlette's routing.
+
+    ``POST /sessions/{id}/turns`` and ``POST /writes`` are matched here (as
+    the router would: an id is one path segment) and answered by the same
+    guarded handlers; every other request goes to ``app``. A request reaches
+    this only past the guard and the admission limit.
+    """
+
+    app: ASGIApp
+    append_turns: Handler
+    apply_writes: Handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            handler: Handler | None = None
+            if path == "/writes":
+                handler = self.apply_writes
+            elif path.startswith("/sessions/") and path.endswith("/turns"):
+                sid = path[len("/sessions/") : -len("/turns")]
+                if sid and "/" not in sid:
+                    scope["path_params"] = {"sessionId": sid}
+                    handler = self.append_turns
+            if handler is not None:
+                response = await handler(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _dispatch(methods: dict[str, Handler]) -> Handler:
     async def endpoint(request: Request) -> Response:
         handler = methods.get(request.method) or methods["GET"]  # HEAD is served as GET
@@ -843,4 +893,9 @@ def create_app(
     openapi = encode(openapi_document(capabilities))
     routes = _routes(api, openapi) + ui_routes(store, _ui_error)
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
-    return Guard(app=Admission(app=app, max_requests=limits.max_requests), token=token)
+    hot = _HotRoutes(
+        app=app,
+        append_turns=_guarded(api.append_turns, api.budget),
+        apply_writes=_guarded(api.apply_writes, api.budget),
+    )
+    return Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
