@@ -14,6 +14,7 @@ import pytest
 import store_contract
 import trio
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from msgspec import UNSET
 from store_contract import (
     StoreContract,
@@ -346,3 +347,57 @@ async def test_a_host_over_a_remote_store_keeps_every_session_in_order() -> None
                 nursery.start_soon(writer, i)
         for i in range(3):
             assert [t.id for t in await remote.get_turns(f"s{i}")] == [f"t{n}" for n in range(20)]
+
+
+_BATCH_WRITES = st.one_of(
+    st.builds(
+        lambda sid, turns: StoreWrite("append_turns", (sid, turns)),
+        store_contract._SESSION_IDS,
+        store_contract._TURNS,
+    ),
+    st.builds(lambda data: StoreWrite("save", (data,)), store_contract._SESSIONS),
+    st.builds(lambda sid: StoreWrite("delete", (sid,)), store_contract._SESSION_IDS),
+    st.builds(
+        lambda sid, patch: StoreWrite("patch_meta", (sid, patch)),
+        store_contract._SESSION_IDS,
+        store_contract._METADATA,
+    ),
+    st.builds(
+        lambda sid, status: StoreWrite("update_status", (sid, status)),
+        store_contract._SESSION_IDS,
+        st.sampled_from(["idle", "completed", "error"]),
+    ),
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
+@given(batches=st.lists(st.lists(_BATCH_WRITES, max_size=8), min_size=1, max_size=4))
+async def test_batches_over_http_match_the_memory_store(batches: list[list[StoreWrite]]) -> None:
+    """Any run of batches through ``POST /writes`` answers and stores what the memory
+    store's own ``apply_writes`` does, write by write."""
+    url = _SERVERS["memory"].url
+    await wipe(url)
+    reference = create_memory_store()
+    async with create_remote_store(url) as remote:
+        for writes in batches:
+            got = await remote.apply_writes(writes)
+            want = await reference.apply_writes(writes)
+            assert [_kind(r) for r in got] == [_kind(r) for r in want], writes
+        for sid in ("s0", "s1", "s2"):
+            stored, expected = await remote.load(sid), await reference.load(sid)
+            assert (stored is None) == (expected is None), sid
+            if stored is not None and expected is not None:
+                assert (stored.turns, stored.runs, stored.metadata, stored.status) == (
+                    expected.turns,
+                    expected.runs,
+                    expected.metadata,
+                    expected.status,
+                ), sid
+
+
+def _kind(result: outcome.Outcome[Any]) -> str:
+    return type(result.error).__name__ if isinstance(result, outcome.Error) else "ok"
