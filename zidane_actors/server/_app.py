@@ -102,7 +102,7 @@ from ..stores._remote import (
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
 from ._guard import Guard
-from ._limits import Admission, BodyBudget, ServerLimits, read_body
+from ._limits import Admission, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 from ._ui import ui_routes
@@ -898,4 +898,5 @@ def create_app(
         append_turns=_guarded(api.append_turns, api.budget),
         apply_writes=_guarded(api.apply_writes, api.budget),
     )
-    return Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
+    guarded = Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
+    return CloseUnread(app=guarded)
