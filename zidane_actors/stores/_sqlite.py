@@ -709,17 +709,14 @@ class SQLiteStore:
 
     # -- header reads ---------------------------------------------------------------
 
+    # The counts and the first user turn's seq are kept in the row by triggers
+    # (schema v4), so a listed session costs one body lookup at most.
     _META_SELECT: Final = (
         "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
-        " s.updated_at, s.run_owner, s.rev,"
-        " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id),"
-        " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id AND t.role = 'user'),"
-        " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
-        " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
-        " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
-        "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
-        "   ORDER BY t.seq LIMIT 1) END"
-        " FROM sessions s"
+        " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
+        " s.artifact_count, CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+        "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.seq = s.first_user_seq)"
+        " END FROM sessions s"
     )
 
     @staticmethod
