@@ -129,6 +129,7 @@ def _now() -> int:
 
 
 _TURN: Final = decoder(SessionTurn)
+_METADATA: Final = decoder(dict[str, Any])
 # The connection's page cache (KiB, negative): loads of long sessions re-read
 # their pages from it rather than through the OS (SQLite's default is 2 MiB).
 _CACHE_KIB: Final = 65_536
@@ -178,7 +179,11 @@ def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[S
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
     if raw == "{}":
         return {}
-    return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
+    try:  # the decoder held, not looked up: this runs for every row list_meta answers
+        metadata: dict[str, Any] = _METADATA.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
+    return metadata
 
 
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
