@@ -1238,6 +1238,37 @@ class StoreContract:
         assert row is not None
         assert row.artifact_count == 2
 
+    async def test_upsert_artifact_refuses_an_id_held_by_another_kind_and_uri(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        await full.save(make_session("s1"))
+        await full.save(make_session("s2"))
+        held = make_artifact("a1", kind="pull_request", uri="https://example.com/pr/1")
+        assert await full.upsert_artifact(held) == held
+        taker = make_artifact("a1", kind="branch", uri="git:repo#b")
+        with pytest.raises(ConflictError, match=r"'a1'.*'pull_request'"):
+            await full.upsert_artifact(taker)
+        # The same id in another session is another artifact.
+        other = make_artifact("a1", "s2", kind="branch", uri="git:repo#b")
+        assert await full.upsert_artifact(other) == other
+        full = await reopen()
+        assert await full.list_artifacts(ArtifactFilter(session_id="s1")) == [held]
+
+    async def test_upsert_artifact_id_conflict_at_the_cap_evicts_nothing(
+        self, store: SessionStore
+    ) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        await full.save(make_session("s1"))
+        # The oldest file would be evicted first: it is the one holding the id.
+        await full.upsert_artifact(make_artifact("f0", kind="file", created_at=1))
+        for i in range(ARTIFACTS_PER_SESSION_CAP - 1):
+            await full.upsert_artifact(make_artifact(f"c{i}", kind="commit", created_at=10 + i))
+        before = await full.list_artifacts()
+        with pytest.raises(ConflictError):
+            await full.upsert_artifact(make_artifact("f0", kind="commit", created_at=9_000))
+        assert await full.list_artifacts() == before
+
     async def test_artifact_cap_evicts_files_first(self, store: SessionStore) -> None:
         full = self.need(store, "upsert_artifact", "list_artifacts")
         await full.save(make_session("s1"))

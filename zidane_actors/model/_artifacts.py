@@ -8,7 +8,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from ..errors import ValidationError
+from ..errors import ConflictError, ValidationError
 from ._codec import encode
 from ._json import check_json
 from ._types import ArtifactFilter, SessionArtifact, SessionArtifactInput
@@ -21,6 +21,7 @@ __all__ = [
     "ARTIFACT_LABEL_MAX_CHARS",
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
+    "check_artifact_id_free",
     "filter_artifacts",
     "matches_artifact_filter",
     "merge_artifact",
@@ -138,6 +139,22 @@ def normalize_artifact(artifact: SessionArtifact) -> SessionArtifact:
     if label is artifact.label and meta is artifact.meta:
         return artifact
     return msgspec.structs.replace(artifact, label=label, meta=meta)
+
+
+def check_artifact_id_free(artifact: SessionArtifact, holder: SessionArtifact | None) -> None:
+    """Refuse an insert whose id another artifact of the session already holds.
+
+    An upsert that finds no row for its ``(kind, uri)`` inserts a new row;
+    ``holder`` is the session's artifact with the incoming id, if any. Taking
+    over its id would replace (and so delete) that other artifact, so every
+    store raises ``ConflictError`` instead, before evicting anything.
+    """
+    if holder is not None:
+        raise ConflictError(
+            f"artifact id {artifact.id!r} of session {artifact.session_id!r} is held by"
+            f" another artifact (kind {holder.kind!r}, uri {holder.uri!r}); an upsert of"
+            f" kind {artifact.kind!r}, uri {artifact.uri!r} cannot reuse it"
+        )
 
 
 def merge_artifact(existing: SessionArtifact, incoming: SessionArtifact) -> SessionArtifact:

@@ -45,6 +45,7 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_artifact_id_free,
     current_run_owner,
     decoder,
     demote_stale_running_status,
@@ -583,6 +584,7 @@ class MemoryStore:
         if existing is not None:
             stored = merge_artifact(existing, valid)
         else:
+            check_artifact_id_free(valid, rows.get(valid.id))
             for evicted in select_artifact_evictions(builtins.list(rows.values())):
                 del rows[evicted]
             stored = valid

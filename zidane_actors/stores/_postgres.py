@@ -61,6 +61,7 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_artifact_id_free,
     check_json,
     current_run_owner,
     decoder,
@@ -525,6 +526,12 @@ def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact
         )
         _touch(cur, stored.session_id)
         return stored
+    cur.execute(
+        "SELECT body, session_id, id FROM artifacts WHERE session_id = %s AND id = %s",
+        (artifact.session_id, artifact.id),
+    )
+    held = cur.fetchone()
+    check_artifact_id_free(artifact, None if held is None else _artifact_row(held))
     cur.execute("SELECT count(*) FROM artifacts WHERE session_id = %s", (artifact.session_id,))
     count = cur.fetchone()
     evict: list[str] = []

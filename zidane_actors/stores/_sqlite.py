@@ -56,6 +56,7 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    check_artifact_id_free,
     check_json,
     check_model,
     check_unique_turn_ids,
@@ -1002,6 +1003,13 @@ class SQLiteStore:
                 (encode(stored), sid, existing.id),
             )
         else:
+            held = conn.execute(
+                "SELECT body FROM artifacts WHERE session_id = ? AND id = ?", (sid, artifact.id)
+            ).fetchone()
+            if held is not None:
+                where = f"artifact {artifact.id!r}"
+                holder = _decode_row(held[0], SessionArtifact, "artifacts", sid, where)
+                check_artifact_id_free(artifact, holder)
             stored = artifact
             evict = select_artifact_evictions(self._artifacts(conn, sid))
             conn.executemany(
