@@ -3,12 +3,13 @@
 Each of ``--processes`` worker processes (default 4) runs ``open_session_host``
 with its default settings over its own connection to the shared store, and
 250 sessions of its own each append 3 realistic durable turns one after the
-other (all sessions at once). Setup (opening, creating sessions) is untimed;
-the workers start appending at one agreed wall-clock instant and the parent
-reports all the turns over the span from that instant to the last worker's
-end. SQLite: one WAL file (``durability="full"``); PostgreSQL: one schema at
-127.0.0.1:5432 (default ``synchronous_commit``). Rounds alternate the two and
-the ratio is the median. Target (issue 14): PostgreSQL >= 0.7x SQLite.
+other (all sessions at once). Setup (opening, creating sessions) is untimed:
+once every worker reports it ready, the parent sends them one wall-clock
+instant to start appending at, and reports all the turns over the span from
+that instant to the last worker's end. SQLite: one WAL file
+(``durability="full"``); PostgreSQL: one schema at 127.0.0.1:5432 (default
+``synchronous_commit``). Rounds alternate the two and the ratio is the median.
+Target (issue 14): PostgreSQL >= 0.7x SQLite.
 
 Run: ``.venv/bin/python benchmarks/bench_processes.py [--processes N] [--rounds N]``.
 """
@@ -51,7 +52,7 @@ async def opened(kind: str, where: str) -> AsyncIterator[SessionStore]:
             yield store
 
 
-async def worker(kind: str, where: str, index: int, start_at: float) -> dict[str, float]:
+async def worker(kind: str, where: str, index: int) -> dict[str, float]:
     turns = [[step_turn(s, i) for i in range(APPENDS)] for s in range(SESSIONS)]
     async with opened(kind, where) as store, open_session_host(store) as host:
         sessions = [await host.create_session(id=f"p{index}-s{s}") for s in range(SESSIONS)]
@@ -60,6 +61,8 @@ async def worker(kind: str, where: str, index: int, start_at: float) -> dict[str
             for turn in turns[s]:
                 await sessions[s].append_turns([turn])
 
+        print("ready", flush=True)
+        start_at = float(await trio.to_thread.run_sync(sys.stdin.readline))
         await trio.sleep(max(0.0, start_at - time.time()))
         begin = time.time()
         async with trio.open_nursery() as nursery:
@@ -71,26 +74,36 @@ async def worker(kind: str, where: str, index: int, start_at: float) -> dict[str
 
 
 def run_round(kind: str, where: str, processes: int) -> float:
-    """Turns/s of ``processes`` workers appending at once."""
-    start_at = time.time() + 4.0 + processes  # room for every worker's setup
+    """Turns/s of ``processes`` workers appending at once, once every one is set up."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--worker", kind, where, str(i), repr(start_at)],
+            [sys.executable, __file__, "--worker", kind, where, str(i)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            text=True,
             env=env,
         )
         for i in range(processes)
     ]
+    for proc in procs:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a {kind} worker failed during setup")
+    start_at = time.time() + 0.2
     reports: list[dict[str, Any]] = []
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at!r}\n")
+        proc.stdin.flush()
     for proc in procs:
         out, _ = proc.communicate(timeout=600)
         if proc.returncode:
             raise RuntimeError(f"a {kind} worker failed ({proc.returncode})")
         reports.append(json.loads(out))
     late = max(r["begin"] for r in reports) - start_at
-    if late > 0.5:
-        print(f"   (a {kind} worker started {late:.1f} s late: setup took longer than planned)")
+    if late > 0.1:
+        print(f"   (a {kind} worker started {late:.2f} s late)")
     span = max(r["end"] for r in reports) - start_at
     return processes * SESSIONS * APPENDS / span
 
@@ -134,8 +147,8 @@ def main(processes: int, rounds: int) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        kind, where, index, start_at = sys.argv[2:6]
-        report = trio.run(worker, kind, where, int(index), float(start_at))
+        kind, where, index = sys.argv[2:5]
+        report = trio.run(worker, kind, where, int(index))
         print(json.dumps(report))
     else:
         parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -799,3 +800,61 @@ async def test_provider_tool_arguments_json_cannot_keep_stay_raw() -> None:
             await memory.append_turns("s1", [turn(1, role="assistant", content=message.content)])
         (wire,) = to_openai(message)
         assert wire["tool_calls"][0]["function"]["arguments"] == arguments
+
+
+# -- unknown fields: refused, never dropped ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "where"),
+    [
+        (b'{"id":"t","role":"user","content":[],"createdAt":1,"extra":2}', "$"),
+        (
+            b'{"id":"t","role":"user","content":[{"type":"text","text":"x","y":1}],"createdAt":1}',
+            "$.content[0]",
+        ),
+        (
+            b'{"id":"t","role":"user","content":[],"createdAt":1,"usage":{"input":1,"z":0}}',
+            "$.usage",
+        ),
+    ],
+)
+def test_decode_refuses_an_unknown_field_at_its_path(doc: bytes, where: str) -> None:
+    """A field the model has no place for would be dropped on the next write: refused instead."""
+    with pytest.raises(ValidationError, match=rf"unknown field .*\(at {re.escape(where)}\)"):
+        decode(doc, SessionTurn)
+
+
+async def test_server_refuses_a_turn_with_an_unknown_field() -> None:
+    url = _SERVER[0].url
+    await _wipe(url)
+    async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
+        assert (await client.put("/sessions/s1", content=encode(session()))).status_code == 204
+        turn_json = encode(turn(1)).decode()
+        body = '{"turns":[' + turn_json[:-1] + ',"futureField":{"a":1}}]}'
+        answer = await client.post("/sessions/s1/turns", content=body)
+        assert answer.status_code == 422, answer.text
+        assert "futureField" in answer.text
+        assert (await client.get("/sessions/s1")).json()["turns"] == []
+
+
+async def test_stored_documents_with_unknown_fields_are_corrupt(tmp_path: Path) -> None:
+    """Read back, such a row could not be written again as it is: a located CorruptDataError."""
+    path = tmp_path / "s.db"
+    async with open_sqlite_store(path) as store:
+        await store.save(session(turns=(turn(0),)))
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE turns SET body = CAST(substr(CAST(body AS TEXT), 1, length(body) - 1)"
+            " || ',\"futureField\":1}' AS BLOB)"
+        )
+    async with open_sqlite_store(path) as store:
+        with pytest.raises(CorruptDataError, match="futureField"):
+            await store.load("s1")
+    adapter = PlainAdapter()
+    file_store = create_file_map_store(adapter)
+    await file_store.save(session(turns=(turn(0), turn(1))))
+    first, second = adapter.files["turns.jsonl"].splitlines()
+    adapter.files["turns.jsonl"] = f'{first[:-1]},"futureField":1}}\n{second}\n'
+    with pytest.raises(CorruptDataError, match="futureField"):
+        await file_store.load("s1")

@@ -18,6 +18,7 @@ from psycopg import sql
 from store_contract import StoreContract, StoreOpener
 
 from zidane_actors.errors import (
+    ConflictError,
     CorruptDataError,
     InvalidNameError,
     SessionNotFoundError,
@@ -202,6 +203,40 @@ async def test_save_refuses_duplicate_turn_ids(store: PostgresStore) -> None:
     ):
         await store.save(session("s", turns=(turn(1), turn(1))))
     assert await store.load("s") is None
+
+
+async def test_save_keeps_the_stored_turns_it_repeats(schema: str, store: PostgresStore) -> None:
+    """A save rewrites turns only from the first one that differs (by id, role or text)."""
+
+    def rows() -> list[tuple[Any, ...]]:
+        return admin(schema, "SELECT seq, id, xmin::text FROM turns ORDER BY seq")
+
+    turns = tuple(turn(i, "user" if i % 2 else "assistant") for i in range(6))
+    await store.save(session("s", turns=turns))
+    first = rows()
+    await store.save(session("s", turns=turns, metadata={"title": "header only"}))
+    assert rows() == first
+    await store.save(session("s", turns=(*turns, turn(6))))
+    assert rows()[:6] == first
+    changed = (*turns[:3], turn(3, text="edited"), *turns[4:])
+    await store.save(session("s", turns=changed))
+    assert rows()[:3] == first[:3]
+    assert [r[2] for r in rows()[3:]] != [r[2] for r in first[3:]]
+    loaded = await store.load("s")
+    assert loaded is not None
+    assert loaded.turns == changed
+    for kept in (turns[:2], turns[3:], ()):
+        await store.save(session("s", turns=kept))
+        loaded = await store.load("s")
+        assert loaded is not None
+        assert loaded.turns == kept
+        meta = await store.get_meta("s")
+        assert meta is not None
+        users = sum(1 for t in kept if t.role == "user")
+        assert (meta.turn_count, meta.user_message_count) == (len(kept), users)
+        assert admin(schema, "SELECT count(*), coalesce(max(seq) + 1, 0) FROM turns") == [
+            (len(kept), len(kept))
+        ]
 
 
 async def test_append_with_run_is_one_write(store: PostgresStore) -> None:
@@ -421,13 +456,126 @@ async def test_batch_with_failure_reruns_with_savepoints(store: PostgresStore) -
     mixed = await store.apply_writes(
         [
             StoreWrite("append_turns", ("a", [turn(2)])),
-            StoreWrite("append_turns", ("nope", [turn(2)])),
+            StoreWrite("append_turns", ("a", [turn(1, text="other")])),
             StoreWrite("append_turns", ("a", [turn(3)])),
         ]
     )
     assert [type(r) for r in mixed] == [outcome.Value, outcome.Error, outcome.Value]
+    assert isinstance(mixed[1].error, ConflictError)
     assert store.statistics().batch_fallbacks == 1
     assert [t.id for t in await store.get_turns("a")] == ["t1", "t2", "t3"]
+
+
+def appends(*writes: tuple[str, list[SessionTurn]]) -> list[StoreWrite]:
+    return [StoreWrite("append_turns", (sid, turns)) for sid, turns in writes]
+
+
+async def test_batched_appends_keep_each_sessions_order(store: PostgresStore) -> None:
+    """Many sessions, each appearing several times in one batch: one statement, in order."""
+    sids = [f"s{i}" for i in range(300)]
+    await store.apply_writes([StoreWrite("save", (session(sid),)) for sid in sids])
+    batch = appends(
+        *[(sid, [turn(3 * k), turn(3 * k + 1, "assistant")]) for k in range(2) for sid in sids],
+        *[(sid, [turn(7)]) for sid in sids[::2]],
+    )
+    results = await store.apply_writes(batch)
+    assert all(isinstance(r, outcome.Value) for r in results)
+    assert store.statistics().batch_fallbacks == 0
+    for sid in (sids[0], sids[1], sids[-1]):
+        expected = ["t0", "t1", "t3", "t4"] + (["t7"] if int(sid[1:]) % 2 == 0 else [])
+        assert [t.id for t in await store.get_turns(sid)] == expected
+        meta = await store.get_meta(sid)
+        assert meta is not None
+        assert (meta.turn_count, meta.user_message_count) == (len(expected), len(expected) - 2)
+    assert admin(
+        store.statistics().schema,
+        "SELECT count(*) FROM (SELECT session_id FROM turns GROUP BY session_id"
+        " HAVING max(seq) + 1 <> count(*)) gaps",
+    ) == [(0,)]
+
+
+async def test_batched_appends_skip_retries_and_fail_unknown_sessions_alone(
+    store: PostgresStore,
+) -> None:
+    await store.save(session("a", turns=(turn(1),)))
+    await store.save(session("b"))
+    rev = (await store.get_meta("b")).rev  # type: ignore[union-attr]
+    results = await store.apply_writes(
+        appends(
+            ("a", [turn(1), turn(2)]),  # a retry of t1 with a fresh t2
+            ("ghost", [turn(1)]),
+            ("a", [turn(2)]),  # t2 again within the batch: a second run, a no-op
+            ("b", [turn(1)]),
+            ("ghost", []),
+            ("b", []),
+        )
+    )
+    assert [type(getattr(r, "error", None)) for r in results] == [
+        type(None),
+        SessionNotFoundError,
+        type(None),
+        type(None),
+        SessionNotFoundError,
+        type(None),
+    ]
+    assert store.statistics().batch_fallbacks == 0
+    assert [t.id for t in await store.get_turns("a")] == ["t1", "t2"]
+    assert await store.get_turns("b") == [turn(1)]
+    assert await store.load("ghost") is None
+    meta = await store.get_meta("b")
+    assert meta is not None
+    assert meta.rev is not None and rev is not None and meta.rev > rev
+    again = await store.apply_writes(appends(("a", [turn(1)]), ("b", [turn(1)])))
+    assert all(isinstance(r, outcome.Value) for r in again)
+    assert (await store.get_meta("b")).rev == meta.rev  # type: ignore[union-attr]
+    assert store.statistics().batch_fallbacks == 0
+
+
+async def test_batched_append_conflict_fails_alone(store: PostgresStore) -> None:
+    await store.save(session("a", turns=(turn(1),)))
+    await store.save(session("b"))
+    results = await store.apply_writes(
+        appends(
+            ("b", [turn(5)]),
+            ("a", [turn(2)]),
+            ("a", [turn(3), turn(1, text="other")]),  # conflicts: none of it is written
+            ("ghost", [turn(1)]),
+            ("a", [turn(4)]),
+            ("b", [turn(5, text="other")]),  # conflicts with the batch's own t5
+        )
+    )
+    assert [type(getattr(r, "error", None)) for r in results] == [
+        type(None),
+        type(None),
+        ConflictError,
+        SessionNotFoundError,
+        type(None),
+        ConflictError,
+    ]
+    assert store.statistics().batch_fallbacks == 1
+    assert [t.id for t in await store.get_turns("a")] == ["t1", "t2", "t4"]
+    assert await store.get_turns("b") == [turn(5)]
+
+
+async def test_batched_retry_of_a_turn_stored_in_other_key_order(store: PostgresStore) -> None:
+    """Stored text differing from the retry's (object key order) is the same turn: the
+    savepoint rerun compares the documents and skips it."""
+    stored = msgspec.structs.replace(turn(1), metadata={"a": 1, "b": 2})
+    await store.save(session("a", turns=(stored,)))
+    schema = store.statistics().schema
+    [(body,)] = admin(schema, "SELECT body FROM turns WHERE id = 't1'")
+    document = msgspec.json.decode(body)
+    document["metadata"] = {"b": 2, "a": 1}
+    admin(
+        schema,
+        "UPDATE turns SET body = %s WHERE id = 't1'",
+        (msgspec.json.encode(document).decode(),),
+    )
+    retry = msgspec.structs.replace(turn(1), metadata={"a": 1, "b": 2})
+    results = await store.apply_writes(appends(("a", [retry, turn(2)])))
+    assert all(isinstance(r, outcome.Value) for r in results)
+    assert store.statistics().batch_fallbacks == 1
+    assert [t.id for t in await store.get_turns("a")] == ["t1", "t2"]
 
 
 async def test_calls_waiting_for_a_connection_fail_once_closed(schema: str) -> None:
@@ -460,7 +608,8 @@ _SIDS = st.sampled_from(["s0", "s1", "s2"])
 
 @st.composite
 def batches(draw: st.DrawFn) -> list[StoreWrite]:
-    """A batch of writes to three sessions, some failing (unknown session, bad id, bad method)."""
+    """A batch of writes to three sessions, some failing (unknown session, bad id, bad method,
+    turn id conflicts)."""
     writes: list[StoreWrite] = []
     next_turn = iter(range(10_000))
     for _ in range(draw(st.integers(1, 12))):
@@ -470,9 +619,14 @@ def batches(draw: st.DrawFn) -> list[StoreWrite]:
             turns = tuple(turn(next(next_turn)) for _ in range(draw(st.integers(0, 2))))
             writes.append(StoreWrite("save", (session(sid, turns=turns),)))
         elif kind == "append":
+            # Fresh ids, and ids from a small pool: retries, conflicts, repeats in one write.
             turns = tuple(
-                turn(next(next_turn), draw(st.sampled_from(["user", "assistant"])))
-                for _ in range(draw(st.integers(1, 3)))
+                turn(
+                    draw(st.one_of(st.integers(0, 3), st.just(next(next_turn) + 100))),
+                    draw(st.sampled_from(["user", "assistant"])),
+                    draw(st.sampled_from([None, "other"])),
+                )
+                for _ in range(draw(st.integers(0, 3)))
             )
             writes.append(StoreWrite("append_turns", (sid, turns)))
         elif kind == "patch":
@@ -507,7 +661,7 @@ def comparable(data: SessionData | None) -> SessionData | None:
     return None if data is None else msgspec.structs.replace(data, updated_at=0)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches())
 async def test_apply_writes_matches_the_memory_store(batch: list[StoreWrite]) -> None:
     await trio.to_thread.run_sync(empty_schema, CONTRACT_SCHEMA)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
+import anthropic.types
 import pytest
 from anthropic.types import MessageParam
 from hypothesis import HealthCheck, given, settings
@@ -471,6 +472,69 @@ RESPONSES_DOCUMENTED: list[list[dict[str, Any]]] = [
         },
     ],
 ]
+
+
+# Every key of a response ``Message`` but role and content: what the API adds around a message.
+_ENVELOPE_KEYS = sorted(set(anthropic.types.Message.model_fields) - {"role", "content"})
+_envelope_value = (
+    st.none()
+    | st.text(max_size=8)
+    | st.integers(0, 10**6)
+    | st.dictionaries(
+        st.sampled_from(["input_tokens", "output_tokens", "service_tier"]), st.integers(0, 10**6)
+    )
+)
+
+
+@SETTINGS
+@given(
+    anthropic_message,
+    st.dictionaries(st.sampled_from(_ENVELOPE_KEYS), _envelope_value, min_size=1),
+)
+def test_anthropic_response_envelope_is_kept_and_never_sent(
+    m: dict[str, Any], envelope: dict[str, Any]
+) -> None:
+    """A response ``Message`` stored as a message: its request part comes back exactly, the
+    envelope (id, model, usage…) stays in providerData and is never written to a request."""
+    message = stored(from_anthropic({**envelope, **m}))
+    assert to_anthropic(message) == m  # exactly the MessageParam: nothing of the envelope
+    assert message.provider_data is not None
+    assert message.provider_data["response"] == envelope
+
+
+def test_documented_anthropic_response_is_a_valid_request_message() -> None:
+    response = {
+        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "text", "text": "Let me search.", "citations": None},
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_01",
+                "name": "web_search",
+                "input": {"query": "weather"},
+            },
+        ],
+        "stop_reason": "pause_turn",
+        "stop_sequence": None,
+        "container": None,
+        "usage": {
+            "input_tokens": 12,
+            "output_tokens": 6,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "server_tool_use": {"web_search_requests": 1},
+            "service_tier": "standard",
+        },
+    }
+    message = stored(from_anthropic(response))
+    out = to_anthropic(message)
+    assert out == {"role": "assistant", "content": response["content"]}
+    check_anthropic(out)
+    assert message.provider_data is not None
+    assert message.provider_data["response"]["usage"] == response["usage"]
 
 
 @pytest.mark.parametrize("m", ANTHROPIC_DOCUMENTED)

@@ -76,7 +76,9 @@ ThinkingLevel: TypeAlias = Literal[
 ]
 
 
-class _Value(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+class _Value(
+    msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True
+):
     """Base of every persisted value type."""
 
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 import trio
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import ValidationError
@@ -124,8 +124,15 @@ async def read_body(request: Request, limits: ServerLimits, budget: BodyBudget) 
         budget.reserve(reserved)
         request.state.body_bytes = reserved
     body = bytearray()
+    receive = request.receive
     with trio.move_on_after(limits.body_timeout_s) as deadline:
-        async for chunk in request.stream():
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect
+                raise ClientDisconnect
+            chunk: bytes = message.get("body", b"")
+            more = message.get("more_body", False)
             if len(body) + len(chunk) > limits.max_body_bytes:
                 raise too_large
             extra = len(body) + len(chunk) - reserved

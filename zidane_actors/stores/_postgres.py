@@ -12,6 +12,7 @@ conditional statements inside one transaction each.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -178,23 +179,24 @@ def _metadata(text: str, session_id: str) -> dict[str, Any]:
     return value
 
 
-def _insert_turns(cur: _Cursor, session_id: str, start: int, turns: Sequence[SessionTurn]) -> int:
-    """Insert ``turns`` at seq ``start``…; answer how many are user turns."""
+def _insert_turns(
+    cur: _Cursor, session_id: str, start: int, turns: Sequence[SessionTurn], bodies: Sequence[str]
+) -> None:
+    """Insert ``turns`` (encoded as ``bodies``) at seq ``start``…."""
     if not turns:
-        return 0
+        return
     cur.execute(
         "INSERT INTO turns (session_id, seq, id, role, body)"
-        " SELECT %s, s, i, r, b FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])"
+        " SELECT %s, s, i, r, b FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[])"
         " AS u(s, i, r, b)",
         (
             session_id,
             list(range(start, start + len(turns))),
             [t.id for t in turns],
             [t.role for t in turns],
-            [_json(t, f"turn {t.id!r}") for t in turns],
+            bodies,
         ),
     )
-    return sum(1 for t in turns if t.role == "user")
 
 
 def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
@@ -204,7 +206,7 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
     cur.execute(
         "INSERT INTO runs (session_id, id, seq, body)"
         " SELECT %s, i, (SELECT coalesce(max(seq), -1) FROM runs WHERE session_id = %s) + o, b"
-        " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(i, b, o)"
+        " FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS u(i, b, o)"
         " ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body",
         (
             session_id,
@@ -215,13 +217,52 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
     )
 
 
+_KEEP_PREFIX_SQL: Final = """
+WITH new AS (
+    SELECT u.o - 1 AS seq, u.i, u.r, u.h
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(hashes)b::bytea[])
+        WITH ORDINALITY AS u(i, r, h, o)
+), kept AS (
+    SELECT coalesce(min(n.seq), %(count)s) AS n
+    FROM new n LEFT JOIN turns t ON t.session_id = %(sid)s AND t.seq = n.seq
+    WHERE t.seq IS NULL OR t.id <> n.i OR t.role <> n.r
+        OR sha256(convert_to(t.body, 'UTF8')) <> n.h
+), gone AS (
+    DELETE FROM turns WHERE session_id = %(sid)s AND seq >= (SELECT n FROM kept)
+)
+SELECT n FROM kept
+"""
+"""Delete the stored turns from the first one the new list does not repeat; answer its seq.
+
+Stored rows are compared by id, role and the SHA-256 of their text, so only
+digests travel, and a row is kept only when its text is exactly the new one.
+"""
+
+
 def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
-    """Replace every turn (ids already checked unique by ``check_ids``)."""
-    cur.execute("DELETE FROM turns WHERE session_id = %s", (session_id,))
-    users = _insert_turns(cur, session_id, 0, turns)
+    """Replace every turn (ids already checked unique by ``check_ids``).
+
+    The stored prefix the new list repeats stays as it is: a save that only
+    changes the header, or adds turns, writes no stored turn again.
+    """
+    bodies = [_json(t, f"turn {t.id!r}") for t in turns]
+    cur.execute(
+        _KEEP_PREFIX_SQL,
+        {
+            "sid": session_id,
+            "ids": [t.id for t in turns],
+            "roles": [t.role for t in turns],
+            "hashes": [hashlib.sha256(b.encode()).digest() for b in bodies],
+            "count": len(turns),
+        },
+    )
+    row = cur.fetchone()
+    assert row is not None
+    kept = int(row[0])
+    _insert_turns(cur, session_id, kept, turns[kept:], bodies[kept:])
     cur.execute(
         "UPDATE sessions SET turn_count = %s, user_turn_count = %s WHERE id = %s",
-        (len(turns), users, session_id),
+        (len(turns), sum(1 for t in turns if t.role == "user"), session_id),
     )
 
 
@@ -282,7 +323,7 @@ def _save_meta(cur: _Cursor, data: SessionData, options: SaveMetaOptions | None 
 _FRESH_TURNS: Final = """
 fresh AS (
     SELECT u.i, u.r, u.b, row_number() OVER (ORDER BY u.o) - 1 AS n
-    FROM unnest(%(ids)s::text[], %(roles)s::text[], %(bodies)s::text[])
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
         WITH ORDINALITY AS u(i, r, b, o)
 )"""
 _COUNT_ADDED: Final = """
@@ -316,7 +357,7 @@ _APPEND_ONE_SQL: Final = (
     + _COUNT_ADDED
     + " RETURNING 1"
 )
-"""The append as one statement (for pipelined batches and single appends).
+"""A single append (outside a batch) as one statement.
 
 A turn id already stored (a retried append, or a conflicting one) fails
 the unique constraint on ``(session_id, id)``, and the append then reruns on
@@ -394,40 +435,151 @@ def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> 
         raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
 
 
+_LOCK_SESSIONS_SQL: Final = (
+    'SELECT id FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id COLLATE "C" FOR UPDATE'
+)
+"""Lock the session rows of a run of appends, in one order for every host."""
+
+_APPEND_BATCH_SQL: Final = """
+WITH input AS (
+    SELECT u.sid, u.i, u.r, u.b, u.o
+    FROM unnest(%(sids)b::text[], %(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
+        WITH ORDINALITY AS u(sid, i, r, b, o)
+), stored AS (
+    SELECT u.o, t.body = u.b AS same
+    FROM input u JOIN turns t ON t.session_id = u.sid AND t.id = u.i
+), fresh AS (
+    SELECT u.sid, u.i, u.r, u.b,
+        s.turn_count + row_number() OVER (PARTITION BY u.sid COLLATE "C" ORDER BY u.o) - 1 AS seq
+    FROM input u JOIN sessions s ON s.id = u.sid
+    WHERE NOT EXISTS (SELECT FROM stored WHERE stored.o = u.o)
+), added AS (
+    INSERT INTO turns (session_id, seq, id, role, body)
+    SELECT sid, seq, i, r, b FROM fresh
+    RETURNING session_id, role
+), counted AS (
+    SELECT session_id, count(*) AS n, count(*) FILTER (WHERE role = 'user') AS users
+    FROM added GROUP BY session_id
+), bumped AS (
+    UPDATE sessions s SET turn_count = s.turn_count + c.n,
+        user_turn_count = s.user_turn_count + c.users, updated_at = %(now)s, rev = nextval('revs')
+    FROM counted c WHERE s.id = c.session_id
+)
+SELECT count(*) FROM stored WHERE NOT same
+"""
+"""A run of appends (sessions locked, no session id + turn id twice) as one statement.
+
+Rows come in write order, each session's turns numbered on from its
+``turn_count``; a turn id stored with the same text is skipped (a retry),
+sessions gaining turns get their counters and ``rev`` bumped once. It answers
+how many ids are stored with other text: the caller then reruns the batch on
+the savepoint path, whose :func:`fresh_turns` compares the documents.
+"""
+
+
+@attrs.frozen
+class _Append:
+    """A batch's plain append (no run): its place, session and checked, distinct turns."""
+
+    index: int
+    session_id: str
+    turns: Sequence[SessionTurn]
+
+
+def _plain_append(
+    index: int,
+    session_id: str,
+    turns: Sequence[SessionTurn],
+    options: AppendTurnsOptions | None = None,
+) -> _Append | None:
+    """The append at ``index`` of a batch, checked; ``None`` when it also writes a run."""
+    valid, run = _checked_append(session_id, turns, options)
+    return None if run is not None else _Append(index, session_id, valid)
+
+
+def _append_run(
+    cur: _Cursor, run: Sequence[_Append], results: builtins.list[outcome.Outcome[Any] | None]
+) -> None:
+    """Apply ``run`` with :data:`_LOCK_SESSIONS_SQL` then :data:`_APPEND_BATCH_SQL`.
+
+    The insert's snapshot is taken once the rows are locked, so it sees every
+    turn committed to those sessions. Appends to unknown sessions fail alone.
+    """
+    cur.execute(_LOCK_SESSIONS_SQL, (sorted({a.session_id for a in run}),))
+    found = {row[0] for row in cur.fetchall()}
+    sids: builtins.list[str] = []
+    ids: builtins.list[str] = []
+    roles: builtins.list[str] = []
+    bodies: builtins.list[str] = []
+    for append in run:
+        if append.session_id not in found:
+            results[append.index] = outcome.Error(
+                SessionNotFoundError(
+                    f"cannot append turns to unknown session {append.session_id!r}"
+                )
+            )
+            continue
+        results[append.index] = outcome.Value(None)
+        for turn in append.turns:
+            sids.append(append.session_id)
+            ids.append(turn.id)
+            roles.append(turn.role)
+            bodies.append(_json(turn, f"turn {turn.id!r}"))
+    if not ids:
+        return
+    cur.execute(
+        _APPEND_BATCH_SQL,
+        {"sids": sids, "ids": ids, "roles": roles, "bodies": bodies, "now": now_ms()},
+    )
+    conflicts = cur.fetchone()
+    if conflicts is None or conflicts[0]:
+        raise _SlowPath
+
+
 def _pipelined_writes(
     conn: _Connection, writes: Sequence[StoreWrite]
 ) -> builtins.list[outcome.Outcome[Any]]:
-    """Every write of a batch, appends sent without waiting for their answers.
+    """Every write of a batch, in order; runs of plain appends as one statement each.
 
-    Any failure raises :class:`_SlowPath` (the caller rolls back and reruns
-    the batch with savepoints), so every outcome here is a value.
+    Other writes are pipelined (sent without waiting for answers they do not
+    read). A run ends before a write that is no plain append or that repeats
+    a session's turn id within the run. Any failure raises :class:`_SlowPath`
+    (the caller rolls back and reruns the batch with savepoints), so every
+    outcome here is a value or an append's :class:`SessionNotFoundError`.
     """
-    results: builtins.list[outcome.Outcome[Any]] = []
-    appended: builtins.list[tuple[str, _Cursor]] = []
+    results: builtins.list[outcome.Outcome[Any] | None] = []
+    run: builtins.list[_Append] = []
+    keys: set[tuple[str, str]] = set()
     try:
         with conn.pipeline(), conn.cursor() as cur:
-            for write in writes:
+            for index, write in enumerate(writes):
                 fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
                 if fn is None:
                     raise _SlowPath
+                append = None
                 if write.method == "append_turns":
-                    unique, run = _checked_append(*write.args, **write.kwargs)
-                    if unique and run is None:
-                        own = conn.cursor()
-                        own.execute(_APPEND_ONE_SQL, _append_params(write.args[0], unique))
-                        appended.append((write.args[0], own))
-                        results.append(outcome.Value(None))
-                        continue
-                results.append(outcome.Value(fn(cur, *write.args, **write.kwargs)))
-        for _, own in appended:
-            if own.fetchone() is None:
-                raise _SlowPath
-            own.close()
+                    append = _plain_append(index, *write.args, **write.kwargs)
+                if run and (
+                    append is None or any((append.session_id, t.id) in keys for t in append.turns)
+                ):
+                    _append_run(cur, run, results)
+                    run.clear()
+                    keys.clear()
+                if append is not None:
+                    run.append(append)
+                    keys.update((append.session_id, t.id) for t in append.turns)
+                    results.append(None)
+                else:
+                    results.append(outcome.Value(fn(cur, *write.args, **write.kwargs)))
+            if run:
+                _append_run(cur, run, results)
     except (psycopg.OperationalError, psycopg.InterfaceError):
         raise
     except Exception:
         raise _SlowPath from None
-    return results
+    done = [r for r in results if r is not None]
+    assert len(done) == len(writes)
+    return done
 
 
 def _update_run(
@@ -1046,9 +1198,11 @@ class PostgresStore:
     ) -> builtins.list[outcome.Outcome[Any]]:
         """Apply ``writes`` in one transaction, in order; a failing write fails alone.
 
-        The batch first runs pipelined without savepoints (appends cost no
-        round trip of their own); if any write fails, that attempt is rolled
-        back and the batch reruns with each write in its own savepoint.
+        The batch first runs without savepoints, each run of plain appends as
+        one statement (retries skipped, appends to unknown sessions failing
+        alone) and other writes pipelined; if any other write fails, or a turn
+        id is stored with other text, that attempt is rolled back and the batch
+        reruns with each write in its own savepoint.
         """
 
         def fast(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:

@@ -1,7 +1,8 @@
 """The SQLite session store: the embedded default, safe for many processes on one file.
 
-Every operation runs on one ``sqlite3`` connection in a worker thread
-(``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``), inside one
+Every operation runs on one ``sqlite3`` connection owned by one worker
+thread for the store's whole life (``_thread.WorkerThread``: FIFO, a caller
+cancelled before its job is taken withdraws it), inside one
 transaction: ``BEGIN IMMEDIATE`` for writes (so two processes never both
 read-then-write), a deferred ``BEGIN`` for reads (a consistent WAL
 snapshot). ``SQLITE_BUSY`` waits ``busy_timeout_ms`` inside SQLite, then is
@@ -86,6 +87,7 @@ from ._protocol import (
     TurnsMutation,
 )
 from ._sqlite_schema import migrate
+from ._thread import WorkerThread, start_worker_thread
 from ._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -275,10 +277,11 @@ class SQLiteStore:
     :meth:`apply_writes` (group commit) and :meth:`statistics`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], conn: _Conn, *, busy_retries: int) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], worker: WorkerThread[_Conn], *, busy_retries: int
+    ) -> None:
         self._path = os.fspath(path)
-        self._conn: _Conn | None = conn
-        self._limiter = trio.CapacityLimiter(1)
+        self._worker = worker
         self._busy_retries = busy_retries
         self._transactions = 0
         self._busy_retry_count = 0
@@ -294,15 +297,13 @@ class SQLiteStore:
             path=self._path,
             transactions=self._transactions,
             busy_retries=self._busy_retry_count,
-            tasks_waiting=self._limiter.statistics().tasks_waiting,
+            tasks_waiting=self._worker.jobs_waiting,
         )
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _in_transaction(self, fn: Callable[[_Conn], T], write: bool) -> T:
-        conn = self._conn
-        if conn is None:
-            raise StoreClosedError(f"SQLite store {self._path} is closed")
+    def _in_transaction(self, fn: Callable[[_Conn], T], write: bool, conn: _Conn) -> T:
+        """``fn(conn)`` in one transaction; runs in the connection's thread."""
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
@@ -329,13 +330,10 @@ class SQLiteStore:
 
     async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
         delay = 0.01
+        job = functools.partial(self._in_transaction, fn, write)
         for attempt in range(self._busy_retries + 1):
-            if self._conn is None:
-                raise StoreClosedError(f"SQLite store {self._path} is closed")
             try:
-                return await trio.to_thread.run_sync(
-                    self._in_transaction, fn, write, limiter=self._limiter
-                )
+                return await self._worker.run(job)
             except _Busy as exc:
                 if attempt == self._busy_retries:
                     raise StoreUnavailableError(
@@ -354,12 +352,12 @@ class SQLiteStore:
         return await self._run(fn, write=True)
 
     async def aclose(self) -> None:
-        """Close the connection; later calls raise ``StoreClosedError``. Idempotent."""
-        conn = self._conn
-        if conn is None:
-            return
-        self._conn = None
-        await trio.to_thread.run_sync(conn.close, limiter=self._limiter)
+        """Close the connection; later calls raise ``StoreClosedError``. Idempotent.
+
+        Calls still queued for the connection fail with ``StoreClosedError``
+        (nothing of them applied); the one in hand finishes first.
+        """
+        await self._worker.aclose()
 
     # -- shared row helpers (run inside a transaction) -----------------------------
 
@@ -1381,7 +1379,6 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
             path,
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,
-            check_same_thread=False,
         )
     except sqlite3.Error as exc:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
@@ -1428,8 +1425,13 @@ async def open_sqlite_store(
     if busy_timeout_ms < 0 or busy_retries < 0:
         raise ValidationError("busy_timeout_ms and busy_retries must be >= 0")
     fspath = os.fspath(path)
-    conn = await trio.to_thread.run_sync(_connect, fspath, durability, busy_timeout_ms)
-    store = SQLiteStore(fspath, conn, busy_retries=busy_retries)
+    worker = await start_worker_thread(
+        f"sqlite {fspath}",
+        functools.partial(_connect, fspath, durability, busy_timeout_ms),
+        _Conn.close,
+        lambda: StoreClosedError(f"SQLite store {fspath} is closed"),
+    )
+    store = SQLiteStore(fspath, worker, busy_retries=busy_retries)
     try:
         yield store
     finally:

@@ -207,6 +207,10 @@ def _block_from(value: object, role: str, path: str) -> SessionContentBlock:
     return _safe_with_data(neutral, block, role, path)  # type: ignore[no-any-return]
 
 
+_MESSAGE_PARAM_KEYS = frozenset({"role", "content"})
+"""The keys of a ``MessageParam``; the API refuses any other key in a request message."""
+
+
 def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
     """Convert an Anthropic message (``user``, ``assistant`` or ``system``) to a neutral message.
 
@@ -215,7 +219,10 @@ def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
     ``cache_control``, ``citations``, ``title``/``context``, in
     ``providerData``); server-tool blocks, search results, file-id sources
     and any other block become :class:`~zidane_actors.model.NativeBlock`.
-    ``to_anthropic`` gives the same JSON back.
+    ``to_anthropic`` gives the same JSON back. A response ``Message``'s
+    envelope (``id``, ``model``, ``usage``, ``stop_reason``…: every key but
+    ``role`` and ``content``) is kept under ``providerData["response"]`` and
+    left out of what ``to_anthropic`` writes, which the API would refuse.
     """
     return _from_anthropic(msg, entry=True)
 
@@ -237,9 +244,13 @@ def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
         data["form"] = "string"
     if role == "system" and entry:
         data["entry"] = True  # a system entry of the messages list: it stays there
+    envelope = {k: v for k, v in m.items() if k not in _MESSAGE_PARAM_KEYS}
+    if envelope:  # a response (``Message``) passed as a message: kept, never sent back
+        data["response"] = copy_json_object(envelope, "$")
     message = SessionMessage(role=role, content=blocks, provider_data=dict(data))
     canonical = _to_anthropic(message, CANONICAL)
-    diff_into(data, canonical, m, children=("content",))
+    request = {k: v for k, v in m.items() if k in _MESSAGE_PARAM_KEYS}
+    diff_into(data, canonical, request, children=("content",))
     message = msgspec.structs.replace(message, provider_data=data if len(data) > 1 else None)
     return message
 
