@@ -12,7 +12,14 @@ remote stores (httpx) in this process.
    its own SQLite file in this process, the same sessions and turns).
    Target >= 50% of the embedded items/s (group commit through the
    server's store actor). For scale, the same clients' rate of the
-   cheapest request (``GET /capabilities``): what HTTP itself costs here.
+   cheapest request (``GET /capabilities``), and the CPU each side spends
+   per request (server: its process; client: this one) next to the floor
+   of the HTTP stack itself: a bare ASGI app on hypercorn answering 204
+   to the same 50 bare httpx clients posting the same bodies.
+3. The same 50 sessions in one session host over ONE remote store: the
+   host's store actor batches the sessions' writes and sends each batch
+   as one ``POST /writes`` (one transaction on the server), against the
+   embedded host.
 
 Run: ``python benchmarks/bench_rest.py [--history N] [--samples N] [--clients N] [--appends N]``
 (about a minute).
@@ -21,21 +28,31 @@ Run: ``python benchmarks/bench_rest.py [--history N] [--samples N] [--clients N]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
+import httpx
+import msgspec
 import trio
 
 from zidane_actors.actors import open_session_host
 from zidane_actors.model import SessionData, SessionTurn, TextBlock
 from zidane_actors.stores import create_remote_store, open_sqlite_store
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
 
 LATENCY_TARGET = 1.2
 THROUGHPUT_TARGET = 0.5
@@ -52,14 +69,15 @@ def turn(session_id: str, n: int) -> SessionTurn:
 
 
 class Server:
-    """``zidane-actors serve`` on a free loopback port."""
+    """``zidane-actors serve`` on a free loopback port (or, with ``bare``, the bare app)."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path | None, *, bare: bool = False) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZIDANE_ACTORS_")}
         argv = [sys.executable, "-m", "zidane_actors.cli", "serve", "--store", f"sqlite:{db}"]
-        self.proc = subprocess.Popen(
-            [*argv, "--port", "0"], stdout=subprocess.PIPE, text=True, env=env
-        )
+        argv += ["--port", "0"]
+        if bare:
+            argv = [sys.executable, __file__, "--bare-server"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
         line = self.proc.stdout.readline() if ready else ""
@@ -68,9 +86,94 @@ class Server:
             raise RuntimeError(f"server did not start: {line!r}")
         self.url = line.removeprefix("listening on ").strip()
 
+    def cpu(self) -> float:
+        """CPU seconds (user + system) the server process has used."""
+        with open(f"/proc/{self.proc.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(20)
+
+
+async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The floor of the HTTP stack: read the whole body, answer 204."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            await send({"type": message["type"] + ".complete"})
+            if message["type"] == "lifespan.shutdown":
+                return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def serve_bare() -> None:
+    """Serve :func:`bare_app` on hypercorn's trio worker, as the real server is configured."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+    from hypercorn.typing import Framework
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+
+    async def run(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        await serve(cast("Framework", bare_app), config, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        urls: list[str] = await nursery.start(run)
+        print(f"listening on {urls[0]}", flush=True)
+
+
+@dataclass
+class Cpu:
+    """Requests per second and CPU microseconds per request on each side."""
+
+    rate: float
+    server_us: float
+    client_us: float
+
+
+async def measured(server: Server, requests: int, run: Awaitable[float]) -> Cpu:
+    """``run``'s rate, with the CPU both processes spent on it per request."""
+    server_cpu, client_cpu = server.cpu(), time.process_time()
+    rate = await run
+    return Cpu(
+        rate,
+        (server.cpu() - server_cpu) / requests * 1e6,
+        (time.process_time() - client_cpu) / requests * 1e6,
+    )
+
+
+async def bare_throughput(url: str, clients: int, appends: int) -> float:
+    """Requests per second of bare httpx clients posting one-turn append bodies at once."""
+    bodies = [msgspec.json.encode({"turns": [turn(f"c{i}", 0)]}) for i in range(clients)]
+    headers = {"content-type": "application/json"}
+    tls = ssl.create_default_context()  # one for all, as the remote store shares one
+    async with contextlib.AsyncExitStack() as stack:
+        http = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=url, verify=tls))
+            for _ in range(clients)
+        ]
+
+        async def writer(i: int) -> None:
+            for _ in range(appends):
+                answer = await http[i].post(
+                    f"/sessions/c{i}/turns", content=bodies[i], headers=headers
+                )
+                assert answer.status_code == 204
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(clients):
+                nursery.start_soon(writer, i)
+        return clients * appends / (time.perf_counter() - start)
 
 
 async def latency(url: str, history: int, samples: int) -> tuple[float, float]:
@@ -99,8 +202,6 @@ async def latency(url: str, history: int, samples: int) -> tuple[float, float]:
 async def rest_throughput(url: str, clients: int, appends: int) -> float:
     """Turns per second of ``clients`` remote stores appending at once."""
     remotes = [create_remote_store(url) for _ in range(clients)]
-    for i, remote in enumerate(remotes):
-        await remote.save(SessionData(id=f"c{i}", created_at=1, updated_at=1))
 
     async def writer(i: int) -> None:
         for n in range(appends):
@@ -114,6 +215,31 @@ async def rest_throughput(url: str, clients: int, appends: int) -> float:
     assert len(await remotes[0].get_turns("c0")) == appends
     for remote in remotes:
         await remote.aclose()
+    return clients * appends / elapsed
+
+
+async def create_sessions(url: str, clients: int) -> None:
+    """The sessions ``c0`` ... of :func:`rest_throughput`."""
+    async with create_remote_store(url) as remote:
+        for i in range(clients):
+            await remote.save(SessionData(id=f"c{i}", created_at=1, updated_at=1))
+
+
+async def host_throughput(url: str, clients: int, appends: int) -> float:
+    """Turns per second of the writers on one session host over one remote store."""
+    async with create_remote_store(url) as remote, open_session_host(remote) as host:
+        sessions = [await host.create_session(id=f"h{i}") for i in range(clients)]
+
+        async def writer(i: int) -> None:
+            for n in range(appends):
+                await sessions[i].append_turns([turn(f"h{i}", n)])
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(clients):
+                nursery.start_soon(writer, i)
+        elapsed = time.perf_counter() - start
+        assert len(await remote.get_turns("h0")) == appends
     return clients * appends / elapsed
 
 
@@ -153,6 +279,7 @@ async def embedded_throughput(db: Path, clients: int, appends: int) -> float:
 
 
 async def main(history: int, samples: int, clients: int, appends: int) -> None:
+    n = clients * appends
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp) / "served.db")
         try:
@@ -163,21 +290,41 @@ async def main(history: int, samples: int, clients: int, appends: int) -> None:
             print(f"   empty session:      {short * 1000:7.2f} ms (baseline)")
             print(f"   {history} turns:        {long * 1000:7.2f} ms  ratio {ratio:.2f}x")
             print(f"   target <= {LATENCY_TARGET:.1f}x: {verdict}")
-            rest = await rest_throughput(server.url, clients, appends)
-            floor = await http_floor(server.url, clients, appends)
+            await create_sessions(server.url, clients)
+            rest = await measured(server, n, rest_throughput(server.url, clients, appends))
+            caps = await measured(server, n, http_floor(server.url, clients, appends))
+            hosted = await host_throughput(server.url, clients, appends)
         finally:
             server.stop()
+        bare_server = Server(None, bare=True)
+        try:
+            bare = await measured(
+                bare_server, n, bare_throughput(bare_server.url, clients, appends)
+            )
+        finally:
+            bare_server.stop()
         embedded = await embedded_throughput(Path(tmp) / "embedded.db", clients, appends)
-    share = rest / embedded
+    share = rest.rate / embedded
     verdict = "met" if share >= THROUGHPUT_TARGET else "NOT met"
     print(f"2. {clients} writers x {appends} one-turn appends, at once")
     print(f"   embedded host:      {embedded:9.0f} turns/s (baseline)")
-    print(f"   {clients} remote clients: {rest:9.0f} turns/s  {share:.0%} of the embedded")
+    print(f"   {clients} remote clients: {rest.rate:9.0f} turns/s  {share:.0%} of the embedded")
     print(f"   target >= {THROUGHPUT_TARGET:.0%}: {verdict}")
+    print("   CPU per request        requests/s  server us  client us")
+    for name, cpu in (
+        ("append (POST turns)", rest),
+        ("GET /capabilities", caps),
+        ("floor: bare app+httpx", bare),
+    ):
+        print(f"   {name:22} {cpu.rate:9.0f}  {cpu.server_us:9.0f}  {cpu.client_us:9.0f}")
     print(
-        f"   for scale, GET /capabilities: {floor:9.0f} requests/s "
-        f"(appends reach {rest / floor:.0%} of it)"
+        f"   appends cost {rest.server_us / bare.server_us:.1f}x the floor on the server, "
+        f"{rest.client_us / bare.client_us:.1f}x on the client"
     )
+    hosted_share = hosted / embedded
+    verdict = "met" if hosted_share >= THROUGHPUT_TARGET else "NOT met"
+    print("3. the same writers in one host over one remote store (POST /writes batches)")
+    print(f"   {hosted:9.0f} turns/s  {hosted_share:.0%} of the embedded; target >= 50%: {verdict}")
 
 
 if __name__ == "__main__":
@@ -186,5 +333,9 @@ if __name__ == "__main__":
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--appends", type=int, default=40)
+    parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    trio.run(main, args.history, args.samples, args.clients, args.appends)
+    if args.bare_server:
+        trio.run(serve_bare)
+    else:
+        trio.run(main, args.history, args.samples, args.clients, args.appends)

@@ -113,6 +113,30 @@ async def test_without_token_a_foreign_origin_is_refused(server: ServerProcess) 
         assert r.status_code == 200
 
 
+async def test_an_answer_before_the_body_was_read_closes_the_connection(
+    server: ServerProcess,
+) -> None:
+    """A refused body is left unread: the answer says so, and no request races a close."""
+    async with httpx.AsyncClient(base_url=server.url, headers=JSON) as client:
+        ok = await client.put("/sessions/s1", content=SESSION)
+        assert ok.status_code == 204
+        assert ok.headers.get("connection", "").lower() != "close"
+        for _ in range(20):
+            refused = await client.post(
+                "/sessions/s1/claim-run",
+                content=b'{"staleAt": 0}',
+                headers={"origin": "http://attacker.example"},
+            )
+            assert refused.status_code == 403
+            assert refused.headers["connection"].lower() == "close"
+            bad_type = await client.post(
+                "/sessions/s1/claim-run", content=b"{}", headers={"content-type": "text/plain"}
+            )
+            assert bad_type.status_code == 415
+            assert bad_type.headers["connection"].lower() == "close"
+            assert (await client.get("/sessions/s1")).status_code == 200
+
+
 async def test_without_token_write_bodies_must_be_json(server: ServerProcess) -> None:
     """The content types a page may POST without a CORS preflight are refused."""
     async with httpx.AsyncClient(base_url=server.url) as client:

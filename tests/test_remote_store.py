@@ -8,36 +8,47 @@ from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
 import httpx
+import msgspec
+import outcome
 import pytest
 import store_contract
 import trio
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from msgspec import UNSET
 from store_contract import (
     StoreContract,
     StoreOpener,
     dead_pid,
+    make_artifact,
+    make_run,
     make_session,
     make_turn,
     now_ms,
 )
 from test_server_e2e import ServerProcess
 
+from zidane_actors.actors import open_session_host
 from zidane_actors.errors import (
     ConflictError,
     InvalidNameError,
+    SessionNotFoundError,
     StoreClosedError,
     StoreUnavailableError,
+    UnsupportedOperationError,
     ValidationError,
 )
-from zidane_actors.model import RunOwner, SessionHistory, host_id
+from zidane_actors.model import RunOwner, SessionArtifact, SessionHistory, TextBlock, host_id
 from zidane_actors.server import served_capabilities
 from zidane_actors.stores import (
     OPTIONAL_METHODS,
     RemoteStore,
     SessionStore,
+    StoreWrite,
     create_memory_store,
     create_remote_store,
 )
+from zidane_actors.stores._remote import MAX_BATCH_WRITES
 
 _SERVERS: dict[str, ServerProcess] = {}
 
@@ -76,8 +87,9 @@ def dead_pid_owner() -> RunOwner:
 class _RemoteContract(StoreContract):
     backend: ClassVar[str]
     # What every server serves: the store's optional methods plus id generation
-    # and the history rewrite; ``aclose`` is the client's own.
-    required_capabilities = OPTIONAL_METHODS
+    # and the history rewrite; ``aclose`` is the client's own. Batches go to
+    # ``POST /writes``.
+    required_capabilities = OPTIONAL_METHODS | {"apply_writes"}
     property_examples = 10
 
     @asynccontextmanager
@@ -223,3 +235,169 @@ async def test_closed_store_refuses_calls() -> None:
     await store.aclose()
     with pytest.raises(StoreClosedError):
         await store.list()
+
+
+# -- POST /writes ---------------------------------------------------------------------------
+
+
+async def test_a_batch_applies_every_kind_of_write_in_order(remote: RemoteStore) -> None:
+    artifact = make_artifact("a1")
+    writes = [
+        StoreWrite("save", (make_session("s1"),)),
+        StoreWrite("append_turns", ("s1", [make_turn(1)])),
+        StoreWrite("update_run", ("s1", make_run("r1"))),
+        StoreWrite("update_status", ("s1", "idle")),
+        StoreWrite("save_meta", (make_session("s1", metadata={"a": 1}),)),
+        StoreWrite("patch_meta", ("s1", {"b": 2, "a": UNSET})),
+        StoreWrite("settle_send_request", ("s1", "req", None)),
+        StoreWrite("upsert_artifact", (artifact,)),
+        StoreWrite("delete_artifact", ("s1", "a1")),
+        StoreWrite("append_turns", ("s1", [make_turn(2)])),
+        StoreWrite("save", (make_session("s2"),)),
+        StoreWrite("delete", ("s2",)),
+    ]
+    results = await remote.apply_writes(writes)
+    assert [type(r) for r in results] == [outcome.Value] * len(writes)
+    stored = results[7].unwrap()
+    assert isinstance(stored, SessionArtifact)
+    assert (stored.id, stored.session_id) == ("a1", "s1")
+    loaded = await remote.load("s1")
+    assert loaded is not None
+    assert [t.id for t in loaded.turns] == ["t1", "t2"]
+    assert loaded.runs == (make_run("r1"),)
+    assert loaded.metadata == {"b": 2}
+    assert await remote.list_artifacts() == []
+    assert await remote.load("s2") is None
+
+
+async def test_a_batch_answers_each_write_its_own_error(remote: RemoteStore) -> None:
+    await remote.save(make_session("s1"))
+    await remote.append_turns("s1", [make_turn(1)])
+    other = msgspec.structs.replace(make_turn(1), content=(TextBlock(text="other"),))
+    results = await remote.apply_writes(
+        [
+            StoreWrite("append_turns", ("ghost", [make_turn(2)])),
+            StoreWrite("append_turns", ("s1", [other])),
+            StoreWrite("patch_meta", ("s1", {"k": 1})),
+            StoreWrite("append_turns", ("s1", [make_turn(2)])),
+            StoreWrite("load", ("s1",)),
+            StoreWrite("update_run", ("s1", {"not": "a run"})),
+        ]
+    )
+    errors = [r.error if isinstance(r, outcome.Error) else None for r in results]
+    assert isinstance(errors[0], SessionNotFoundError)
+    assert isinstance(errors[1], ConflictError)
+    assert errors[2] is None and errors[3] is None
+    assert isinstance(errors[4], UnsupportedOperationError)
+    assert isinstance(errors[5], ValidationError)
+    assert [t.id for t in await remote.get_turns("s1")] == ["t1", "t2"]
+
+
+async def test_a_batch_with_a_bad_id_is_refused_whole() -> None:
+    url = _SERVERS["memory"].url
+    await wipe(url)
+    async with create_remote_store(url) as store:
+        await store.save(make_session("s1"))
+    turn = msgspec.json.encode(make_turn(1)).decode()
+    bad_turn = turn.replace('"t1"', '"..t1"')
+    async with httpx.AsyncClient(base_url=url) as client:
+        for writes, where in (
+            ('{"op":"delete","sessionId":"a/b"}', "$.writes[1].sessionId"),
+            (f'{{"op":"appendTurns","sessionId":"s1","turns":[{bad_turn}]}}', "turns[0].id"),
+        ):
+            body = (
+                f'{{"writes":[{{"op":"appendTurns","sessionId":"s1","turns":[{turn}]}},{writes}]}}'
+            )
+            answer = await client.post(
+                "/writes", content=body, headers={"content-type": "application/json"}
+            )
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["code"] == "invalid_name"
+            assert where in answer.json()["error"]["message"]
+        too_many = '{"writes":[' + ",".join(['{"op":"delete","sessionId":"x"}'] * 1001) + "]}"
+        answer = await client.post(
+            "/writes", content=too_many, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 422
+    async with create_remote_store(url) as store:
+        assert await store.get_turns("s1") == []
+
+
+async def test_a_batch_past_the_request_limit_is_split(remote: RemoteStore) -> None:
+    await remote.save(make_session("s1"))
+    turns = [make_turn(n) for n in range(MAX_BATCH_WRITES + 5)]
+    results = await remote.apply_writes([StoreWrite("append_turns", ("s1", [t])) for t in turns])
+    assert all(isinstance(r, outcome.Value) for r in results)
+    assert remote.statistics().requests == 3  # the save, then two POST /writes
+    assert [t.id for t in await remote.get_turns("s1")] == [t.id for t in turns]
+
+
+async def test_a_host_over_a_remote_store_keeps_every_session_in_order() -> None:
+    url = _SERVERS["memory"].url
+    await wipe(url)
+    async with create_remote_store(url) as remote, open_session_host(remote) as host:
+        sessions = [await host.create_session(id=f"s{i}") for i in range(3)]
+
+        async def writer(i: int) -> None:
+            for n in range(20):
+                await sessions[i].append_turns([make_turn(n)])
+
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(writer, i)
+        for i in range(3):
+            assert [t.id for t in await remote.get_turns(f"s{i}")] == [f"t{n}" for n in range(20)]
+
+
+_BATCH_WRITES = st.one_of(
+    st.builds(
+        lambda sid, turns: StoreWrite("append_turns", (sid, turns)),
+        store_contract._SESSION_IDS,
+        store_contract._TURNS,
+    ),
+    st.builds(lambda data: StoreWrite("save", (data,)), store_contract._SESSIONS),
+    st.builds(lambda sid: StoreWrite("delete", (sid,)), store_contract._SESSION_IDS),
+    st.builds(
+        lambda sid, patch: StoreWrite("patch_meta", (sid, patch)),
+        store_contract._SESSION_IDS,
+        store_contract._METADATA,
+    ),
+    st.builds(
+        lambda sid, status: StoreWrite("update_status", (sid, status)),
+        store_contract._SESSION_IDS,
+        st.sampled_from(["idle", "completed", "error"]),
+    ),
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
+@given(batches=st.lists(st.lists(_BATCH_WRITES, max_size=8), min_size=1, max_size=4))
+async def test_batches_over_http_match_the_memory_store(batches: list[list[StoreWrite]]) -> None:
+    """Any run of batches through ``POST /writes`` answers and stores what the memory
+    store's own ``apply_writes`` does, write by write."""
+    url = _SERVERS["memory"].url
+    await wipe(url)
+    reference = create_memory_store()
+    async with create_remote_store(url) as remote:
+        for writes in batches:
+            got = await remote.apply_writes(writes)
+            want = await reference.apply_writes(writes)
+            assert [_kind(r) for r in got] == [_kind(r) for r in want], writes
+        for sid in ("s0", "s1", "s2"):
+            stored, expected = await remote.load(sid), await reference.load(sid)
+            assert (stored is None) == (expected is None), sid
+            if stored is not None and expected is not None:
+                assert (stored.turns, stored.runs, stored.metadata, stored.status) == (
+                    expected.turns,
+                    expected.runs,
+                    expected.metadata,
+                    expected.status,
+                ), sid
+
+
+def _kind(result: outcome.Outcome[Any]) -> str:
+    return type(result.error).__name__ if isinstance(result, outcome.Error) else "ok"

@@ -160,6 +160,14 @@ async def test_routes_round_trip() -> None:
         ("GET", "/sessions?untaggedOnly=maybe", None, 400, "invalid_query"),
         ("GET", "/nowhere", None, 404, "not_found"),
         ("POST", "/sessions/s1", b"{}", 405, "method_not_allowed"),
+        # The write routes matched ahead of the router match exactly what the router would.
+        ("POST", "/sessions/a/b/turns", b'{"turns": []}', 404, "not_found"),
+        ("POST", "/sessions//turns", b'{"turns": []}', 404, "not_found"),
+        ("POST", "/sessions/.x/turns", b'{"turns": []}', 400, "invalid_name"),
+        ("POST", "/sessions/ghost/turns", b'{"turns": [{"id": "t"}]}', 422, "invalid_body"),
+        ("GET", "/writes", None, 405, "method_not_allowed"),
+        ("POST", "/writes", b'{"writes": [{"op": "nope"}]}', 422, "invalid_body"),
+        ("POST", "/writes", b"[", 400, "invalid_json"),
         (
             "PATCH",
             "/sessions/s1/meta",

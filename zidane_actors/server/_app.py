@@ -18,12 +18,13 @@ server.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any, Final, TypeVar, cast
 
 import attrs
 import msgspec
+import outcome
 import trio
 from msgspec import UNSET
 from starlette.applications import Starlette
@@ -31,7 +32,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (
     ConflictError,
@@ -58,35 +59,50 @@ from ..model import (
     new_id,
     validate_id,
 )
-from ..stores import MutateResult, SessionStore, store_capabilities
+from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
 from ..stores._protocol import WRITE_METHODS
 from ..stores._remote import (
+    AnyWrite,
     AppendTurnsBody,
+    AppendTurnsWrite,
     ClaimedResult,
     ClaimFireBody,
     ClaimRunBody,
     ClaimRunResult,
     ClaimSendRequestBody,
+    DeleteArtifactWrite,
     DeletedResult,
+    DeleteWrite,
     DemotedResult,
     DemoteStaleRunBody,
+    ErrorDetail,
     HistoryBody,
     HistoryResult,
     HistoryState,
     IdResult,
     IdsResult,
     PatchMetaBody,
+    PatchMetaWrite,
     SaveMetaBody,
+    SaveMetaWrite,
+    SaveWrite,
     SettleSendRequestBody,
+    SettleSendRequestWrite,
     UpdateRunBody,
+    UpdateRunWrite,
     UpdateStatusBody,
+    UpdateStatusWrite,
     UpsertArtifactResult,
+    UpsertArtifactWrite,
+    WriteOutcome,
+    WritesBody,
+    WritesResult,
     history_rev,
 )
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
 from ._guard import Guard
-from ._limits import Admission, BodyBudget, ServerLimits, read_body
+from ._limits import Admission, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 from ._ui import ui_routes
@@ -127,7 +143,7 @@ def _no_content() -> Response:
     return Response(status_code=204)
 
 
-def _mapped(exc: Exception) -> _ApiError:
+def _mapped(exc: BaseException) -> _ApiError:
     """The API error for a library exception raised while serving."""
     if isinstance(exc, InvalidNameError):
         return _ApiError(400, "invalid_name", str(exc), exc.path)
@@ -212,19 +228,37 @@ class _SessionLocks:
 
     _locks: dict[str, tuple[trio.Lock, int]] = attrs.field(factory=dict)
 
-    @asynccontextmanager
-    async def hold(self, session_id: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(session_id, (trio.Lock(), 0))
-        self._locks[session_id] = (lock, users + 1)
+    def hold(self, session_id: str) -> _Held:
+        """``async with locks.hold(id):`` the session's writes, one request at a time."""
+        return _Held(self._locks, session_id)
+
+
+@attrs.define(eq=False)
+class _Held:
+    """Holding one session's lock (a plain class: this is on every write's path)."""
+
+    _locks: dict[str, tuple[trio.Lock, int]]
+    _session_id: str
+
+    async def __aenter__(self) -> None:
+        lock, users = self._locks.get(self._session_id) or (trio.Lock(), 0)
+        self._locks[self._session_id] = (lock, users + 1)
         try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[session_id]
-            if users == 1:
-                del self._locks[session_id]
-            else:
-                self._locks[session_id] = (lock, users - 1)
+            await lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._locks[self._session_id][0].release()
+        self._leave()
+
+    def _leave(self) -> None:
+        lock, users = self._locks[self._session_id]
+        if users == 1:
+            del self._locks[self._session_id]
+        else:
+            self._locks[self._session_id] = (lock, users - 1)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -404,6 +438,83 @@ class _Api:
             demoted = await demote(sid, stale_at=body.stale_at, now=body.now)
         return _json(DemotedResult(demoted=demoted))
 
+    # -- batches ---------------------------------------------------------
+
+    async def apply_writes(self, request: Request) -> Response:
+        """Apply a batch of store writes in order; one outcome per write (``POST /writes``).
+
+        Every id is checked first (a bad one refuses the whole batch, 400);
+        then each write answers what its own route would: the writes that
+        pass are applied in one transaction when the store is a
+        ``BatchingStore``, holding the lock of every session they touch.
+        """
+        body = await self._body(request, WritesBody)
+        for i, write in enumerate(body.writes):
+            _check_write_ids(write, f"$.writes[{i}]")
+        calls = [self._store_write(write) for write in body.writes]
+        async with AsyncExitStack() as held:
+            for sid in sorted({_write_session(write) for write in body.writes}):
+                await held.enter_async_context(self.locks.hold(sid))
+            done = iter(await self._apply([c for c in calls if isinstance(c, StoreWrite)]))
+        results = [call if isinstance(call, _ApiError) else next(done) for call in calls]
+        return _json(WritesResult(outcomes=tuple(map(self._outcome, body.writes, results))))
+
+    def _store_write(self, write: AnyWrite) -> StoreWrite | _ApiError:
+        """The store call of ``write``, or the error its own route would answer first."""
+        if isinstance(write, AppendTurnsWrite):
+            return StoreWrite("append_turns", (write.session_id, write.turns, write.options))
+        if isinstance(write, SaveWrite):
+            return StoreWrite("save", (write.session,))
+        if isinstance(write, DeleteWrite):
+            return StoreWrite("delete", (write.session_id,))
+        if isinstance(write, UpdateRunWrite):
+            return StoreWrite("update_run", (write.session_id, write.run, write.options))
+        if isinstance(write, UpdateStatusWrite):
+            kwargs = {"owner": write.owner, "preserve_updated_at": write.preserve_updated_at}
+            return StoreWrite("update_status", (write.session_id, write.status), kwargs)
+        method, args = _optional_write(write)
+        if method not in self.capabilities:
+            return _ApiError(501, "unsupported", f"the backing store does not implement {method}")
+        if isinstance(write, PatchMetaWrite):
+            both = sorted(set(write.set) & set(write.remove))
+            if both:
+                return _ApiError(
+                    409, "conflicting_patch", f"keys both set and removed: {both}", "$.remove"
+                )
+        return StoreWrite(method, args)
+
+    async def _apply(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
+        if not writes:
+            return []
+        if isinstance(self.store, BatchingStore):
+            try:
+                return await self.store.apply_writes(writes)
+            except Exception as exc:  # the commit failed: every write shares its error
+                return [outcome.Error(exc) for _ in writes]
+        results: list[outcome.Outcome[Any]] = []
+        for write in writes:
+            method: Callable[..., Awaitable[Any]] = getattr(self.writer, write.method)
+            try:
+                results.append(outcome.Value(await method(*write.args, **write.kwargs)))
+            except Exception as exc:  # a cancellation is not an outcome: it propagates
+                results.append(outcome.Error(exc))
+        return results
+
+    def _outcome(self, write: AnyWrite, result: outcome.Outcome[Any] | _ApiError) -> WriteOutcome:
+        if isinstance(result, outcome.Value):
+            if isinstance(write, UpsertArtifactWrite):
+                return WriteOutcome(status=200, artifact=result.value)
+            return WriteOutcome(status=204)
+        if isinstance(result, _ApiError):
+            error = result
+        else:
+            assert isinstance(result, outcome.Error)
+            error = _mapped(result.error)
+            if error.status >= 500:
+                _log.error("POST /writes: %s failed", type(write).__name__, exc_info=result.error)
+        detail = ErrorDetail(code=error.code, message=error.message, path=error.path)
+        return WriteOutcome(status=error.status, error=detail)
+
     # -- history ---------------------------------------------------------
 
     async def get_history(self, request: Request) -> Response:
@@ -562,6 +673,59 @@ class _Api:
         return _no_content()
 
 
+def _write_session(write: AnyWrite) -> str:
+    """The session ``write`` touches."""
+    if isinstance(write, (SaveWrite, SaveMetaWrite)):
+        return write.session.id
+    if isinstance(write, UpsertArtifactWrite):
+        return write.artifact.session_id
+    return write.session_id
+
+
+def _optional_write(write: AnyWrite) -> tuple[str, tuple[Any, ...]]:
+    """The optional store method and arguments of ``write`` (one the store may lack)."""
+    if isinstance(write, SaveMetaWrite):
+        return "save_meta", (write.session, write.options)
+    if isinstance(write, PatchMetaWrite):
+        patch: dict[str, Any] = dict(write.set)
+        patch.update(dict.fromkeys(write.remove, UNSET))
+        return "patch_meta", (write.session_id, patch)
+    if isinstance(write, SettleSendRequestWrite):
+        return "settle_send_request", (write.session_id, write.request_id, write.result)
+    if isinstance(write, UpsertArtifactWrite):
+        return "upsert_artifact", (write.artifact,)
+    assert isinstance(write, DeleteArtifactWrite)
+    return "delete_artifact", (write.session_id, write.artifact_id)
+
+
+def _check_write_ids(write: AnyWrite, where: str) -> None:
+    """Every id of ``write`` is a safe id (``InvalidNameError`` naming it otherwise)."""
+    ids: list[tuple[str, str]] = []
+    if isinstance(write, (SaveWrite, SaveMetaWrite)):
+        ids.append((write.session.id, "session.id"))
+        ids += [(t.id, f"session.turns[{k}].id") for k, t in enumerate(write.session.turns)]
+        ids += [(r.id, f"session.runs[{k}].id") for k, r in enumerate(write.session.runs)]
+    elif isinstance(write, UpsertArtifactWrite):
+        ids += [
+            (write.artifact.session_id, "artifact.sessionId"),
+            (write.artifact.id, "artifact.id"),
+        ]
+    else:
+        ids.append((write.session_id, "sessionId"))
+    if isinstance(write, AppendTurnsWrite):
+        ids += [(t.id, f"turns[{k}].id") for k, t in enumerate(write.turns)]
+        if write.options is not None and write.options.run is not None:
+            ids.append((write.options.run.id, "options.run.id"))
+    elif isinstance(write, UpdateRunWrite):
+        ids.append((write.run.id, "run.id"))
+    elif isinstance(write, SettleSendRequestWrite):
+        ids.append((write.request_id, "requestId"))
+    elif isinstance(write, DeleteArtifactWrite):
+        ids.append((write.artifact_id, "artifactId"))
+    for value, field in ids:
+        validate_id(value, what=f"{where}.{field}")
+
+
 def _same(path_value: str, body_value: str, where: str, what: str) -> None:
     validate_id(body_value, what=f"{what} at {where}")
     # 409, as RFC 9110 suggests for a PUT whose representation contradicts its target.
@@ -610,6 +774,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
 
     table: list[tuple[str, str, Handler]] = [
         ("/capabilities", "GET", api.capabilities_),
+        ("/writes", "POST", api.apply_writes),
         ("/sessions", "GET", api.list_sessions),
         ("/session-meta", "GET", api.list_meta),
         ("/session-ids", "POST", api.generate_session_id),
@@ -658,6 +823,38 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
     return routes
 
 
+@attrs.define(eq=False)
+class _HotRoutes:
+    """ASGI middleware: the two write routes every append takes, without Starlette's routing.
+
+    ``POST /sessions/{id}/turns`` and ``POST /writes`` are matched here (as
+    the router would: an id is one path segment) and answered by the same
+    guarded handlers; every other request goes to ``app``. A request reaches
+    this only past the guard and the admission limit.
+    """
+
+    app: ASGIApp
+    append_turns: Handler
+    apply_writes: Handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            handler: Handler | None = None
+            if path == "/writes":
+                handler = self.apply_writes
+            elif path.startswith("/sessions/") and path.endswith("/turns"):
+                sid = path[len("/sessions/") : -len("/turns")]
+                if sid and "/" not in sid:
+                    scope["path_params"] = {"sessionId": sid}
+                    handler = self.append_turns
+            if handler is not None:
+                response = await handler(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _dispatch(methods: dict[str, Handler]) -> Handler:
     async def endpoint(request: Request) -> Response:
         handler = methods.get(request.method) or methods["GET"]  # HEAD is served as GET
@@ -696,4 +893,10 @@ def create_app(
     openapi = encode(openapi_document(capabilities))
     routes = _routes(api, openapi) + ui_routes(store, _ui_error)
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
-    return Guard(app=Admission(app=app, max_requests=limits.max_requests), token=token)
+    hot = _HotRoutes(
+        app=app,
+        append_turns=_guarded(api.append_turns, api.budget),
+        apply_writes=_guarded(api.apply_writes, api.budget),
+    )
+    guarded = Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
+    return CloseUnread(app=guarded)

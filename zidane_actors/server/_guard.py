@@ -11,6 +11,7 @@ preflight are refused with 415).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import re
@@ -32,6 +33,9 @@ _AUTHORITY: Final = re.compile(
 _JSON: Final = "application/json"
 
 
+# The few distinct Host values and client addresses a server sees are judged once each
+# (parsing an address costs more than the rest of the guard); bounded against floods.
+@functools.lru_cache(maxsize=1024)
 def is_loopback_host(host: str) -> bool:
     """Whether ``host`` (a name or an address, IPv6 without brackets) is this machine only."""
     if host.lower() == "localhost":
@@ -44,6 +48,7 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
+@functools.lru_cache(maxsize=1024)
 def _host_allowed(value: str, scheme: str, server_port: int | None) -> bool:
     match = _AUTHORITY.fullmatch(value)
     if match is None:

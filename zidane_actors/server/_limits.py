@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import attrs
 import trio
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ValidationError
 from ._errors import ApiError
@@ -25,6 +25,7 @@ __all__ = [
     "RETRY_AFTER_S",
     "Admission",
     "BodyBudget",
+    "CloseUnread",
     "ServerLimits",
     "busy",
     "read_body",
@@ -124,8 +125,15 @@ async def read_body(request: Request, limits: ServerLimits, budget: BodyBudget) 
         budget.reserve(reserved)
         request.state.body_bytes = reserved
     body = bytearray()
+    receive = request.receive
     with trio.move_on_after(limits.body_timeout_s) as deadline:
-        async for chunk in request.stream():
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect
+                raise ClientDisconnect
+            chunk: bytes = message.get("body", b"")
+            more = message.get("more_body", False)
             if len(body) + len(chunk) > limits.max_body_bytes:
                 raise too_large
             extra = len(body) + len(chunk) - reserved
@@ -165,3 +173,50 @@ class Admission:
             await self.app(scope, receive, send)
         finally:
             self.active -= 1
+
+
+@attrs.define(eq=False)
+class CloseUnread:
+    """ASGI middleware: an answer sent before its request body was read closes the connection.
+
+    A refusal (a guard rule, a limit, a bad id) answers without reading the
+    body. The unread bytes still sit on the connection, so it cannot serve
+    another request reliably; ``Connection: close`` tells the client not to
+    reuse it rather than letting its next request race the server's close.
+    """
+
+    app: ASGIApp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        unread = headers.get(b"content-length", b"0") != b"0" or b"transfer-encoding" in headers
+        if not unread:
+            await self.app(scope, receive, send)
+            return
+
+        async def tracked_receive() -> Message:
+            nonlocal unread
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                unread = False
+            return message
+
+        async def closing_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and unread:
+                message = {
+                    **message,
+                    "headers": [
+                        *(
+                            (k, v)
+                            for k, v in message.get("headers", ())
+                            if k.lower() != b"connection"
+                        ),
+                        (b"connection", b"close"),
+                    ],
+                }
+            await send(message)
+
+        await self.app(scope, tracked_receive, closing_send)

@@ -40,6 +40,8 @@ from ..stores._remote import (
     UpdateRunBody,
     UpdateStatusBody,
     UpsertArtifactResult,
+    WritesBody,
+    WritesResult,
 )
 
 __all__ = ["openapi_document"]
@@ -58,6 +60,13 @@ _ID_FIELDS: Final = {
     "SessionArtifact": ("id", "sessionId"),
     "Schedule": ("id",),
     "ScheduleFire": ("id", "scheduleId"),
+    "AppendTurnsWrite": ("sessionId",),
+    "DeleteWrite": ("sessionId",),
+    "UpdateRunWrite": ("sessionId",),
+    "UpdateStatusWrite": ("sessionId",),
+    "PatchMetaWrite": ("sessionId",),
+    "SettleSendRequestWrite": ("sessionId", "requestId"),
+    "DeleteArtifactWrite": ("sessionId", "artifactId"),
 }
 
 
@@ -111,6 +120,13 @@ _FILTER: Final = (
 
 _OPS: Final = (
     _Op("/capabilities", "get", "Optional methods the backing store serves", ok=list[str]),
+    _Op(
+        "/writes",
+        "post",
+        "Apply store writes in order (one transaction where the store can); one outcome each",
+        body=WritesBody,
+        ok=WritesResult,
+    ),
     _Op("/sessions", "get", "List session ids", ok=IdsResult, query=_FILTER),
     _Op(
         "/session-meta",

@@ -12,15 +12,18 @@ retried: a lost answer to a claim cannot be told apart from a lost race.
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 import random
-from collections.abc import Mapping, Sequence
+import ssl
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
 
 import attrs
 import httpx
 import msgspec
+import outcome
 import trio
 from msgspec import UNSET
 
@@ -61,16 +64,21 @@ from ..model import (
     validate_id,
 )
 from ..model._types import EpochMs
-from ._protocol import HistoryMutation, MutateResult, RunClaim, TurnsMutation
+from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
 from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
 
 __all__ = [
+    "MAX_BATCH_WRITES",
+    "AnyWrite",
     "AppendTurnsBody",
+    "AppendTurnsWrite",
     "ClaimFireBody",
     "ClaimRunBody",
     "ClaimRunResult",
     "ClaimSendRequestBody",
     "ClaimedResult",
+    "DeleteArtifactWrite",
+    "DeleteWrite",
     "DeletedResult",
     "ErrorBody",
     "ErrorDetail",
@@ -80,13 +88,23 @@ __all__ = [
     "IdResult",
     "IdsResult",
     "PatchMetaBody",
+    "PatchMetaWrite",
     "RemoteStore",
     "RemoteStoreStatistics",
     "SaveMetaBody",
+    "SaveMetaWrite",
+    "SaveWrite",
     "SettleSendRequestBody",
+    "SettleSendRequestWrite",
     "UpdateRunBody",
+    "UpdateRunWrite",
     "UpdateStatusBody",
+    "UpdateStatusWrite",
     "UpsertArtifactResult",
+    "UpsertArtifactWrite",
+    "WriteOutcome",
+    "WritesBody",
+    "WritesResult",
     "create_remote_store",
     "history_rev",
 ]
@@ -223,6 +241,126 @@ class UpsertArtifactResult(_Body, frozen=True):
     artifact: SessionArtifact | None
 
 
+MAX_BATCH_WRITES: Final = 1000
+"""Most writes one ``POST /writes`` carries (422 beyond)."""
+
+
+class _Write(_Body, frozen=True, tag_field="op"):
+    """Base of the writes of ``POST /writes``: one store write each, tagged by ``op``."""
+
+
+class AppendTurnsWrite(_Write, frozen=True, tag="appendTurns"):
+    """``append_turns`` in a batch."""
+
+    session_id: str
+    turns: tuple[SessionTurn, ...]
+    options: AppendTurnsOptions | None = None
+
+
+class SaveWrite(_Write, frozen=True, tag="save"):
+    """``save`` in a batch."""
+
+    session: SessionData
+
+
+class DeleteWrite(_Write, frozen=True, tag="delete"):
+    """``delete`` in a batch."""
+
+    session_id: str
+
+
+class UpdateRunWrite(_Write, frozen=True, tag="updateRun"):
+    """``update_run`` in a batch."""
+
+    session_id: str
+    run: SessionRun
+    options: UpdateRunOptions | None = None
+
+
+class UpdateStatusWrite(_Write, frozen=True, tag="updateStatus"):
+    """``update_status`` in a batch."""
+
+    session_id: str
+    status: SessionStatus
+    owner: RunOwner | None = None
+    preserve_updated_at: bool = False
+
+
+class SaveMetaWrite(_Write, frozen=True, tag="saveMeta"):
+    """``save_meta`` in a batch."""
+
+    session: SessionData
+    options: SaveMetaOptions | None = None
+
+
+class PatchMetaWrite(_Write, frozen=True, tag="patchMeta"):
+    """``patch_meta`` in a batch: keys to set, and keys to remove."""
+
+    session_id: str
+    set: dict[str, JsonValue] = msgspec.field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+
+
+class SettleSendRequestWrite(_Write, frozen=True, tag="settleSendRequest"):
+    """``settle_send_request`` in a batch."""
+
+    session_id: str
+    request_id: str
+    result: JsonValue
+
+
+class UpsertArtifactWrite(_Write, frozen=True, tag="upsertArtifact"):
+    """``upsert_artifact`` in a batch."""
+
+    artifact: SessionArtifact
+
+
+class DeleteArtifactWrite(_Write, frozen=True, tag="deleteArtifact"):
+    """``delete_artifact`` in a batch."""
+
+    session_id: str
+    artifact_id: str
+
+
+AnyWrite: TypeAlias = (
+    AppendTurnsWrite
+    | SaveWrite
+    | DeleteWrite
+    | UpdateRunWrite
+    | UpdateStatusWrite
+    | SaveMetaWrite
+    | PatchMetaWrite
+    | SettleSendRequestWrite
+    | UpsertArtifactWrite
+    | DeleteArtifactWrite
+)
+"""One write of ``POST /writes``."""
+
+
+class WritesBody(_Body, frozen=True):
+    """``POST /writes``: store writes applied in order, in one transaction where the store can."""
+
+    writes: Annotated[tuple[AnyWrite, ...], msgspec.Meta(max_length=MAX_BATCH_WRITES)]
+
+
+class WriteOutcome(_Body, frozen=True):
+    """What became of one write: the status its own route would answer, and its error.
+
+    ``artifact`` is the stored artifact of an ``upsertArtifact`` (absent for an
+    unknown session).
+    """
+
+    status: int
+    error: ErrorDetail | None = None
+    artifact: SessionArtifact | None = None
+
+
+class WritesResult(_Body, frozen=True):
+    """The answer of ``POST /writes``: one outcome per write, in order."""
+
+    outcomes: tuple[WriteOutcome, ...]
+
+
 class ClaimFireBody(_Body, frozen=True):
     """``POST /schedules/{id}/claim-fire``."""
 
@@ -344,6 +482,138 @@ def _retry_after(response: httpx.Response) -> float:
     return min(float(raw), _RETRY_AFTER_CAP_S) if raw.isascii() and raw.isdigit() else 0.0
 
 
+def _encoded_body(body: object, where: str) -> bytes | None:
+    """``body`` as JSON, checked first (``ValidationError`` naming ``where``); ``None`` stays."""
+    if body is None:
+        return None
+    check_model(body, what=f"{where} body")
+    try:
+        return encode(body)
+    except (TypeError, OverflowError) as exc:
+        raise ValidationError(f"{where}: body cannot be encoded as JSON: {exc}") from None
+
+
+# The checks of each write method, shared by its own route and by POST /writes.
+
+
+def _save_write(data: object) -> SaveWrite:
+    data = _typed(data, SessionData, "session")
+    _seg(data.id, "session id")
+    return SaveWrite(session=_without_unset(data))
+
+
+def _append_turns_write(
+    session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
+) -> AppendTurnsWrite:
+    if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
+        raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
+    checked = tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
+    return AppendTurnsWrite(
+        session_id=_seg(session_id, "session id"),
+        turns=checked,
+        options=_typed_or_none(options, AppendTurnsOptions, "options"),
+    )
+
+
+def _delete_write(session_id: str) -> DeleteWrite:
+    return DeleteWrite(session_id=_seg(session_id, "session id"))
+
+
+def _update_run_write(
+    session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+) -> UpdateRunWrite:
+    run = _typed(run, SessionRun, "run")
+    options = _typed_or_none(options, UpdateRunOptions, "options")
+    _seg(run.id, "run id")
+    return UpdateRunWrite(session_id=_seg(session_id, "session id"), run=run, options=options)
+
+
+def _update_status_write(
+    session_id: str,
+    status: SessionStatus,
+    *,
+    owner: RunOwner | None = None,
+    preserve_updated_at: bool = False,
+) -> UpdateStatusWrite:
+    owner = _typed_or_none(owner, RunOwner, "owner")
+    if status == "running" and owner is None:
+        owner = current_run_owner()
+    return UpdateStatusWrite(
+        session_id=_seg(session_id, "session id"),
+        status=status,
+        owner=owner,
+        preserve_updated_at=preserve_updated_at,
+    )
+
+
+def _save_meta_write(data: SessionData, options: SaveMetaOptions | None = None) -> SaveMetaWrite:
+    data = _typed(data, SessionData, "session")
+    options = _typed_or_none(options, SaveMetaOptions, "options")
+    _seg(data.id, "session id")
+    return SaveMetaWrite(session=_without_unset(data), options=options)
+
+
+def _patch_meta_write(session_id: str, patch: Mapping[str, JsonValue]) -> PatchMetaWrite:
+    if not isinstance(patch, Mapping):
+        raise ValidationError(f"patch must be a mapping, got {type(patch).__name__}")
+    return PatchMetaWrite(
+        session_id=_seg(session_id, "session id"),
+        set={k: v for k, v in patch.items() if v is not UNSET},
+        remove=tuple(k for k, v in patch.items() if v is UNSET),
+    )
+
+
+def _settle_send_request_write(
+    session_id: str, request_id: str, result: JsonValue
+) -> SettleSendRequestWrite:
+    return SettleSendRequestWrite(
+        session_id=_seg(session_id, "session id"),
+        request_id=_seg(request_id, "request id"),
+        result=result,
+    )
+
+
+def _upsert_artifact_write(artifact: SessionArtifact) -> UpsertArtifactWrite:
+    artifact = normalize_artifact(_typed(artifact, SessionArtifact, "artifact"))
+    check_artifact_ids(artifact)
+    _seg(artifact.session_id, "session id")
+    return UpsertArtifactWrite(artifact=artifact)
+
+
+def _delete_artifact_write(session_id: str, artifact_id: str) -> DeleteArtifactWrite:
+    return DeleteArtifactWrite(
+        session_id=_seg(session_id, "session id"), artifact_id=_seg(artifact_id, "artifact id")
+    )
+
+
+_WRITE_BUILDERS: Final[Mapping[str, Callable[..., _Write]]] = {
+    "append_turns": _append_turns_write,
+    "delete": _delete_write,
+    "delete_artifact": _delete_artifact_write,
+    "patch_meta": _patch_meta_write,
+    "save": _save_write,
+    "save_meta": _save_meta_write,
+    "settle_send_request": _settle_send_request_write,
+    "update_run": _update_run_write,
+    "update_status": _update_status_write,
+    "upsert_artifact": _upsert_artifact_write,
+}
+
+# A POST /writes body stays well under the server's default body limit (32 MiB).
+_BATCH_BYTES: Final = 8 * 1024 * 1024
+
+
+def _encode_write(write: StoreWrite) -> bytes:
+    """``write`` as the JSON of one ``POST /writes`` entry, checked as its own method checks."""
+    build = _WRITE_BUILDERS.get(write.method) if isinstance(write, StoreWrite) else None
+    if build is None:
+        name = getattr(write, "method", type(write).__name__)
+        raise UnsupportedOperationError(f"{name!r} is not a batchable store write")
+    encoded = _encoded_body(build(*write.args, **write.kwargs), f"{write.method} write")
+    assert encoded is not None
+    return encoded
+
+
 @attrs.frozen
 class RemoteStoreStatistics:
     """What :meth:`RemoteStore.statistics` answers."""
@@ -411,18 +681,12 @@ class RemoteStore:
     ) -> httpx.Response | None:
         """Send one call (retried when ``retry``); ``None`` for a 404 when ``ok_missing``.
 
-        Statuses in ``expect`` are returned as is for the caller to read.
+        ``body`` is a model value, or ``bytes`` already encoded and checked. Statuses in
+        ``expect`` are returned as is for the caller to read.
         """
         if self._closed:
             raise StoreClosedError(f"remote store {self.url} is closed")
-        if body is not None:
-            check_model(body, what=f"{method} {path} body")
-        try:
-            content = encode(body) if body is not None else None
-        except (TypeError, OverflowError) as exc:
-            raise ValidationError(
-                f"{method} {path}: body cannot be encoded as JSON: {exc}"
-            ) from None
+        content = body if isinstance(body, bytes) else _encoded_body(body, f"{method} {path}")
         headers = {"content-type": "application/json"} if content is not None else None
         attempts = self.retries + 1 if retry else 1
         last: Exception | None = None
@@ -496,9 +760,9 @@ class RemoteStore:
 
     async def save(self, data: SessionData) -> None:
         """Create or overwrite the whole document (``PUT /sessions/{id}``)."""
-        data = _typed(data, SessionData, "session")
-        path = f"/sessions/{_seg(data.id, 'session id')}"
-        await self._request("PUT", path, body=_without_unset(data), retry=True)
+        write = _save_write(data)
+        path = f"/sessions/{write.session.id}"
+        await self._request("PUT", path, body=write.session, retry=True)
 
     async def append_turns(
         self,
@@ -507,15 +771,9 @@ class RemoteStore:
         options: AppendTurnsOptions | None = None,
     ) -> None:
         """Append turns; a stored identical turn is skipped, so a retry never duplicates."""
-        if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
-            raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
-        checked = tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
-        body = AppendTurnsBody(
-            turns=checked, options=_typed_or_none(options, AppendTurnsOptions, "options")
-        )
-        await self._request(
-            "POST", f"/sessions/{_seg(session_id, 'session id')}/turns", body=body, retry=True
-        )
+        write = _append_turns_write(session_id, turns, options)
+        body = AppendTurnsBody(turns=write.turns, options=write.options)
+        await self._request("POST", f"/sessions/{write.session_id}/turns", body=body, retry=True)
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -537,10 +795,10 @@ class RemoteStore:
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> None:
         """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
-        run = _typed(run, SessionRun, "run")
-        options = _typed_or_none(options, UpdateRunOptions, "options")
-        path = f"/sessions/{_seg(session_id, 'session id')}/runs/{_seg(run.id, 'run id')}"
-        await self._request("PUT", path, body=UpdateRunBody(run=run, options=options), retry=True)
+        write = _update_run_write(session_id, run, options)
+        path = f"/sessions/{write.session_id}/runs/{write.run.id}"
+        body = UpdateRunBody(run=write.run, options=write.options)
+        await self._request("PUT", path, body=body, retry=True)
 
     async def update_status(
         self,
@@ -551,17 +809,19 @@ class RemoteStore:
         preserve_updated_at: bool = False,
     ) -> None:
         """Set the status; ``running`` records ``owner`` (default: this client process)."""
-        owner = _typed_or_none(owner, RunOwner, "owner")
-        if status == "running" and owner is None:
-            owner = current_run_owner()
-        body = UpdateStatusBody(status=status, owner=owner, preserve_updated_at=preserve_updated_at)
-        await self._request(
-            "PUT", f"/sessions/{_seg(session_id, 'session id')}/status", body=body, retry=True
+        write = _update_status_write(
+            session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
         )
+        body = UpdateStatusBody(
+            status=write.status, owner=write.owner, preserve_updated_at=write.preserve_updated_at
+        )
+        await self._request("PUT", f"/sessions/{write.session_id}/status", body=body, retry=True)
 
     async def delete(self, session_id: str) -> None:
         """Delete a session (``DELETE /sessions/{id}``)."""
-        await self._request("DELETE", f"/sessions/{_seg(session_id, 'session id')}", retry=True)
+        await self._request(
+            "DELETE", f"/sessions/{_delete_write(session_id).session_id}", retry=True
+        )
 
     async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""
@@ -629,10 +889,8 @@ class RemoteStore:
 
     async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
         """Remove one artifact; unknown ids are a no-op."""
-        path = (
-            f"/sessions/{_seg(session_id, 'session id')}"
-            f"/artifacts/{_seg(artifact_id, 'artifact id')}"
-        )
+        write = _delete_artifact_write(session_id, artifact_id)
+        path = f"/sessions/{write.session_id}/artifacts/{write.artifact_id}"
         await self._request("DELETE", path, retry=True)
 
     async def delete_schedule(self, id: str) -> bool:
@@ -769,15 +1027,9 @@ class RemoteStore:
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
-        if not isinstance(patch, Mapping):
-            raise ValidationError(f"patch must be a mapping, got {type(patch).__name__}")
-        body = PatchMetaBody(
-            set={k: v for k, v in patch.items() if v is not UNSET},
-            remove=tuple(k for k, v in patch.items() if v is UNSET),
-        )
-        await self._request(
-            "PATCH", f"/sessions/{_seg(session_id, 'session id')}/meta", body=body, retry=True
-        )
+        write = _patch_meta_write(session_id, patch)
+        body = PatchMetaBody(set=write.set, remove=write.remove)
+        await self._request("PATCH", f"/sessions/{write.session_id}/meta", body=body, retry=True)
 
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire (``POST``, not retried: a repeat would be a second fire)."""
@@ -792,12 +1044,11 @@ class RemoteStore:
 
     async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
         """Persist the header and upsert the snapshot's runs; never deletes turns."""
-        data = _typed(data, SessionData, "session")
-        options = _typed_or_none(options, SaveMetaOptions, "options")
+        write = _save_meta_write(data, options)
         await self._request(
             "PUT",
-            f"/sessions/{_seg(data.id, 'session id')}/meta",
-            body=SaveMetaBody(session=_without_unset(data), options=options),
+            f"/sessions/{write.session.id}/meta",
+            body=SaveMetaBody(session=write.session, options=write.options),
             retry=True,
         )
 
@@ -817,32 +1068,94 @@ class RemoteStore:
         self, session_id: str, request_id: str, result: JsonValue
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim."""
-        path = (
-            f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_seg(request_id, 'request id')}/result"
-        )
-        await self._request("PUT", path, body=SettleSendRequestBody(result=result), retry=True)
+        write = _settle_send_request_write(session_id, request_id, result)
+        path = f"/sessions/{write.session_id}/send-requests/{write.request_id}/result"
+        body = SettleSendRequestBody(result=write.result)
+        await self._request("PUT", path, body=body, retry=True)
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``; ``None`` for an unknown session."""
-        artifact = normalize_artifact(_typed(artifact, SessionArtifact, "artifact"))
-        check_artifact_ids(artifact)
-        path = f"/sessions/{_seg(artifact.session_id, 'session id')}/artifacts"
-        result = await self._json(UpsertArtifactResult, "PUT", path, body=artifact, retry=True)
+        write = _upsert_artifact_write(artifact)
+        path = f"/sessions/{write.artifact.session_id}/artifacts"
+        result = await self._json(
+            UpsertArtifactResult, "PUT", path, body=write.artifact, retry=True
+        )
         return result.artifact
+
+    # -- group commit ----------------------------------------------------
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Send ``writes`` in as few ``POST /writes`` as fit; one outcome per write, in order.
+
+        The server applies each request's writes in order, in one transaction
+        when its store can (``BatchingStore``). A write refused here (a bad
+        argument) or there answers its own error; a request that fails whole
+        (after its retries: every write is idempotent) answers that error for
+        each of its writes.
+        """
+        results: builtins.list[outcome.Outcome[Any] | None] = [None] * len(writes)
+        chunk: builtins.list[tuple[int, bytes]] = []
+        size = 0
+        for i, write in enumerate(writes):
+            try:
+                encoded = _encode_write(write)
+            except Exception as exc:
+                results[i] = outcome.Error(exc)
+                continue
+            if chunk and (len(chunk) == MAX_BATCH_WRITES or size + len(encoded) > _BATCH_BYTES):
+                await self._send_writes(chunk, writes, results)
+                chunk, size = [], 0
+            chunk.append((i, encoded))
+            size += len(encoded) + 1
+        if chunk:
+            await self._send_writes(chunk, writes, results)
+        return [r for r in results if r is not None]
+
+    async def _send_writes(
+        self,
+        chunk: Sequence[tuple[int, bytes]],
+        writes: Sequence[StoreWrite],
+        results: builtins.list[outcome.Outcome[Any] | None],
+    ) -> None:
+        """One ``POST /writes`` of the encoded writes in ``chunk``; fills their ``results``."""
+        content = b'{"writes":[' + b",".join(encoded for _, encoded in chunk) + b"]}"
+        try:
+            answer = await self._json(WritesResult, "POST", "/writes", body=content, retry=True)
+            if len(answer.outcomes) != len(chunk):
+                got = len(answer.outcomes)
+                raise RemoteStoreError(
+                    f"POST /writes answered {got} outcomes for {len(chunk)} writes", status=200
+                )
+        except Exception as exc:
+            for i, _ in chunk:
+                results[i] = outcome.Error(exc)
+            return
+        for (i, _), done in zip(chunk, answer.outcomes, strict=True):
+            if done.error is None and 200 <= done.status < 300:
+                value = done.artifact if writes[i].method == "upsert_artifact" else None
+                results[i] = outcome.Value(value)
+            else:
+                where = f"POST /writes ({writes[i].method})"
+                results[i] = outcome.Error(_error_of(done.status, done.error, "", where))
 
 
 def _error(response: httpx.Response, method: str, path: str) -> Exception:
     """The library exception for an error answer."""
-    status = response.status_code
     detail: ErrorDetail | None
     try:
         detail = msgspec.json.decode(response.content, type=ErrorBody).error
     except msgspec.MsgspecError:
         detail = None
-    message = detail.message if detail else (response.text[:200] or response.reason_phrase)
+    text = response.text[:200] or response.reason_phrase
+    return _error_of(response.status_code, detail, text, f"{method} {path}")
+
+
+def _error_of(status: int, detail: ErrorDetail | None, text: str, where: str) -> Exception:
+    """The library exception for an error ``status`` with the API's ``detail`` (or ``text``)."""
+    message = detail.message if detail else text
     code = detail.code if detail else None
-    where = f"{method} {path}"
     if status == 404 and code == "session_not_found":
         return SessionNotFoundError(message)
     if status == 409:
@@ -856,6 +1169,13 @@ def _error(response: httpx.Response, method: str, path: str) -> Exception:
     if status in (502, 503, 504):
         return StoreUnavailableError(f"{where}: {message} (HTTP {status})")
     return RemoteStoreError(f"{where}: {message}", status=status, code=code)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, built once: loading the CA bundle costs ~0.1 s of CPU,
+    which every client would otherwise pay (even over plain http)."""
+    return httpx.create_ssl_context()
 
 
 def create_remote_store(
@@ -879,6 +1199,9 @@ def create_remote_store(
         raise ValidationError(f"retries must be >= 0, got {retries}")
     base = url.rstrip("/")
     client = httpx.AsyncClient(
-        base_url=base, headers=dict(headers or {}), timeout=timeout_ms / 1000
+        base_url=base,
+        headers=dict(headers or {}),
+        timeout=timeout_ms / 1000,
+        verify=_tls_context(),
     )
     return RemoteStore(url=base, client=client, timeout_ms=timeout_ms, retries=retries)

@@ -132,6 +132,7 @@ def _now() -> int:
 
 
 _TURN: Final = decoder(SessionTurn)
+_METADATA: Final = decoder(dict[str, Any])
 # The connection's page cache (KiB, negative): loads of long sessions re-read
 # their pages from it rather than through the OS (SQLite's default is 2 MiB).
 _CACHE_KIB: Final = 65_536
@@ -181,7 +182,11 @@ def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[S
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
     if raw == "{}":
         return {}
-    return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
+    try:  # the decoder held, not looked up: this runs for every row list_meta answers
+        metadata: dict[str, Any] = _METADATA.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
+    return metadata
 
 
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
@@ -708,17 +713,14 @@ class SQLiteStore:
 
     # -- header reads ---------------------------------------------------------------
 
+    # The counts and the first user turn's seq are kept in the row by triggers
+    # (schema v4), so a listed session costs one body lookup at most.
     _META_SELECT: Final = (
         "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
-        " s.updated_at, s.run_owner, s.rev,"
-        " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id),"
-        " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id AND t.role = 'user'),"
-        " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
-        " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
-        " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
-        "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
-        "   ORDER BY t.seq LIMIT 1) END"
-        " FROM sessions s"
+        " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
+        " s.artifact_count, CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+        "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.seq = s.first_user_seq)"
+        " END FROM sessions s"
     )
 
     @staticmethod

@@ -191,7 +191,79 @@ INSERT INTO rev_floor (rev) VALUES (0);
 """,
 )
 
-MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (_V1, _V2, _V3)
+# v4: what list_meta derives from a session's children, kept in its row. The
+# counts of turns, user turns, runs and artifacts, and the seq of the first
+# user turn, were four correlated COUNTs and an ordered lookup per listed
+# session; they are computed once here, then kept by triggers in the
+# transaction of every statement that inserts, deletes or re-keys a child row,
+# whatever code path issues it. (No statement may use REPLACE on these tables:
+# its deletes fire no trigger while recursive_triggers is off.)
+_V4: Final = """
+ALTER TABLE sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN user_turn_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN run_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN artifact_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN first_user_seq INTEGER;
+UPDATE sessions SET
+    turn_count = (SELECT COUNT(*) FROM turns t WHERE t.session_id = sessions.id),
+    user_turn_count = (SELECT COUNT(*) FROM turns t
+        WHERE t.session_id = sessions.id AND t.role = 'user'),
+    run_count = (SELECT COUNT(*) FROM runs r WHERE r.session_id = sessions.id),
+    artifact_count = (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = sessions.id),
+    first_user_seq = (SELECT MIN(t.seq) FROM turns t
+        WHERE t.session_id = sessions.id AND t.role = 'user');
+CREATE TRIGGER turns_counted AFTER INSERT ON turns BEGIN
+    UPDATE sessions SET turn_count = turn_count + 1,
+        user_turn_count = user_turn_count + (NEW.role = 'user'),
+        first_user_seq = CASE WHEN NEW.role = 'user'
+            AND (first_user_seq IS NULL OR NEW.seq < first_user_seq)
+            THEN NEW.seq ELSE first_user_seq END
+    WHERE id = NEW.session_id;
+END;
+CREATE TRIGGER turns_uncounted AFTER DELETE ON turns BEGIN
+    UPDATE sessions SET turn_count = turn_count - 1,
+        user_turn_count = user_turn_count - (OLD.role = 'user'),
+        first_user_seq = CASE WHEN first_user_seq = OLD.seq
+            THEN (SELECT MIN(t.seq) FROM turns t
+                WHERE t.session_id = OLD.session_id AND t.role = 'user')
+            ELSE first_user_seq END
+    WHERE id = OLD.session_id;
+END;
+CREATE TRIGGER turns_rekeyed AFTER UPDATE OF session_id, seq, role ON turns BEGIN
+    UPDATE sessions SET turn_count = turn_count - 1,
+        user_turn_count = user_turn_count - (OLD.role = 'user'),
+        first_user_seq = (SELECT MIN(t.seq) FROM turns t
+            WHERE t.session_id = OLD.session_id AND t.role = 'user')
+    WHERE id = OLD.session_id;
+    UPDATE sessions SET turn_count = turn_count + 1,
+        user_turn_count = user_turn_count + (NEW.role = 'user'),
+        first_user_seq = (SELECT MIN(t.seq) FROM turns t
+            WHERE t.session_id = NEW.session_id AND t.role = 'user')
+    WHERE id = NEW.session_id;
+END;
+CREATE TRIGGER runs_counted AFTER INSERT ON runs BEGIN
+    UPDATE sessions SET run_count = run_count + 1 WHERE id = NEW.session_id;
+END;
+CREATE TRIGGER runs_uncounted AFTER DELETE ON runs BEGIN
+    UPDATE sessions SET run_count = run_count - 1 WHERE id = OLD.session_id;
+END;
+CREATE TRIGGER runs_rekeyed AFTER UPDATE OF session_id ON runs BEGIN
+    UPDATE sessions SET run_count = run_count - 1 WHERE id = OLD.session_id;
+    UPDATE sessions SET run_count = run_count + 1 WHERE id = NEW.session_id;
+END;
+CREATE TRIGGER artifacts_counted AFTER INSERT ON artifacts BEGIN
+    UPDATE sessions SET artifact_count = artifact_count + 1 WHERE id = NEW.session_id;
+END;
+CREATE TRIGGER artifacts_uncounted AFTER DELETE ON artifacts BEGIN
+    UPDATE sessions SET artifact_count = artifact_count - 1 WHERE id = OLD.session_id;
+END;
+CREATE TRIGGER artifacts_rekeyed AFTER UPDATE OF session_id ON artifacts BEGIN
+    UPDATE sessions SET artifact_count = artifact_count - 1 WHERE id = OLD.session_id;
+    UPDATE sessions SET artifact_count = artifact_count + 1 WHERE id = NEW.session_id;
+END;
+"""
+
+MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (_V1, _V2, _V3, _V4)
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
 
@@ -200,7 +272,18 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
 def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """The statements of ``script``: split at each ``;`` that ends one (not inside a trigger)."""
+    statements: list[str] = []
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \t\n;"):
+                statements.append(pending.strip())
+            pending = ""
+    if pending.strip(" \t\n;"):
+        statements.append(pending)  # unterminated: executed so that SQLite names the error
+    return statements
 
 
 def _run_step(conn: sqlite3.Connection, step: Migration | Sequence[Migration]) -> None:

@@ -135,6 +135,12 @@
         }
         var type = response.headers.get("content-type") || "";
         if (type.indexOf("text/html") !== 0) {
+          if (polling) {
+            // A passing error (a 503 at a limit) keeps the live page and its polling.
+            setState("offline");
+            schedule();
+            return null;
+          }
           message("The server answered " + response.status + " " + response.statusText + ".");
           setState("ready");
           return null;

@@ -1,0 +1,318 @@
+"""The SQLite store's per-session aggregates (schema v4): kept by triggers, equal to recomputed.
+
+``list_meta`` / ``get_meta`` read turn, user-turn, run and artifact counts and
+the first user turn's ``seq`` from the session row. These tests check that
+every write path keeps them equal to what the child tables hold, that the
+rows answered stay exactly what the per-session subqueries of schema v3
+answered, and that a v3 file is migrated with its aggregates computed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import warnings
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import outcome
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from msgspec import UNSET
+
+from zidane_actors.errors import ConflictError, SessionNotFoundError
+from zidane_actors.model import (
+    AppendTurnsOptions,
+    SessionArtifact,
+    SessionData,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    encode,
+)
+from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
+from zidane_actors.stores._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, migrate
+
+# What list_meta answered before schema v4, from the child tables on every call.
+_RECOMPUTED_ROWS = (
+    "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
+    " s.updated_at, s.run_owner, s.rev,"
+    " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id),"
+    " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id AND t.role = 'user'),"
+    " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
+    " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
+    " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+    "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
+    "   ORDER BY t.seq LIMIT 1) END"
+    " FROM sessions s ORDER BY s.updated_at DESC, s.id"
+)
+_STORED = (
+    "SELECT id, turn_count, user_turn_count, run_count, artifact_count, first_user_seq"
+    " FROM sessions ORDER BY id"
+)
+_RECOMPUTED = (
+    "SELECT s.id, (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id),"
+    " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id AND t.role = 'user'),"
+    " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
+    " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
+    " (SELECT MIN(t.seq) FROM turns t WHERE t.session_id = s.id AND t.role = 'user')"
+    " FROM sessions s ORDER BY s.id"
+)
+
+
+def turn(i: int, role: str = "user") -> SessionTurn:
+    return SessionTurn(
+        id=f"t{i}",
+        role=role,  # type: ignore[arg-type]
+        content=(TextBlock(text=f"turn {i}"),),
+        created_at=1_000 + i,
+    )
+
+
+def run(rid: str, status: str = "running") -> SessionRun:
+    return SessionRun(id=rid, prompt="go", started_at=5, status=status)  # type: ignore[arg-type]
+
+
+def artifact(sid: str, n: int) -> SessionArtifact:
+    return SessionArtifact(
+        id=f"a{n}",
+        session_id=sid,
+        kind="file",
+        uri=f"file:///{n}",
+        label=f"file {n}",
+        created_at=1,
+        updated_at=1,
+    )
+
+
+def session(sid: str, **kw: Any) -> SessionData:
+    return SessionData(id=sid, created_at=1, updated_at=2, **kw)
+
+
+def check_aggregates(db: Path) -> list[SessionMetaRow]:
+    """Assert the stored aggregates equal recomputed ones; the rows v3 would have answered."""
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute(_STORED).fetchall() == conn.execute(_RECOMPUTED).fetchall()
+        return [SQLiteStore._meta_row(r) for r in conn.execute(_RECOMPUTED_ROWS)]
+
+
+def roles(bits: int, n: int) -> list[str]:
+    return ["user" if bits >> i & 1 else "assistant" for i in range(n)]
+
+
+_SID = st.sampled_from("ab")
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), _SID, st.integers(0, 3), st.integers(0, 7), st.booleans()),
+        st.tuples(st.just("retry"), _SID, st.just(0), st.just(0), st.just(False)),
+        st.tuples(st.just("conflict"), _SID, st.just(0), st.just(0), st.just(False)),
+        st.tuples(st.just("batch"), _SID, st.integers(1, 3), st.integers(0, 7), st.booleans()),
+        st.tuples(st.just("save"), _SID, st.integers(0, 3), st.integers(0, 7), st.booleans()),
+        st.tuples(st.just("save_meta"), _SID, st.integers(0, 2), st.just(0), st.booleans()),
+        st.tuples(st.just("title"), _SID, st.just(0), st.just(0), st.booleans()),
+        st.tuples(st.just("mutate"), _SID, st.integers(0, 4), st.integers(0, 3), st.booleans()),
+        st.tuples(st.just("truncate"), _SID, st.integers(0, 3), st.just(0), st.just(False)),
+        st.tuples(st.just("run"), _SID, st.integers(0, 2), st.just(0), st.just(False)),
+        st.tuples(st.just("artifact"), _SID, st.integers(0, 2), st.just(0), st.booleans()),
+        st.tuples(st.just("delete"), _SID, st.just(0), st.just(0), st.just(False)),
+    ),
+    max_size=30,
+)
+
+
+def _error_type(result: outcome.Outcome[Any]) -> type[BaseException] | None:
+    return type(result.error) if isinstance(result, outcome.Error) else None
+
+
+def _mutation(kind: int, k: int) -> Any:
+    """An edit of a history: drop turn k, flip its role, reverse, replace or drop the runs."""
+
+    def edit(h: SessionHistory) -> SessionHistory | None:
+        turns, runs = list(h.turns), list(h.runs)
+        if kind in (0, 1) and k >= len(turns):
+            return None
+        if kind == 0:
+            del turns[k]
+        elif kind == 1:
+            flipped = "assistant" if turns[k].role == "user" else "user"
+            turns[k] = msgspec.structs.replace(turns[k], role=flipped)  # type: ignore[arg-type]
+        elif kind == 2:
+            turns.reverse()
+        elif kind == 3:
+            runs = [run("m0"), run("m1", "completed")]
+        else:
+            runs = runs[1:]
+        return SessionHistory(turns=tuple(turns), runs=tuple(runs))
+
+    return edit
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_OPS)
+async def test_aggregates_equal_recomputed_after_any_program(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, int, int, bool]]
+) -> None:
+    """After every write, the kept counts and first user ``seq`` equal recomputed ones, the rows
+    ``list_meta`` answers equal those of the v3 subqueries, and match the memory store's."""
+    db = tmp_path_factory.mktemp("meta") / "s.db"
+    memory = MemoryStore()
+    last: dict[str, list[SessionTurn]] = {"a": [], "b": []}
+    counter = 0
+
+    async def apply(
+        store: Any, op: tuple[str, str, int, int, bool]
+    ) -> list[type[BaseException] | None]:
+        """One write on ``store``; the error types it answered (``None`` for success)."""
+        kind, sid, n, bits, flag = op
+        fresh = [turn(counter + i, r) for i, r in enumerate(roles(bits, n))]
+        calls: list[Any] = []
+        if kind == "append":
+            options = AppendTurnsOptions(run=run(f"r{counter}")) if flag else None
+            calls.append(lambda: store.append_turns(sid, fresh, options))
+        elif kind == "retry":
+            calls.append(lambda: store.append_turns(sid, last[sid]))
+        elif kind == "conflict":
+            clash = msgspec.structs.replace(turn(-1), role="system")  # a's first turn
+            calls.append(lambda: store.append_turns(sid, [turn(counter + 1), clash]))
+        elif kind == "batch":
+            # Group commit: one append per turn, alternating sessions, "ghost" when flagged.
+            other = "b" if sid == "a" else "a"
+            writes = [
+                StoreWrite("append_turns", ((sid, other)[i % 2], [t])) for i, t in enumerate(fresh)
+            ]
+            if flag:
+                writes.insert(1, StoreWrite("append_turns", ("ghost", [turn(counter + 9)])))
+            return [_error_type(r) for r in await store.apply_writes(writes)]
+        elif kind == "save":
+            runs = (run(f"r{counter}"),) if flag else ()
+            metadata = {"title": "x"} if flag else {}
+            data = session(sid, turns=tuple(fresh), runs=runs, metadata=metadata)
+            calls.append(lambda: store.save(data))
+        elif kind == "save_meta":
+            runs = tuple(run(f"r{i}") for i in range(n))
+            metadata = {"title": "y"} if flag else {"k": 1}
+            calls.append(lambda: store.save_meta(session(sid, runs=runs, metadata=metadata)))
+        elif kind == "title":
+            calls.append(lambda: store.patch_meta(sid, {"title": "z" if flag else UNSET}))
+        elif kind == "mutate":
+            calls.append(lambda: store.mutate_history(sid, _mutation(n, bits)))
+        elif kind == "truncate":
+            calls.append(lambda: store.mutate_turns(sid, lambda turns: turns[:n]))
+        elif kind == "run":
+            calls.append(lambda: store.update_run(sid, run(f"r{n}", "completed")))
+        elif kind == "artifact":
+            if flag:
+                calls.append(lambda: store.delete_artifact(sid, f"a{n}"))
+            else:
+                calls.append(lambda: store.upsert_artifact(artifact(sid, n)))
+        else:
+            calls.append(lambda: store.delete(sid))
+        return [_error_type(await outcome.acapture(call)) for call in calls]
+
+    async with open_sqlite_store(db, durability="off") as store:
+        for s in (memory, store):
+            await s.save(session("a", turns=(turn(-1),)))
+            await s.save(session("b"))
+        for op in ops:
+            want = await apply(memory, op)
+            got = await apply(store, op)
+            assert got == want, op
+            assert set(got) <= {None, ConflictError, SessionNotFoundError}, got
+            if op[0] == "append" and got == [None]:
+                last[op[1]] = [turn(counter + i, r) for i, r in enumerate(roles(op[3], op[2]))]
+            counter += 10
+            recomputed = check_aggregates(db)
+            rows = await store.list_meta()
+            assert encode(rows) == encode(recomputed)
+            assert [await store.get_meta(r.id) for r in rows] == rows
+            mine = sorted(rows, key=lambda r: r.id)
+            theirs_rows = sorted(await memory.list_meta(), key=lambda r: r.id)
+            for row, theirs in zip(mine, theirs_rows, strict=True):
+                assert (row.id, row.metadata, row.first_user_turn) == (
+                    theirs.id,
+                    theirs.metadata,
+                    theirs.first_user_turn,
+                )
+                assert (row.turn_count, row.user_message_count, row.run_count) == (
+                    theirs.turn_count,
+                    theirs.user_message_count,
+                    theirs.run_count,
+                )
+                assert row.artifact_count == theirs.artifact_count
+
+
+async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
+    """A v3 file opens at v4 with every session's aggregates computed, silently (no data
+    changes), answering the rows v3 answered; later writes keep them."""
+    db = tmp_path / "v3.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:3]) == 3
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES"
+        " ('a', 'idle', '{}', 1, 3), ('b', 'idle', '{\"title\":\"b\"}', 1, 2),"
+        " ('c', 'idle', '{}', 1, 1), ('d', 'idle', '{}', 1, 4)"
+    )
+    turns = [("a", 0, turn(0, "assistant")), ("a", 1, turn(1)), ("a", 2, turn(2))]
+    turns += [("b", 0, turn(0)), ("c", 0, turn(0, "assistant"))]
+    conn.executemany(
+        "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+        [(sid, seq, t.id, t.role, encode(t)) for sid, seq, t in turns],
+    )
+    conn.executemany(
+        "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?, ?, ?)",
+        [("a", "r0", 0, encode(run("r0"))), ("a", "r1", 1, encode(run("r1")))],
+    )
+    conn.execute(
+        "INSERT INTO artifacts (session_id, id, kind, uri, body) VALUES (?, ?, ?, ?, ?)",
+        ("b", "a0", "file", "file:///0", encode(artifact("b", 0))),
+    )
+    before = [SQLiteStore._meta_row(r) for r in conn.execute(_RECOMPUTED_ROWS)]
+    conn.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        async with open_sqlite_store(db) as store:
+            assert encode(await store.list_meta()) == encode(before)
+            a = await store.get_meta("a")
+            assert a is not None and (a.turn_count, a.user_message_count, a.run_count) == (3, 2, 2)
+            assert a.first_user_turn == turn(1)
+            await store.append_turns("c", [turn(1), turn(2)])
+            await store.delete("b")
+            c = await store.get_meta("c")
+            assert c is not None and c.first_user_turn == turn(1) and c.user_message_count == 2
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute(_STORED).fetchall() == [
+            ("a", 3, 2, 2, 0, 1),
+            ("c", 3, 2, 0, 0, 1),
+            ("d", 0, 0, 0, 0, None),
+        ]
+    check_aggregates(db)
+
+
+async def test_any_statement_on_child_rows_keeps_aggregates(tmp_path: Path) -> None:
+    """The triggers hold for SQL no store method issues: re-keying and moving child rows."""
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db) as store:
+        await store.save(session("a", turns=(turn(0, "assistant"), turn(1), turn(2))))
+        await store.save(session("b", turns=(turn(0),), runs=(run("r0"),)))
+        await store.upsert_artifact(artifact("b", 0))
+    statements = [
+        "UPDATE turns SET role = 'assistant' WHERE session_id = 'a' AND seq = 1",
+        "UPDATE turns SET seq = -1 - seq WHERE session_id = 'a'",
+        "UPDATE turns SET role = 'user' WHERE session_id = 'a' AND seq = -1",
+        "UPDATE turns SET session_id = 'a', seq = 10, id = 'moved' WHERE session_id = 'b'",
+        "UPDATE runs SET session_id = 'a' WHERE session_id = 'b'",
+        "UPDATE artifacts SET session_id = 'a' WHERE session_id = 'b'",
+        "DELETE FROM turns WHERE session_id = 'a' AND role = 'user'",
+    ]
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        for statement in statements:
+            conn.execute(statement)
+            assert conn.execute(_STORED).fetchall() == conn.execute(_RECOMPUTED).fetchall()
+        final = [("a", 1, 0, 1, 1, None), ("b", 0, 0, 0, 0, None)]
+        assert conn.execute(_STORED).fetchall() == final
