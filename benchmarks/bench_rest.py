@@ -47,7 +47,7 @@ import httpx
 import msgspec
 import trio
 
-from zidane_actors.actors import open_session_host
+from zidane_actors.actors import SessionHost, open_session_host
 from zidane_actors.model import SessionData, SessionTurn, TextBlock
 from zidane_actors.stores import create_remote_store, open_sqlite_store
 
@@ -225,22 +225,27 @@ async def create_sessions(url: str, clients: int) -> None:
             await remote.save(SessionData(id=f"c{i}", created_at=1, updated_at=1))
 
 
+async def host_writers(host: SessionHost, prefix: str, clients: int, appends: int) -> float:
+    """Turns per second of ``clients`` sessions of ``host`` appending one turn at a time."""
+    sessions = [await host.create_session(id=f"{prefix}{i}") for i in range(clients)]
+
+    async def writer(i: int) -> None:
+        for n in range(appends):
+            await sessions[i].append_turns([turn(f"{prefix}{i}", n)])
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for i in range(clients):
+            nursery.start_soon(writer, i)
+    return clients * appends / (time.perf_counter() - start)
+
+
 async def host_throughput(url: str, clients: int, appends: int) -> float:
     """Turns per second of the writers on one session host over one remote store."""
     async with create_remote_store(url) as remote, open_session_host(remote) as host:
-        sessions = [await host.create_session(id=f"h{i}") for i in range(clients)]
-
-        async def writer(i: int) -> None:
-            for n in range(appends):
-                await sessions[i].append_turns([turn(f"h{i}", n)])
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for i in range(clients):
-                nursery.start_soon(writer, i)
-        elapsed = time.perf_counter() - start
+        rate = await host_writers(host, "h", clients, appends)
         assert len(await remote.get_turns("h0")) == appends
-    return clients * appends / elapsed
+    return rate
 
 
 async def http_floor(url: str, clients: int, requests: int) -> float:
@@ -264,18 +269,7 @@ async def http_floor(url: str, clients: int, requests: int) -> float:
 async def embedded_throughput(db: Path, clients: int, appends: int) -> float:
     """Turns per second of the same writers on a session host in this process."""
     async with open_sqlite_store(db) as store, open_session_host(store) as host:
-        sessions = [await host.create_session(id=f"c{i}") for i in range(clients)]
-
-        async def writer(i: int) -> None:
-            for n in range(appends):
-                await sessions[i].append_turns([turn(f"c{i}", n)])
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for i in range(clients):
-                nursery.start_soon(writer, i)
-        elapsed = time.perf_counter() - start
-    return clients * appends / elapsed
+        return await host_writers(host, "c", clients, appends)
 
 
 async def main(history: int, samples: int, clients: int, appends: int) -> None:
