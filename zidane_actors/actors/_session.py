@@ -45,7 +45,6 @@ from ..model import (
     UpdateRunOptions,
     check_json,
     check_model,
-    check_unique_turn_ids,
     current_run_owner,
     demote_stale_running_status,
     fresh_turns,
@@ -54,6 +53,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
+from ..model._checked import check_turns, checked_turns
 from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
 from ..wire import (
     PairingDrop,
@@ -131,18 +131,6 @@ def _json_copy(value: Any, what: str, path: str, depth: int) -> Any:
         return msgspec.json.decode(msgspec.json.encode(value))
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
-
-
-def _checked_turns(turns: Iterable[SessionTurn], what: str) -> tuple[SessionTurn, ...]:
-    checked = tuple(turns)
-    for i, turn in enumerate(checked):
-        if not isinstance(turn, SessionTurn):
-            raise ValidationError(
-                f"expected a SessionTurn, got {type(turn).__name__}", path=f"$.{what}[{i}]"
-            )
-    check_model(checked, what=what, path=f"$.{what}")
-    check_unique_turn_ids(checked, path=f"$.{what}")
-    return checked
 
 
 def _checked_runs(runs: Iterable[SessionRun]) -> tuple[SessionRun, ...]:
@@ -771,7 +759,7 @@ class Session:
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> None:
         """Append turns in memory and through ``store.append_turns`` (store first)."""
-        checked = _checked_turns(turns, "turns")
+        checked = checked_turns(turns)
         options = _checked_append_options(options)
         store = self._direct_store()
         if store is None:
@@ -782,7 +770,7 @@ class Session:
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> Reply[None]:
         """Enqueue :meth:`append_turns`; raises ``trio.WouldBlock`` when the mailbox is full."""
-        checked = _checked_turns(turns, "turns")
+        checked = checked_turns(turns)
         options = _checked_append_options(options)
         store = self._direct_store()
         if store is None:
@@ -934,11 +922,11 @@ class Session:
 
     async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
         """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._apply(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
+        await self._apply(_Replace({"turns": check_turns(turns)}, arm_bulk=True))
 
     def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
         """Enqueue :meth:`set_turns` without waiting."""
-        return self._submit(_Replace({"turns": _checked_turns(turns, "turns")}, arm_bulk=True))
+        return self._submit(_Replace({"turns": check_turns(turns)}, arm_bulk=True))
 
     async def set_runs(self, runs: Iterable[SessionRun]) -> None:
         """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""

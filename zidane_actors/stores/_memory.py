@@ -66,6 +66,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
+from ..model._checked import CheckedTurns
 from ._protocol import (
     WRITE_METHODS,
     HistoryMutation,
@@ -93,6 +94,7 @@ __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
 T = TypeVar("T")
 
 _STATUSES: Final = frozenset(get_args(SessionStatus))
+_TURN: Final = decoder(SessionTurn)
 
 
 def _copy(value: T, type_: type[T]) -> T:
@@ -225,11 +227,15 @@ class MemoryStore:
         options: AppendTurnsOptions | None = None,
     ) -> None:
         validate_id(session_id)
-        new_turns = checked_items(turns, SessionTurn, "turns")
+        unchecked: tuple[SessionTurn, ...] = ()
+        if type(turns) is CheckedTurns:  # checked already: copies decoded from its bodies
+            new_turns = tuple(map(_TURN.decode, turns.bodies))
+        else:
+            new_turns = unchecked = checked_items(turns, SessionTurn, "turns")
         run = None
         if options is not None:
             run = checked(options, AppendTurnsOptions, "append options").run
-        check_ids(new_turns, () if run is None else (run,))
+        check_ids(unchecked, () if run is None else (run,))
         stored = self._sessions.get(session_id)
         if stored is None:
             raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")

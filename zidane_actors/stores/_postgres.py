@@ -81,6 +81,7 @@ from ..model import (
     validate_id,
 )
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
+from ..model._checked import CheckedTurns
 from ._postgres_schema import migrate
 from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
 from ._validate import (
@@ -368,13 +369,17 @@ the two-step path, which compares the stored rows (``fresh_turns``).
 def _checked_append(
     session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
 ) -> tuple[list[SessionTurn], SessionRun | None]:
-    """Validated turns (ids safe and distinct) and run of an append."""
+    """Validated copies of the turns (ids safe and distinct) and the run of an append."""
     validate_id(session_id)
-    valid = checked_items(turns, SessionTurn, "turns")
+    unchecked: tuple[SessionTurn, ...] = ()
+    if type(turns) is CheckedTurns:  # checked already: copies decoded from its bodies
+        valid = tuple(map(decoder(SessionTurn).decode, turns.bodies))
+    else:
+        valid = unchecked = checked_items(turns, SessionTurn, "turns")
     run = None
     if options is not None:
         run = checked(options, AppendTurnsOptions, "append options").run
-    check_ids(valid, () if run is None else (run,))
+    check_ids(unchecked, () if run is None else (run,))
     return list(valid), run
 
 

@@ -78,6 +78,7 @@ from ..model import (
     snapshot_status,
     validate_id,
 )
+from ..model._checked import CheckedTurns
 from ._protocol import (
     WRITE_METHODS,
     HistoryMutation,
@@ -236,8 +237,12 @@ def _turn_rows_of(
     """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``.
 
     ``where`` locates ``turns`` in the caller's argument (``$.turns`` in a save).
-    Turn ids must be distinct (``check_unique_turn_ids``).
+    Turn ids must be distinct (``check_unique_turn_ids``). A ``CheckedTurns``
+    was checked already: its rows take its bodies.
     """
+    if type(turns) is CheckedTurns:
+        pairs = enumerate(zip(turns, turns.bodies, strict=True), start)
+        return [(seq, t.id, t.role, body) for seq, (t, body) in pairs]
     # Lists and tuples first: the Sequence ABC check is slow on this hot path.
     if not isinstance(turns, (list, tuple)) and (
         isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)

@@ -1,0 +1,89 @@
+"""Turns checked once: validated and encoded where they are written, stored from those bytes.
+
+A session checks the turns of an append on its caller's thread; a store
+would check them again (and encode and decode them back) on its own.
+:func:`checked_turns` does the whole check once and hands the store a
+:class:`CheckedTurns`: the turns, each with the exact JSON the check
+accepted. A store that knows the carrier (``type(x) is CheckedTurns``,
+never ``isinstance``) writes those bytes; any other sequence, a slice or a
+copy of one is a plain tuple and validated as before. So a dict mutated
+inside a turn after the check cannot reach the store unchecked: the store
+writes what was checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from ..errors import ValidationError
+from ._codec import decoder, encode
+from ._ids import validate_id
+from ._json import check_model
+from ._turn_ids import check_unique_turn_ids
+from ._types import SessionTurn
+
+__all__ = ["CheckedTurns", "check_turns", "checked_turns"]
+
+_KEY: Final = object()
+_TURN: Final = decoder(SessionTurn)
+
+
+class CheckedTurns(tuple[SessionTurn, ...]):
+    """Turns that pass every check a store applies, with ``bodies[i]`` the JSON of turn ``i``.
+
+    Built only by :func:`checked_turns`. Slices, concatenations and copies
+    are plain tuples (the bodies could not follow them).
+    """
+
+    bodies: tuple[bytes, ...]
+
+    def __new__(
+        cls, turns: tuple[SessionTurn, ...], bodies: tuple[bytes, ...], key: object
+    ) -> CheckedTurns:
+        if key is not _KEY:
+            raise TypeError("CheckedTurns is built by checked_turns() only")
+        self = super().__new__(cls, turns)
+        self.bodies = bodies
+        return self
+
+    def __reduce__(self) -> tuple[type[tuple[SessionTurn, ...]], tuple[tuple[SessionTurn, ...]]]:
+        return tuple, (tuple(self),)
+
+
+def check_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
+    """``turns`` as a tuple of ``SessionTurn`` JSON carries exactly, with distinct ids.
+
+    Raises :class:`ValidationError` located under ``$.turns``.
+    """
+    checked = tuple(turns)
+    for i, turn in enumerate(checked):
+        if not isinstance(turn, SessionTurn):
+            raise ValidationError(
+                f"expected a SessionTurn, got {type(turn).__name__}", path=f"$.turns[{i}]"
+            )
+    check_model(checked, what="turns", path="$.turns")
+    check_unique_turn_ids(checked, path="$.turns")
+    return checked
+
+
+def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
+    """:func:`check_turns`, then a :class:`CheckedTurns` when a store would accept every turn.
+
+    A turn a store refuses (an unsafe id, a constraint only decoding
+    enforces) leaves a plain tuple: the store then raises its own located
+    error, exactly as without the carrier.
+    """
+    checked = check_turns(turns)
+    bodies = []
+    try:
+        for turn in checked:
+            validate_id(turn.id)
+            body = encode(turn)
+            _TURN.decode(body)
+            bodies.append(body)
+    except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):  # the store says why
+        return checked
+    return CheckedTurns(checked, tuple(bodies), _KEY)
