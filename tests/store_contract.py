@@ -30,6 +30,7 @@ named ``"apply_writes"``. A store without ``rev`` in its meta rows sets
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -91,9 +92,11 @@ from zidane_actors.model import (
     TurnUsage,
     UpdateRunOptions,
     current_run_owner,
+    encode,
     host_id,
     validate_id,
 )
+from zidane_actors.model._checked import CheckedTurns, checked_turns
 from zidane_actors.stores import (
     BatchingStore,
     MemoryStore,
@@ -446,6 +449,46 @@ class StoreContract:
         await store.append_turns("s1", rich_turns())
         store = await reopen()
         assert tuple(await store.get_turns("s1")) == rich_turns()
+
+    async def test_checked_turns_are_written_as_checked(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        """A ``CheckedTurns`` (what a session hands its store) is written from its bodies:
+        a dict changed inside a turn after the check changes nothing stored."""
+        await store.save(make_session("s1"))
+        noted = replace(make_turn(1), metadata={"n": 1})
+        carrier = checked_turns((noted, *rich_turns()))
+        assert type(carrier) is CheckedTurns
+        assert noted.metadata is not None and carrier[1].metadata is not None
+        noted.metadata["n"] = math.nan
+        carrier[1].metadata["source"]["tags"].append("late")
+        await store.append_turns("s1", carrier)
+        bodies = list(carrier.bodies)
+        if "apply_writes" in store_capabilities(store):
+            late = [replace(make_turn(n), metadata={"n": n}) for n in (2, 3)]
+            batch = [checked_turns([turn]) for turn in late]
+            for turn in late:
+                assert turn.metadata is not None
+                turn.metadata["n"] = {1, 2}
+            full: Any = store
+            results = await full.apply_writes(
+                [StoreWrite("append_turns", ("s1", turns)) for turns in batch]
+            )
+            assert [r.unwrap() for r in results] == [None, None]
+            bodies += [b for turns in batch for b in getattr(turns, "bodies", ())]
+        store = await reopen()
+        assert [encode(t) for t in await store.get_turns("s1")] == bodies
+
+    async def test_a_tuple_posing_as_checked_turns_is_checked(self, store: SessionStore) -> None:
+        class Posing(tuple):  # type: ignore[type-arg]
+            bodies = (encode(make_turn(1)),)
+
+        await store.save(make_session("s1"))
+        with pytest.raises(ValidationError):
+            await store.append_turns(
+                "s1", Posing([replace(make_turn(1), metadata={"n": math.nan})])
+            )
+        assert await store.get_turns("s1") == []
 
     async def test_append_turns_to_unknown_session_raises(self, store: SessionStore) -> None:
         with pytest.raises(SessionNotFoundError):

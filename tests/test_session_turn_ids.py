@@ -68,3 +68,23 @@ async def test_a_retry_after_set_turns_and_save_stays_equal(opener: Opener) -> N
         await session.append_turns([make_turn(2), make_turn(3)])
         assert tuple(await store.get_turns("s")) == session.turns
         assert [t.id for t in session.turns] == ["t1", "t2", "t3"]
+
+
+async def test_a_turn_changed_after_its_append_is_stored_as_checked(opener: Opener) -> None:
+    # The session hands its store the bytes it checked: a dict changed inside a
+    # turn while the append is in flight, or after it was acknowledged, is not
+    # what the store holds.
+    async with opener() as store, open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        turns = [replace(make_turn(n), metadata={"n": n}) for n in (1, 2)]
+        reply = session.append_turns_nowait(turns[:1])
+        assert turns[0].metadata is not None
+        turns[0].metadata["n"] = float("nan")  # in flight: not stored, never refused
+        await reply.wait()
+        await session.append_turns(turns[1:])
+        assert turns[1].metadata is not None
+        turns[1].metadata["n"] = {"later"}
+        stored = [replace(make_turn(n), metadata={"n": n}) for n in (1, 2)]
+        assert await store.get_turns("s") == stored
+        reloaded = await load_session(store, "s")
+        assert reloaded is not None and list(reloaded.turns) == stored

@@ -63,6 +63,7 @@ from ..model import (
     normalize_artifact,
     validate_id,
 )
+from ..model._checked import CheckedTurns
 from ..model._types import EpochMs
 from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
 from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
@@ -483,10 +484,19 @@ def _retry_after(response: httpx.Response) -> float:
 
 
 def _encoded_body(body: object, where: str) -> bytes | None:
-    """``body`` as JSON, checked first (``ValidationError`` naming ``where``); ``None`` stays."""
+    """``body`` as JSON, checked first (``ValidationError`` naming ``where``); ``None`` stays.
+
+    Appended turns checked once already (a ``CheckedTurns``) are sent as their bodies.
+    """
     if body is None:
         return None
-    check_model(body, what=f"{where} body")
+    if isinstance(body, AppendTurnsBody | AppendTurnsWrite) and type(body.turns) is CheckedTurns:
+        turns = msgspec.Raw(b"[" + b",".join(body.turns.bodies) + b"]")
+        rest = msgspec.structs.replace(body, turns=())
+        check_model(rest, what=f"{where} body")
+        body = msgspec.structs.replace(rest, turns=turns)
+    else:
+        check_model(body, what=f"{where} body")
     try:
         return encode(body)
     except (TypeError, OverflowError) as exc:
@@ -507,7 +517,11 @@ def _append_turns_write(
 ) -> AppendTurnsWrite:
     if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
         raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
-    checked = tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
+    checked = (
+        turns
+        if type(turns) is CheckedTurns
+        else tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
+    )
     return AppendTurnsWrite(
         session_id=_seg(session_id, "session id"),
         turns=checked,

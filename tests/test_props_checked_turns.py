@@ -1,0 +1,122 @@
+"""Properties of turns checked once (``CheckedTurns``): its bodies are what the slow path writes.
+
+For any turns, ``checked_turns`` refuses exactly what the session's check
+refuses (same error, same path); it answers a carrier exactly when a store
+accepts every turn, and then the rows a store makes from the carrier's bodies
+equal the rows it makes by checking the same turns itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from msgspec.structs import replace
+from sdk_strategies import json_object
+from store_contract import make_turn, rich_turns
+
+from zidane_actors.errors import InvalidNameError, ValidationError
+from zidane_actors.model import SessionTurn, TextBlock, ToolCallBlock, TurnUsage, encode
+from zidane_actors.model._checked import CheckedTurns, check_turns, checked_turns
+from zidane_actors.stores._sqlite import _turn_rows_of
+
+_BAD_VALUES = st.sampled_from([math.nan, math.inf, b"x", {1, 2}, {1: "int key"}])
+_IDS = st.sampled_from(["t1", "t2", "t3", "../x", "a b", "ok.id"])
+
+
+@st.composite
+def turns(draw: st.DrawFn) -> list[Any]:
+    """Turns with random ids (some unsafe or repeated), times (some negative), metadata and
+    tool inputs (some holding what JSON cannot carry), usage (some out of range), and
+    sometimes a value that is not a turn at all."""
+    drawn: list[Any] = []
+    for _ in range(draw(st.integers(0, 4))):
+        if draw(st.integers(0, 15)) == 0:
+            drawn.append({"id": "t9"})
+            continue
+        metadata = draw(st.none() | json_object)
+        if metadata is not None and draw(st.integers(0, 5)) == 0:
+            metadata["bad"] = draw(_BAD_VALUES)
+        tool_input = draw(json_object)
+        if draw(st.integers(0, 7)) == 0:
+            tool_input["bad"] = draw(_BAD_VALUES)
+        drawn.append(
+            SessionTurn(
+                id=draw(_IDS),
+                role=draw(st.sampled_from(["user", "assistant"])),
+                content=(TextBlock(draw(st.text(max_size=5))), ToolCallBlock("c", "f", tool_input)),
+                created_at=draw(st.integers(-2, 3)),
+                usage=draw(st.none() | st.builds(TurnUsage, input=st.integers(-1, 5))),
+                metadata=metadata,
+            )
+        )
+    return drawn
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns())
+def test_the_carrier_holds_exactly_what_the_slow_path_writes(drawn: list[Any]) -> None:
+    try:
+        expected = check_turns(drawn)
+    except ValidationError as exc:
+        with pytest.raises(type(exc)) as raised:
+            checked_turns(drawn)
+        assert str(raised.value) == str(exc) and raised.value.path == exc.path
+        return
+    checked = checked_turns(drawn)
+    assert checked == expected
+    try:
+        rows = _turn_rows_of(expected, 3)  # the store checking the turns itself
+    except ValidationError:
+        assert type(checked) is tuple  # no carrier: the store refuses them as before
+        return
+    assert type(checked) is CheckedTurns
+    assert checked.bodies == tuple(encode(t) for t in drawn)
+    assert _turn_rows_of(checked, 3) == rows
+
+
+def test_a_carrier_is_built_by_checked_turns_only() -> None:
+    carrier = checked_turns(rich_turns())
+    assert type(carrier) is CheckedTurns and carrier == rich_turns()
+    with pytest.raises(TypeError, match="checked_turns"):
+        CheckedTurns(rich_turns(), carrier.bodies, object())
+    # whatever the bodies could not follow is a plain tuple
+    for other in (
+        carrier[1:],
+        carrier + carrier,
+        tuple(carrier),
+        copy.copy(carrier),
+        copy.deepcopy(carrier),
+        pickle.loads(pickle.dumps(carrier)),
+    ):
+        assert type(other) is tuple and all(t in carrier for t in other)
+
+
+def test_what_a_store_refuses_gets_no_carrier() -> None:
+    for bad in (
+        replace(make_turn(2), id="../x"),
+        replace(make_turn(2), created_at=-1),
+        replace(make_turn(2), usage=TurnUsage(input=-1)),
+    ):
+        checked = checked_turns([make_turn(1), bad])
+        assert type(checked) is tuple and checked == (make_turn(1), bad)
+    with pytest.raises(InvalidNameError):
+        _turn_rows_of((replace(make_turn(2), id="../x"),), 0)
+
+
+def test_refusals_stay_located_as_the_session_check_locates_them() -> None:
+    nan = replace(make_turn(2), metadata={"x": math.nan})
+    cases: list[tuple[list[Any], str]] = [
+        ([make_turn(1), nan], "$.turns[1].metadata.x"),
+        ([make_turn(1), "turn"], "$.turns[1]"),
+        ([make_turn(1), make_turn(1)], "$.turns[1].id"),
+    ]
+    for given_turns, path in cases:
+        with pytest.raises(ValidationError) as raised:
+            checked_turns(given_turns)
+        assert raised.value.path == path
