@@ -1,4 +1,4 @@
-"""The SQLite store's per-session aggregates (schema v4): kept by triggers, equal to recomputed.
+"""The SQLite store's per-session aggregates (schema v4, v5): kept by triggers, equal to recomputed.
 
 ``list_meta`` / ``get_meta`` read turn, user-turn, run and artifact counts and
 the first user turn's ``seq`` from the session row. These tests check that
@@ -246,7 +246,7 @@ async def test_aggregates_equal_recomputed_after_any_program(
 
 
 async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
-    """A v3 file opens at v4 with every session's aggregates computed, silently (no data
+    """A v3 file opens at v5 with every session's aggregates computed, silently (no data
     changes), answering the rows v3 answered; later writes keep them."""
     db = tmp_path / "v3.db"
     conn = sqlite3.connect(db, isolation_level=None)
@@ -284,12 +284,52 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             c = await store.get_meta("c")
             assert c is not None and c.first_user_turn == turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert conn.execute(_STORED).fetchall() == [
             ("a", 3, 2, 2, 0, 1),
             ("c", 3, 2, 0, 0, 1),
             ("d", 0, 0, 0, 0, None),
         ]
+    check_aggregates(db)
+
+
+async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> None:
+    """A v4 file opens at v5 without ``turns_by_role``, its aggregates untouched; deleting a
+    first user turn then finds the next one past it, by any path."""
+    db = tmp_path / "v4.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:4]) == 4
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES"
+        " ('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 1)"
+    )
+    a = [turn(0, "assistant"), turn(1), turn(2, "assistant"), turn(3), turn(4)]
+    conn.executemany(
+        "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+        [("a", i, t.id, t.role, encode(t)) for i, t in enumerate(a)]
+        + [("b", i, t.id, t.role, encode(t)) for i, t in enumerate(a[:2])],
+    )
+    stored = conn.execute(_STORED).fetchall()
+    assert stored == [("a", 5, 3, 0, 0, 1), ("b", 2, 1, 0, 0, 1)]
+    conn.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        async with open_sqlite_store(db) as store:
+            assert await store.get_turns("a") == a
+            drop_first_user = _mutation(0, 1)
+            assert await store.mutate_history("a", drop_first_user) == "ok"
+            meta = await store.get_meta("a")
+            assert meta is not None and meta.first_user_turn == turn(3)
+            assert meta.user_message_count == 2
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
+        assert indexes == {"turns_by_session", "turns_by_id"}
+        assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
+        conn.execute("DELETE FROM turns WHERE session_id = 'a' AND seq = 2")
+        assert conn.execute(_STORED).fetchall()[0] == ("a", 3, 1, 0, 0, 3)
+        conn.execute("DELETE FROM turns WHERE session_id = 'b' AND seq = 1")
+        assert conn.execute(_STORED).fetchall()[1] == ("b", 1, 0, 0, 0, None)
     check_aggregates(db)
 
 
@@ -307,6 +347,8 @@ async def test_any_statement_on_child_rows_keeps_aggregates(tmp_path: Path) -> N
         "UPDATE turns SET session_id = 'a', seq = 10, id = 'moved' WHERE session_id = 'b'",
         "UPDATE runs SET session_id = 'a' WHERE session_id = 'b'",
         "UPDATE artifacts SET session_id = 'a' WHERE session_id = 'b'",
+        "DELETE FROM turns WHERE session_id = 'a'"
+        " AND seq = (SELECT first_user_seq FROM sessions WHERE id = 'a')",
         "DELETE FROM turns WHERE session_id = 'a' AND role = 'user'",
     ]
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:

@@ -263,7 +263,26 @@ CREATE TRIGGER artifacts_rekeyed AFTER UPDATE OF session_id ON artifacts BEGIN
 END;
 """
 
-MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (_V1, _V2, _V3, _V4)
+# v5: no (session_id, role, seq) index. Only the triggers' first-user-turn
+# lookups read it, and each append paid for its entry. When the first user turn
+# is deleted, the next one is found by a range scan of (session_id, seq) past
+# it (no user turn precedes it); a re-keyed row, which no store method issues,
+# rescans its session's turns from the lowest seq to the first user one.
+_V5: Final = """
+DROP INDEX turns_by_role;
+DROP TRIGGER turns_uncounted;
+CREATE TRIGGER turns_uncounted AFTER DELETE ON turns BEGIN
+    UPDATE sessions SET turn_count = turn_count - 1,
+        user_turn_count = user_turn_count - (OLD.role = 'user'),
+        first_user_seq = CASE WHEN first_user_seq = OLD.seq
+            THEN (SELECT MIN(t.seq) FROM turns t
+                WHERE t.session_id = OLD.session_id AND t.seq > OLD.seq AND t.role = 'user')
+            ELSE first_user_seq END
+    WHERE id = OLD.session_id;
+END;
+"""
+
+MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
 
