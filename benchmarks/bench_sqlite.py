@@ -14,7 +14,10 @@ results; see ``_realistic.py``) and every commit is durable
    sessions for adk, which opens a connection per call). Second line: the
    store actor alone (``open_store_actor`` with defaults, no session actors).
    Variants alternate within each round; ratios are medians over rounds.
-   CPU is process time (all threads) per append.
+   Each run is a fresh process holding only its own imports: a peer's
+   imports (google-adk's track ~200k objects) slow the full GC collections
+   of whatever runs after them in the same process. CPU is process time
+   (all threads) per append.
 2. One writer (a chat app): p50 latency of one durable append through the host
    vs one raw durable commit of the same row, vs openai-agents; the three
    variants' appends are interleaved one by one, so a burst of disk contention
@@ -33,9 +36,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.util
 import json
 import sqlite3
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -232,11 +237,43 @@ def adk_run(db: Path, turns: list[list[SessionTurn]]) -> Run:
 
 
 def have(module: str) -> bool:
+    """Whether ``module`` is installed (found, not imported: this process stays lean)."""
     try:
-        __import__(module)
+        return importlib.util.find_spec(module) is not None
     except ImportError:
         return False
-    return True
+
+
+VARIANTS: dict[str, Callable[[Path, list[list[SessionTurn]]], Awaitable[Run]]] = {
+    "floor": lambda db, turns: trio.to_thread.run_sync(floor_run, db, turns),
+    "host": host_run,
+    "store actor": store_actor_run,
+    "openai-agents": lambda db, turns: trio.to_thread.run_sync(agents_run, db, turns),
+    "google-adk": lambda db, turns: trio.to_thread.run_sync(adk_run, db, turns[:ADK_SESSIONS]),
+}
+
+
+async def one_variant(name: str, db: Path) -> None:
+    """Run one throughput variant (in a process of its own) and print its ``Run`` as JSON."""
+    run = await VARIANTS[name](db, workload(SESSIONS))
+    print(json.dumps(attrs.asdict(run)))
+
+
+async def in_own_process(name: str, db: Path) -> Run:
+    """One variant in a fresh interpreter: it carries only its own imports and heap.
+
+    A peer's imports (google-adk's alone track ~200k objects) would otherwise
+    make every full GC collection of the variants measured after it slower.
+    """
+    done = await trio.run_process(
+        [sys.executable, __file__, "--variant", name, "--db", str(db)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    if done.returncode:
+        raise sqlite3.OperationalError(done.stderr.decode().strip().splitlines()[-1])
+    return Run(**json.loads(done.stdout.decode().strip().splitlines()[-1]))
 
 
 async def throughput(tmp: Path, rounds: int) -> None:
@@ -244,20 +281,16 @@ async def throughput(tmp: Path, rounds: int) -> None:
     sizes = [turn_size(t) for ts in turns for t in ts]
     print(
         f"1. {SESSIONS} sessions x {APPENDS} durable appends each, all sessions at once"
-        f" (turns {min(sizes)}-{max(sizes)} B of JSON, mean {statistics.mean(sizes):.0f} B)"
+        f" (turns {min(sizes)}-{max(sizes)} B of JSON, mean {statistics.mean(sizes):.0f} B;"
+        " each run in a fresh process)"
     )
-    variants: dict[str, Callable[[Path], Awaitable[Run]]] = {
-        "floor": lambda db: trio.to_thread.run_sync(floor_run, db, turns),
-        "host": lambda db: host_run(db, turns),
-        "store actor": lambda db: store_actor_run(db, turns),
-    }
+    variants = ["floor", "host", "store actor"]
     if have("agents"):
-        variants["openai-agents"] = lambda db: trio.to_thread.run_sync(agents_run, db, turns)
+        variants.append("openai-agents")
     else:
         print("   openai-agents not installed: its column is skipped")
     if have("google.adk"):
-        adk_turns = turns[:ADK_SESSIONS]
-        variants["google-adk"] = lambda db: trio.to_thread.run_sync(adk_run, db, adk_turns)
+        variants.append("google-adk")
     else:
         print("   google-adk not installed (pip install .[bench]): its column is skipped")
     results: dict[str, list[Run]] = {name: [] for name in variants}
@@ -267,7 +300,7 @@ async def throughput(tmp: Path, rounds: int) -> None:
         order = [n for n in order if n in names]
         for name in order:
             try:
-                results[name].append(await variants[name](tmp / f"{name}-{r}.db"))
+                results[name].append(await in_own_process(name, tmp / f"{name}-{r}.db"))
             except sqlite3.OperationalError as exc:  # a peer giving up under contention
                 print(f"   {name} failed in round {r + 1}: {exc}; left out from here on")
                 names.remove(name)
@@ -609,5 +642,10 @@ if __name__ == "__main__":
         choices=["throughput", "latency", "load", "list_meta"],
         help="run only these parts (repeatable)",
     )
+    parser.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    trio.run(main, args.rounds, set(args.only))
+    if args.variant is not None:
+        trio.run(one_variant, args.variant, args.db)
+    else:
+        trio.run(main, args.rounds, set(args.only))
