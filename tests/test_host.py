@@ -26,6 +26,11 @@ def text_turn(tid: str) -> SessionTurn:
     return SessionTurn(id=tid, role="user", content=(TextBlock(text=tid),), created_at=1)
 
 
+async def use_actor(session: Session) -> None:
+    """A command that always goes through the session's actor (a ``*_nowait`` form)."""
+    await session.set_agent_id_nowait("agent").wait()
+
+
 class Boom(BaseException):
     """Not an ``Exception``: fatal to the session actor that meets it."""
 
@@ -93,7 +98,7 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
             await s.update_status("completed")  # other store writes go straight there too
         assert host.statistics().live_actors == 0
         for s in sessions:
-            await s.heal_interrupted_tool_calls()  # a command that needs the actor
+            await use_actor(s)
         stats = host.statistics()
         assert stats.live_actors == 3
         assert stats.evictions == 7
@@ -101,7 +106,7 @@ async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
         first = sessions[0]
         assert [t.id for t in first.turns] == ["s0-1"]  # reads work while evicted
         assert first._actor is None  # an evicted session keeps no actor
-        await first.heal_interrupted_tool_calls()  # revives the actor
+        await use_actor(first)  # revives the actor
         await first.append_turns([text_turn("s0-2")])
         assert host.statistics().started == 11
         assert host.statistics().live_actors == 3
@@ -150,7 +155,7 @@ async def test_an_evicted_actor_is_freed_without_the_cyclic_gc() -> None:
         gc.disable()
         try:
             for session in sessions:
-                await session.heal_interrupted_tool_calls()  # starts an actor, evicts one
+                await use_actor(session)  # starts an actor, evicts one
             await trio.testing.wait_all_tasks_blocked()
             gc.set_debug(gc.DEBUG_SAVEALL)
             gc.collect()
@@ -166,12 +171,12 @@ async def test_an_evicted_actor_is_freed_without_the_cyclic_gc() -> None:
 async def test_idle_actors_are_evicted_after_idle_seconds() -> None:
     async with open_session_host(create_memory_store(), idle_seconds=0.05) as host:
         session = await host.create_session()
-        await session.heal_interrupted_tool_calls()  # needs the actor
+        await use_actor(session)
         assert host.statistics().live_actors == 1
         await trio.sleep(0.2)
         assert host.statistics().live_actors == 0
         assert host.statistics().evictions == 1
-        await session.heal_interrupted_tool_calls()
+        await use_actor(session)
         assert host.statistics().live_actors == 1
 
 
@@ -256,13 +261,13 @@ async def test_statistics_include_the_store_actor() -> None:
 async def test_eviction_never_fails_a_command_already_handed_to_the_actor() -> None:
     async with open_session_host(create_memory_store(), max_live_sessions=1) as host:
         a = await host.create_session(id="a")
-        await a.heal_interrupted_tool_calls()  # a's actor now waits in receive(), idle
+        await use_actor(a)  # a's actor now waits in receive(), idle
         b = await host.create_session(id="b")
         handed = a.set_meta_nowait("k", 1)  # goes straight to a's waiting receive
-        await b.heal_interrupted_tool_calls()  # a is least recently used, but not idle
+        await use_actor(b)  # a is least recently used, but not idle
         await handed.wait()  # applied, not failed with ActorClosed
         assert host.statistics().evictions == 1  # one of the two, trimmed once idle
-        await a.heal_interrupted_tool_calls()  # a revived actor waits for the evicted one
+        await use_actor(a)  # a revived actor waits for the evicted one
         await a.set_meta_nowait("j", 2).wait()
         assert dict(a.metadata) == {"k": 1, "j": 2} and host.statistics().live_actors == 1
 

@@ -2,8 +2,10 @@
 
 Concurrent callers of ONE session mix appends and the other store writes
 (status, runs, saves: straight to the store actor when the session is idle),
-memory-only commands (applied inline when idle), a command that always needs
-the actor (a heal), and ``*_nowait`` forms, under random cancellation.
+memory-only commands (applied inline when idle), heals (answered inline when
+idle with no call open, else through the actor), appends of an open tool call
+for them to close, and ``*_nowait`` forms (always through the actor), under
+random cancellation.
 Whatever path each call takes: memory and store see the same turns in the
 same order and the same runs and status, each caller's accepted appends keep
 its order, a cancelled call is applied everywhere or nowhere, a run starts
@@ -21,7 +23,13 @@ from hypothesis import strategies as st
 
 from zidane_actors.actors import RunStats, Session, open_session_host
 from zidane_actors.errors import ConflictError, ValidationError
-from zidane_actors.model import SessionRun, SessionTurn, TextBlock, demote_stale_running_status
+from zidane_actors.model import (
+    SessionRun,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    demote_stale_running_status,
+)
 from zidane_actors.stores import create_memory_store
 
 steps = st.tuples(
@@ -40,6 +48,7 @@ steps = st.tuples(
             "save",
             "save_keys",
             "heal",
+            "open_call",
         ]
     ),
     st.sampled_from([None, None, 0.0, 0.0001, 0.001]),  # the call's deadline (None: none)
@@ -117,6 +126,13 @@ async def caller(
                 await session.save_meta_keys([f"c{who}"])
             elif kind == "heal":
                 await session.heal_interrupted_tool_calls()
+            elif kind == "open_call":
+                call = ToolCallBlock(id=f"call-{tid}", name="tool")
+                log["sent"].append(tid)
+                await session.append_turns(
+                    [SessionTurn(id=tid, role="assistant", content=(call,), created_at=1)]
+                )
+                log["acked"].append(tid)
             else:
                 await session.save()
 
@@ -155,7 +171,8 @@ async def test_fast_paths_keep_memory_and_store_in_one_order(
         # A run starts once, whichever callers raced to start it.
         assert sorted(log["started"]) == sorted(r.id for r in session.runs if r.id[0] == "r")
         await session.save()
-        memory_ids = [t.id for t in session.turns]
+        # The heals' synthetic results aside (checked with the store below).
+        memory_ids = [t.id for t in session.turns if not t.id.endswith(".interrupted")]
         # Every acknowledged append is in memory; nothing is there that was never sent.
         assert set(log["acked"]) <= set(memory_ids) <= set(log["sent"])
         # One order: memory's turns are the store's, in the same order.

@@ -988,7 +988,17 @@ class Session:
         store has it, else a ``save`` guarded by a turn re-count; a failed
         persist keeps the in-memory heal and never arms a bulk save.
         """
-        return await self._call(_Heal())
+        self._check_alive()
+        open_calls = close_interrupted_tool_calls(self._data.turns) is not None
+        if self._queued or self._inflight or open_calls:
+            return await self._call(_Heal())
+        # Idle with no call open: the actor would answer ``False`` and change nothing, so
+        # answer it here, with ``_apply``'s cancellation rule and no actor started.
+        self._runner.check_open()
+        await trio.lowlevel.checkpoint_if_cancelled()  # does not yield when not cancelled
+        self._last_active = trio.current_time()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return False
 
     async def to_messages(
         self,
