@@ -989,8 +989,11 @@ class Session:
         persist keeps the in-memory heal and never arms a bulk save.
         """
         self._check_alive()
-        open_calls = close_interrupted_tool_calls(self._data.turns) is not None
-        if self._queued or self._inflight or open_calls:
+        if (
+            self._queued
+            or self._inflight
+            or close_interrupted_tool_calls(self._data.turns) is not None
+        ):
             return await self._call(_Heal())
         # Idle with no call open: the actor would answer ``False`` and change nothing, so
         # answer it here, with ``_apply``'s cancellation rule and no actor started.
