@@ -245,16 +245,25 @@ async def test_aggregates_equal_recomputed_after_any_program(
                 assert row.artifact_count == theirs.artifact_count
 
 
+def _old_file(db: Path, version: int, sessions: str) -> sqlite3.Connection:
+    """A file at schema ``version`` holding the ``sessions`` rows (SQL values), left open."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:version]) == version
+    conn.execute(
+        f"INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES {sessions}"
+    )
+    return conn
+
+
 async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
     """A v3 file opens at v5 with every session's aggregates computed, silently (no data
     changes), answering the rows v3 answered; later writes keep them."""
     db = tmp_path / "v3.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    assert migrate(conn, str(db), MIGRATIONS[:3]) == 3
-    conn.execute(
-        "INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES"
-        " ('a', 'idle', '{}', 1, 3), ('b', 'idle', '{\"title\":\"b\"}', 1, 2),"
-        " ('c', 'idle', '{}', 1, 1), ('d', 'idle', '{}', 1, 4)"
+    conn = _old_file(
+        db,
+        3,
+        "('a', 'idle', '{}', 1, 3), ('b', 'idle', '{\"title\":\"b\"}', 1, 2),"
+        " ('c', 'idle', '{}', 1, 1), ('d', 'idle', '{}', 1, 4)",
     )
     turns = [("a", 0, turn(0, "assistant")), ("a", 1, turn(1)), ("a", 2, turn(2))]
     turns += [("b", 0, turn(0)), ("c", 0, turn(0, "assistant"))]
@@ -297,12 +306,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
     """A v4 file opens at v5 without ``turns_by_role``, its aggregates untouched; deleting a
     first user turn then finds the next one past it, by any path."""
     db = tmp_path / "v4.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    assert migrate(conn, str(db), MIGRATIONS[:4]) == 4
-    conn.execute(
-        "INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES"
-        " ('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 1)"
-    )
+    conn = _old_file(db, 4, "('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 1)")
     a = [turn(0, "assistant"), turn(1), turn(2, "assistant"), turn(3), turn(4)]
     conn.executemany(
         "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",

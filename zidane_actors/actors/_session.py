@@ -53,7 +53,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
-from ..model._checked import check_turns, checked_turns
+from ..model._checked import check_turns, check_values, checked_turns
 from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
 from ..wire import (
     PairingDrop,
@@ -134,14 +134,7 @@ def _json_copy(value: Any, what: str, path: str, depth: int) -> Any:
 
 
 def _checked_runs(runs: Iterable[SessionRun]) -> tuple[SessionRun, ...]:
-    checked = tuple(runs)
-    for i, run in enumerate(checked):
-        if not isinstance(run, SessionRun):
-            raise ValidationError(
-                f"expected a SessionRun, got {type(run).__name__}", path=f"$.runs[{i}]"
-            )
-    check_model(checked, what="runs", path="$.runs")
-    return checked
+    return check_values(runs, SessionRun, "runs")
 
 
 def _checked_append_options(options: AppendTurnsOptions | None) -> AppendTurnsOptions | None:

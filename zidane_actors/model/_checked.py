@@ -14,7 +14,7 @@ writes what was checked.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -25,7 +25,9 @@ from ._json import check_model
 from ._turn_ids import check_unique_turn_ids
 from ._types import SessionTurn
 
-__all__ = ["CheckedTurns", "check_turns", "checked_turns"]
+__all__ = ["CheckedTurns", "check_turns", "check_values", "checked_turns"]
+
+T = TypeVar("T")
 
 _KEY: Final = object()
 _TURN: Final = decoder(SessionTurn)
@@ -53,18 +55,27 @@ class CheckedTurns(tuple[SessionTurn, ...]):
         return tuple, (tuple(self),)
 
 
+def check_values(values: Iterable[T], type_: type[T], field: str) -> tuple[T, ...]:
+    """``values`` as a tuple of ``type_`` values JSON carries exactly.
+
+    Raises :class:`ValidationError` located under ``$.<field>``.
+    """
+    checked = tuple(values)
+    for i, value in enumerate(checked):
+        if not isinstance(value, type_):
+            raise ValidationError(
+                f"expected a {type_.__name__}, got {type(value).__name__}", path=f"$.{field}[{i}]"
+            )
+    check_model(checked, what=field, path=f"$.{field}")
+    return checked
+
+
 def check_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
     """``turns`` as a tuple of ``SessionTurn`` JSON carries exactly, with distinct ids.
 
     Raises :class:`ValidationError` located under ``$.turns``.
     """
-    checked = tuple(turns)
-    for i, turn in enumerate(checked):
-        if not isinstance(turn, SessionTurn):
-            raise ValidationError(
-                f"expected a SessionTurn, got {type(turn).__name__}", path=f"$.turns[{i}]"
-            )
-    check_model(checked, what="turns", path="$.turns")
+    checked = check_values(turns, SessionTurn, "turns")
     check_unique_turn_ids(checked, path="$.turns")
     return checked
 
