@@ -1324,6 +1324,19 @@ class SQLiteStore:
         conn.execute("RELEASE w")
         return result
 
+    async def _apply_one(
+        self, write: StoreWrite, fn: Callable[..., Any] | None
+    ) -> outcome.Outcome[Any]:
+        """A lone write in its own transaction, no SAVEPOINT: its failure rolls it all back."""
+        if fn is None:
+            return self._refusal(write)
+        try:
+            return outcome.Value(
+                await self._write(lambda conn: fn(conn, *write.args, **write.kwargs))
+            )
+        except Exception as exc:
+            return outcome.Error(exc)
+
     async def apply_writes(
         self, writes: Sequence[StoreWrite]
     ) -> builtins.list[outcome.Outcome[Any]]:
@@ -1332,11 +1345,14 @@ class SQLiteStore:
         The batch is tried under one SAVEPOINT; if any write raises, that attempt
         is rolled back and the batch reruns with a SAVEPOINT per write, so a
         failing write is rolled back alone and answered ``outcome.Error``. A
-        failed commit answers every write with that error.
+        failed commit answers every write with that error. A lone write needs
+        no SAVEPOINT: its failure rolls back the whole transaction.
         """
         if not writes:
             return []
         fns = [self._write_op(w) for w in writes]
+        if len(writes) == 1:
+            return [await self._apply_one(writes[0], fns[0])]
 
         def all_at_once(conn: _Conn) -> builtins.list[Any]:
             # Runs of plain appends (turns, no run) share two executemany statements.
