@@ -298,6 +298,28 @@ async def test_apply_writes_isolates_failures(tmp_path: Path) -> None:
         assert await store.apply_writes([]) == []
 
 
+async def test_apply_writes_lone_write(tmp_path: Path) -> None:
+    """A lone write (no SAVEPOINT) is answered as in a batch: its error, nothing of it applied."""
+    async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(session("a"))
+        bad, missing, refused, ok = [
+            (await store.apply_writes([w]))[0]
+            for w in (
+                StoreWrite("append_turns", ("a", [turn(0), "not a turn"])),
+                StoreWrite("append_turns", ("missing", [turn(0)])),
+                StoreWrite("load", ("a",)),
+                StoreWrite("append_turns", ("a", [turn(1)])),
+            )
+        ]
+        assert isinstance(bad, outcome.Error) and isinstance(bad.error, ValidationError)
+        assert isinstance(missing, outcome.Error)
+        assert isinstance(missing.error, SessionNotFoundError)
+        assert isinstance(refused, outcome.Error)
+        assert isinstance(refused.error, UnsupportedOperationError)
+        assert ok == outcome.Value(None)
+        assert [t.id for t in await store.get_turns("a")] == ["t1"]
+
+
 async def test_apply_writes_transaction_failure_fails_every_write(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     async with open_sqlite_store(db, busy_timeout_ms=10, busy_retries=1) as store:
