@@ -149,6 +149,39 @@ async def test_a_caller_cancelled_before_the_hand_over_withdraws_its_job(
     assert withdrawn == []
 
 
+async def test_the_caller_waiting_on_the_socket_withdraws_too(
+    worker: WorkerThread[Resource],
+) -> None:
+    """A lone caller (answered through the socket) cancelled while queued: never run."""
+    first, second = Gate(), Gate()
+    ran: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker.run, first)  # the socket's caller
+        await in_thread(first.entered)
+        nursery.start_soon(worker.run, second)  # queued: answered through the token
+        await trio.testing.wait_all_tasks_blocked()
+        first.release.set()
+        await in_thread(second.entered)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not worker._signalled  # the first caller is answered: the socket is free
+        scope = trio.CancelScope()
+
+        async def queued() -> None:
+            with scope:
+                await worker.run(lambda _: ran.append("ran"))
+
+        nursery.start_soon(queued)
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker._signalled and worker.jobs_waiting == 1
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert scope.cancelled_caught and not worker._signalled
+        assert worker.jobs_waiting == 0
+        second.release.set()
+    assert [await worker.run(lambda r: list(r.calls)) for _ in range(3)] == [["gate", "gate"]] * 3
+    assert ran == []
+
+
 async def test_a_caller_cancelled_after_the_hand_over_gets_the_outcome_then_the_cancel(
     worker: WorkerThread[Resource],
 ) -> None:

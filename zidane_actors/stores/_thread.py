@@ -2,10 +2,13 @@
 
 Why not ``trio.to_thread.run_sync``: each call there hands the job to a pooled
 thread and wakes the trio thread through a fresh channel; a long-lived
-thread fed by a queue, answering through the run's ``TrioToken``, costs about
-two thirds of that per call, and the resource is only ever touched by its own
-thread. Semantics are those of ``to_thread.run_sync`` behind a
-``CapacityLimiter(1)``:
+thread fed by a queue costs about two thirds of that per call, and the
+resource is only ever touched by its own thread. The thread answers a lone
+caller (the usual case: one job in flight) through a socket that caller waits
+on, so the run loop reschedules it as soon as it sees the byte; callers
+queued meanwhile are answered through the run's ``TrioToken``, which takes
+one more pass of the loop. Semantics are those of ``to_thread.run_sync``
+behind a ``CapacityLimiter(1)``:
 
 * jobs run one at a time, in the order they were submitted;
 * a caller cancelled while its job waits in the queue withdraws it (never
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -38,13 +42,18 @@ T = TypeVar("T")
 
 
 class _Job:
-    """One submitted call; ``taken`` and ``withdrawn`` change under the worker's lock."""
+    """One submitted call; ``taken`` and ``withdrawn`` change under the worker's lock.
 
-    __slots__ = ("fn", "taken", "task", "withdrawn")
+    ``task`` is the caller to reschedule, or ``None`` when the caller waits on
+    the worker's socket: then the thread stores ``result`` and sends a byte.
+    """
 
-    def __init__(self, fn: Callable[[Any], Any], task: trio.lowlevel.Task) -> None:
+    __slots__ = ("fn", "result", "taken", "task", "withdrawn")
+
+    def __init__(self, fn: Callable[[Any], Any], task: trio.lowlevel.Task | None) -> None:
         self.fn = fn
         self.task = task
+        self.result: outcome.Outcome[Any] | None = None
         self.taken = False
         self.withdrawn = False
 
@@ -83,6 +92,10 @@ class WorkerThread(Generic[R]):
         self._lock = threading.Lock()
         self._closing = False
         self._waiting = 0
+        # The socket one caller at a time waits on (``_signalled``: one is waiting).
+        self._signal_in, self._signal_out = socket.socketpair()
+        self._signal_in.setblocking(False)
+        self._signalled = False
         # The creating task waits for the opening (see start_worker_thread).
         self._thread = threading.Thread(
             target=self._serve, args=(trio.lowlevel.current_task(),), name=name, daemon=True
@@ -107,22 +120,69 @@ class WorkerThread(Generic[R]):
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise self._closed_error()
+        if not self._signalled:
+            return await self._run_signalled(fn)
         job = _Job(fn, trio.lowlevel.current_task())
         with self._lock:
             self._waiting += 1
         self._jobs.put(job)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            with self._lock:
-                if job.taken:
-                    return trio.lowlevel.Abort.FAILED
-                job.withdrawn = True
-                self._waiting -= 1
-            return trio.lowlevel.Abort.SUCCEEDED
+            return (
+                trio.lowlevel.Abort.SUCCEEDED if self._withdraw(job) else trio.lowlevel.Abort.FAILED
+            )
 
         # The thread reschedules this task with the job's outcome, unwrapped here.
         result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
+
+    async def _run_signalled(self, fn: Callable[[R], T]) -> T:
+        """:meth:`run`, waiting on the socket (no other caller does meanwhile)."""
+        job = _Job(fn, None)
+        self._signalled = True
+        try:
+            with self._lock:
+                self._waiting += 1
+            self._jobs.put(job)
+            try:
+                await self._signal(job)
+            except BaseException as exc:
+                if self._withdraw(job):
+                    raise
+                # Taken: its outcome is waited for; a cancel stays pending until
+                # the next checkpoint, anything else is raised once it is in.
+                with trio.CancelScope(shield=True):
+                    await self._signal(job)
+                if not isinstance(exc, trio.Cancelled):
+                    raise
+        finally:
+            self._signalled = False
+            self._close_signal_if_done()
+        assert job.result is not None
+        result: T = job.result.unwrap()
+        return result
+
+    async def _signal(self, job: _Job) -> None:
+        """Wait until the thread has stored ``job.result`` (the byte it sends says so)."""
+        while job.result is None:
+            await trio.lowlevel.wait_readable(self._signal_in)
+            with contextlib.suppress(BlockingIOError):
+                self._signal_in.recv(64)
+
+    def _withdraw(self, job: _Job) -> bool:
+        """Withdraw ``job`` unless the thread took it already (``False`` then)."""
+        with self._lock:
+            if job.taken:
+                return False
+            job.withdrawn = True
+            self._waiting -= 1
+            return True
+
+    def _close_signal_if_done(self) -> None:
+        # The thread may send until it has ended, and a caller may wait until its answer is in.
+        if not self._signalled and self._closing and not self._thread.is_alive():
+            self._signal_in.close()
+            self._signal_out.close()
 
     async def aclose(self) -> None:
         """Refuse new jobs, fail the queued ones, close the resource, join the thread.
@@ -140,6 +200,7 @@ class WorkerThread(Generic[R]):
             await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
         finally:
             await trio.to_thread.run_sync(self._thread.join)
+            self._close_signal_if_done()
 
     # -- the thread ----------------------------------------------------------
 
@@ -147,6 +208,13 @@ class WorkerThread(Generic[R]):
         # When the run has ended under its waiter, there is nobody to answer.
         with contextlib.suppress(trio.RunFinishedError):
             self._token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+    def _answer_job(self, job: _Job, result: outcome.Outcome[Any]) -> None:
+        if job.task is not None:
+            self._answer(job.task, result)
+        else:
+            job.result = result
+            self._signal_out.send(b"\0")
 
     def _take(self, job: _Job) -> bool:
         """Claim ``job`` for running; ``False`` when its caller withdrew it."""
@@ -172,9 +240,9 @@ class WorkerThread(Generic[R]):
             if not self._take(item):
                 continue
             if self._closing:
-                self._answer(item.task, outcome.Error(self._closed_error()))
+                self._answer_job(item, outcome.Error(self._closed_error()))
             else:
-                self._answer(item.task, outcome.capture(item.fn, resource))
+                self._answer_job(item, outcome.capture(item.fn, resource))
 
 
 async def start_worker_thread(
@@ -195,5 +263,7 @@ async def start_worker_thread(
         await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
     except BaseException:
         await trio.to_thread.run_sync(worker._thread.join)
+        worker._signal_in.close()
+        worker._signal_out.close()
         raise
     return worker
