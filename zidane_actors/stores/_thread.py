@@ -2,13 +2,13 @@
 
 Why not ``trio.to_thread.run_sync``: each call there hands the job to a pooled
 thread and wakes the trio thread through a fresh channel; a long-lived
-thread fed by a queue costs about two thirds of that per call, and the
+thread fed by a queue costs less than half of that per call, and the
 resource is only ever touched by its own thread. The thread answers a lone
 caller (the usual case: one job in flight) through a socket that caller waits
 on, so the run loop reschedules it as soon as it sees the byte; callers
 queued meanwhile are answered through the run's ``TrioToken``, which takes
-one more pass of the loop. Semantics are those of ``to_thread.run_sync``
-behind a ``CapacityLimiter(1)``:
+one more pass of the loop (about two thirds of ``to_thread.run_sync``).
+Semantics are those of ``to_thread.run_sync`` behind a ``CapacityLimiter(1)``:
 
 * jobs run one at a time, in the order they were submitted;
 * a caller cancelled while its job waits in the queue withdraws it (never
