@@ -1055,8 +1055,8 @@ class Session:
     def _apply_fresh(
         self, fresh: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> None:
-        data = self._data
         index = self._turns_by_id()  # before the commit: extended, not rebuilt
+        data = self._data
         runs = data.runs
         if options is not None and options.run is not None:
             runs = upsert_runs(runs, (options.run,))
@@ -1064,7 +1064,8 @@ class Session:
             data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
         self._commit(new)
-        index.update((t.id, t) for t in fresh)
+        for turn in fresh:
+            index[turn.id] = turn
         self._indexed = new.turns
 
     def _store_call(self, write: StoreWrite) -> Awaitable[Any]:
