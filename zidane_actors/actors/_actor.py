@@ -56,15 +56,18 @@ class Reply(Generic[T]):
     Waiters park with ``trio.lowlevel.wait_task_rescheduled`` directly: this is
     the hot path of every actor call, and it lets :meth:`Actor.call` wait
     without a cancel scope (a cancel during the wait is deferred, not lost).
+    The first waiter takes a slot of its own: a reply usually has exactly one,
+    and a list per call would be one more object for the cyclic GC to track.
     """
 
-    __slots__ = ("_on_resolve", "_outcome", "_waiters")
+    __slots__ = ("_on_resolve", "_outcome", "_waiter", "_waiters")
 
     def __init__(
         self, on_resolve: Callable[[outcome.Outcome[T]], outcome.Outcome[T]] | None = None
     ) -> None:
         self._outcome: outcome.Outcome[T] | None = None
-        self._waiters: list[trio.lowlevel.Task] = []
+        self._waiter: trio.lowlevel.Task | None = None
+        self._waiters: list[trio.lowlevel.Task] | None = None  # any after the first
         # Run synchronously by whoever resolves, before any waiter can run: it may
         # apply the verdict's effect (and answer a replacement verdict). Must not raise.
         self._on_resolve = on_resolve
@@ -76,14 +79,26 @@ class Reply(Generic[T]):
         if self._on_resolve is not None:
             result = self._on_resolve(result)
         self._outcome = result
-        waiters, self._waiters = self._waiters, []
-        for task in waiters:
-            trio.lowlevel.reschedule(task)
+        waiter, waiters = self._waiter, self._waiters
+        self._waiter = self._waiters = None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
+        if waiters is not None:
+            for task in waiters:
+                trio.lowlevel.reschedule(task)
         return True
 
     def done(self) -> bool:
         """Whether the verdict is in."""
         return self._outcome is not None
+
+    def _park(self, task: trio.lowlevel.Task) -> None:
+        if self._waiter is None:
+            self._waiter = task
+        elif self._waiters is None:
+            self._waiters = [task]
+        else:
+            self._waiters.append(task)
 
     def _verdict(self) -> T:
         # ``type(...) is`` rather than isinstance: outcome's classes are ABCs (slow checks).
@@ -103,10 +118,14 @@ class Reply(Generic[T]):
             await trio.lowlevel.checkpoint()
             return self._verdict()
         task = trio.lowlevel.current_task()
-        self._waiters.append(task)
+        self._park(task)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            self._waiters.remove(task)
+            if self._waiter is task:
+                self._waiter = None
+            else:
+                assert self._waiters is not None
+                self._waiters.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
@@ -115,7 +134,11 @@ class Reply(Generic[T]):
     async def wait_shielded(self) -> T:
         """Wait for the verdict without being cancellable; a cancel lands at the next checkpoint."""
         if self._outcome is None:
-            self._waiters.append(trio.lowlevel.current_task())
+            task = trio.lowlevel.current_task()
+            if self._waiter is None:
+                self._waiter = task
+            else:
+                self._park(task)
             await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
         return self._verdict()
 

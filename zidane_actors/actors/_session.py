@@ -266,6 +266,54 @@ the store acknowledged the write, it answers the command's result from the store
 not raise nor reach a schedule point)."""
 
 
+class _DirectReply(Reply[T], abc.ABC):
+    """A direct write's reply: the store actor's verdict goes through the session first.
+
+    Its subclasses carry what the verdict applies (no closures per write: a
+    direct append allocates little, which keeps the cyclic GC off the hot path).
+    """
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        Reply.__init__(self)
+        self._session = session
+
+    @abc.abstractmethod
+    def _finish(self, value: Any) -> T:
+        """Apply the acknowledged write to memory; answer the caller's result."""
+
+    def resolve(self, result: outcome.Outcome[T]) -> bool:
+        if self._outcome is not None:
+            return False
+        return Reply.resolve(self, self._session._direct_verdict(result, self))
+
+
+class _PlanReply(_DirectReply[T]):
+    __slots__ = ("_plan_finish",)
+
+    def __init__(self, session: Session, finish: Callable[[Any], T]) -> None:
+        _DirectReply.__init__(self, session)
+        self._plan_finish = finish
+
+    def _finish(self, value: Any) -> T:
+        return self._plan_finish(value)
+
+
+class _AppendReply(_DirectReply[None]):
+    __slots__ = ("_options", "_turns")
+
+    def __init__(
+        self, session: Session, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
+    ) -> None:
+        _DirectReply.__init__(self, session)
+        self._turns = turns
+        self._options = options
+
+    def _finish(self, value: Any) -> None:
+        self._session._apply_append(self._turns, self._options)
+
+
 @attrs.frozen(eq=False)
 class _StoreCommand(_SessionCommand[T]):
     """A mutation planned as one store write and the memory change its acknowledgement makes.
@@ -616,7 +664,9 @@ class Session:
         if isinstance(command, _StoreCommand):
             store = self._direct_store(reads=command.reads)
             if store is not None:
-                return await self._send_direct(store, *command.plan(self))
+                write, finish = command.plan(self)
+                assert write is not None  # a session in a host has the host's store actor
+                return await self._send_direct(store, write, _PlanReply(self, finish))
         self._last_active = trio.current_time()
         actor = self._runner.actor_for(self)
         command.reply._on_resolve = self._answered
@@ -633,7 +683,9 @@ class Session:
         if isinstance(command, _StoreCommand) and not command.reads:
             store = self._direct_store()
             if store is not None:
-                return self._submit_direct(store, *command.plan(self))
+                write, finish = command.plan(self)
+                assert write is not None
+                return self._submit_direct(store, write, _PlanReply(self, finish))
         self._last_active = trio.current_time()
         actor = self._runner.actor_for(self)
         command.reply._on_resolve = self._answered
@@ -665,7 +717,7 @@ class Session:
     #
     # A store write of a session with nothing queued in its actor goes straight
     # to the store actor, and the store actor's verdict applies it to memory
-    # (in ``_direct_reply``'s finish, synchronously, before the caller runs
+    # (in ``_direct_verdict``, synchronously, before the caller runs
     # again): one mailbox and one task switch fewer, and no actor started.
     # Order holds: direct writes are applied in the store actor's mailbox order;
     # a write only goes direct when no command is queued in the session's actor,
@@ -683,35 +735,38 @@ class Session:
             return None
         return self._runner.direct_store(self)
 
-    def _direct_reply(self, finish: Callable[[Any], T]) -> Reply[T]:
-        def landed(result: outcome.Outcome[Any]) -> outcome.Outcome[T]:
-            if type(result) is outcome.Value:
-                result = outcome.capture(finish, result.value)
-            elif (
-                type(result) is outcome.Error
-                and not isinstance(result.error, Exception)
-                and self._crash is None
-            ):
-                # What would crash the actor crashes the session on this path too.
-                fatal = result.error
-                self._crash = fatal
-                actor = self._actor
-                if actor is not None:
-                    actor.close(cause=fatal)
-                self._runner.crashed(self, fatal)
-                result = outcome.Error(self._crashed_error())
-            self._landed()
-            return result
+    def _direct_verdict(
+        self, result: outcome.Outcome[Any], reply: _DirectReply[T]
+    ) -> outcome.Outcome[T]:
+        """The store actor's verdict on a direct write, its effect applied by ``reply``."""
+        if type(result) is outcome.Value:
+            value = result.value
+            try:
+                answer = reply._finish(value)
+            except BaseException as exc:
+                result = outcome.Error(exc)
+            else:
+                if answer is not value:  # else the store's verdict says it already
+                    result = outcome.Value(answer)
+        elif (
+            type(result) is outcome.Error
+            and not isinstance(result.error, Exception)
+            and self._crash is None
+        ):
+            # What would crash the actor crashes the session on this path too.
+            fatal = result.error
+            self._crash = fatal
+            actor = self._actor
+            if actor is not None:
+                actor.close(cause=fatal)
+            self._runner.crashed(self, fatal)
+            result = outcome.Error(self._crashed_error())
+        self._landed()
+        return result
 
-        return Reply(landed)
-
-    async def _send_direct(
-        self, store: StoreActor, write: StoreWrite | None, finish: Callable[[Any], T]
-    ) -> T:
-        """Send ``write`` to the store actor; its verdict runs ``finish``. Cancelled: not sent."""
-        assert write is not None  # a session in a host has the host's store actor
+    async def _send_direct(self, store: StoreActor, write: StoreWrite, reply: Reply[T]) -> T:
+        """Send ``write`` to the store actor, answering ``reply``. Cancelled: not sent."""
         self._last_active = trio.current_time()
-        reply = self._direct_reply(finish)
         self._inflight += 1
         try:
             await store._send(write, reply)
@@ -720,13 +775,9 @@ class Session:
             raise
         return await reply.wait_shielded()
 
-    def _submit_direct(
-        self, store: StoreActor, write: StoreWrite | None, finish: Callable[[Any], T]
-    ) -> Reply[T]:
+    def _submit_direct(self, store: StoreActor, write: StoreWrite, reply: Reply[T]) -> Reply[T]:
         """:meth:`_send_direct` without waiting: ``trio.WouldBlock`` when the mailbox is full."""
-        assert write is not None
         self._last_active = trio.current_time()
-        reply = self._direct_reply(finish)
         store._submit(write, reply)
         self._inflight += 1
         return reply
@@ -737,14 +788,6 @@ class Session:
         if not self._inflight and self._settled is not None:
             self._settled.set()
             self._settled = None
-
-    def _direct_append(
-        self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
-    ) -> tuple[StoreWrite, Callable[[Any], None]]:
-        def finish(_: object) -> None:
-            self._apply_append(turns, options)
-
-        return StoreWrite("append_turns", (self.id, turns, options)), finish
 
     # -- mutations -----------------------------------------------------------
 
@@ -757,7 +800,8 @@ class Session:
         store = self._direct_store()
         if store is None:
             return await self._call(_AppendTurns(checked, options))
-        return await self._send_direct(store, *self._direct_append(checked, options))
+        write = StoreWrite("append_turns", (self.id, checked, options))
+        return await self._send_direct(store, write, _AppendReply(self, checked, options))
 
     def append_turns_nowait(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
@@ -768,7 +812,8 @@ class Session:
         store = self._direct_store()
         if store is None:
             return self._submit(_AppendTurns(checked, options))
-        return self._submit_direct(store, *self._direct_append(checked, options))
+        write = StoreWrite("append_turns", (self.id, checked, options))
+        return self._submit_direct(store, write, _AppendReply(self, checked, options))
 
     async def save(self) -> None:
         """Persist the session, then await the ``on_saved`` listeners in order.
@@ -1055,8 +1100,8 @@ class Session:
     def _apply_fresh(
         self, fresh: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
     ) -> None:
-        data = self._data
         index = self._turns_by_id()  # before the commit: extended, not rebuilt
+        data = self._data
         runs = data.runs
         if options is not None and options.run is not None:
             runs = upsert_runs(runs, (options.run,))
@@ -1064,7 +1109,8 @@ class Session:
             data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
         self._commit(new)
-        index.update((t.id, t) for t in fresh)
+        for turn in fresh:
+            index[turn.id] = turn
         self._indexed = new.turns
 
     def _store_call(self, write: StoreWrite) -> Awaitable[Any]:

@@ -52,8 +52,13 @@ def fresh_turns(
     stored different one raises :class:`ConflictError`; an id repeated within
     ``turns`` raises :class:`ValidationError`.
     """
-    check_unique_turn_ids(turns)
-    if not stored:
+    if len(turns) > 1:
+        check_unique_turn_ids(turns)
+    # Usually no id is held (a retry is rare): then every turn is fresh.
+    for turn in turns:
+        if turn.id in stored:
+            break
+    else:
         return tuple(turns)
     fresh = []
     for turn in turns:
