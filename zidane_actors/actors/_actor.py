@@ -134,11 +134,7 @@ class Reply(Generic[T]):
     async def wait_shielded(self) -> T:
         """Wait for the verdict without being cancellable; a cancel lands at the next checkpoint."""
         if self._outcome is None:
-            task = trio.lowlevel.current_task()
-            if self._waiter is None:
-                self._waiter = task
-            else:
-                self._park(task)
+            self._park(trio.lowlevel.current_task())
             await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
         return self._verdict()
 
