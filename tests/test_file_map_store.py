@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
-from store_contract import PROGRAMS, Reopen, StoreContract, StoreOpener
+from store_contract import PROGRAMS, Reopen, StoreContract, StoreOpener, make_turn
 
 from zidane_actors.errors import (
     ConflictError,
@@ -105,7 +105,7 @@ class _SingleSessionContract(StoreContract):
     rev_survives_reopen = False
 
     async def test_delete(self, store: SessionStore, reopen: Reopen) -> None:
-        await store.save(session("s1", turns=(turn(1),)))
+        await store.save(session("s1", turns=(make_turn(1),)))
         await store.delete("never-existed")
         assert await store.list() == ["s1"]
         await store.delete("s1")
@@ -135,7 +135,9 @@ class _SingleSessionContract(StoreContract):
 
     async def test_list_meta_matches_list_and_get_meta(self, store: SessionStore) -> None:
         full: Any = store
-        await store.save(session("s1", turns=(turn(1), turn(2, "assistant")), agent_id="a"))
+        await store.save(
+            session("s1", turns=(make_turn(1), make_turn(2, "assistant")), agent_id="a")
+        )
         for session_filter in (None, SessionFilter(agent_id="a"), SessionFilter(limit=0)):
             rows = await full.list_meta(session_filter)
             assert [r.id for r in rows] == await full.list(session_filter)
@@ -183,15 +185,6 @@ class TestDictFileMapContract(_SingleSessionContract):
         yield lambda: _closing(create_file_map_store(adapter))
 
 
-def turn(i: int, role: str = "user") -> SessionTurn:
-    return SessionTurn(
-        id=f"t{i}",
-        role=role,  # type: ignore[arg-type]
-        content=(TextBlock(text=f"turn {i}"),),
-        created_at=1_000 + i,
-    )
-
-
 def session(sid: str = "s", **kw: object) -> SessionData:
     return SessionData(id=sid, created_at=1, updated_at=2, **kw)  # type: ignore[arg-type]
 
@@ -204,8 +197,8 @@ def test_capabilities_are_declared() -> None:
 async def test_files_on_disk(tmp_path: Path) -> None:
     async with open_directory_adapter(tmp_path / "sess") as adapter:
         store = create_file_map_store(adapter)
-        await store.save(session(turns=(turn(0),), metadata={"title": "hi"}))
-        await store.append_turns("s", [turn(1, "assistant"), turn(2)])
+        await store.save(session(turns=(make_turn(0),), metadata={"title": "hi"}))
+        await store.append_turns("s", [make_turn(1, "assistant"), make_turn(2)])
     names = sorted(os.listdir(tmp_path / "sess"))
     # The manifest that commits each save, and no temporary files left behind.
     assert names == [".zidane-filemap.json", "meta.json", "turns.jsonl"]
@@ -225,7 +218,7 @@ async def test_custom_file_names(tmp_path: Path) -> None:
         meta_file="m.json", turns_file="t.jsonl", send_requests_file="r.json"
     )
     store = create_file_map_store(DirectoryFileMapAdapter(tmp_path), options)
-    await store.save(session(turns=(turn(0),)))
+    await store.save(session(turns=(make_turn(0),)))
     await store.claim_send_request("s", "q", "fp")
     assert sorted(os.listdir(tmp_path)) == [".zidane-filemap.json", "m.json", "r.json", "t.jsonl"]
     assert store.options == options
@@ -250,29 +243,29 @@ def test_adapter_is_checked() -> None:
 async def test_truncated_last_line_is_skipped_with_a_warning() -> None:
     adapter = DictAdapter()
     store = create_file_map_store(adapter)
-    await store.save(session(turns=(turn(0), turn(1))))
-    adapter.files["turns.jsonl"] += encode_str(turn(2))[:17]  # crash mid-append
+    await store.save(session(turns=(make_turn(0), make_turn(1))))
+    adapter.files["turns.jsonl"] += encode_str(make_turn(2))[:17]  # crash mid-append
     with pytest.warns(CorruptDataWarning, match="line 3 is truncated"):
         loaded = await store.load("s")
     assert loaded is not None and [t.id for t in loaded.turns] == ["t0", "t1"]
     # The next append replaces the torn tail instead of gluing onto it.
     with pytest.warns(CorruptDataWarning):
-        await store.append_turns("s", [turn(3)])
+        await store.append_turns("s", [make_turn(3)])
     assert [t.id for t in await store.get_turns("s")] == ["t0", "t1", "t3"]
 
 
 async def test_complete_last_line_without_newline_is_kept() -> None:
     adapter = DictAdapter()
     store = create_file_map_store(adapter)
-    await store.save(session(turns=(turn(0),)))
-    adapter.files["turns.jsonl"] += encode_str(turn(1))
+    await store.save(session(turns=(make_turn(0),)))
+    adapter.files["turns.jsonl"] += encode_str(make_turn(1))
     assert [t.id for t in await store.get_turns("s")] == ["t0", "t1"]
 
 
 async def test_corrupt_middle_line_is_an_error_with_its_line_number() -> None:
     adapter = DictAdapter()
     store = create_file_map_store(adapter)
-    await store.save(session(turns=(turn(0), turn(1), turn(2))))
+    await store.save(session(turns=(make_turn(0), make_turn(1), make_turn(2))))
     lines = adapter.files["turns.jsonl"].split("\n")
     lines[1] = '{"id": "t1", "role": "user", "content": [], "createdAt": "late"}'
     adapter.files["turns.jsonl"] = "\n".join(lines)
@@ -300,7 +293,7 @@ async def test_second_session_is_refused() -> None:
     with pytest.raises(ConflictError):
         await store.claim_send_request("second", "q", "fp")
     with pytest.raises(SessionNotFoundError):
-        await store.append_turns("second", [turn(0)])
+        await store.append_turns("second", [make_turn(0)])
     assert await store.load("second") is None
     assert await store.list() == ["first"]
     await store.delete("second")  # not ours: nothing happens
@@ -310,7 +303,7 @@ async def test_second_session_is_refused() -> None:
 async def test_mutate_history_rewrites_the_log() -> None:
     adapter = DictAdapter()
     store = create_file_map_store(adapter)
-    await store.save(session(turns=tuple(turn(i) for i in range(3))))
+    await store.save(session(turns=tuple(make_turn(i) for i in range(3))))
 
     def drop_first(h: SessionHistory) -> SessionHistory:
         return SessionHistory(turns=h.turns[1:], runs=h.runs)
@@ -328,22 +321,22 @@ async def test_append_id_check_follows_every_writer_of_the_map() -> None:
     adapter = DictAdapter()
     store = create_file_map_store(adapter)
     other = create_file_map_store(adapter)  # another writer of the same map
-    await store.save(session(turns=(turn(0),)))
-    await store.append_turns("s", [turn(1)])
-    await other.append_turns("s", [turn(2)])  # past what ``store`` indexed
+    await store.save(session(turns=(make_turn(0),)))
+    await store.append_turns("s", [make_turn(1)])
+    await other.append_turns("s", [make_turn(2)])  # past what ``store`` indexed
     with pytest.raises(ConflictError, match="'t2'"):
         await store.append_turns("s", [other_content(2)])
-    await store.append_turns("s", [turn(2), turn(3)])  # t2 a retry: only t3 is written
+    await store.append_turns("s", [make_turn(2), make_turn(3)])  # t2 a retry: only t3 is written
     assert [t.id for t in await store.get_turns("s")] == ["t0", "t1", "t2", "t3"]
-    await other.save(session(turns=(turn(0),)))  # a rewrite drops t1..t3
+    await other.save(session(turns=(make_turn(0),)))  # a rewrite drops t1..t3
     await store.append_turns("s", [other_content(1)])
-    assert await store.get_turns("s") == [turn(0), other_content(1)]
+    assert await store.get_turns("s") == [make_turn(0), other_content(1)]
     with pytest.raises(ConflictError, match="'t0'"):
         await store.append_turns("s", [other_content(0)])
     # Lines added by hand are parsed and located from where the index stopped.
-    adapter.files["turns.jsonl"] += encode_str(turn(5)) + "\n" + "{torn\n"
+    adapter.files["turns.jsonl"] += encode_str(make_turn(5)) + "\n" + "{torn\n"
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl line 4"):
-        await store.append_turns("s", [turn(6)])
+        await store.append_turns("s", [make_turn(6)])
 
 
 async def test_closed_store_refuses() -> None:

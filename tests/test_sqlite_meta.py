@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
+from store_contract import make_turn
 
 from zidane_actors.errors import ConflictError, SessionNotFoundError
 from zidane_actors.model import (
@@ -31,7 +32,6 @@ from zidane_actors.model import (
     SessionMetaRow,
     SessionRun,
     SessionTurn,
-    TextBlock,
     encode,
 )
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
@@ -62,15 +62,6 @@ _RECOMPUTED = (
     " (SELECT MIN(t.seq) FROM turns t WHERE t.session_id = s.id AND t.role = 'user')"
     " FROM sessions s ORDER BY s.id"
 )
-
-
-def turn(i: int, role: str = "user") -> SessionTurn:
-    return SessionTurn(
-        id=f"t{i}",
-        role=role,  # type: ignore[arg-type]
-        content=(TextBlock(text=f"turn {i}"),),
-        created_at=1_000 + i,
-    )
 
 
 def run(rid: str, status: str = "running") -> SessionRun:
@@ -168,7 +159,7 @@ async def test_aggregates_equal_recomputed_after_any_program(
     ) -> list[type[BaseException] | None]:
         """One write on ``store``; the error types it answered (``None`` for success)."""
         kind, sid, n, bits, flag = op
-        fresh = [turn(counter + i, r) for i, r in enumerate(roles(bits, n))]
+        fresh = [make_turn(counter + i, r) for i, r in enumerate(roles(bits, n))]
         calls: list[Any] = []
         if kind == "append":
             options = AppendTurnsOptions(run=run(f"r{counter}")) if flag else None
@@ -176,8 +167,8 @@ async def test_aggregates_equal_recomputed_after_any_program(
         elif kind == "retry":
             calls.append(lambda: store.append_turns(sid, last[sid]))
         elif kind == "conflict":
-            clash = msgspec.structs.replace(turn(-1), role="system")  # a's first turn
-            calls.append(lambda: store.append_turns(sid, [turn(counter + 1), clash]))
+            clash = msgspec.structs.replace(make_turn(-1), role="system")  # a's first turn
+            calls.append(lambda: store.append_turns(sid, [make_turn(counter + 1), clash]))
         elif kind == "batch":
             # Group commit: one append per turn, alternating sessions, "ghost" when flagged.
             other = "b" if sid == "a" else "a"
@@ -185,7 +176,7 @@ async def test_aggregates_equal_recomputed_after_any_program(
                 StoreWrite("append_turns", ((sid, other)[i % 2], [t])) for i, t in enumerate(fresh)
             ]
             if flag:
-                writes.insert(1, StoreWrite("append_turns", ("ghost", [turn(counter + 9)])))
+                writes.insert(1, StoreWrite("append_turns", ("ghost", [make_turn(counter + 9)])))
             return [_error_type(r) for r in await store.apply_writes(writes)]
         elif kind == "save":
             runs = (run(f"r{counter}"),) if flag else ()
@@ -215,7 +206,7 @@ async def test_aggregates_equal_recomputed_after_any_program(
 
     async with open_sqlite_store(db, durability="off") as store:
         for s in (memory, store):
-            await s.save(session("a", turns=(turn(-1),)))
+            await s.save(session("a", turns=(make_turn(-1),)))
             await s.save(session("b"))
         for op in ops:
             want = await apply(memory, op)
@@ -223,7 +214,7 @@ async def test_aggregates_equal_recomputed_after_any_program(
             assert got == want, op
             assert set(got) <= {None, ConflictError, SessionNotFoundError}, got
             if op[0] == "append" and got == [None]:
-                last[op[1]] = [turn(counter + i, r) for i, r in enumerate(roles(op[3], op[2]))]
+                last[op[1]] = [make_turn(counter + i, r) for i, r in enumerate(roles(op[3], op[2]))]
             counter += 10
             recomputed = check_aggregates(db)
             rows = await store.list_meta()
@@ -265,8 +256,8 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
         "('a', 'idle', '{}', 1, 3), ('b', 'idle', '{\"title\":\"b\"}', 1, 2),"
         " ('c', 'idle', '{}', 1, 1), ('d', 'idle', '{}', 1, 4)",
     )
-    turns = [("a", 0, turn(0, "assistant")), ("a", 1, turn(1)), ("a", 2, turn(2))]
-    turns += [("b", 0, turn(0)), ("c", 0, turn(0, "assistant"))]
+    turns = [("a", 0, make_turn(0, "assistant")), ("a", 1, make_turn(1)), ("a", 2, make_turn(2))]
+    turns += [("b", 0, make_turn(0)), ("c", 0, make_turn(0, "assistant"))]
     conn.executemany(
         "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
         [(sid, seq, t.id, t.role, encode(t)) for sid, seq, t in turns],
@@ -287,11 +278,11 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             assert encode(await store.list_meta()) == encode(before)
             a = await store.get_meta("a")
             assert a is not None and (a.turn_count, a.user_message_count, a.run_count) == (3, 2, 2)
-            assert a.first_user_turn == turn(1)
-            await store.append_turns("c", [turn(1), turn(2)])
+            assert a.first_user_turn == make_turn(1)
+            await store.append_turns("c", [make_turn(1), make_turn(2)])
             await store.delete("b")
             c = await store.get_meta("c")
-            assert c is not None and c.first_user_turn == turn(1) and c.user_message_count == 2
+            assert c is not None and c.first_user_turn == make_turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert conn.execute(_STORED).fetchall() == [
@@ -307,7 +298,13 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
     first user turn then finds the next one past it, by any path."""
     db = tmp_path / "v4.db"
     conn = _old_file(db, 4, "('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 1)")
-    a = [turn(0, "assistant"), turn(1), turn(2, "assistant"), turn(3), turn(4)]
+    a = [
+        make_turn(0, "assistant"),
+        make_turn(1),
+        make_turn(2, "assistant"),
+        make_turn(3),
+        make_turn(4),
+    ]
     conn.executemany(
         "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
         [("a", i, t.id, t.role, encode(t)) for i, t in enumerate(a)]
@@ -323,7 +320,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
             drop_first_user = _mutation(0, 1)
             assert await store.mutate_history("a", drop_first_user) == "ok"
             meta = await store.get_meta("a")
-            assert meta is not None and meta.first_user_turn == turn(3)
+            assert meta is not None and meta.first_user_turn == make_turn(3)
             assert meta.user_message_count == 2
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
@@ -341,8 +338,10 @@ async def test_any_statement_on_child_rows_keeps_aggregates(tmp_path: Path) -> N
     """The triggers hold for SQL no store method issues: re-keying and moving child rows."""
     db = tmp_path / "s.db"
     async with open_sqlite_store(db) as store:
-        await store.save(session("a", turns=(turn(0, "assistant"), turn(1), turn(2))))
-        await store.save(session("b", turns=(turn(0),), runs=(run("r0"),)))
+        await store.save(
+            session("a", turns=(make_turn(0, "assistant"), make_turn(1), make_turn(2)))
+        )
+        await store.save(session("b", turns=(make_turn(0),), runs=(run("r0"),)))
         await store.upsert_artifact(artifact("b", 0))
     statements = [
         "UPDATE turns SET role = 'assistant' WHERE session_id = 'a' AND seq = 1",
