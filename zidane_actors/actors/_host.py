@@ -140,7 +140,7 @@ class SessionHost:
         if id is not None:
             self._loading[id] = pending
         try:
-            data = await _new_session_data(
+            data, rev = await _new_session_data(
                 self._store,
                 id=id,
                 agent_id=agent_id,
@@ -151,7 +151,7 @@ class SessionHost:
             if data.id in self._sessions or (id is None and data.id in self._loading):
                 raise ConflictError(f"session {data.id!r} is already open in this host")
             session = Session(
-                data, store=self._store, runner=self, clock=self._clock, caps=self._caps
+                data, store=self._store, runner=self, clock=self._clock, caps=self._caps, rev=rev
             )
             self._sessions[data.id] = session
             pending.session = session
@@ -171,17 +171,23 @@ class SessionHost:
     ) -> Session | None:
         """The session with this id, or ``None`` when the store has none.
 
-        A session already open in this host is returned as is (same handle,
-        same actor); otherwise it is read from the store with the load-time
-        heals of :func:`load_session`, judging a stored run marker's staleness
-        at ``clock()`` (default: the host's clock). Concurrent loads of one id
-        share one read.
+        A session already open in this host is returned as the same handle
+        (same actor); on a versioned store its ``rev`` is checked first and,
+        when another writer moved it, memory is refreshed through the
+        session's actor (after the commands queued before), or ``None`` is
+        answered when the session was deleted. Otherwise it is read from the
+        store with the load-time heals of :func:`load_session`, judging a
+        stored run marker's staleness at ``clock()`` (default: the host's
+        clock). Concurrent loads of one id share one read.
         """
         while True:
             self._check_open()
             existing = self._sessions.get(session_id)
             if existing is not None:
-                return existing
+                if await existing._sync():
+                    return existing
+                self._forget(existing)
+                return None
             pending = self._loading.get(session_id)
             if pending is None:
                 break
@@ -200,7 +206,7 @@ class SessionHost:
             )
             if loaded is None:
                 return None
-            data, bulk = loaded
+            data, bulk, rev = loaded
             session = Session(
                 data,
                 store=self._store,
@@ -208,6 +214,7 @@ class SessionHost:
                 clock=self._clock,
                 bulk=bulk,
                 caps=self._caps,
+                rev=rev,
             )
             self._sessions[session_id] = session
             pending.session = session
@@ -274,6 +281,12 @@ class SessionHost:
                 victims.append(candidate)
         for victim in victims:
             self._evict(victim)
+
+    def _forget(self, session: Session) -> None:
+        """Drop a session the store no longer holds from the cache (its handle stays usable)."""
+        self._evict(session)
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
 
     def crashed(self, session: Session, exc: BaseException) -> None:
         """Count a crashed session, forget it, and call the ``on_crash`` hook."""

@@ -72,6 +72,7 @@ from ._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
+    RevisionSink,
     RunClaim,
     StoreWrite,
     TurnsMutation,
@@ -516,7 +517,9 @@ class MemoryStore:
         return self._patch_meta(session_id, patch)
 
     def _patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
-        return self._versioned(session_id, None, lambda: self._patch_meta_checked(session_id, patch))
+        return self._versioned(
+            session_id, None, lambda: self._patch_meta_checked(session_id, patch)
+        )
 
     def _patch_meta_checked(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
         validate_id(session_id)
@@ -577,12 +580,24 @@ class MemoryStore:
         return True
 
     async def mutate_history(
-        self, session_id: str, mutate: HistoryMutation, *, expected_rev: int | None = None
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
     ) -> MutateResult:
         """Read-modify-write of turns and runs; ``mutate`` raising writes nothing and propagates."""
         await self._enter()
         validate_id(session_id)
         self._expect(session_id, expected_rev)
+        before = self._rev(session_id)
+        result = self._mutate_history(session_id, mutate)
+        if on_revision is not None and before:
+            on_revision(Revision(before, self._rev(session_id)))
+        return result
+
+    def _mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
         stored = self._sessions.get(session_id)
         if stored is None:
             return "no-session"
@@ -604,12 +619,24 @@ class MemoryStore:
         return "ok"
 
     async def mutate_turns(
-        self, session_id: str, mutate: TurnsMutation, *, expected_rev: int | None = None
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
     ) -> MutateResult:
         """Deprecated turns-only :meth:`mutate_history`."""
         await self._enter()
         validate_id(session_id)
         self._expect(session_id, expected_rev)
+        before = self._rev(session_id)
+        result = self._mutate_turns(session_id, mutate)
+        if on_revision is not None and before:
+            on_revision(Revision(before, self._rev(session_id)))
+        return result
+
+    def _mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
         stored = self._sessions.get(session_id)
         if stored is None:
             return "no-session"

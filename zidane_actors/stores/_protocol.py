@@ -44,6 +44,7 @@ __all__ = [
     "MutateResult",
     "VERSIONED_WRITES",
     "Revision",
+    "RevisionSink",
     "RunClaim",
     "SessionStore",
     "StoreWrite",
@@ -55,6 +56,8 @@ __all__ = [
 MutateResult: TypeAlias = Literal["ok", "no-session", "unchanged"]
 HistoryMutation: TypeAlias = Callable[[SessionHistory], SessionHistory | None]
 TurnsMutation: TypeAlias = Callable[[tuple[SessionTurn, ...]], Sequence[SessionTurn] | None]
+RevisionSink: TypeAlias = Callable[["Revision"], None]
+"""Told a versioned history edit's :class:`Revision` (``on_revision=``), once it committed."""
 
 
 @attrs.frozen
@@ -225,9 +228,10 @@ class VersionedStore(Protocol):
 
     A store with it also answers each :data:`VERSIONED_WRITES` call with the
     :class:`Revision` of the session it wrote (``before == after`` when it
-    wrote nothing), and takes ``expected_rev=`` on ``save``, ``save_meta``,
-    ``mutate_history`` and ``mutate_turns``: when the stored ``rev`` (``0``
-    for no session) differs, the write raises
+    wrote nothing), takes ``on_revision=`` (a :data:`RevisionSink`) on
+    ``mutate_history`` and ``mutate_turns``, and takes ``expected_rev=`` on
+    ``save``, ``save_meta``, ``mutate_history`` and ``mutate_turns``: when
+    the stored ``rev`` (``0`` for no session) differs, the write raises
     :class:`~zidane_actors.errors.StaleSessionError` and writes nothing,
     the check and the write being one atomic step. ``rev`` only grows per id,
     across delete and re-create. Stores without it keep their plain
@@ -358,9 +362,7 @@ class FullSessionStore(SessionStore, Protocol):
         """Deprecated turns-only form of :meth:`mutate_history`."""
         ...
 
-    async def patch_meta(
-        self, session_id: str, patch: Mapping[str, JsonValue]
-    ) -> Revision | None:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key); nothing else."""
         ...
 

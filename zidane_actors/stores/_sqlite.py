@@ -84,6 +84,7 @@ from ._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
+    RevisionSink,
     RunClaim,
     StoreWrite,
     TurnsMutation,
@@ -642,7 +643,9 @@ class SQLiteStore:
         options: AppendTurnsOptions | None = None,
     ) -> Revision:
         """Append turns in O(1) of the history; ``options.run`` is upserted in the same commit."""
-        return await self._write(lambda conn: self._op_append_turns(conn, session_id, turns, options))
+        return await self._write(
+            lambda conn: self._op_append_turns(conn, session_id, turns, options)
+        )
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -1005,10 +1008,15 @@ class SQLiteStore:
         session_id: str,
         edit: Callable[[tuple[SessionTurn, ...], tuple[SessionRun, ...]], SessionHistory | None],
         expected_rev: int | None,
-    ) -> Callable[[_Conn], MutateResult]:
-        def op(conn: _Conn) -> MutateResult:
-            if expected_rev is not None and (rev := self._rev(conn, session_id)) != expected_rev:
-                raise stale(session_id, expected_rev, rev)
+    ) -> Callable[[_Conn], tuple[MutateResult, Revision]]:
+        def op(conn: _Conn) -> tuple[MutateResult, Revision]:
+            before = self._rev(conn, session_id)
+            if expected_rev is not None and before != expected_rev:
+                raise stale(session_id, expected_rev, before)
+            result = edit_stored(conn)
+            return result, Revision(before, self._rev(conn, session_id))
+
+        def edit_stored(conn: _Conn) -> MutateResult:
             if self._header(conn, session_id) is None:
                 return "no-session"
             rows = self._turn_rows(conn, session_id)
@@ -1042,7 +1050,12 @@ class SQLiteStore:
         return op
 
     async def mutate_history(
-        self, session_id: str, mutate: HistoryMutation, *, expected_rev: int | None = None
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
     ) -> MutateResult:
         """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction.
 
@@ -1055,10 +1068,26 @@ class SQLiteStore:
         ) -> SessionHistory | None:
             return mutate(SessionHistory(turns=turns, runs=runs))
 
-        return await self._write(self._mutate(session_id, edit, expected_rev))
+        return self._told(
+            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
+        )
+
+    @staticmethod
+    def _told(
+        done: tuple[MutateResult, Revision], on_revision: RevisionSink | None
+    ) -> MutateResult:
+        result, revision = done
+        if on_revision is not None and revision.before:
+            on_revision(revision)
+        return result
 
     async def mutate_turns(
-        self, session_id: str, mutate: TurnsMutation, *, expected_rev: int | None = None
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
     ) -> MutateResult:
         """Turns-only form of :meth:`mutate_history` (runs untouched)."""
         _session_id(session_id)
@@ -1069,7 +1098,9 @@ class SQLiteStore:
             result = mutate(turns)
             return None if result is None else SessionHistory(turns=tuple(result), runs=runs)
 
-        return await self._write(self._mutate(session_id, edit, expected_rev))
+        return self._told(
+            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
+        )
 
     # -- artifacts -------------------------------------------------------------------------
 
