@@ -2,8 +2,9 @@
 
 Each test opens two hosts, each over its own store object where the store
 allows it (two SQLite connections on one file, two PostgreSQL stores on one
-schema, two remote clients of one real server process); the memory and
-file-map stores live in one process, so their two hosts share one store object.
+schema, two remote clients of one real server process); the memory store
+lives in one process and the file map has one writer per directory, so their
+two hosts share one store object.
 """
 
 from __future__ import annotations
@@ -31,15 +32,17 @@ from zidane_actors.model import SessionTurn
 from zidane_actors.stores import (
     SessionStore,
     VersionedStore,
+    create_file_map_store,
     create_memory_store,
     create_remote_store,
+    open_directory_adapter,
     open_postgres_store,
     open_sqlite_store,
 )
 
 Pair = Callable[[], AbstractAsyncContextManager[tuple[SessionStore, SessionStore]]]
 
-BACKENDS = ("memory", "sqlite", "postgres", "remote")
+BACKENDS = ("memory", "file-map", "sqlite", "postgres", "remote")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,10 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Pair:
             if backend == "memory":
                 store = create_memory_store()
                 yield store, store
+            elif backend == "file-map":  # one session per store, one writer per directory
+                adapter = await stack.enter_async_context(open_directory_adapter(tmp_path / "m"))
+                fm = create_file_map_store(adapter)
+                yield fm, fm
             elif backend == "sqlite":
                 a = await stack.enter_async_context(open_sqlite_store(tmp_path / "s.db"))
                 b = await stack.enter_async_context(open_sqlite_store(tmp_path / "s.db"))
