@@ -216,9 +216,11 @@ async def test_a_session_deleted_by_another_host_is_not_served(pair: Pair) -> No
     sid = new_id()
     async with two_hosts(pair) as (ha, hb, store):
         await started(ha, sid)
-        assert await hb.load_session(sid) is not None
+        held = await hb.load_session(sid)  # B keeps its handle: the host caches it
+        assert held is not None
         await store.delete(sid)
         assert await hb.load_session(sid) is None
+        assert held.turns  # the handle still answers reads
 
 
 async def test_the_cache_answers_without_a_reload_when_nobody_else_wrote(pair: Pair) -> None:
@@ -229,3 +231,77 @@ async def test_the_cache_answers_without_a_reload_when_nobody_else_wrote(pair: P
         before = ha.statistics().started
         assert await ha.load_session(sid) is a
         assert ha.statistics().started == before  # no refresh went through an actor
+
+
+# -- framework sessions: two workers on one session id ------------------------------------
+
+
+def two_worker_urls(tmp_path: Path) -> tuple[str, str]:
+    """One SQLite file under two paths (a symlinked directory): two portals, hosts and stores,
+    as two worker processes would have."""
+    (tmp_path / "via").symlink_to(tmp_path, target_is_directory=True)
+    return f"sqlite:{tmp_path / 'agents.db'}", f"sqlite:{tmp_path / 'via' / 'agents.db'}"
+
+
+def test_two_openai_agents_workers_never_erase_each_others_items(tmp_path: Path) -> None:
+    """One worker adds items while another pops: every item is kept or popped, once."""
+    import asyncio
+
+    from zidane_actors.integrations.openai_agents import ZidaneSession
+
+    adder_url, popper_url = two_worker_urls(tmp_path)
+    adder = ZidaneSession("shared", store=adder_url)
+    popper = ZidaneSession("shared", store=popper_url)
+
+    def item(n: int) -> Any:
+        return {"role": "user", "content": f"item {n}"}
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        popped: list[Any] = []
+        for n in range(25):
+            await adder.add_items([item(n)])
+            if n % 3 == 2:
+                got = await popper.pop_item()
+                assert got is not None
+                popped.append(got)
+        assert await popper.get_items() == await adder.get_items()  # each sees the other
+        return await adder.get_items(), popped
+
+    try:
+        kept, popped = asyncio.run(main())
+    finally:
+        adder.close()
+        popper.close()
+    added = [item(n) for n in range(25)]
+    assert popped == [item(n) for n in range(2, 25, 3)]  # always the newest item
+    assert kept == [i for i in added if i not in popped]  # nothing else lost, order kept
+
+
+def test_a_response_split_over_two_workers_is_merged_in_the_store(tmp_path: Path) -> None:
+    import asyncio
+
+    from zidane_actors.integrations.openai_agents import ZidaneSession
+
+    one_url, two_url = two_worker_urls(tmp_path)
+    one = ZidaneSession("split", store=one_url)
+    two = ZidaneSession("split", store=two_url)
+    calls: list[Any] = [
+        {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"}
+        for i in (1, 2)
+    ]
+    user: Any = {"role": "user", "content": "go"}
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        await one.add_items([user])
+        await one.add_items(calls[:1])
+        await two.add_items(calls[1:])  # the other worker's view has the first call
+        await one.add_items([{"role": "user", "content": "more"}])
+        return await one.get_items(), await two.get_items()
+
+    try:
+        seen_one, seen_two = asyncio.run(main())
+    finally:
+        one.close()
+        two.close()
+    expected = [user, *calls, {"role": "user", "content": "more"}]
+    assert seen_one == expected == seen_two

@@ -26,6 +26,7 @@ from ..errors import (
     ConflictError,
     NoStoreError,
     StaleSessionError,
+    UnsupportedOperationError,
     ValidationError,
 )
 from ..model import (
@@ -63,6 +64,8 @@ from ..model import (
 from ..model._checked import check_turns, check_values, checked_turns
 from ..stores._protocol import (
     FullSessionStore,
+    HistoryMutation,
+    MutateResult,
     Revision,
     SessionStore,
     StoreWrite,
@@ -465,6 +468,14 @@ class _Refresh(_SessionCommand[None]):
 
     async def apply(self, session: Session) -> None:
         await session._fold(reset=self.reset)
+
+
+@attrs.frozen(eq=False)
+class _MutateHistory(_SessionCommand[MutateResult]):
+    mutate: HistoryMutation
+
+    async def apply(self, session: Session) -> MutateResult:
+        return await session._do_mutate_history(self.mutate)
 
 
 @attrs.frozen(eq=False)
@@ -1078,6 +1089,24 @@ class Session:
         )
         return tuple(found)
 
+    async def mutate_history(self, mutate: HistoryMutation) -> MutateResult:
+        """Edit the stored turns and runs in one atomic step of the store; memory follows.
+
+        ``mutate`` (synchronous, pure; it may run more than once and in the
+        store's thread) gets the history as the store holds it, never this
+        session's memory, and returns the next one or ``None`` for no change.
+        Memory then takes the stored state (a pending ``set_turns``/``set_runs``
+        is dropped, unsaved metadata keys kept). Raises
+        :class:`UnsupportedOperationError` when the store has no ``mutate_history``.
+        """
+        if self._store is None:
+            raise NoStoreError(f"session {self.id!r} has no store to edit")
+        if "mutate_history" not in self._caps:
+            raise UnsupportedOperationError(
+                f"the store of session {self.id!r} has no mutate_history"
+            )
+        return await self._call(_MutateHistory(mutate))
+
     async def heal_interrupted_tool_calls(self) -> bool:
         """Close every tool call whose result was never persisted; ``True`` when any was.
 
@@ -1365,6 +1394,20 @@ class Session:
         # The upsert moved the rev by a step its answer does not say: fold before relying on it.
         if self._rev is not None:
             self._stale = True
+        return result
+
+    async def _do_mutate_history(self, mutate: HistoryMutation) -> MutateResult:
+        result = await self._full().mutate_history(self.id, mutate)
+        self._bulk = False  # replaced in the store: a pending replacement is moot
+        if self._rev is not None:
+            self._stale = True
+            await self._fold()
+        else:
+            stored = await self._full().load(self.id)
+            if stored is not None:
+                self._commit(
+                    msgspec.structs.replace(self._data, turns=stored.turns, runs=stored.runs)
+                )
         return result
 
     async def _persist_heal(self) -> None:

@@ -63,6 +63,10 @@ from ..model import (
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
 from ..stores._remote import (
+    IF_MATCH_HEADER,
+    REV_AFTER_HEADER,
+    REV_BEFORE_HEADER,
+    REV_HEADER,
     AnyWrite,
     AppendTurnsBody,
     AppendTurnsWrite,
@@ -76,10 +80,6 @@ from ..stores._remote import (
     DeleteWrite,
     DemotedResult,
     DemoteStaleRunBody,
-    IF_MATCH_HEADER,
-    REV_AFTER_HEADER,
-    REV_BEFORE_HEADER,
-    REV_HEADER,
     ErrorDetail,
     HistoryBody,
     HistoryResult,

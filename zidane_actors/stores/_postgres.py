@@ -618,9 +618,10 @@ def _pipelined_writes(
 
     Other writes are pipelined (sent without waiting for answers they do not
     read). A run ends before a write that is no plain append or that appends
-    to a session the run appends to already (so each append's revision is exact). Any failure raises :class:`_SlowPath`
-    (the caller rolls back and reruns the batch with savepoints), so every
-    outcome here is a value or an append's :class:`SessionNotFoundError`.
+    to a session the run appends to already (so each append's revision is
+    exact). Any failure raises :class:`_SlowPath` (the caller rolls back and
+    reruns the batch with savepoints), so every outcome here is a value or an
+    append's :class:`SessionNotFoundError`.
     """
     results: builtins.list[outcome.Outcome[Any] | None] = []
     run: builtins.list[_Append] = []

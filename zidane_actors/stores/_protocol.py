@@ -37,12 +37,12 @@ from ..model import (
 
 __all__ = [
     "OPTIONAL_METHODS",
+    "VERSIONED_WRITES",
     "WRITE_METHODS",
     "BatchingStore",
     "FullSessionStore",
     "HistoryMutation",
     "MutateResult",
-    "VERSIONED_WRITES",
     "Revision",
     "RevisionSink",
     "RunClaim",
