@@ -305,3 +305,33 @@ def test_a_response_split_over_two_workers_is_merged_in_the_store(tmp_path: Path
         two.close()
     expected = [user, *calls, {"role": "user", "content": "more"}]
     assert seen_one == expected == seen_two
+
+
+# -- PostgreSQL change notifications ------------------------------------------------------
+
+
+async def test_postgres_notifications_refresh_a_held_session_without_a_load() -> None:
+    """With ``listen=True`` a host refreshes what it holds when another host writes."""
+    import trio
+
+    sid = new_id()
+    with fresh_schema() as schema:
+        async with (
+            open_postgres_store(DSN, schema=schema) as sa,
+            open_postgres_store(DSN, schema=schema, listen=True) as sb,
+            open_session_host(sa) as ha,
+            open_session_host(sb) as hb,
+        ):
+            await started(ha, sid)
+            held = await hb.load_session(sid)
+            assert held is not None
+            a = await ha.load_session(sid)
+            assert a is not None
+            await a.append_turns([t("a1", "assistant")])
+            with trio.fail_after(30):  # a bound for a stuck test, not a timing claim
+                while ids(held.turns) != ["u0", "a1"]:
+                    await trio.sleep(0.01)
+            await sa.delete(sid)
+            with trio.fail_after(30):
+                while await hb.load_session(sid) is not None:
+                    await trio.sleep(0.01)

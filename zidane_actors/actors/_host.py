@@ -282,6 +282,26 @@ class SessionHost:
         for victim in victims:
             self._evict(victim)
 
+    def _store_changed(self, session_id: str, rev: int) -> None:
+        """A store's change notification: refresh that session soon if this host holds it.
+
+        A hint only (``load_session`` still checks the rev): a stale or own
+        change, or one for a session not held, is ignored.
+        """
+        session = self._sessions.get(session_id)
+        if self._closed or session is None or session._rev is None or rev == session._rev:
+            return
+        if rev and rev < session._rev:
+            return  # older than what memory reflects
+        self._nursery.start_soon(self._refresh, session)
+
+    async def _refresh(self, session: Session) -> None:
+        try:
+            if not await session._sync():
+                self._forget(session)
+        except Exception:  # a hint: a failed refresh leaves the rev check to load_session
+            _log.debug("refresh of session %r after a change notification failed", session.id)
+
     def _forget(self, session: Session) -> None:
         """Drop a session the store no longer holds from the cache (its handle stays usable)."""
         self._evict(session)
@@ -332,9 +352,12 @@ async def open_session_host(
 ) -> AsyncIterator[SessionHost]:
     """Run a :class:`SessionHost` over ``store`` for the ``async with`` body.
 
-    ``store`` is wrapped in a store actor (group commit when it batches). On
-    exit every actor finishes the command in hand, fails its queue with
-    ``ActorClosed``, and stops; the store itself is left open.
+    ``store`` is wrapped in a store actor (group commit when it batches). A
+    store with ``subscribe_changes`` (PostgreSQL opened with ``listen=True``)
+    tells the host of other writers' changes, and held sessions are
+    refreshed right away. On exit every actor finishes the command in hand,
+    fails its queue with ``ActorClosed``, and stops; the store itself is left
+    open.
     """
     if max_live_sessions < 1 or idle_seconds <= 0:
         raise ValueError("max_live_sessions must be >= 1 and idle_seconds > 0")
@@ -358,8 +381,12 @@ async def open_session_host(
                 await host._reap()
 
         nursery.start_soon(reap)
+        subscribe = getattr(store, "subscribe_changes", None)
+        unsubscribe = subscribe(host._store_changed) if callable(subscribe) else None
         try:
             yield host
         finally:
+            if unsubscribe is not None:
+                unsubscribe()
             host._close()
             reaper.cancel()

@@ -12,7 +12,9 @@ conditional statements inside one transaction each.
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -106,7 +108,15 @@ from ._validate import (
     now_ms,
 )
 
-__all__ = ["PostgresStore", "PostgresStoreStatistics", "open_postgres_store"]
+__all__ = [
+    "CHANGES_CHANNEL",
+    "ChangeListener",
+    "PostgresStore",
+    "PostgresStoreStatistics",
+    "open_postgres_store",
+]
+
+_log = logging.getLogger("zidane_actors.postgres")
 
 T = TypeVar("T")
 _Cursor: TypeAlias = psycopg.Cursor[tuple[Any, ...]]
@@ -1031,6 +1041,77 @@ class _Conn:
             self.raw = None
 
 
+CHANGES_CHANNEL: Final = "zidane_sessions"
+"""The ``LISTEN`` channel of session changes: payload ``"<schema> <session id> <rev>"``.
+
+``rev`` is ``0`` for a deleted session.
+"""
+
+_NOTIFY_SQL: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('zidane_actors.notify.' || current_schema(), 0));
+CREATE OR REPLACE FUNCTION notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('zidane_sessions', TG_TABLE_SCHEMA || ' ' || OLD.id || ' 0');
+    ELSE
+        PERFORM pg_notify('zidane_sessions', TG_TABLE_SCHEMA || ' ' || NEW.id || ' ' || NEW.rev);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER sessions_notify AFTER INSERT OR DELETE OR UPDATE OF rev ON sessions
+    FOR EACH ROW EXECUTE FUNCTION notify_session_change();
+"""
+"""Make every change of a session's ``rev`` notify :data:`CHANGES_CHANNEL` (idempotent)."""
+
+ChangeListener: TypeAlias = Callable[[str, int], None]
+"""Told ``(session_id, rev)`` when another writer changed a session (``rev`` ``0``: deleted)."""
+
+
+@attrs.define(eq=False)
+class _ChangeFeed:
+    """A connection listening on :data:`CHANGES_CHANNEL`, telling listeners in the trio thread.
+
+    Notifications are a hint: one lost while the connection was down is
+    never replayed, so readers keep checking ``rev`` themselves.
+    """
+
+    conn: _Conn
+    token: trio.lowlevel.TrioToken
+    listeners: dict[object, ChangeListener] = attrs.field(factory=dict)
+    stopped: bool = False
+    delivered: int = 0
+
+    def _deliver(self, payload: str) -> None:
+        schema, _, rest = payload.partition(" ")
+        session_id, _, rev = rest.partition(" ")
+        if schema != self.conn.schema or not rev.isdigit():
+            return
+        self.delivered += 1
+        for listener in list(self.listeners.values()):
+            try:
+                listener(session_id, int(rev))
+            except Exception:
+                _log.exception("a session change listener failed")
+
+    def run(self) -> None:
+        """Listen until :attr:`stopped` (runs in a worker thread; reconnects after a loss)."""
+        while not self.stopped:
+            try:
+                raw = self.conn.ensure()
+                raw.execute(f"LISTEN {CHANGES_CHANNEL}")
+                while not self.stopped:
+                    for note in raw.notifies(timeout=0.2):
+                        trio.from_thread.run_sync(
+                            self._deliver, note.payload, trio_token=self.token
+                        )
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self.conn.discard()
+                time.sleep(0.2)  # the server is away: try again shortly
+            except trio.RunFinishedError:
+                return
+        self.conn.discard()
+
+
 @attrs.frozen
 class PostgresStoreStatistics:
     """What :meth:`PostgresStore.statistics` reports."""
@@ -1062,6 +1143,27 @@ class PostgresStore:
     _closed: bool = False
     _retries: int = 0
     _fallbacks: int = 0
+    _feed: _ChangeFeed | None = None
+
+    def subscribe_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        """Call ``listener(session_id, rev)`` in the trio thread for each session change.
+
+        Only a store opened with ``listen=True`` reports anything (changes of
+        every writer of the schema, this store's own included). It is a hint
+        that makes caches refresh sooner, never a guarantee: a notification
+        sent while the listening connection was down is lost. Answers the
+        unsubscribe function.
+        """
+        token = object()
+        if self._feed is not None:
+            self._feed.listeners[token] = listener
+        feed = self._feed
+
+        def unsubscribe() -> None:
+            if feed is not None:
+                feed.listeners.pop(token, None)
+
+        return unsubscribe
 
     # -- plumbing --------------------------------------------------------
 
@@ -1829,6 +1931,7 @@ async def open_postgres_store(
     pool_size: int = 4,
     connect_timeout: float = 10.0,
     retries: int = 3,
+    listen: bool = False,
 ) -> AsyncIterator[PostgresStore]:
     """Open (creating or migrating) the store held in PostgreSQL schema ``schema``.
 
@@ -1838,6 +1941,12 @@ async def open_postgres_store(
     retried ``retries`` times for operations that are safe to repeat, then
     raise :class:`~zidane_actors.errors.StoreUnavailableError`. The store is
     closed on exit.
+
+    ``listen=True`` installs a trigger that notifies :data:`CHANGES_CHANNEL`
+    on every session change (every writer of the schema pays a ``NOTIFY``
+    per write from then on) and opens one more connection listening to it,
+    so :meth:`PostgresStore.subscribe_changes` reports other hosts' writes
+    (a host refreshes its cached sessions with it).
     """
     if not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidNameError(f"schema name {schema!r} must match [a-z_][a-z0-9_]{{0,62}}")
@@ -1861,7 +1970,21 @@ async def open_postgres_store(
         idle_recv=idle_recv,
         max_retries=retries,
     )
+    if not listen:
+        try:
+            yield store
+        finally:
+            await store.aclose()
+        return
+    feed = _ChangeFeed(_Conn(dsn, schema, connect_timeout), trio.lowlevel.current_trio_token())
     try:
-        yield store
+        await store._write(lambda cur: cur.execute(_NOTIFY_SQL.encode()), idempotent=True)
+        store._feed = feed
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(trio.to_thread.run_sync, feed.run))
+            try:
+                yield store
+            finally:
+                feed.stopped = True
     finally:
         await store.aclose()
