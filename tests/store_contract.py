@@ -49,6 +49,7 @@ from zidane_actors.errors import (
     ConflictError,
     InvalidNameError,
     SessionNotFoundError,
+    StaleSessionError,
     StoreClosedError,
     UnsupportedOperationError,
     ValidationError,
@@ -902,6 +903,60 @@ class StoreContract:
         if "save_meta" in store_capabilities(full):
             await full.save_meta(make_session("s1"))
             assert await _rev(full, "s1") > again
+
+    async def test_versioned_writes_answer_revisions_and_refuse_stale_ones(
+        self, store: SessionStore
+    ) -> None:
+        """A versioned store: reads with the rev, each write's revision, conditional writes."""
+        full = self.need(store, "load_versioned", "get_rev", "get_meta")
+        assert await full.load_versioned("s1") is None and await full.get_rev("s1") is None
+        with pytest.raises(StaleSessionError):
+            await full.save(make_session("s1"), expected_rev=5)  # absent: rev 0
+        assert await full.get_rev("s1") is None  # nothing written
+        created = await full.save(make_session("s1"), expected_rev=0)
+        assert created.before == 0 and created.after == await full.get_rev("s1")
+        with pytest.raises(ConflictError):  # a second create of the id loses
+            await full.save(make_session("s1"), expected_rev=0)
+        appended = await full.append_turns("s1", [make_turn(1)])
+        assert (appended.before, appended.after) == (created.after, await full.get_rev("s1"))
+        retried = await full.append_turns("s1", [make_turn(1)])  # nothing written
+        assert retried.before == retried.after == appended.after
+        loaded = await full.load_versioned("s1")
+        assert loaded is not None and loaded[1] == appended.after
+        assert [t.id for t in loaded[0].turns] == ["t1"]
+        row = await full.get_meta("s1")
+        assert row is not None and row.rev == appended.after
+        ran = await full.update_run("s1", make_run("r1"))
+        status = await full.update_status("s1", "completed", preserve_updated_at=True)
+        assert ran.before == appended.after and status.before == ran.after
+        with pytest.raises(StaleSessionError) as info:
+            await full.save(make_session("s1"), expected_rev=appended.after)
+        assert info.value.expected == appended.after
+        assert [t.id for t in await full.get_turns("s1")] == ["t1"]  # the stale save wrote nothing
+        caps = store_capabilities(full)
+        if "save_meta" in caps:
+            with pytest.raises(StaleSessionError):
+                await full.save_meta(make_session("s1"), expected_rev=appended.after)
+            meta = await full.save_meta(make_session("s1"), expected_rev=status.after)
+            assert meta.before == status.after and meta.after == await full.get_rev("s1")
+        if "mutate_history" in caps:
+            told: list[Revision] = []
+            current = await full.get_rev("s1")
+            with pytest.raises(StaleSessionError):
+                await full.mutate_history(
+                    "s1", lambda h: SessionHistory(turns=(), runs=h.runs), expected_rev=1
+                )
+            assert (
+                await full.mutate_history(
+                    "s1",
+                    lambda h: SessionHistory(turns=(), runs=h.runs),
+                    expected_rev=current,
+                    on_revision=told.append,
+                )
+                == "ok"
+            )
+            assert told == [Revision(current, await full.get_rev("s1"))]
+            assert await full.get_turns("s1") == []
 
     async def test_list_meta_matches_list_and_get_meta(self, store: SessionStore) -> None:
         full = self.need(store, "list_meta", "get_meta")

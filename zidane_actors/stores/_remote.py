@@ -861,9 +861,12 @@ class RemoteStore:
         """
         write = _save_write(data)
         path = f"/sessions/{write.session.id}"
-        response = await self._request(
-            "PUT", path, body=write.session, retry=True, headers=_if_match(expected_rev)
-        )
+        try:
+            response = await self._request(
+                "PUT", path, body=write.session, retry=True, headers=_if_match(expected_rev)
+            )
+        except StaleSessionError as exc:
+            raise _with_expected(exc, expected_rev) from None
         return _revision(response)
 
     async def append_turns(
@@ -1124,7 +1127,7 @@ class RemoteStore:
             )
             assert response is not None
             if response.status_code == 409 and _stale_answer(response):
-                raise _error(response, "PUT", path)
+                raise _with_expected(_error(response, "PUT", path), expected_rev)
             if response.status_code != 409:
                 result = decode(response.content, HistoryResult, what=f"answer of PUT {path}")
                 revision = _revision(response)
@@ -1193,13 +1196,16 @@ class RemoteStore:
         With ``expected_rev``, only while the session is at that ``rev``.
         """
         write = _save_meta_write(data, options)
-        response = await self._request(
-            "PUT",
-            f"/sessions/{write.session.id}/meta",
-            body=SaveMetaBody(session=write.session, options=write.options),
-            retry=True,
-            headers=_if_match(expected_rev),
-        )
+        try:
+            response = await self._request(
+                "PUT",
+                f"/sessions/{write.session.id}/meta",
+                body=SaveMetaBody(session=write.session, options=write.options),
+                retry=True,
+                headers=_if_match(expected_rev),
+            )
+        except StaleSessionError as exc:
+            raise _with_expected(exc, expected_rev) from None
         return _revision(response)
 
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
@@ -1290,7 +1296,16 @@ class RemoteStore:
                 results[i] = outcome.Value(value)
             else:
                 where = f"POST /writes ({writes[i].method})"
-                results[i] = outcome.Error(_error_of(done.status, done.error, "", where))
+                error = _error_of(done.status, done.error, "", where)
+                expected = writes[i].kwargs.get("expected_rev")
+                results[i] = outcome.Error(_with_expected(error, expected))
+
+
+def _with_expected(exc: Exception, expected_rev: object) -> Exception:
+    """A stale answer's error naming the rev the write expected (the server's message says more)."""
+    if isinstance(exc, StaleSessionError) and isinstance(expected_rev, int):
+        return StaleSessionError(str(exc), expected=expected_rev, actual=None)
+    return exc
 
 
 def _stale_answer(response: httpx.Response) -> bool:
