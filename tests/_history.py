@@ -59,6 +59,7 @@ The anomalies found (``Anomaly.kind``):
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -326,7 +327,7 @@ def _check_session(
     preds: dict[str, set[str]] = {x: set() for x in elements}
     for read in reads:
         known = [x for x in read.elements if x in bit]
-        for a, b in zip(known, known[1:], strict=False):
+        for a, b in itertools.pairwise(known):
             if a != b:
                 preds[b].add(a)
     acked = [x for x in elements if appends[x].type != "fail"]
