@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests._history import Event, Recorder, check, load_events, pair
+from _history import Event, Recorder, check, load_events, pair
 
 
 class History:
