@@ -146,16 +146,23 @@ class Recorder:
         self._clock = clock
         self._next = 0
         self._open: dict[int, tuple[str, str]] = {}
+        self.invoked: dict[int, int] = {}
+        """Each operation's invocation time."""
 
     def _write(self, event: Event) -> None:
         self._out.write(event.to_json() + "\n")
         self._out.flush()
 
-    def invoke(self, f: str, session: str, value: Any = None, **extra: Any) -> int:
+    def invoke(
+        self, f: str, session: str, value: Any = None, *, at: int | None = None, **extra: Any
+    ) -> int:
+        """Record an invocation (at ``at``: when an earlier call began it); its index."""
         index = self._next
         self._next += 1
         self._open[index] = (f, session)
-        self._write(Event(self.process, index, "invoke", f, session, value, self._clock(), extra))
+        when = self._clock() if at is None else at
+        self.invoked[index] = when
+        self._write(Event(self.process, index, "invoke", f, session, value, when, extra))
         return index
 
     def complete(self, index: int, type: str, value: Any = None, **extra: Any) -> None:

@@ -158,15 +158,16 @@ class Program:
     async def handle(self, sid: str) -> Session:
         return self.handles.get(sid) or await self.load(sid)
 
-    async def write(self, f: str, sid: str, value: Any, action: Any) -> bool:
+    async def write(self, f: str, sid: str, value: Any, action: Any) -> int | None:
+        """Record ``action``; its invocation time when it was applied, else ``None``."""
         i = self.rec.invoke(f, sid, value)
         try:
             await action()
         except (StoreError, ValidationError) as exc:
             self.rec.complete(i, outcome_of(exc), error=f"{type(exc).__name__}: {exc}")
-            return False
+            return None
         self.rec.ok(i)
-        return True
+        return self.rec.invoked[i]
 
     async def step(self, name: str, sid: str) -> None:
         if name == "load":
@@ -174,8 +175,10 @@ class Program:
         elif name == "append":
             session = await self.handle(sid)
             x = self.element()
-            if await self.write("append", sid, [x], lambda: session.append_turns([turn(x)])):
-                i = self.rec.invoke("read", sid, source="append")
+            began = await self.write("append", sid, [x], lambda: session.append_turns([turn(x)]))
+            if began is not None:
+                # The view the append left: a state of the store since the append began.
+                i = self.rec.invoke("read", sid, source="append", at=began)
                 self.rec.ok(i, ids(session.turns))
         elif name == "read":
             pass  # the store read every step ends with
