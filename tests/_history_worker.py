@@ -1,11 +1,12 @@
 """One host running a seeded random program on shared sessions, recording its history.
 
-Usage: ``python tests/_history_worker.py URL PROCESS SEED STEPS OUT START_AT SESSION...``
+Usage: ``python tests/_history_worker.py URL PROCESS SEED STEPS OUT START_AT SESSIONS SKIP``
 
 Opens the store at ``URL`` (``sqlite:PATH`` or ``postgresql://…``) and a session
 host on it, waits until the wall clock reaches ``START_AT`` (so every process
 starts together), then runs ``STEPS`` steps drawn by ``random.Random(SEED)``,
-each on one of the ``SESSION`` ids (created beforehand by the parent):
+each on one of the ``SESSIONS`` ids (comma-separated, created beforehand by the
+parent), leaving out the kinds of step ``SKIP`` names (comma-separated, ``-``: none):
 
 - ``load``: ``load_session``, recording the host's view with store reads and
   ``rev`` taken just before and after;
@@ -246,8 +247,9 @@ class Program:
         self.rec.ok(i)
         await self.store_read(CLAIMS)
 
-    async def run(self, steps: int, sessions: list[str]) -> None:
-        names, weights = list(STEPS), list(STEPS.values())
+    async def run(self, steps: int, sessions: list[str], skip: list[str]) -> None:
+        names = [name for name in STEPS if name not in skip]
+        weights = [STEPS[name] for name in names]
         for _ in range(steps):
             name = self.rng.choices(names, weights)[0]
             sid = self.rng.choice(sessions)
@@ -260,7 +262,14 @@ class Program:
 
 
 async def main(
-    url: str, process: str, seed: int, steps: int, out: str, start_at: float, sessions: list[str]
+    url: str,
+    process: str,
+    seed: int,
+    steps: int,
+    out: str,
+    start_at: float,
+    sessions: list[str],
+    skip: list[str],
 ) -> None:
     async with open_store_url(url) as raw:
         store: Any = raw
@@ -269,7 +278,7 @@ async def main(
                 program = Program(url, host, store, Recorder(process, stream), random.Random(seed))
                 await trio.sleep(max(0.0, start_at - time.time()))
                 try:
-                    await program.run(steps, sessions)
+                    await program.run(steps, sessions, skip)
                 finally:
                     await trio.to_thread.run_sync(program.close)
 
@@ -309,11 +318,13 @@ def run_processes(
     steps: int,
     seed: int,
     sessions: Sequence[str] = SESSIONS,
+    skip: Sequence[str] = (),
     timeout: float = 600.0,
 ) -> HistoryRun:
     """Run ``processes`` workers on fresh sessions of ``url``; their events and the final state.
 
-    Worker ``k`` runs the program of seed ``seed * 1000 + k``. Raises when a worker fails.
+    Worker ``k`` runs the program of seed ``seed * 1000 + k``, without the kinds of
+    step named in ``skip``. Raises when a worker fails.
     """
     every = [*sessions, CLAIMS]
 
@@ -333,7 +344,7 @@ def run_processes(
         subprocess.Popen(
             [
                 *(sys.executable, __file__, url, f"p{k}", str(seed * 1000 + k), str(steps)),
-                *(str(outs[k]), str(start_at), *sessions),
+                *(str(outs[k]), str(start_at), ",".join(sessions), ",".join(skip) or "-"),
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -365,5 +376,15 @@ def run_processes(
 
 
 if __name__ == "__main__":
-    url, process, seed, steps, out, start_at, *sessions = sys.argv[1:]
-    trio.run(main, url, process, int(seed), int(steps), out, float(start_at), sessions)
+    url, process, seed, steps, out, start_at, sessions, skip = sys.argv[1:]
+    trio.run(
+        main,
+        url,
+        process,
+        int(seed),
+        int(steps),
+        out,
+        float(start_at),
+        sessions.split(","),
+        [] if skip == "-" else skip.split(","),
+    )
