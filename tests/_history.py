@@ -59,6 +59,7 @@ The anomalies found (``Anomaly.kind``):
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import time
@@ -231,6 +232,7 @@ class _Read:
     op: Op | None
     what: str
     stale_kind: str = "stale-read"
+    held: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -313,36 +315,40 @@ def _check_session(
     if final is not None:
         reads.append(_Read(final, end, end, None, "the final state"))
 
-    # Each read on its own.
-    for read in reads:
-        seen: set[str] = set()
-        for x in read.elements:
-            if x in seen:
-                report("duplicate-elements", f"{read.what} holds {x!r} twice")
-            seen.add(x)
-            append = appends.get(x)
-            if append is None:
-                report("garbage-read", f"{read.what} holds {x!r}, never appended")
-            elif append.type == "fail":
-                report("aborted-read", f"{read.what} holds {x!r}, whose append failed: {append}")
-            elif append.invoked > read.end:
-                report("future-read", f"{read.what} holds {x!r}, appended later by {append}")
+    # Each read on its own. Reads by end: the elements appended before a read's end accumulate.
+    appended = set(appends)  # set & set walks the smaller one, set & dict the dict
+    failed = {x for x, op in appends.items() if op.type == "fail"}
+    by_invoke = sorted(appends, key=lambda x: appends[x].invoked)
+    begun: set[str] = set()
+    k = 0
+    for read in sorted(reads, key=lambda r: r.end):
+        while k < len(by_invoke) and appends[by_invoke[k]].invoked <= read.end:
+            begun.add(by_invoke[k])
+            k += 1
+        held = read.held = set(read.elements)
+        if len(held) != len(read.elements):
+            counts = collections.Counter(read.elements)
+            for x in sorted(x for x, n in counts.items() if n > 1):
+                report("duplicate-elements", f"{read.what} holds {x!r} {counts[x]} times")
+        for x in sorted(held.difference(appends)):
+            report("garbage-read", f"{read.what} holds {x!r}, never appended")
+        for x in sorted(held & failed):
+            report("aborted-read", f"{read.what} holds {x!r}, whose append failed: {appends[x]}")
+        for x in sorted((held & appended).difference(begun)):
+            report("future-read", f"{read.what} holds {x!r}, appended later by {appends[x]}")
 
     # The order of elements: consecutive pairs of every read, and appends in real-time order.
     elements = sorted(appends, key=lambda x: (appends[x].invoked, x))
     bit = {x: i for i, x in enumerate(elements)}
-    preds: dict[str, set[str]] = {x: set() for x in elements}
+    pairs: set[tuple[str, str]] = set()
     for read in reads:
-        known = [x for x in read.elements if x in bit]
-        for a, b in itertools.pairwise(known):
-            if a != b:
-                preds[b].add(a)
+        pairs.update(itertools.pairwise(read.elements))
+    preds: dict[str, set[str]] = {x: set() for x in elements}
+    for a, b in pairs:
+        if a != b and a in bit and b in bit:
+            preds[b].add(a)
     acked = [x for x in elements if appends[x].type != "fail"]
-    for i, x in enumerate(acked):
-        done = appends[x].completed
-        for y in acked[i + 1 :]:
-            if appends[y] is not appends[x] and done < appends[y].invoked:
-                preds[y].add(x)
+    _real_time_edges(acked, appends, preds)
     ancestors = _ancestors(elements, preds)
     if ancestors is None:
         cycle = _cycle(elements, preds)
@@ -355,11 +361,16 @@ def _check_session(
         if removal.element is not None:
             removal_of[removal.element].append(removal)
 
+    # The earliest moment each element may have been removed (an indeterminate pop may
+    # have taken any element).
+    any_pop = min((r.op.invoked for r in unknown_pops), default=_END)
+    first_removal = {x: any_pop for x in elements}
+    for x, rs in removal_of.items():
+        if x in first_removal:
+            first_removal[x] = min(any_pop, *(r.op.invoked for r in rs))
+
     def removed_before(x: str, t: int) -> bool:
-        # Some removal of x (or an indeterminate pop) may have applied before t.
-        return any(r.op.invoked < t for r in removal_of.get(x, ())) or any(
-            r.op.invoked < t for r in unknown_pops
-        )
+        return first_removal.get(x, any_pop) < t
 
     # When each element was first visible: its acknowledgement, or the end of a read holding it.
     visible: dict[str, int] = {}
@@ -373,30 +384,66 @@ def _check_session(
             if x in bit and read.end < visible.get(x, _END):
                 visible[x] = read.end
 
-    for read in reads:
-        held = {x for x in read.elements if x in bit}
-        kind = read.stale_kind
-        # No gaps: what precedes an element read was read too, unless removed.
-        before = 0
-        for x in held:
-            before |= ancestors[bit[x]]
+    # No gaps: what precedes an element read was read too, unless removed. Reads by
+    # end, so the elements possibly removed before each read's end only accumulate.
+    by_removal = sorted(elements, key=lambda x: first_removal[x])
+    removed_mask = 0
+    removed: set[str] = set()
+    k = 0
+    for read in sorted(reads, key=lambda r: r.end):
+        while k < len(by_removal) and first_removal[by_removal[k]] < read.end:
+            removed_mask |= 1 << bit[by_removal[k]]
+            removed.add(by_removal[k])
+            k += 1
+        last = next((x for x in reversed(read.elements) if x in bit), None)
+        if last is None:
+            continue
+        # The read's own pairs are edges: every other element it holds precedes its last
+        # one, so it has no gap when it holds all of the last one's unremoved ancestors.
+        before = ancestors[bit[last]] & ~removed_mask
+        held = (read.held & appended).difference(removed)
+        held.discard(last)
+        if before.bit_count() == len(held):
+            continue
+        kind = "non-prefix-read" if read.stale_kind == "stale-read" else read.stale_kind
         for i in _bits(before):
-            w = elements[i]
-            if w not in held and not removed_before(w, read.end):
-                kind_here = "non-prefix-read" if kind == "stale-read" else kind
-                report(kind_here, f"{read.what} misses {w!r}, which precedes what it holds")
-        # Real time: what was visible before the read began is in it, unless removed
-        # (the final state's misses are lost appends, below).
-        for x, t in visible.items():
-            if read.op is None:
-                break
-            if x not in held and t < read.start and not removed_before(x, read.end):
-                report(kind, f"{read.what} misses {x!r}, visible since before it began")
-        # What was removed before the read began is not in it.
-        for x in held:
-            for r in removal_of.get(x, ()):
-                if r.op.type == "ok" and r.op.completed < read.start:
-                    report("read-after-removal", f"{read.what} holds {x!r}, removed by {r.op}")
+            if elements[i] not in read.held:
+                report(kind, f"{read.what} misses {elements[i]!r}, which precedes what it holds")
+
+    # Real time: what was visible before a read began is in it, unless possibly removed
+    # by its end (the final state's misses are lost appends, below). Reads by start; an
+    # element leaves the candidates once it may have been removed before a read began.
+    # And what was removed before a read began is not in it.
+    by_visible = sorted(visible, key=lambda x: visible[x])
+    by_removal = sorted(visible, key=lambda x: first_removal[x])
+    removed_at = {
+        x: min(r.op.completed for r in rs if r.op.type == "ok")
+        for x, rs in removal_of.items()
+        if any(r.op.type == "ok" for r in rs)
+    }
+    by_removed = sorted(removed_at, key=lambda x: removed_at[x])
+    candidates: set[str] = set()
+    gone: set[str] = set()
+    k = j = g = 0
+    for read in sorted(reads, key=lambda r: r.start):
+        while g < len(by_removed) and removed_at[by_removed[g]] < read.start:
+            gone.add(by_removed[g])
+            g += 1
+        for x in sorted(read.held & gone):
+            report(
+                "read-after-removal", f"{read.what} holds {x!r}, removed by {removal_of[x][0].op}"
+            )
+        if read.op is None:
+            continue
+        while k < len(by_visible) and visible[by_visible[k]] < read.start:
+            candidates.add(by_visible[k])
+            k += 1
+        while j < len(by_removal) and first_removal[by_removal[j]] < read.start:
+            candidates.discard(by_removal[j])
+            j += 1
+        for x in sorted(candidates - read.held, key=lambda x: visible[x]):
+            if not removed_before(x, read.end):
+                report(read.stale_kind, f"{read.what} misses {x!r}, visible since before it began")
 
     # Removals.
     for x, rs in removal_of.items():
@@ -426,6 +473,35 @@ def _check_session(
                     continue
                 report("lost-append", f"{appends[x]} is missing from the final state")
     return found
+
+
+def _real_time_edges(
+    acked: list[str], appends: Mapping[str, Op], preds: dict[str, set[str]]
+) -> None:
+    """Order appends by real time: x before y when x's append completed before y's began.
+
+    Only the latest such x (those no other one followed in real time) are linked to
+    y; the rest follow by transitivity. Appends overlap only as much as processes
+    run at once, so this adds a few edges per element.
+    """
+    by_done = sorted(acked, key=lambda x: appends[x].completed)
+    frontier: list[str] = []
+    latest_start = -1
+    k = 0
+    for y in sorted(acked, key=lambda x: appends[x].invoked):
+        began = appends[y].invoked
+        grew = False
+        while k < len(by_done) and appends[by_done[k]].completed < began:
+            x = by_done[k]
+            k += 1
+            latest_start = max(latest_start, appends[x].invoked)
+            frontier.append(x)
+            grew = True
+        if grew:
+            frontier = [x for x in frontier if appends[x].completed >= latest_start]
+        for x in frontier:
+            if appends[x] is not appends[y]:
+                preds[y].add(x)
 
 
 def _ancestors(elements: list[str], preds: Mapping[str, set[str]]) -> list[int] | None:
