@@ -100,6 +100,7 @@ from zidane_actors.model._checked import CheckedTurns, checked_turns
 from zidane_actors.stores import (
     BatchingStore,
     MemoryStore,
+    Revision,
     SessionStore,
     StoreWrite,
     store_capabilities,
@@ -2151,6 +2152,8 @@ class _Differential:
         return self._plain(value)
 
     def _plain(self, value: Any) -> Any:
+        if isinstance(value, Revision):  # rev numbers are each store's own
+            return None
         if isinstance(value, SessionData):
             if value.id in self.stamped:
                 value = replace(value, updated_at=0)

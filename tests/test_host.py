@@ -19,7 +19,7 @@ from zidane_actors.model import (
     SessionTurn,
     TextBlock,
 )
-from zidane_actors.stores import MemoryStore, create_memory_store
+from zidane_actors.stores import MemoryStore, Revision, create_memory_store
 
 
 def text_turn(tid: str) -> SessionTurn:
@@ -55,12 +55,12 @@ class CrashingStore:
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         if any(t.id == "crash" for t in turns):
             if self.gate is not None:
                 await self.gate.wait()
             raise Boom(f"injected into {session_id}")
-        await self._inner.append_turns(session_id, turns, options)
+        return await self._inner.append_turns(session_id, turns, options)
 
 
 async def test_two_loads_of_one_id_share_one_session() -> None:

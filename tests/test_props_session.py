@@ -173,10 +173,10 @@ class CrashOn(MemoryStore):
 
     apply_writes = None  # type: ignore[assignment]
 
-    async def append_turns(self, session_id: str, turns: Any, options: Any = None) -> None:
+    async def append_turns(self, session_id: str, turns: Any, options: Any = None) -> Any:
         if any(t.id == "crash" for t in turns):
             raise Fatal(session_id)
-        await super().append_turns(session_id, turns, options)
+        return await super().append_turns(session_id, turns, options)
 
 
 class Fatal(BaseException):

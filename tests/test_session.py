@@ -36,7 +36,7 @@ from zidane_actors.model import (
     TurnUsage,
     host_id,
 )
-from zidane_actors.stores import MemoryStore, create_memory_store
+from zidane_actors.stores import MemoryStore, Revision, create_memory_store
 from zidane_actors.wire import PairingDrop, interrupted_tool_result_output
 
 
@@ -59,13 +59,19 @@ class CallLog(MemoryStore):
         super().__init__()
         self.calls: list[tuple[str, Any]] = []
 
-    async def save(self, data: SessionData) -> None:
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
         self.calls.append(("save", len(data.turns)))
-        await super().save(data)
+        return await super().save(data, expected_rev=expected_rev)
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         self.calls.append(("save_meta", options.meta_keys if options is not None else None))
-        await super().save_meta(data, options)
+        return await super().save_meta(data, options, expected_rev=expected_rev)
 
 
 class NoSaveMeta(CallLog):

@@ -316,7 +316,7 @@ async def test_apply_writes_lone_write(tmp_path: Path) -> None:
         assert isinstance(missing.error, SessionNotFoundError)
         assert isinstance(refused, outcome.Error)
         assert isinstance(refused.error, UnsupportedOperationError)
-        assert ok == outcome.Value(None)
+        assert isinstance(ok, outcome.Value) and ok.value.after == ok.value.before + 1
         assert [t.id for t in await store.get_turns("a")] == ["t1"]
 
 

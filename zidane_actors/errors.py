@@ -21,6 +21,7 @@ __all__ = [
     "NoStoreError",
     "RemoteStoreError",
     "SessionNotFoundError",
+    "StaleSessionError",
     "StoreClosedError",
     "StoreError",
     "StoreUnavailableError",
@@ -72,6 +73,22 @@ class StoreClosedError(StoreError):
 
 class ConflictError(StoreError):
     """A conditional write lost a race (stale revision, claimed id, …)."""
+
+
+class StaleSessionError(ConflictError):
+    """A write computed from a session's memory lost to another writer.
+
+    The store's ``rev`` of the session is no longer the one the write was
+    computed from (``expected``; ``actual`` is the stored one, ``None`` when
+    the session is gone). Nothing was written. A :class:`~zidane_actors.Session`
+    that meets it refreshes its memory from the store first, so redoing the
+    change works on fresh data.
+    """
+
+    def __init__(self, message: str, *, expected: int | None, actual: int | None) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(message)
 
 
 class CorruptDataError(StoreError):

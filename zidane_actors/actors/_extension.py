@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar, overload
 
 import msgspec
 
-from ..errors import ExtensionStateError
+from ..errors import ExtensionStateError, StaleSessionError
 from ..model import JsonValue, check_json
 from ._session import Session
 
@@ -124,6 +124,32 @@ def _namespaces(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
+_STALE_RETRIES: Final = 8
+"""Attempts of an extension-state write racing other writers of the session."""
+
+
+async def _read_modify_write(session: Session, update: Callable[[Any], Any]) -> None:
+    """Apply ``update`` to the extension state and save it over the rev it was computed from.
+
+    A save that lost to another writer refreshed the session: the update is
+    computed again from the stored state, so no other writer's state is lost.
+    """
+    for attempt in range(_STALE_RETRIES):
+        await session._update_meta(EXTENSION_STATE_METADATA_KEY, update)
+        if session.store is None:
+            return
+        try:
+            # Not retried as is: the value was computed from the state memory held.
+            full = await session._save((EXTENSION_STATE_METADATA_KEY,), retry=False)
+        except StaleSessionError:
+            if attempt == _STALE_RETRIES - 1:
+                raise
+        else:
+            if full:  # a store without save_meta: it was a save()
+                await session._run_saved_listeners()
+            return
+
+
 def get_extension_session_state(
     session: Session | None, extension: str, key: str
 ) -> JsonValue | None:
@@ -178,9 +204,7 @@ async def set_extension_session_state(
             )
         return state
 
-    await session._update_meta(EXTENSION_STATE_METADATA_KEY, update)
-    if session.store is not None:
-        await session.save_meta_keys((EXTENSION_STATE_METADATA_KEY,))
+    await _read_modify_write(session, update)
 
 
 async def delete_extension_session_state(session: Session | None, extension: str, key: str) -> None:
@@ -200,6 +224,4 @@ async def delete_extension_session_state(session: Session | None, extension: str
             state.pop(extension, None)
         return state if state else msgspec.UNSET
 
-    await session._update_meta(EXTENSION_STATE_METADATA_KEY, update)
-    if session.store is not None:
-        await session.save_meta_keys((EXTENSION_STATE_METADATA_KEY,))
+    await _read_modify_write(session, update)

@@ -140,7 +140,7 @@ class SessionHost:
         if id is not None:
             self._loading[id] = pending
         try:
-            data = await _new_session_data(
+            data, rev = await _new_session_data(
                 self._store,
                 id=id,
                 agent_id=agent_id,
@@ -151,7 +151,7 @@ class SessionHost:
             if data.id in self._sessions or (id is None and data.id in self._loading):
                 raise ConflictError(f"session {data.id!r} is already open in this host")
             session = Session(
-                data, store=self._store, runner=self, clock=self._clock, caps=self._caps
+                data, store=self._store, runner=self, clock=self._clock, caps=self._caps, rev=rev
             )
             self._sessions[data.id] = session
             pending.session = session
@@ -171,17 +171,23 @@ class SessionHost:
     ) -> Session | None:
         """The session with this id, or ``None`` when the store has none.
 
-        A session already open in this host is returned as is (same handle,
-        same actor); otherwise it is read from the store with the load-time
-        heals of :func:`load_session`, judging a stored run marker's staleness
-        at ``clock()`` (default: the host's clock). Concurrent loads of one id
-        share one read.
+        A session already open in this host is returned as the same handle
+        (same actor); on a versioned store its ``rev`` is checked first and,
+        when another writer moved it, memory is refreshed through the
+        session's actor (after the commands queued before), or ``None`` is
+        answered when the session was deleted. Otherwise it is read from the
+        store with the load-time heals of :func:`load_session`, judging a
+        stored run marker's staleness at ``clock()`` (default: the host's
+        clock). Concurrent loads of one id share one read.
         """
         while True:
             self._check_open()
             existing = self._sessions.get(session_id)
             if existing is not None:
-                return existing
+                if await existing._sync():
+                    return existing
+                self._forget(existing)
+                return None
             pending = self._loading.get(session_id)
             if pending is None:
                 break
@@ -200,7 +206,7 @@ class SessionHost:
             )
             if loaded is None:
                 return None
-            data, bulk = loaded
+            data, bulk, rev = loaded
             session = Session(
                 data,
                 store=self._store,
@@ -208,6 +214,7 @@ class SessionHost:
                 clock=self._clock,
                 bulk=bulk,
                 caps=self._caps,
+                rev=rev,
             )
             self._sessions[session_id] = session
             pending.session = session
@@ -275,6 +282,32 @@ class SessionHost:
         for victim in victims:
             self._evict(victim)
 
+    def _store_changed(self, session_id: str, rev: int) -> None:
+        """A store's change notification: refresh that session soon if this host holds it.
+
+        A hint only (``load_session`` still checks the rev): a stale or own
+        change, or one for a session not held, is ignored.
+        """
+        session = self._sessions.get(session_id)
+        if self._closed or session is None or session._rev is None or rev == session._rev:
+            return
+        if rev and rev < session._rev:
+            return  # older than what memory reflects
+        self._nursery.start_soon(self._refresh, session)
+
+    async def _refresh(self, session: Session) -> None:
+        try:
+            if not await session._sync():
+                self._forget(session)
+        except Exception:  # a hint: a failed refresh leaves the rev check to load_session
+            _log.debug("refresh of session %r after a change notification failed", session.id)
+
+    def _forget(self, session: Session) -> None:
+        """Drop a session the store no longer holds from the cache (its handle stays usable)."""
+        self._evict(session)
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+
     def crashed(self, session: Session, exc: BaseException) -> None:
         """Count a crashed session, forget it, and call the ``on_crash`` hook."""
         self._crashes += 1
@@ -319,9 +352,12 @@ async def open_session_host(
 ) -> AsyncIterator[SessionHost]:
     """Run a :class:`SessionHost` over ``store`` for the ``async with`` body.
 
-    ``store`` is wrapped in a store actor (group commit when it batches). On
-    exit every actor finishes the command in hand, fails its queue with
-    ``ActorClosed``, and stops; the store itself is left open.
+    ``store`` is wrapped in a store actor (group commit when it batches). A
+    store with ``subscribe_changes`` (PostgreSQL opened with ``listen=True``)
+    tells the host of other writers' changes, and held sessions are
+    refreshed right away. On exit every actor finishes the command in hand,
+    fails its queue with ``ActorClosed``, and stops; the store itself is left
+    open.
     """
     if max_live_sessions < 1 or idle_seconds <= 0:
         raise ValueError("max_live_sessions must be >= 1 and idle_seconds > 0")
@@ -345,8 +381,12 @@ async def open_session_host(
                 await host._reap()
 
         nursery.start_soon(reap)
+        subscribe = getattr(store, "subscribe_changes", None)
+        unsubscribe = subscribe(host._store_changed) if callable(subscribe) else None
         try:
             yield host
         finally:
+            if unsubscribe is not None:
+                unsubscribe()
             host._close()
             reaper.cancel()

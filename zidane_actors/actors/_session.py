@@ -20,7 +20,15 @@ import msgspec
 import outcome
 import trio
 
-from ..errors import ActorClosed, ActorCrashed, ConflictError, NoStoreError, ValidationError
+from ..errors import (
+    ActorClosed,
+    ActorCrashed,
+    ConflictError,
+    NoStoreError,
+    StaleSessionError,
+    UnsupportedOperationError,
+    ValidationError,
+)
 from ..model import (
     ID_MAX_LENGTH,
     RUN_OWNER_HOLD_MS,
@@ -54,7 +62,17 @@ from ..model import (
     validate_id,
 )
 from ..model._checked import check_turns, check_values, checked_turns
-from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
+from ..stores._protocol import (
+    FullSessionStore,
+    HistoryMutation,
+    MutateResult,
+    Revision,
+    SessionStore,
+    StoreWrite,
+    VersionedStore,
+    is_versioned,
+    store_capabilities,
+)
 from ..wire import (
     PairingDrop,
     PairingRepair,
@@ -89,6 +107,8 @@ SavedListener = Callable[[], Awaitable[None] | None]
 """An ``on_saved`` listener, awaited by ``save()`` when it returns an awaitable."""
 
 _STATUSES: Final = frozenset({"error", "running", "completed", "idle"})
+_STALE_RETRIES: Final = 8
+"""Attempts of a header save racing other writers before ``StaleSessionError`` stands."""
 
 
 def _wall_clock() -> int:
@@ -312,6 +332,7 @@ class _AppendReply(_DirectReply[None]):
 
     def _finish(self, value: Any) -> None:
         self._session._apply_append(self._turns, self._options)
+        self._session._observe(value)
 
 
 @attrs.frozen(eq=False)
@@ -329,6 +350,8 @@ class _StoreCommand(_SessionCommand[T]):
     def plan(self, session: Session) -> _Plan[T]: ...
 
     async def apply(self, session: Session) -> T:
+        if self.reads and session._stale:
+            await session._fold()  # plan from the store's state, not a stale view
         write, finish = self.plan(session)
         return finish(None if write is None else await session._store_call(write))
 
@@ -438,6 +461,24 @@ class _AddArtifact(_StoreCommand[SessionArtifact | None]):
 
 
 @attrs.frozen(eq=False)
+class _Refresh(_SessionCommand[None]):
+    """Fold the store's state into memory (``reset``: drop unsaved changes too)."""
+
+    reset: bool = False
+
+    async def apply(self, session: Session) -> None:
+        await session._fold(reset=self.reset)
+
+
+@attrs.frozen(eq=False)
+class _MutateHistory(_SessionCommand[MutateResult]):
+    mutate: HistoryMutation
+
+    async def apply(self, session: Session) -> MutateResult:
+        return await session._do_mutate_history(self.mutate)
+
+
+@attrs.frozen(eq=False)
 class _Heal(_SessionCommand[bool]):
     async def apply(self, session: Session) -> bool:
         return await session._do_heal()
@@ -474,9 +515,11 @@ class Session:
         "_meta_listeners",
         "_now",
         "_queued",
+        "_rev",
         "_runner",
         "_saved_listeners",
         "_settled",
+        "_stale",
         "_store",
         "_turn_index",
     )
@@ -490,12 +533,17 @@ class Session:
         clock: Clock = _wall_clock,
         bulk: bool = False,
         caps: frozenset[str] | None = None,
+        rev: int | None = None,
     ) -> None:
         self._data = data
         self._store = store
         if caps is None:
             caps = store_capabilities(store) if store is not None else frozenset()
         self._caps = caps
+        # The store's rev memory reflects (``None``: the store keeps no versions), and
+        # whether a write showed that another writer moved it since.
+        self._rev = rev if is_versioned(caps) else None
+        self._stale = False
         self._runner = runner
         self._now = clock
         self._changed: tuple[str, ...] = ()
@@ -731,7 +779,7 @@ class Session:
         return err
 
     def _direct_store(self, *, reads: bool = False) -> StoreActor | None:
-        if self._queued or self._crash is not None or (reads and self._inflight):
+        if self._queued or self._crash is not None or (reads and (self._inflight or self._stale)):
             return None
         return self._runner.direct_store(self)
 
@@ -799,9 +847,12 @@ class Session:
         options = _checked_append_options(options)
         store = self._direct_store()
         if store is None:
-            return await self._call(_AppendTurns(checked, options))
-        write = StoreWrite("append_turns", (self.id, checked, options))
-        return await self._send_direct(store, write, _AppendReply(self, checked, options))
+            await self._call(_AppendTurns(checked, options))
+        else:
+            write = StoreWrite("append_turns", (self.id, checked, options))
+            await self._send_direct(store, write, _AppendReply(self, checked, options))
+        if self._stale:  # another writer wrote too: fold its turns in, in store order
+            await self._call(_Refresh())
 
     def append_turns_nowait(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
@@ -825,8 +876,28 @@ class Session:
         """
         if self._store is None:
             raise NoStoreError(f"session {self.id!r} has no store to save to")
-        await self._call(_Save())
+        await self._save(None, retry=True)
         await self._run_saved_listeners()
+
+    async def _save(self, keys: tuple[str, ...] | None, *, retry: bool) -> bool:
+        """A save over the rev memory reflects; answers whether it was a full save.
+
+        When another writer got there first, a header save (``save_meta``: the
+        changed keys are plain values) folds the store's state in, keeping
+        those keys, and is made again (``retry``); a bulk save (its history
+        was computed from memory) is refused: memory becomes the store's
+        state, unsaved changes dropped, and ``StaleSessionError`` raised.
+        """
+        for attempt in range(_STALE_RETRIES):
+            header_only = "save_meta" in self._caps and (keys is not None or not self._bulk)
+            try:
+                return await self._call(_Save(keys))
+            except StaleSessionError:
+                if not (retry and header_only) or attempt == _STALE_RETRIES - 1:
+                    await self._call(_Refresh(reset=True))
+                    raise
+                await self._call(_Refresh())
+        raise AssertionError("unreachable")
 
     async def _run_saved_listeners(self) -> None:
         for _, listener in self._saved_listeners:
@@ -845,7 +916,7 @@ class Session:
         for i, key in enumerate(checked):
             if not isinstance(key, str):
                 raise ValidationError("metadata keys must be strings", path=f"$.keys[{i}]")
-        if await self._call(_Save(checked)):
+        if await self._save(checked, retry=True):
             await self._run_saved_listeners()
 
     async def set_meta(self, key: str, value: Any, *, touch: bool = True) -> None:
@@ -1018,6 +1089,24 @@ class Session:
         )
         return tuple(found)
 
+    async def mutate_history(self, mutate: HistoryMutation) -> MutateResult:
+        """Edit the stored turns and runs in one atomic step of the store; memory follows.
+
+        ``mutate`` (synchronous, pure; it may run more than once and in the
+        store's thread) gets the history as the store holds it, never this
+        session's memory, and returns the next one or ``None`` for no change.
+        Memory then takes the stored state (a pending ``set_turns``/``set_runs``
+        is dropped, unsaved metadata keys kept). Raises
+        :class:`UnsupportedOperationError` when the store has no ``mutate_history``.
+        """
+        if self._store is None:
+            raise NoStoreError(f"session {self.id!r} has no store to edit")
+        if "mutate_history" not in self._caps:
+            raise UnsupportedOperationError(
+                f"the store of session {self.id!r} has no mutate_history"
+            )
+        return await self._call(_MutateHistory(mutate))
+
     async def heal_interrupted_tool_calls(self) -> bool:
         """Close every tool call whose result was never persisted; ``True`` when any was.
 
@@ -1064,6 +1153,59 @@ class Session:
     def _commit(self, data: SessionData) -> None:
         self._data = data
 
+    def _observe(self, result: object) -> None:
+        """Track the store's rev through a write's :class:`Revision`.
+
+        A write that found the rev memory reflects moves it on; any other one
+        means another writer wrote in between, so memory is stale until folded.
+        """
+        if self._rev is None:
+            return
+        if type(result) is Revision and result.before == self._rev and not self._stale:
+            self._rev = result.after
+        else:
+            self._stale = True
+
+    async def _fold(self, *, reset: bool = False) -> None:
+        """Make memory the store's state, read with its rev (the actor's side).
+
+        Unsaved metadata keys are kept on top of it, and a pending
+        ``set_turns``/``set_runs`` keeps memory as it is (its save is then
+        refused as stale); ``reset`` drops both (after a stale write).
+        """
+        if self._rev is None or self._store is None or (self._bulk and not reset):
+            return
+        loaded = await cast(VersionedStore, self._store).load_versioned(self.id)
+        if loaded is None:  # deleted elsewhere: conditional writes keep failing
+            self._stale = True
+            return
+        data, rev = loaded
+        if reset:
+            self._changed = ()
+            self._bulk = False
+        elif self._changed:
+            metadata = dict(data.metadata)
+            for key in self._changed:
+                if key in self._data.metadata:
+                    metadata[key] = self._data.metadata[key]
+                else:
+                    metadata.pop(key, None)
+            data = msgspec.structs.replace(data, metadata=metadata)
+        self._commit(data)
+        self._rev = rev
+        self._stale = False
+
+    async def _sync(self) -> bool:
+        """Refresh memory through the actor when the store's rev moved; ``False`` if it is gone."""
+        if self._rev is None:
+            return True
+        rev = await cast(VersionedStore, self._store).get_rev(self.id)
+        if rev is None:
+            return False
+        if rev != self._rev or self._stale:
+            await self._call(_Refresh())
+        return True
+
     def _full(self) -> FullSessionStore:
         return cast(FullSessionStore, self._store)
 
@@ -1085,9 +1227,12 @@ class Session:
         fresh = fresh_turns(self._data.id, turns, self._turns_by_id())
         if not fresh and (options is None or options.run is None):
             return
+        revision = None
         if self._store is not None:
-            await self._store.append_turns(self._data.id, turns, options)
+            revision = await self._store.append_turns(self._data.id, turns, options)
         self._apply_fresh(fresh, options)
+        if self._store is not None:
+            self._observe(revision)
 
     def _apply_append(
         self, turns: tuple[SessionTurn, ...], options: AppendTurnsOptions | None
@@ -1128,16 +1273,19 @@ class Session:
         history was replaced (a bulk save) or the store has no ``save_meta``.
         """
         data = self._data
+        expect = {} if self._rev is None else {"expected_rev": self._rev}
         if "save_meta" in self._caps and (keys is not None or not self._bulk):
             saved = tuple(sorted(self._changed)) if keys is None else keys
-            write = StoreWrite("save_meta", (data, SaveMetaOptions(meta_keys=saved)))
+            write = StoreWrite("save_meta", (data, SaveMetaOptions(meta_keys=saved)), expect)
             full = False
         else:
             saved = self._changed
-            write = StoreWrite("save", (data,))
+            write = StoreWrite("save", (data,), expect)
             full = True
 
-        def finish(_: object) -> bool:
+        def finish(result: object) -> bool:
+            if type(result) is Revision and self._rev is not None:
+                self._rev = result.after
             self._changed = tuple(k for k in self._changed if k not in saved)
             if full:
                 self._bulk = False
@@ -1163,10 +1311,11 @@ class Session:
     def _run_plan(self, run: SessionRun, options: UpdateRunOptions | None, answer: T) -> _Plan[T]:
         """Upsert ``run`` through ``store.update_run``, then in memory; answer ``answer``."""
 
-        def finish(_: object) -> T:
+        def finish(result: object) -> T:
             data = self._data
             runs = upsert_runs(data.runs, (run,))
             self._commit(msgspec.structs.replace(data, runs=runs, updated_at=self._now()))
+            self._observe(result)
             return answer
 
         return self._store_write("update_run", self.id, run, options), finish
@@ -1210,13 +1359,14 @@ class Session:
         return self._run_plan(run, None, run)
 
     def _status_plan(self, status: SessionStatus) -> _Plan[None]:
-        def finish(_: object) -> None:
+        def finish(result: object) -> None:
             owner = current_run_owner() if status == "running" else None
             self._commit(
                 msgspec.structs.replace(
                     self._data, status=status, run_owner=owner, updated_at=self._now()
                 )
             )
+            self._observe(result)
 
         return self._store_write("update_status", self.id, status), finish
 
@@ -1238,9 +1388,61 @@ class Session:
             turn_id=turn_id,
         )
         write = self._store_write("upsert_artifact", normalize_artifact(artifact))
-        return write, _stored_artifact
+        return write, self._stored_artifact
+
+    def _stored_artifact(self, result: SessionArtifact | None) -> SessionArtifact | None:
+        # The upsert moved the rev by a step its answer does not say: fold before relying on it.
+        if self._rev is not None:
+            self._stale = True
+        return result
+
+    async def _do_mutate_history(self, mutate: HistoryMutation) -> MutateResult:
+        result = await self._full().mutate_history(self.id, mutate)
+        self._bulk = False  # replaced in the store: a pending replacement is moot
+        if self._rev is not None:
+            self._stale = True
+            await self._fold()
+        else:
+            stored = await self._full().load(self.id)
+            if stored is not None:
+                self._commit(
+                    msgspec.structs.replace(self._data, turns=stored.turns, runs=stored.runs)
+                )
+        return result
+
+    async def _persist_heal(self) -> None:
+        """Write the heal through ``mutate_history``, over memory's rev on a versioned store.
+
+        Another writer in between makes the store refuse it: memory folds the
+        store's state in and is healed again, so memory ends as the store holds.
+        """
+        if self._rev is None:
+            await self._full().mutate_history(self.id, _heal_history)
+            return
+        for _ in range(_STALE_RETRIES):
+            told: list[Revision] = []
+            try:
+                await self._full().mutate_history(
+                    self.id,
+                    _heal_history,
+                    expected_rev=self._rev,  # type: ignore[call-arg]
+                    on_revision=told.append,
+                )
+            except StaleSessionError:
+                await self._fold()
+                healed = close_interrupted_tool_calls(self._data.turns)
+                if healed is None:
+                    return
+                self._commit(
+                    msgspec.structs.replace(self._data, turns=healed, updated_at=self._now())
+                )
+                continue
+            self._observe(told[0] if told else None)
+            return
 
     async def _do_heal(self) -> bool:
+        if self._stale:
+            await self._fold()
         before = self._data
         healed = close_interrupted_tool_calls(before.turns)
         if healed is None:
@@ -1250,12 +1452,7 @@ class Session:
             return True
         try:
             if "mutate_history" in self._caps:
-
-                def mutate(history: SessionHistory) -> SessionHistory | None:
-                    stored = close_interrupted_tool_calls(history.turns)
-                    return None if stored is None else SessionHistory(stored, history.runs)
-
-                await self._full().mutate_history(self.id, mutate)
+                await self._persist_heal()
             elif len(await self._store.get_turns(self.id)) == len(before.turns):
                 await self._store.save(self._data)
         except Exception:  # best-effort by contract: the in-memory heal stands
@@ -1263,8 +1460,10 @@ class Session:
         return True
 
 
-def _stored_artifact(result: SessionArtifact | None) -> SessionArtifact | None:
-    return result
+def _heal_history(history: SessionHistory) -> SessionHistory | None:
+    """The heal re-derived from the stored turns (inside the store's transaction)."""
+    stored = close_interrupted_tool_calls(history.turns)
+    return None if stored is None else SessionHistory(stored, history.runs)
 
 
 def _in_trio() -> bool:
@@ -1310,8 +1509,8 @@ async def _new_session_data(
     metadata: Mapping[str, JsonValue] | None,
     project_root: str | None,
     clock: Clock,
-) -> SessionData:
-    """A fresh session's data, persisted (header only) when there is a store."""
+) -> tuple[SessionData, int | None]:
+    """A fresh session's data, persisted (header only) when there is a store, and its rev."""
     caps = store_capabilities(store) if store is not None else frozenset()
     if id is None:
         if "generate_session_id" in caps:
@@ -1338,8 +1537,11 @@ async def _new_session_data(
             exists = await store.load(id) is not None
         if exists:
             raise ConflictError(f"the store already holds a session {id!r}")
+        if is_versioned(caps):  # created only if still absent: a racing host conflicts
+            revision = await store.save(data, expected_rev=0)  # type: ignore[call-arg]
+            return data, revision.after if type(revision) is Revision else None
         await store.save(data)
-    return data
+    return data, None
 
 
 async def _loaded_session_data(
@@ -1349,36 +1551,63 @@ async def _loaded_session_data(
     persist_heal: bool,
     on_pairing_drop: Callable[[PairingDrop], None] | None,
     clock: Clock,
-) -> tuple[SessionData, bool] | None:
-    """The stored data with load-time heals applied, and whether a bulk save is armed.
+) -> tuple[SessionData, bool, int | None] | None:
+    """The stored data with load-time heals applied, whether a bulk save is armed, and its rev.
 
     Memory always shows the stale-running demotion; the store gets it only
     through ``demote_stale_run``, which writes when the marker is stale by the
     claim rule at ``clock()`` (horizon ``RUN_OWNER_HOLD_MS`` back) and still
     unchanged. A store without it keeps its marker (the next claim judges it).
+    On a versioned store the heal is saved only over the rev it was computed
+    from (a write in between makes the load start over), and a written
+    demotion is read back, so the rev answered is the one memory reflects.
     """
     validate_id(session_id)
-    raw = await store.load(session_id)
-    if raw is None:
-        return None
-    data = demote_stale_running_status(raw)
-    bulk = False
-    healed = drop_invalid_tool_pairings(
-        data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
-    )
-    if healed is not data.turns:
-        data = msgspec.structs.replace(data, turns=tuple(healed))
-        if persist_heal:
-            # The stored status and runs, so the heal never writes over a live run marker.
-            await store.save(msgspec.structs.replace(raw, turns=data.turns))
+    caps = store_capabilities(store)
+    versioned = is_versioned(caps)
+    for _ in range(8):
+        rev: int | None = None
+        if versioned:
+            loaded = await cast(VersionedStore, store).load_versioned(session_id)
+            if loaded is None:
+                return None
+            raw, rev = loaded
         else:
-            bulk = True
-    if data is not raw and persist_heal and "demote_stale_run" in store_capabilities(store):
-        now = clock()
-        await cast(FullSessionStore, store).demote_stale_run(
-            session_id, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+            found = await store.load(session_id)
+            if found is None:
+                return None
+            raw = found
+        data = demote_stale_running_status(raw)
+        bulk = False
+        healed = drop_invalid_tool_pairings(
+            data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
         )
-    return data, bulk
+        if healed is not data.turns:
+            data = msgspec.structs.replace(data, turns=tuple(healed))
+            if persist_heal:
+                # The stored status and runs, so the heal never writes over a live run marker.
+                stored = msgspec.structs.replace(raw, turns=data.turns)
+                if rev is None:
+                    await store.save(stored)
+                else:
+                    try:
+                        revision = await store.save(stored, expected_rev=rev)  # type: ignore[call-arg]
+                    except StaleSessionError:
+                        continue  # another writer moved it: heal what it holds now
+                    rev = revision.after if type(revision) is Revision else None
+            else:
+                bulk = True
+        if data is not raw and persist_heal and "demote_stale_run" in caps:
+            now = clock()
+            demoted = await cast(FullSessionStore, store).demote_stale_run(
+                session_id, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+            )
+            if demoted and versioned:
+                continue  # read the demoted state back with its rev
+        return data, bulk, rev
+    raise StaleSessionError(
+        f"session {session_id!r} kept changing while it was loaded", expected=None, actual=None
+    )
 
 
 async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
@@ -1442,10 +1671,10 @@ async def create_session(
     already holds raises :class:`ConflictError`.
     """
     now = clock or _wall_clock
-    data = await _new_session_data(
+    data, rev = await _new_session_data(
         store, id=id, agent_id=agent_id, metadata=metadata, project_root=project_root, clock=now
     )
-    return Session(data, store=store, runner=_StandaloneRunner(), clock=now)
+    return Session(data, store=store, runner=_StandaloneRunner(), clock=now, rev=rev)
 
 
 async def load_session(
@@ -1471,5 +1700,5 @@ async def load_session(
     )
     if loaded is None:
         return None
-    data, bulk = loaded
-    return Session(data, store=store, runner=_StandaloneRunner(), clock=now, bulk=bulk)
+    data, bulk, rev = loaded
+    return Session(data, store=store, runner=_StandaloneRunner(), clock=now, bulk=bulk, rev=rev)

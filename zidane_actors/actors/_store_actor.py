@@ -30,6 +30,7 @@ from ..model import (
 from ..stores._protocol import (
     WRITE_METHODS,
     BatchingStore,
+    Revision,
     SessionStore,
     StoreWrite,
     store_capabilities,
@@ -161,18 +162,20 @@ class StoreActor:
         result: SessionData | None = await self._call("load", session_id)
         return result
 
-    async def save(self, data: SessionData) -> None:
-        """See ``SessionStore.save``."""
-        await self._call("save", data)
+    async def save(self, data: SessionData, **kwargs: Any) -> Revision | None:
+        """See ``SessionStore.save`` (``expected_rev=`` on a versioned store)."""
+        result: Revision | None = await self._call("save", data, **kwargs)
+        return result
 
     async def append_turns(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision | None:
         """See ``SessionStore.append_turns``."""
-        await self._call("append_turns", session_id, turns, options)
+        result: Revision | None = await self._call("append_turns", session_id, turns, options)
+        return result
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -183,9 +186,10 @@ class StoreActor:
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision | None:
         """See ``SessionStore.update_run``."""
-        await self._call("update_run", session_id, run, options)
+        result: Revision | None = await self._call("update_run", session_id, run, options)
+        return result
 
     async def update_status(
         self,
@@ -194,15 +198,16 @@ class StoreActor:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision | None:
         """See ``SessionStore.update_status``."""
-        await self._call(
+        result: Revision | None = await self._call(
             "update_status",
             session_id,
             status,
             owner=owner,
             preserve_updated_at=preserve_updated_at,
         )
+        return result
 
     async def delete(self, session_id: str) -> None:
         """See ``SessionStore.delete``."""

@@ -27,7 +27,7 @@ from agents.memory.session_settings import (
 
 from ..actors import Session
 from ..errors import ActorClosed, ConflictError
-from ..model import SessionTurn, validate_id
+from ..model import SessionHistory, SessionTurn, validate_id
 from ..portal._thread import wait_future
 from . import _shared
 from ._responses import (
@@ -179,8 +179,7 @@ class ZidaneSession:
         return await shared.portal.call_async(fn, shared, *args)
 
     async def _session(self, shared: _shared.SharedPortal, *, create: bool) -> Session | None:
-        if self._handle is not None:
-            return self._handle
+        # Always through load_session: it refreshes the handle when another writer wrote.
         host = shared.portal.host
         for _ in range(3):
             session = await host.load_session(self.session_id)
@@ -231,41 +230,58 @@ class ZidaneSession:
                     )
                 )
             last = session.turns[-1] if session.turns else None
-            if last is not None and last.role == "assistant" and turns[0].role == "assistant":
-                # Tool results pair with the calls of the latest assistant turn: one
-                # response's items split over two add_items calls must share a turn.
-                merged = _merge(last, turns[0])
-                if merged is not None:
-                    await session.set_turns([*session.turns[:-1], merged, *turns[1:]])
-                    await session.save()
-                    return
-            await session.append_turns(turns)
+            if last is None or last.role != "assistant" or turns[0].role != "assistant":
+                await session.append_turns(turns)
+                return
+            # Tool results pair with the calls of the latest assistant turn: one response's
+            # items split over two add_items calls share a turn, merged into the stored
+            # last turn in one step of the store (earlier turns untouched).
+            new = tuple(turns)
+
+            def merge(history: SessionHistory) -> SessionHistory:
+                stored = history.turns[-1] if history.turns else None
+                merged = (
+                    None if stored is None or stored.role != "assistant" else _merge(stored, new[0])
+                )
+                if merged is None:
+                    return SessionHistory((*history.turns, *new), history.runs)
+                return SessionHistory((*history.turns[:-1], merged, *new[1:]), history.runs)
+
+            await session.mutate_history(merge)
 
     async def _pop_item(self, shared: _shared.SharedPortal) -> TResponseInputItem | None:
         session = await self._session(shared, create=False)
         if session is None:
             return None
-        async with _lock_for(session):
-            turns = list(session.turns)
-            # The newest turn that stands for items; later turns (commands) stay.
+        popped: list[dict[str, Any]] = []
+
+        def pop(history: SessionHistory) -> SessionHistory | None:
+            # The stored newest turn that stands for items loses its last item, in one
+            # step of the store: never a rewrite of this process's view.
+            popped.clear()
+            turns = list(history.turns)
             for index in range(len(turns) - 1, -1, -1):
                 items = items_of_turn(turns[index])
                 if items:
                     rest = turn_without_last_item(turns[index])
                     turns[index : index + 1] = [] if rest is None else [rest]
-                    await session.set_turns(turns)
-                    await session.save()
-                    return cast(TResponseInputItem, items[-1])
+                    popped.append(items[-1])
+                    return SessionHistory(tuple(turns), history.runs)
             return None
+
+        async with _lock_for(session):
+            if await session.mutate_history(pop) != "ok" or not popped:
+                return None
+            return cast(TResponseInputItem, popped[-1])
 
     async def _clear(self, shared: _shared.SharedPortal) -> None:
         session = await self._session(shared, create=False)
         if session is None:
             return
         async with _lock_for(session):
-            if session.turns:
-                await session.set_turns([])
-                await session.save()
+            await session.mutate_history(
+                lambda history: SessionHistory((), history.runs) if history.turns else None
+            )
 
 
 def _merge(last: SessionTurn, new: SessionTurn) -> SessionTurn | None:

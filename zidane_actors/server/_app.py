@@ -39,6 +39,7 @@ from ..errors import (
     CorruptDataError,
     InvalidNameError,
     SessionNotFoundError,
+    StaleSessionError,
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
@@ -60,8 +61,12 @@ from ..model import (
     validate_id,
 )
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
-from ..stores._protocol import WRITE_METHODS
+from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
 from ..stores._remote import (
+    IF_MATCH_HEADER,
+    REV_AFTER_HEADER,
+    REV_BEFORE_HEADER,
+    REV_HEADER,
     AnyWrite,
     AppendTurnsBody,
     AppendTurnsWrite,
@@ -83,6 +88,8 @@ from ..stores._remote import (
     IdsResult,
     PatchMetaBody,
     PatchMetaWrite,
+    RevisionBody,
+    RevResult,
     SaveMetaBody,
     SaveMetaWrite,
     SaveWrite,
@@ -143,6 +150,14 @@ def _no_content() -> Response:
     return Response(status_code=204)
 
 
+def _written(revision: object) -> Response:
+    """204, with the write's revision headers when the store answered one."""
+    if type(revision) is not Revision:
+        return _no_content()
+    headers = {REV_BEFORE_HEADER: str(revision.before), REV_AFTER_HEADER: str(revision.after)}
+    return Response(status_code=204, headers=headers)
+
+
 def _mapped(exc: BaseException) -> _ApiError:
     """The API error for a library exception raised while serving."""
     if isinstance(exc, InvalidNameError):
@@ -153,6 +168,8 @@ def _mapped(exc: BaseException) -> _ApiError:
         return _ApiError(422, "out_of_range", f"a number is out of the store's range: {exc}")
     if isinstance(exc, SessionNotFoundError):
         return _ApiError(404, "session_not_found", str(exc))
+    if isinstance(exc, StaleSessionError):
+        return _ApiError(409, "stale_session", str(exc))
     if isinstance(exc, ConflictError):
         return _ApiError(409, "conflict", str(exc))
     if isinstance(exc, UnsupportedOperationError):
@@ -277,6 +294,18 @@ class _Api:
     budget: BodyBudget
     locks: _SessionLocks = attrs.field(factory=_SessionLocks)
 
+    def _expected(self, request: Request) -> dict[str, int]:
+        """The ``expected_rev`` of a conditional write (``If-Match: "7"``), as keyword arguments."""
+        value = request.headers.get(IF_MATCH_HEADER)
+        if value is None:
+            return {}
+        digits = value.strip().removeprefix("W/").strip('"')
+        if not digits.isdigit() or len(digits) > 19:
+            raise _ApiError(400, "invalid_header", f"If-Match must be a quoted rev, got {value!r}")
+        if not is_versioned(self.capabilities):
+            raise _ApiError(501, "unsupported", "the backing store keeps no versions")
+        return {"expected_rev": int(digits)}
+
     def _optional(self, name: str) -> Any:
         if name not in self.capabilities:
             raise _ApiError(501, "unsupported", f"the backing store does not implement {name}")
@@ -334,18 +363,32 @@ class _Api:
 
     async def load(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
+        if is_versioned(self.capabilities):
+            loaded = await cast(VersionedStore, self.store).load_versioned(sid)
+            if loaded is None:
+                raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+            response = _json(loaded[0])
+            response.headers[REV_HEADER] = str(loaded[1])
+            return response
         data = await self.store.load(sid)
         if data is None:
             raise _ApiError(404, "session_not_found", f"no session {sid!r}")
         return _json(data)
 
+    async def get_rev(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        rev = await self._optional("get_rev")(sid)
+        if rev is None:
+            raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+        return _json(RevResult(rev=rev))
+
     async def save(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
+        expected = self._expected(request)
         data = await self._body(request, SessionData)
         _same(sid, data.id, "$.id", "session id")
         async with self.locks.hold(sid):
-            await self.writer.save(data)
-        return _no_content()
+            return _written(await self.writer.save(data, **expected))
 
     async def delete(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -369,8 +412,7 @@ class _Api:
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, AppendTurnsBody)
         async with self.locks.hold(sid):
-            await self.writer.append_turns(sid, body.turns, body.options)
-        return _no_content()
+            return _written(await self.writer.append_turns(sid, body.turns, body.options))
 
     async def update_run(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -378,17 +420,17 @@ class _Api:
         body = await self._body(request, UpdateRunBody)
         _same(run_id, body.run.id, "$.run.id", "run id")
         async with self.locks.hold(sid):
-            await self.writer.update_run(sid, body.run, body.options)
-        return _no_content()
+            return _written(await self.writer.update_run(sid, body.run, body.options))
 
     async def update_status(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         body = await self._body(request, UpdateStatusBody)
         async with self.locks.hold(sid):
-            await self.writer.update_status(
-                sid, body.status, owner=body.owner, preserve_updated_at=body.preserve_updated_at
+            return _written(
+                await self.writer.update_status(
+                    sid, body.status, owner=body.owner, preserve_updated_at=body.preserve_updated_at
+                )
             )
-        return _no_content()
 
     async def get_meta(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -400,11 +442,11 @@ class _Api:
     async def save_meta(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         save_meta = self._optional("save_meta")
+        expected = self._expected(request)
         body = await self._body(request, SaveMetaBody)
         _same(sid, body.session.id, "$.session.id", "session id")
         async with self.locks.hold(sid):
-            await save_meta(body.session, body.options)
-        return _no_content()
+            return _written(await save_meta(body.session, body.options, **expected))
 
     async def patch_meta(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -419,8 +461,7 @@ class _Api:
         patch: dict[str, Any] = dict(body.set)
         patch.update(dict.fromkeys(body.remove, UNSET))
         async with self.locks.hold(sid):
-            await patch_meta(sid, patch)
-        return _no_content()
+            return _written(await patch_meta(sid, patch))
 
     async def claim_run(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -464,7 +505,7 @@ class _Api:
         if isinstance(write, AppendTurnsWrite):
             return StoreWrite("append_turns", (write.session_id, write.turns, write.options))
         if isinstance(write, SaveWrite):
-            return StoreWrite("save", (write.session,))
+            return StoreWrite("save", (write.session,), _expected_of(write.expected_rev))
         if isinstance(write, DeleteWrite):
             return StoreWrite("delete", (write.session_id,))
         if isinstance(write, UpdateRunWrite):
@@ -475,6 +516,8 @@ class _Api:
         method, args = _optional_write(write)
         if method not in self.capabilities:
             return _ApiError(501, "unsupported", f"the backing store does not implement {method}")
+        if isinstance(write, SaveMetaWrite):
+            return StoreWrite(method, args, _expected_of(write.expected_rev))
         if isinstance(write, PatchMetaWrite):
             both = sorted(set(write.set) & set(write.remove))
             if both:
@@ -504,6 +547,9 @@ class _Api:
         if isinstance(result, outcome.Value):
             if isinstance(write, UpsertArtifactWrite):
                 return WriteOutcome(status=200, artifact=result.value)
+            if type(result.value) is Revision:
+                revision = RevisionBody(before=result.value.before, after=result.value.after)
+                return WriteOutcome(status=204, revision=revision)
             return WriteOutcome(status=204)
         if isinstance(result, _ApiError):
             error = result
@@ -533,9 +579,11 @@ class _Api:
             validate_id(turn.id, what=f"turn id at $.history.turns[{i}].id")
         for i, run in enumerate(body.history.runs):
             validate_id(run.id, what=f"run id at $.history.runs[{i}].id")
+        expected = self._expected(request)
+        told: list[Revision] = []
         try:
             async with self.locks.hold(sid):
-                result = await self._write_history(sid, body)
+                result = await self._write_history(sid, body, expected, told)
         except _RevMismatch as exc:
             raise _ApiError(
                 409,
@@ -543,9 +591,15 @@ class _Api:
                 f"history of {sid!r} is at revision {exc.rev}, not {body.expected_rev}",
             ) from None
         rev = history_rev(body.history) if result == "ok" else None
-        return _json(HistoryResult(result=result, rev=rev))
+        response = _json(HistoryResult(result=result, rev=rev))
+        if told:
+            response.headers[REV_BEFORE_HEADER] = str(told[0].before)
+            response.headers[REV_AFTER_HEADER] = str(told[0].after)
+        return response
 
-    async def _write_history(self, sid: str, body: HistoryBody) -> MutateResult:
+    async def _write_history(
+        self, sid: str, body: HistoryBody, expected: dict[str, int], told: list[Revision]
+    ) -> MutateResult:
         def mutate(history: SessionHistory) -> SessionHistory:
             rev = history_rev(history)
             if rev != body.expected_rev:
@@ -554,7 +608,10 @@ class _Api:
 
         native = getattr(self.store, "mutate_history", None)
         if callable(native):
-            result: MutateResult = await native(sid, mutate)
+            versioned: dict[str, Any] = {}
+            if is_versioned(self.capabilities):
+                versioned = {"on_revision": told.append, **expected}
+            result: MutateResult = await native(sid, mutate, **versioned)
             return result
         data = await self.store.load(sid)
         if data is None:
@@ -673,6 +730,10 @@ class _Api:
         return _no_content()
 
 
+def _expected_of(expected_rev: int | None) -> dict[str, int]:
+    return {} if expected_rev is None else {"expected_rev": expected_rev}
+
+
 def _write_session(write: AnyWrite) -> str:
     """The session ``write`` touches."""
     if isinstance(write, (SaveWrite, SaveMetaWrite)):
@@ -782,6 +843,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}", "GET", api.load),
         ("/sessions/{sessionId}", "PUT", api.save),
         ("/sessions/{sessionId}", "DELETE", api.delete),
+        ("/sessions/{sessionId}/rev", "GET", api.get_rev),
         ("/sessions/{sessionId}/turns", "GET", api.get_turns),
         ("/sessions/{sessionId}/turns", "POST", api.append_turns),
         ("/sessions/{sessionId}/runs/{runId}", "PUT", api.update_run),

@@ -35,6 +35,7 @@ from ..stores._remote import (
     IdResult,
     IdsResult,
     PatchMetaBody,
+    RevResult,
     SaveMetaBody,
     SettleSendRequestBody,
     UpdateRunBody,
@@ -141,6 +142,9 @@ _OPS: Final = (
     _Op("/sessions/{sessionId}", "get", "Load a session", ok=SessionData),
     _Op("/sessions/{sessionId}", "put", "Save a whole session", body=SessionData, ok_status=204),
     _Op("/sessions/{sessionId}", "delete", "Delete a session", ok_status=204),
+    _Op(
+        "/sessions/{sessionId}/rev", "get", "The session's change counter", "get_rev", ok=RevResult
+    ),
     _Op(
         "/sessions/{sessionId}/turns",
         "get",

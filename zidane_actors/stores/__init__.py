@@ -12,15 +12,18 @@ from ._memory import MemoryStore, create_memory_store, open_memory_store
 from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
 from ._protocol import (
     OPTIONAL_METHODS,
+    VERSIONED_WRITES,
     WRITE_METHODS,
     BatchingStore,
     FullSessionStore,
     HistoryMutation,
     MutateResult,
+    Revision,
     RunClaim,
     SessionStore,
     StoreWrite,
     TurnsMutation,
+    VersionedStore,
     store_capabilities,
 )
 from ._remote import RemoteStore, RemoteStoreStatistics, create_remote_store
@@ -28,6 +31,7 @@ from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite
 
 __all__ = [
     "OPTIONAL_METHODS",
+    "VERSIONED_WRITES",
     "WRITE_METHODS",
     "BatchingStore",
     "DirectoryFileMapAdapter",
@@ -43,12 +47,14 @@ __all__ = [
     "PostgresStoreStatistics",
     "RemoteStore",
     "RemoteStoreStatistics",
+    "Revision",
     "RunClaim",
     "SQLiteStore",
     "SQLiteStoreStatistics",
     "SessionStore",
     "StoreWrite",
     "TurnsMutation",
+    "VersionedStore",
     "create_file_map_store",
     "create_memory_store",
     "create_remote_store",

@@ -70,7 +70,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
-from ._protocol import HistoryMutation, MutateResult
+from ._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
 from ._validate import checked_int, json_value
 
@@ -238,6 +238,7 @@ class FileMapStore:
         self._lock = trio.Lock()
         self._closed = False
         self._deleted_rev = 0
+        self._written_rev = 0  # the rev the last ``_put_meta`` wrote (under the lock)
         # The turns text last indexed (whole lines only), its line count and its turns
         # by id: an append whose text extends it parses only the lines added since.
         self._indexed: tuple[str, int, dict[str, SessionTurn]] = ("", 0, {})
@@ -317,9 +318,18 @@ class FileMapStore:
             )
 
     def _put_meta(self, files: dict[str, str], meta: _Meta) -> None:
+        self._written_rev = meta.rev + 1
         files[self._options.meta_file] = encode(
-            msgspec.structs.replace(meta, turns=(), rev=meta.rev + 1)
+            msgspec.structs.replace(meta, turns=(), rev=self._written_rev)
         ).decode()
+
+    @staticmethod
+    def _expect(session_id: str, stored: _Meta | None, expected_rev: int | None) -> int:
+        """The stored rev (``0`` for none), checked against ``expected_rev`` when given."""
+        before = 0 if stored is None else stored.rev
+        if expected_rev is not None and before != expected_rev:
+            raise stale(session_id, expected_rev, before)
+        return before
 
     @staticmethod
     def _data(meta: _Meta, turns: Sequence[SessionTurn]) -> SessionData:
@@ -327,14 +337,20 @@ class FileMapStore:
         fields["turns"] = tuple(turns)
         return SessionData(**fields)
 
-    async def _update(self, session_id: str, fn: Callable[[dict[str, str], _Meta], bool]) -> None:
+    async def _update(
+        self, session_id: str, fn: Callable[[dict[str, str], _Meta], bool]
+    ) -> Revision:
         """Apply ``fn`` to the map when it holds ``session_id`` (no-op otherwise); save if True."""
         validate_id(session_id)
         async with self._lock:
             files = await self._files()
             meta = self._held(files, session_id)
-            if meta is not None and fn(files, meta):
-                await self._adapter.save(files)
+            if meta is None:
+                return Revision(0, 0)
+            if not fn(files, meta):
+                return Revision(meta.rev, meta.rev)
+            await self._adapter.save(files)
+            return Revision(meta.rev, self._written_rev)
 
     async def aclose(self) -> None:
         """Refuse further calls (the adapter holds no handle to release). Idempotent."""
@@ -350,8 +366,24 @@ class FileMapStore:
         meta = self._held(files, session_id)
         return None if meta is None else self._data(meta, self._turns(files))
 
-    async def save(self, data: SessionData) -> None:
-        """Write the whole session (turns and runs replaced)."""
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The session and its ``rev`` (one read of the map), or ``None``."""
+        validate_id(session_id)
+        files = await self._files()
+        meta = self._held(files, session_id)
+        return None if meta is None else (self._data(meta, self._turns(files)), meta.rev)
+
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev``, or ``None`` when the map holds no such session."""
+        validate_id(session_id)
+        meta = self._held(await self._files(), session_id)
+        return None if meta is None else meta.rev
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+        """Write the whole session (turns and runs replaced).
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
         data = _valid_header(data)
         for run in data.runs:
             _run_body(run)
@@ -360,6 +392,7 @@ class FileMapStore:
             files = await self._files()
             self._check_owner(files, data.id)
             stored = self._meta(files)
+            before = self._expect(data.id, stored, expected_rev)
             status, owner = snapshot_status(
                 stored.status if stored else None, stored.run_owner if stored else None, data.status
             )
@@ -369,13 +402,14 @@ class FileMapStore:
             self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))
             files[self._options.turns_file] = lines
             await self._adapter.save(files)
+            return Revision(before, self._written_rev)
 
     async def append_turns(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         """Append lines to the turns file; ``options.run`` is upserted in the same save."""
         validate_id(session_id)
         lines = _turn_lines(turns)
@@ -397,12 +431,13 @@ class FileMapStore:
                 if len(fresh) != len(turns):
                     lines = _turn_lines(fresh)
             if not lines and run is None:
-                return
+                return Revision(meta.rev, meta.rev)
             name = self._options.turns_file
             files[name] = _append_point(files.get(name, ""), name) + lines
             runs = meta.runs if run is None else upsert_runs(meta.runs, (run,))
             self._put_meta(files, msgspec.structs.replace(meta, runs=runs, updated_at=_now()))
             await self._adapter.save(files)
+            return Revision(meta.rev, self._written_rev)
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -425,7 +460,7 @@ class FileMapStore:
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision:
         """Upsert one run record; an unknown session is a no-op."""
         _run_body(run)
         if options is not None:
@@ -436,7 +471,7 @@ class FileMapStore:
             self._put_meta(files, msgspec.structs.replace(meta, runs=runs, updated_at=_now()))
             return True
 
-        await self._update(session_id, edit)
+        return await self._update(session_id, edit)
 
     async def update_status(
         self,
@@ -445,7 +480,7 @@ class FileMapStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision:
         """Set the status; ``running`` records ``owner`` (default: this process)."""
         if status not in ("error", "running", "completed", "idle"):
             raise ValidationError(f"unknown session status {status!r}")
@@ -461,7 +496,7 @@ class FileMapStore:
             self._put_meta(files, changed)
             return True
 
-        await self._update(session_id, edit)
+        return await self._update(session_id, edit)
 
     async def delete(self, session_id: str) -> None:
         """Delete every file of the session (its send-request ids too)."""
@@ -483,7 +518,13 @@ class FileMapStore:
 
     # -- optional methods -------------------------------------------------------------------
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         """Write the header (``metaKeys`` merge) and upsert the snapshot's runs; turns untouched."""
         data = _valid_header(data)
         for run in data.runs:
@@ -497,6 +538,7 @@ class FileMapStore:
             files = await self._files()
             self._check_owner(files, data.id)
             stored = self._meta(files)
+            before = self._expect(data.id, stored, expected_rev)
             status, owner = snapshot_status(
                 stored.status if stored else None, stored.run_owner if stored else None, data.status
             )
@@ -514,6 +556,7 @@ class FileMapStore:
             self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))
             files.setdefault(self._options.turns_file, "")
             await self._adapter.save(files)
+            return Revision(before, self._written_rev)
 
     def _row(self, files: Mapping[str, str], meta: _Meta) -> SessionMetaRow:
         return session_meta_row(self._data(meta, self._turns(files)), rev=meta.rev)
@@ -537,7 +580,7 @@ class FileMapStore:
             return []
         return [self._row(files, meta)]
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
         """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
         if not isinstance(patch, Mapping):
             raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
@@ -548,7 +591,7 @@ class FileMapStore:
             self._put_meta(files, msgspec.structs.replace(meta, metadata=merged))
             return True
 
-        await self._update(session_id, edit)
+        return await self._update(session_id, edit)
 
     async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
         """Write a load's stale-running demotion unless the marker still holds.
@@ -578,12 +621,23 @@ class FileMapStore:
         await self._update(session_id, edit)
         return demoted
 
-    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
-        """Read, edit and write back turns and runs under the store's lock."""
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Read, edit and write back turns and runs under the store's lock.
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
         validate_id(session_id)
         async with self._lock:
             files = await self._files()
             meta = self._held(files, session_id)
+            self._expect(session_id, meta, expected_rev)
             if meta is None:
                 return "no-session"
             turns = tuple(self._turns(files))
@@ -604,6 +658,8 @@ class FileMapStore:
             files[self._options.turns_file] = lines
             self._put_meta(files, msgspec.structs.replace(meta, runs=runs, updated_at=_now()))
             await self._adapter.save(files)
+            if on_revision is not None:
+                on_revision(Revision(meta.rev, self._written_rev))
             return "ok"
 
     async def claim_send_request(

@@ -71,9 +71,12 @@ from ._protocol import (
     WRITE_METHODS,
     HistoryMutation,
     MutateResult,
+    Revision,
+    RevisionSink,
     RunClaim,
     StoreWrite,
     TurnsMutation,
+    stale,
 )
 from ._validate import (
     check_artifact_filter_ids,
@@ -144,6 +147,22 @@ class MemoryStore:
     def _touch(self, session_id: str) -> None:
         self._revs[session_id] = next(self._rev_clock)
 
+    def _rev(self, session_id: str) -> int:
+        return self._revs.get(session_id, 0)
+
+    def _expect(self, session_id: str, expected_rev: int | None) -> None:
+        if expected_rev is not None and self._rev(session_id) != expected_rev:
+            raise stale(session_id, expected_rev, self._rev(session_id))
+
+    def _versioned(
+        self, session_id: str, expected_rev: int | None, write: Callable[[], object]
+    ) -> Revision:
+        """``write()`` if the session is at ``expected_rev`` (when given); its revision."""
+        before = self._rev(session_id)
+        self._expect(session_id, expected_rev)
+        write()
+        return Revision(before, self._rev(session_id))
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -188,13 +207,27 @@ class MemoryStore:
         data = self._sessions.get(validate_id(session_id))
         return None if data is None else _copy(data, SessionData)
 
-    async def save(self, data: SessionData) -> None:
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The session and its ``rev``, or ``None``."""
+        await self._enter()
+        data = self._sessions.get(validate_id(session_id))
+        return None if data is None else (_copy(data, SessionData), self._revs[session_id])
+
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev``, or ``None`` when absent."""
+        await self._enter()
+        return self._revs.get(validate_id(session_id))
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
         """Create or overwrite the whole document; ``running`` is never set by a snapshot."""
         await self._enter()
-        self._save(data)
+        return self._save(data, expected_rev=expected_rev)
 
-    def _save(self, data: SessionData) -> None:
+    def _save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
         data = checked_header(data)
+        return self._versioned(data.id, expected_rev, lambda: self._save_checked(data))
+
+    def _save_checked(self, data: SessionData) -> None:
         stored = self._sessions.get(data.id)
         status, owner = snapshot_status(
             stored.status if stored else None, stored.run_owner if stored else None, data.status
@@ -210,7 +243,7 @@ class MemoryStore:
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         """Append turns and upsert ``options.run`` in one write.
 
         Raises :class:`SessionNotFoundError` for a session never saved: an
@@ -218,9 +251,19 @@ class MemoryStore:
         run is a no-op.
         """
         await self._enter()
-        self._append_turns(session_id, turns, options)
+        return self._append_turns(session_id, turns, options)
 
     def _append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> Revision:
+        before = self._rev(session_id)
+        self._append_checked(session_id, turns, options)
+        return Revision(before, self._rev(session_id))
+
+    def _append_checked(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
@@ -281,12 +324,19 @@ class MemoryStore:
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision:
         """Upsert one run record; an unknown session is a no-op (no ghost header)."""
         await self._enter()
-        self._update_run(session_id, run, options)
+        return self._update_run(session_id, run, options)
 
     def _update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> Revision:
+        return self._versioned(
+            session_id, None, lambda: self._update_run_checked(session_id, run, options)
+        )
+
+    def _update_run_checked(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> None:
         validate_id(session_id)
@@ -310,13 +360,13 @@ class MemoryStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision:
         """Set the status; ``running`` records ``owner`` (default: this process), others clear it.
 
         An unknown session is a no-op.
         """
         await self._enter()
-        self._update_status(
+        return self._update_status(
             session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
         )
 
@@ -327,6 +377,19 @@ class MemoryStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
+    ) -> Revision:
+        return self._versioned(
+            session_id,
+            None,
+            lambda: self._update_status_checked(session_id, status, owner, preserve_updated_at),
+        )
+
+    def _update_status_checked(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        owner: RunOwner | None,
+        preserve_updated_at: bool,
     ) -> None:
         validate_id(session_id)
         if status not in _STATUSES:
@@ -379,17 +442,34 @@ class MemoryStore:
 
     # -- headers ----------------------------------------------------------------------------
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         """Write the header and upsert the snapshot's runs; turns are never written or deleted.
 
         A new session gets a header with no turns; ``options.metaKeys``
         merges only those keys into the stored metadata.
         """
         await self._enter()
-        self._save_meta(data, options)
+        return self._save_meta(data, options, expected_rev=expected_rev)
 
-    def _save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    def _save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         data = checked_header(data)
+        return self._versioned(
+            data.id, expected_rev, lambda: self._save_meta_checked(data, options)
+        )
+
+    def _save_meta_checked(self, data: SessionData, options: SaveMetaOptions | None) -> None:
         keys = None
         if options is not None:
             keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
@@ -431,12 +511,17 @@ class MemoryStore:
         await self._enter()
         return [self._meta_row(d) for d in self._ordered(filter)]
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
         """Merge ``patch`` into the metadata (``UNSET`` removes); status and ``updatedAt`` stay."""
         await self._enter()
-        self._patch_meta(session_id, patch)
+        return self._patch_meta(session_id, patch)
 
-    def _patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    def _patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+        return self._versioned(
+            session_id, None, lambda: self._patch_meta_checked(session_id, patch)
+        )
+
+    def _patch_meta_checked(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
         validate_id(session_id)
         valid = checked_meta_patch(patch)
         stored = self._sessions.get(session_id)
@@ -494,10 +579,25 @@ class MemoryStore:
         self._write(demoted)
         return True
 
-    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
         """Read-modify-write of turns and runs; ``mutate`` raising writes nothing and propagates."""
         await self._enter()
         validate_id(session_id)
+        self._expect(session_id, expected_rev)
+        before = self._rev(session_id)
+        result = self._mutate_history(session_id, mutate)
+        if on_revision is not None and before:
+            on_revision(Revision(before, self._rev(session_id)))
+        return result
+
+    def _mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
         stored = self._sessions.get(session_id)
         if stored is None:
             return "no-session"
@@ -518,10 +618,25 @@ class MemoryStore:
         self._write(msgspec.structs.replace(stored, turns=turns, runs=runs, updated_at=now_ms()))
         return "ok"
 
-    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+    async def mutate_turns(
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
         """Deprecated turns-only :meth:`mutate_history`."""
         await self._enter()
         validate_id(session_id)
+        self._expect(session_id, expected_rev)
+        before = self._rev(session_id)
+        result = self._mutate_turns(session_id, mutate)
+        if on_revision is not None and before:
+            on_revision(Revision(before, self._rev(session_id)))
+        return result
+
+    def _mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
         stored = self._sessions.get(session_id)
         if stored is None:
             return "no-session"

@@ -12,7 +12,9 @@ conditional statements inside one transaction each.
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -83,7 +85,16 @@ from ..model import (
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ..model._checked import CheckedTurns
 from ._postgres_schema import migrate
-from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
+from ._protocol import (
+    HistoryMutation,
+    MutateResult,
+    Revision,
+    RevisionSink,
+    RunClaim,
+    StoreWrite,
+    TurnsMutation,
+    stale,
+)
 from ._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -97,7 +108,15 @@ from ._validate import (
     now_ms,
 )
 
-__all__ = ["PostgresStore", "PostgresStoreStatistics", "open_postgres_store"]
+__all__ = [
+    "CHANGES_CHANNEL",
+    "ChangeListener",
+    "PostgresStore",
+    "PostgresStoreStatistics",
+    "open_postgres_store",
+]
+
+_log = logging.getLogger("zidane_actors.postgres")
 
 T = TypeVar("T")
 _Cursor: TypeAlias = psycopg.Cursor[tuple[Any, ...]]
@@ -166,6 +185,35 @@ def _lock_header(cur: _Cursor, session_id: str) -> tuple[Any, ...] | None:
         (session_id,),
     )
     return cur.fetchone()
+
+
+def _locked_rev(cur: _Cursor, session_id: str) -> int:
+    """The session's ``rev`` with its row locked for this transaction; ``0`` when absent."""
+    cur.execute("SELECT rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    row = cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _versioned(
+    cur: _Cursor, session_id: str, expected_rev: int | None, write: Callable[[], object]
+) -> Revision:
+    """``write()`` if the session is at ``expected_rev`` (when given); its revision.
+
+    The row lock holds the rev until commit. A session expected absent
+    (``0``) takes a transaction-scoped advisory lock on its id first, so
+    two hosts creating one id at once are serialized and the second fails.
+    """
+    validate_id(session_id)
+    before = _locked_rev(cur, session_id)
+    if before == 0 and expected_rev == 0:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (session_id,))
+        before = _locked_rev(cur, session_id)
+    if expected_rev is not None and before != expected_rev:
+        raise stale(session_id, expected_rev, before)
+    write()
+    cur.execute("SELECT rev FROM sessions WHERE id = %s", (session_id,))
+    row = cur.fetchone()
+    return Revision(before, 0 if row is None else int(row[0]))
 
 
 def _owner(text: str | None, session_id: str) -> RunOwner | None:
@@ -303,22 +351,36 @@ def _write_header(
     )
 
 
-def _save(cur: _Cursor, data: SessionData) -> None:
+def _save(cur: _Cursor, data: SessionData, *, expected_rev: int | None = None) -> Revision:
     data = _checked_data(data)
     check_ids(data.turns, data.runs)
-    _write_header(cur, data, data.metadata, None)
-    _replace_turns(cur, data.id, data.turns)
-    _replace_runs(cur, data.id, data.runs)
+
+    def write() -> None:
+        _write_header(cur, data, data.metadata, None)
+        _replace_turns(cur, data.id, data.turns)
+        _replace_runs(cur, data.id, data.runs)
+
+    return _versioned(cur, data.id, expected_rev, write)
 
 
-def _save_meta(cur: _Cursor, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+def _save_meta(
+    cur: _Cursor,
+    data: SessionData,
+    options: SaveMetaOptions | None = None,
+    *,
+    expected_rev: int | None = None,
+) -> Revision:
     data = _checked_data(data)
     check_ids((), data.runs)
     keys = None
     if options is not None:
         keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
-    _write_header(cur, data, data.metadata, keys)
-    _upsert_runs(cur, data.id, data.runs)
+
+    def write() -> None:
+        _write_header(cur, data, data.metadata, keys)
+        _upsert_runs(cur, data.id, data.runs)
+
+    return _versioned(cur, data.id, expected_rev, write)
 
 
 _FRESH_TURNS: Final = """
@@ -348,7 +410,7 @@ _APPEND_SQL: Final = (
 """After the row lock and the stored-id check: insert at dense seqs, count them."""
 
 _APPEND_ONE_SQL: Final = (
-    "WITH head AS (SELECT turn_count FROM sessions WHERE id = %(sid)s FOR UPDATE),"
+    "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s FOR UPDATE),"
     + _FRESH_TURNS
     + """, added AS (
     INSERT INTO turns (session_id, seq, id, role, body)
@@ -356,7 +418,7 @@ _APPEND_ONE_SQL: Final = (
     RETURNING role
 )"""
     + _COUNT_ADDED
-    + " RETURNING 1"
+    + " RETURNING (SELECT rev FROM head), rev"
 )
 """A single append (outside a batch) as one statement.
 
@@ -398,17 +460,18 @@ def _append_turns(
     session_id: str,
     turns: Sequence[SessionTurn],
     options: AppendTurnsOptions | None = None,
-) -> None:
+) -> Revision:
     valid, run = _checked_append(session_id, turns, options)
     # The row lock serializes appends to one session across hosts; the next
     # statement's snapshot then sees every turn committed before it.
-    cur.execute("SELECT turn_count FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    cur.execute("SELECT turn_count, rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
     header = cur.fetchone()
     if header is None:
         raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+    before = int(header[1])
     unique = valid and list(fresh_turns(session_id, valid, _stored_turns(cur, session_id, valid)))
     if not unique and run is None:
-        return
+        return Revision(before, before)
     if unique:
         cur.execute(_APPEND_SQL, {**_append_params(session_id, unique), "start": header[0]})
     if run is not None:
@@ -417,6 +480,10 @@ def _append_turns(
             "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
             (now_ms(), session_id),
         )
+    cur.execute("SELECT rev FROM sessions WHERE id = %s", (session_id,))
+    row = cur.fetchone()
+    assert row is not None
+    return Revision(before, int(row[0]))
 
 
 def _stored_turns(
@@ -430,18 +497,20 @@ def _stored_turns(
     return {tid: _decode(body, SessionTurn, "turns", f"id={tid!r}") for tid, body in cur.fetchall()}
 
 
-def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
+def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> Revision:
     """Append already checked, distinct ``turns`` with :data:`_APPEND_ONE_SQL`."""
     try:
         cur.execute(_APPEND_ONE_SQL, _append_params(session_id, turns))
     except pg_errors.UniqueViolation:
         raise _SlowPath from None
-    if cur.fetchone() is None:
+    row = cur.fetchone()
+    if row is None:
         raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+    return Revision(int(row[0]), int(row[1]))
 
 
 _LOCK_SESSIONS_SQL: Final = (
-    'SELECT id FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id COLLATE "C" FOR UPDATE'
+    'SELECT id, rev FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id COLLATE "C" FOR UPDATE'
 )
 """Lock the session rows of a run of appends, in one order for every host."""
 
@@ -469,16 +538,20 @@ WITH input AS (
     UPDATE sessions s SET turn_count = s.turn_count + c.n,
         user_turn_count = s.user_turn_count + c.users, updated_at = %(now)s, rev = nextval('revs')
     FROM counted c WHERE s.id = c.session_id
+    RETURNING s.id, s.rev
 )
-SELECT count(*) FROM stored WHERE NOT same
+SELECT (SELECT count(*) FROM stored WHERE NOT same),
+    (SELECT array_agg(id) FROM bumped), (SELECT array_agg(rev) FROM bumped)
 """
 """A run of appends (sessions locked, no session id + turn id twice) as one statement.
 
 Rows come in write order, each session's turns numbered on from its
 ``turn_count``; a turn id stored with the same text is skipped (a retry),
-sessions gaining turns get their counters and ``rev`` bumped once. It answers
-how many ids are stored with other text: the caller then reruns the batch on
-the savepoint path, whose :func:`fresh_turns` compares the documents.
+sessions gaining turns get their counters and ``rev`` bumped once (a run holds
+one append per session, so each append's revision is exact). It answers how
+many ids are stored with other text (the caller then reruns the batch on the
+savepoint path, whose :func:`fresh_turns` compares the documents) and the
+bumped sessions' new revs.
 """
 
 
@@ -511,7 +584,7 @@ def _append_run(
     turn committed to those sessions. Appends to unknown sessions fail alone.
     """
     cur.execute(_LOCK_SESSIONS_SQL, (sorted({a.session_id for a in run}),))
-    found = {row[0] for row in cur.fetchall()}
+    found = {row[0]: int(row[1]) for row in cur.fetchall()}
     sids: builtins.list[str] = []
     ids: builtins.list[str] = []
     roles: builtins.list[str] = []
@@ -524,7 +597,8 @@ def _append_run(
                 )
             )
             continue
-        results[append.index] = outcome.Value(None)
+        rev = found[append.session_id]
+        results[append.index] = outcome.Value(Revision(rev, rev))  # until the bump says more
         for turn in append.turns:
             sids.append(append.session_id)
             ids.append(turn.id)
@@ -536,9 +610,15 @@ def _append_run(
         _APPEND_BATCH_SQL,
         {"sids": sids, "ids": ids, "roles": roles, "bodies": bodies, "now": now_ms()},
     )
-    conflicts = cur.fetchone()
-    if conflicts is None or conflicts[0]:
+    answer = cur.fetchone()
+    if answer is None or answer[0]:
         raise _SlowPath
+    bumped = dict(zip(answer[1] or (), answer[2] or (), strict=True))
+    for append in run:
+        if append.session_id in bumped:
+            results[append.index] = outcome.Value(
+                Revision(found[append.session_id], int(bumped[append.session_id]))
+            )
 
 
 def _pipelined_writes(
@@ -547,14 +627,15 @@ def _pipelined_writes(
     """Every write of a batch, in order; runs of plain appends as one statement each.
 
     Other writes are pipelined (sent without waiting for answers they do not
-    read). A run ends before a write that is no plain append or that repeats
-    a session's turn id within the run. Any failure raises :class:`_SlowPath`
-    (the caller rolls back and reruns the batch with savepoints), so every
-    outcome here is a value or an append's :class:`SessionNotFoundError`.
+    read). A run ends before a write that is no plain append or that appends
+    to a session the run appends to already (so each append's revision is
+    exact). Any failure raises :class:`_SlowPath` (the caller rolls back and
+    reruns the batch with savepoints), so every outcome here is a value or an
+    append's :class:`SessionNotFoundError`.
     """
     results: builtins.list[outcome.Outcome[Any] | None] = []
     run: builtins.list[_Append] = []
-    keys: set[tuple[str, str]] = set()
+    sessions: set[str] = set()
     try:
         with conn.pipeline(), conn.cursor() as cur:
             for index, write in enumerate(writes):
@@ -564,15 +645,13 @@ def _pipelined_writes(
                 append = None
                 if write.method == "append_turns":
                     append = _plain_append(index, *write.args, **write.kwargs)
-                if run and (
-                    append is None or any((append.session_id, t.id) in keys for t in append.turns)
-                ):
+                if run and (append is None or append.session_id in sessions):
                     _append_run(cur, run, results)
                     run.clear()
-                    keys.clear()
+                    sessions.clear()
                 if append is not None:
                     run.append(append)
-                    keys.update((append.session_id, t.id) for t in append.turns)
+                    sessions.add(append.session_id)
                     results.append(None)
                 else:
                     results.append(outcome.Value(fn(cur, *write.args, **write.kwargs)))
@@ -589,18 +668,22 @@ def _pipelined_writes(
 
 def _update_run(
     cur: _Cursor, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-) -> None:
+) -> Revision:
     validate_id(session_id)
     run = checked(run, SessionRun, "run")
     check_ids((), (run,))
     if options is not None:
         checked(options, UpdateRunOptions, "update run options")
+    before = _locked_rev(cur, session_id)
+    if not before:
+        return Revision(0, 0)
     cur.execute(
-        "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s RETURNING 1",
+        "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s RETURNING rev",
         (now_ms(), session_id),
     )
-    if cur.fetchone() is not None:
-        _upsert_runs(cur, session_id, (run,))
+    row = cur.fetchone()
+    _upsert_runs(cur, session_id, (run,))
+    return Revision(before, before if row is None else int(row[0]))
 
 
 def _update_status(
@@ -610,7 +693,7 @@ def _update_status(
     *,
     owner: RunOwner | None = None,
     preserve_updated_at: bool = False,
-) -> None:
+) -> Revision:
     validate_id(session_id)
     if status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
@@ -620,11 +703,16 @@ def _update_status(
         owner_json: str | None = _json(owner or current_run_owner(), "run owner")
     else:
         owner_json = None
+    before = _locked_rev(cur, session_id)
+    if not before:
+        return Revision(0, 0)
     cur.execute(
         "UPDATE sessions SET status = %s, run_owner = %s::jsonb, rev = nextval('revs'),"
-        " updated_at = CASE WHEN %s THEN updated_at ELSE %s END WHERE id = %s",
+        " updated_at = CASE WHEN %s THEN updated_at ELSE %s END WHERE id = %s RETURNING rev",
         (status, owner_json, preserve_updated_at, now_ms(), session_id),
     )
+    row = cur.fetchone()
+    return Revision(before, before if row is None else int(row[0]))
 
 
 def _delete(cur: _Cursor, session_id: str) -> None:
@@ -633,9 +721,13 @@ def _delete(cur: _Cursor, session_id: str) -> None:
     cur.execute("DELETE FROM send_requests WHERE session_id = %s", (session_id,))
 
 
-def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
     validate_id(session_id)
     patch = checked_meta_patch(patch)
+    return _versioned(cur, session_id, None, lambda: _patch_locked(cur, session_id, patch))
+
+
+def _patch_locked(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> None:
     header = _lock_header(cur, session_id)
     if header is None:
         return
@@ -949,6 +1041,77 @@ class _Conn:
             self.raw = None
 
 
+CHANGES_CHANNEL: Final = "zidane_sessions"
+"""The ``LISTEN`` channel of session changes: payload ``"<schema> <session id> <rev>"``.
+
+``rev`` is ``0`` for a deleted session.
+"""
+
+_NOTIFY_SQL: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('zidane_actors.notify.' || current_schema(), 0));
+CREATE OR REPLACE FUNCTION notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('zidane_sessions', TG_TABLE_SCHEMA || ' ' || OLD.id || ' 0');
+    ELSE
+        PERFORM pg_notify('zidane_sessions', TG_TABLE_SCHEMA || ' ' || NEW.id || ' ' || NEW.rev);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER sessions_notify AFTER INSERT OR DELETE OR UPDATE OF rev ON sessions
+    FOR EACH ROW EXECUTE FUNCTION notify_session_change();
+"""
+"""Make every change of a session's ``rev`` notify :data:`CHANGES_CHANNEL` (idempotent)."""
+
+ChangeListener: TypeAlias = Callable[[str, int], None]
+"""Told ``(session_id, rev)`` when another writer changed a session (``rev`` ``0``: deleted)."""
+
+
+@attrs.define(eq=False)
+class _ChangeFeed:
+    """A connection listening on :data:`CHANGES_CHANNEL`, telling listeners in the trio thread.
+
+    Notifications are a hint: one lost while the connection was down is
+    never replayed, so readers keep checking ``rev`` themselves.
+    """
+
+    conn: _Conn
+    token: trio.lowlevel.TrioToken
+    listeners: dict[object, ChangeListener] = attrs.field(factory=dict)
+    stopped: bool = False
+    delivered: int = 0
+
+    def _deliver(self, payload: str) -> None:
+        schema, _, rest = payload.partition(" ")
+        session_id, _, rev = rest.partition(" ")
+        if schema != self.conn.schema or not rev.isdigit():
+            return
+        self.delivered += 1
+        for listener in list(self.listeners.values()):
+            try:
+                listener(session_id, int(rev))
+            except Exception:
+                _log.exception("a session change listener failed")
+
+    def run(self) -> None:
+        """Listen until :attr:`stopped` (runs in a worker thread; reconnects after a loss)."""
+        while not self.stopped:
+            try:
+                raw = self.conn.ensure()
+                raw.execute(f"LISTEN {CHANGES_CHANNEL}")
+                while not self.stopped:
+                    for note in raw.notifies(timeout=0.2):
+                        trio.from_thread.run_sync(
+                            self._deliver, note.payload, trio_token=self.token
+                        )
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self.conn.discard()
+                time.sleep(0.2)  # the server is away: try again shortly
+            except trio.RunFinishedError:
+                return
+        self.conn.discard()
+
+
 @attrs.frozen
 class PostgresStoreStatistics:
     """What :meth:`PostgresStore.statistics` reports."""
@@ -980,6 +1143,27 @@ class PostgresStore:
     _closed: bool = False
     _retries: int = 0
     _fallbacks: int = 0
+    _feed: _ChangeFeed | None = None
+
+    def subscribe_changes(self, listener: ChangeListener) -> Callable[[], None]:
+        """Call ``listener(session_id, rev)`` in the trio thread for each session change.
+
+        Only a store opened with ``listen=True`` reports anything (changes of
+        every writer of the schema, this store's own included). It is a hint
+        that makes caches refresh sooner, never a guarantee: a notification
+        sent while the listening connection was down is lost. Answers the
+        unsubscribe function.
+        """
+        token = object()
+        if self._feed is not None:
+            self._feed.listeners[token] = listener
+        feed = self._feed
+
+        def unsubscribe() -> None:
+            if feed is not None:
+                feed.listeners.pop(token, None)
+
+        return unsubscribe
 
     # -- plumbing --------------------------------------------------------
 
@@ -1084,21 +1268,26 @@ class PostgresStore:
 
     async def load(self, session_id: str) -> SessionData | None:
         """The whole session in one statement (a consistent snapshot), or ``None``."""
+        loaded = await self.load_versioned(session_id)
+        return None if loaded is None else loaded[0]
+
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The whole session and its ``rev`` in one statement, or ``None``."""
         validate_id(session_id)
 
-        def op(cur: _Cursor) -> SessionData | None:
+        def op(cur: _Cursor) -> tuple[SessionData, int] | None:
             cur.execute(
                 "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
                 " run_owner::text,"
                 f" (SELECT {_AGG} FROM turns WHERE session_id = s.id),"
-                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id)"
+                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev"
                 " FROM sessions s WHERE id = %s",
                 (session_id,),
             )
             row = cur.fetchone()
             if row is None:
                 return None
-            return SessionData(
+            data = SessionData(
                 id=session_id,
                 created_at=row[0],
                 updated_at=row[1],
@@ -1110,19 +1299,34 @@ class PostgresStore:
                 turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
                 runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
             )
+            return data, int(row[9])
 
         return await self._read(op)
 
-    async def save(self, data: SessionData) -> None:
-        """Create or overwrite the whole document (turns and runs replaced)."""
-        await self._write(lambda cur: _save(cur, data))
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev`` (one indexed read), or ``None`` when absent."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> int | None:
+            cur.execute("SELECT rev FROM sessions WHERE id = %s", (session_id,))
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(op)
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+        """Create or overwrite the whole document (turns and runs replaced).
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        return await self._write(lambda cur: _save(cur, data, expected_rev=expected_rev))
 
     async def append_turns(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         """Append turns; a stored identical turn is skipped (a retry), a different one conflicts.
 
         Turns without a run go in one statement; if one of their ids is stored
@@ -1132,12 +1336,10 @@ class PostgresStore:
         unique, run = _checked_append(session_id, turns, options)
         if unique and run is None:
             try:
-                await self._write(lambda cur: _append_one(cur, session_id, unique))
+                return await self._write(lambda cur: _append_one(cur, session_id, unique))
             except _SlowPath:
                 pass
-            else:
-                return
-        await self._write(lambda cur: _append_turns(cur, session_id, turns, options))
+        return await self._write(lambda cur: _append_turns(cur, session_id, turns, options))
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -1163,9 +1365,9 @@ class PostgresStore:
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision:
         """Upsert one run record; an unknown session id is a no-op."""
-        await self._write(lambda cur: _update_run(cur, session_id, run, options))
+        return await self._write(lambda cur: _update_run(cur, session_id, run, options))
 
     async def update_status(
         self,
@@ -1174,9 +1376,9 @@ class PostgresStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision:
         """Set the status; ``running`` records ``owner`` (default: this process)."""
-        await self._write(
+        return await self._write(
             lambda cur: _update_status(
                 cur, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
             )
@@ -1458,21 +1660,69 @@ class PostgresStore:
 
         return await self._read(op)
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         """Persist the header and upsert the snapshot's runs; turns are never touched."""
-        await self._write(lambda cur: _save_meta(cur, data, options))
-
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
-        """Merge ``patch`` into stored metadata under a row lock; unknown ids are a no-op."""
-        await self._write(lambda cur: _patch_meta(cur, session_id, patch))
-
-    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
-        """Read, rewrite and store turns and runs in one transaction holding the row lock."""
         return await self._write(
-            lambda cur: _mutate(cur, session_id, mutate, runs_too=True), idempotent=False
+            lambda cur: _save_meta(cur, data, options, expected_rev=expected_rev)
         )
 
-    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+        """Merge ``patch`` into stored metadata under a row lock; unknown ids are a no-op."""
+        return await self._write(lambda cur: _patch_meta(cur, session_id, patch))
+
+    async def _mutate_versioned(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        runs_too: bool,
+        expected_rev: int | None,
+        on_revision: RevisionSink | None,
+    ) -> MutateResult:
+        result: list[MutateResult] = []
+
+        def op(cur: _Cursor) -> Revision:
+            result[:] = [_mutate(cur, session_id, mutate, runs_too=runs_too)]
+            return Revision(0, 0)
+
+        revision = await self._write(
+            lambda cur: _versioned(cur, session_id, expected_rev, lambda: op(cur)),
+            idempotent=False,
+        )
+        if on_revision is not None and revision.before:
+            on_revision(revision)
+        return result[0]
+
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Read, rewrite and store turns and runs in one transaction holding the row lock.
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        return await self._mutate_versioned(
+            session_id, mutate, runs_too=True, expected_rev=expected_rev, on_revision=on_revision
+        )
+
+    async def mutate_turns(
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
         """Turns-only form of :meth:`mutate_history`."""
 
         def on_history(history: SessionHistory) -> SessionHistory | None:
@@ -1483,8 +1733,12 @@ class PostgresStore:
                 turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs
             )
 
-        return await self._write(
-            lambda cur: _mutate(cur, session_id, on_history, runs_too=False), idempotent=False
+        return await self._mutate_versioned(
+            session_id,
+            on_history,
+            runs_too=False,
+            expected_rev=expected_rev,
+            on_revision=on_revision,
         )
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
@@ -1677,6 +1931,7 @@ async def open_postgres_store(
     pool_size: int = 4,
     connect_timeout: float = 10.0,
     retries: int = 3,
+    listen: bool = False,
 ) -> AsyncIterator[PostgresStore]:
     """Open (creating or migrating) the store held in PostgreSQL schema ``schema``.
 
@@ -1686,6 +1941,12 @@ async def open_postgres_store(
     retried ``retries`` times for operations that are safe to repeat, then
     raise :class:`~zidane_actors.errors.StoreUnavailableError`. The store is
     closed on exit.
+
+    ``listen=True`` installs a trigger that notifies :data:`CHANGES_CHANNEL`
+    on every session change (every writer of the schema pays a ``NOTIFY``
+    per write from then on) and opens one more connection listening to it,
+    so :meth:`PostgresStore.subscribe_changes` reports other hosts' writes
+    (a host refreshes its cached sessions with it).
     """
     if not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidNameError(f"schema name {schema!r} must match [a-z_][a-z0-9_]{{0,62}}")
@@ -1709,7 +1970,21 @@ async def open_postgres_store(
         idle_recv=idle_recv,
         max_retries=retries,
     )
+    if not listen:
+        try:
+            yield store
+        finally:
+            await store.aclose()
+        return
+    feed = _ChangeFeed(_Conn(dsn, schema, connect_timeout), trio.lowlevel.current_trio_token())
     try:
-        yield store
+        await store._write(lambda cur: cur.execute(_NOTIFY_SQL.encode()), idempotent=True)
+        store._feed = feed
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(trio.to_thread.run_sync, feed.run))
+            try:
+                yield store
+            finally:
+                feed.stopped = True
     finally:
         await store.aclose()

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 import attrs
 import outcome
 
+from ..errors import StaleSessionError
 from ..model import (
     AppendTurnsOptions,
     ArtifactFilter,
@@ -36,21 +37,27 @@ from ..model import (
 
 __all__ = [
     "OPTIONAL_METHODS",
+    "VERSIONED_WRITES",
     "WRITE_METHODS",
     "BatchingStore",
     "FullSessionStore",
     "HistoryMutation",
     "MutateResult",
+    "Revision",
+    "RevisionSink",
     "RunClaim",
     "SessionStore",
     "StoreWrite",
     "TurnsMutation",
+    "VersionedStore",
     "store_capabilities",
 ]
 
 MutateResult: TypeAlias = Literal["ok", "no-session", "unchanged"]
 HistoryMutation: TypeAlias = Callable[[SessionHistory], SessionHistory | None]
 TurnsMutation: TypeAlias = Callable[[tuple[SessionTurn, ...]], Sequence[SessionTurn] | None]
+RevisionSink: TypeAlias = Callable[["Revision"], None]
+"""Told a versioned history edit's :class:`Revision` (``on_revision=``), once it committed."""
 
 
 @attrs.frozen
@@ -61,9 +68,25 @@ class RunClaim:
     previous: SessionStatus | None = None
 
 
+@attrs.frozen
+class Revision:
+    """A versioned store's answer to a session write: the session's ``rev`` around it.
+
+    ``before`` is the ``rev`` the write found (``0`` when the session did not
+    exist) and ``after`` the one it left. A writer whose memory reflects
+    ``before`` knows nobody else wrote in between; any other ``before`` means
+    another writer did, and its memory must fold in the store's state.
+    """
+
+    before: int
+    after: int
+
+
 @runtime_checkable
 class SessionStore(Protocol):
     """Storage backend for sessions: the spec's required methods, in snake_case.
+
+    Writes answer ``None``, or a :class:`Revision` on a :class:`VersionedStore`.
 
     Optional methods (see :data:`OPTIONAL_METHODS`) are detected with
     :func:`store_capabilities`; callers fall back as the spec says when a
@@ -74,7 +97,7 @@ class SessionStore(Protocol):
         """The session, or ``None`` when the store has none with that id."""
         ...
 
-    async def save(self, data: SessionData) -> None:
+    async def save(self, data: SessionData) -> Revision | None:
         """Create or overwrite the whole document (turns and runs replaced)."""
         ...
 
@@ -83,7 +106,7 @@ class SessionStore(Protocol):
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision | None:
         """Append turns (incremental); ``options.run`` is upserted in the same write."""
         ...
 
@@ -95,7 +118,7 @@ class SessionStore(Protocol):
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision | None:
         """Upsert one run record (insert when its id is new)."""
         ...
 
@@ -106,7 +129,7 @@ class SessionStore(Protocol):
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision | None:
         """Set the top-level status; ``running`` records ``owner`` (default: this process)."""
         ...
 
@@ -158,10 +181,12 @@ OPTIONAL_METHODS: Final = frozenset(
         "generate_session_id",
         "generate_turn_id",
         "get_meta",
+        "get_rev",
         "list_artifacts",
         "list_meta",
         "list_schedule_fires",
         "list_schedules",
+        "load_versioned",
         "mutate_history",
         "mutate_turns",
         "patch_meta",
@@ -189,6 +214,53 @@ WRITE_METHODS: Final = frozenset(
     }
 )
 """Writes a :class:`BatchingStore` may group into one transaction."""
+
+
+VERSIONED_WRITES: Final = frozenset(
+    {"append_turns", "patch_meta", "save", "save_meta", "update_run", "update_status"}
+)
+"""The writes a :class:`VersionedStore` answers with a :class:`Revision`."""
+
+
+@runtime_checkable
+class VersionedStore(Protocol):
+    """The optimistic-concurrency capability (``load_versioned`` and ``get_rev``).
+
+    A store with it also answers each :data:`VERSIONED_WRITES` call with the
+    :class:`Revision` of the session it wrote (``before == after`` when it
+    wrote nothing), takes ``on_revision=`` (a :data:`RevisionSink`) on
+    ``mutate_history`` and ``mutate_turns``, and takes ``expected_rev=`` on
+    ``save``, ``save_meta``, ``mutate_history`` and ``mutate_turns``: when
+    the stored ``rev`` (``0`` for no session) differs, the write raises
+    :class:`~zidane_actors.errors.StaleSessionError` and writes nothing,
+    the check and the write being one atomic step. ``rev`` only grows per id,
+    across delete and re-create. Stores without it keep their plain
+    behaviour; sessions then cannot detect other writers.
+    """
+
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The session and its ``rev``, read in one snapshot; ``None`` when absent."""
+        ...
+
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev`` (one indexed read); ``None`` when absent."""
+        ...
+
+
+def is_versioned(capabilities: frozenset[str]) -> bool:
+    """Whether a store with these capabilities is a :class:`VersionedStore`."""
+    return "load_versioned" in capabilities and "get_rev" in capabilities
+
+
+def stale(session_id: str, expected: int, actual: int | None) -> StaleSessionError:
+    """The error of a conditional write that found ``actual`` instead of ``expected``."""
+    found = "no session" if actual is None or actual == 0 else f"rev {actual}"
+    return StaleSessionError(
+        f"session {session_id!r} changed since it was read: expected rev {expected}, "
+        f"the store holds {found}",
+        expected=expected,
+        actual=actual,
+    )
 
 
 def store_capabilities(store: object) -> frozenset[str]:
@@ -290,7 +362,7 @@ class FullSessionStore(SessionStore, Protocol):
         """Deprecated turns-only form of :meth:`mutate_history`."""
         ...
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key); nothing else."""
         ...
 
@@ -298,7 +370,9 @@ class FullSessionStore(SessionStore, Protocol):
         """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
         ...
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    async def save_meta(
+        self, data: SessionData, options: SaveMetaOptions | None = None
+    ) -> Revision | None:
         """Persist the header and upsert the snapshot's runs; never deletes turns or runs."""
         ...
 

@@ -32,6 +32,7 @@ from ..errors import (
     InvalidNameError,
     RemoteStoreError,
     SessionNotFoundError,
+    StaleSessionError,
     StoreClosedError,
     StoreUnavailableError,
     UnsupportedOperationError,
@@ -65,7 +66,15 @@ from ..model import (
 )
 from ..model._checked import CheckedTurns
 from ..model._types import EpochMs
-from ._protocol import HistoryMutation, MutateResult, RunClaim, StoreWrite, TurnsMutation
+from ._protocol import (
+    HistoryMutation,
+    MutateResult,
+    Revision,
+    RevisionSink,
+    RunClaim,
+    StoreWrite,
+    TurnsMutation,
+)
 from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
 
 __all__ = [
@@ -138,6 +147,28 @@ class ErrorBody(_Body, frozen=True):
     """Every error answer of the API."""
 
     error: ErrorDetail
+
+
+REV_HEADER: Final = "zidane-rev"
+"""``GET /sessions/{id}``: the ``rev`` the answered session is at (a versioned store)."""
+REV_BEFORE_HEADER: Final = "zidane-rev-before"
+REV_AFTER_HEADER: Final = "zidane-rev-after"
+"""A session write's :class:`~zidane_actors.stores.Revision` (a versioned store)."""
+IF_MATCH_HEADER: Final = "if-match"
+"""A conditional write's expected ``rev`` (``"7"``); a stale one answers 409 ``stale_session``."""
+
+
+class RevResult(_Body, frozen=True):
+    """``GET /sessions/{id}/rev``: the session's ``rev``."""
+
+    rev: int
+
+
+class RevisionBody(_Body, frozen=True):
+    """A write's revision in a ``POST /writes`` outcome."""
+
+    before: int
+    after: int
 
 
 class AppendTurnsBody(_Body, frozen=True):
@@ -259,9 +290,10 @@ class AppendTurnsWrite(_Write, frozen=True, tag="appendTurns"):
 
 
 class SaveWrite(_Write, frozen=True, tag="save"):
-    """``save`` in a batch."""
+    """``save`` in a batch (only while the session is at ``expectedRev``, when given)."""
 
     session: SessionData
+    expected_rev: int | None = None
 
 
 class DeleteWrite(_Write, frozen=True, tag="delete"):
@@ -288,10 +320,11 @@ class UpdateStatusWrite(_Write, frozen=True, tag="updateStatus"):
 
 
 class SaveMetaWrite(_Write, frozen=True, tag="saveMeta"):
-    """``save_meta`` in a batch."""
+    """``save_meta`` in a batch (only while the session is at ``expectedRev``, when given)."""
 
     session: SessionData
     options: SaveMetaOptions | None = None
+    expected_rev: int | None = None
 
 
 class PatchMetaWrite(_Write, frozen=True, tag="patchMeta"):
@@ -348,12 +381,13 @@ class WriteOutcome(_Body, frozen=True):
     """What became of one write: the status its own route would answer, and its error.
 
     ``artifact`` is the stored artifact of an ``upsertArtifact`` (absent for an
-    unknown session).
+    unknown session); ``revision`` a session write's revision on a versioned store.
     """
 
     status: int
     error: ErrorDetail | None = None
     artifact: SessionArtifact | None = None
+    revision: RevisionBody | None = None
 
 
 class WritesResult(_Body, frozen=True):
@@ -506,10 +540,10 @@ def _encoded_body(body: object, where: str) -> bytes | None:
 # The checks of each write method, shared by its own route and by POST /writes.
 
 
-def _save_write(data: object) -> SaveWrite:
+def _save_write(data: object, *, expected_rev: int | None = None) -> SaveWrite:
     data = _typed(data, SessionData, "session")
     _seg(data.id, "session id")
-    return SaveWrite(session=_without_unset(data))
+    return SaveWrite(session=_without_unset(data), expected_rev=expected_rev)
 
 
 def _append_turns_write(
@@ -560,11 +594,34 @@ def _update_status_write(
     )
 
 
-def _save_meta_write(data: SessionData, options: SaveMetaOptions | None = None) -> SaveMetaWrite:
+def _save_meta_write(
+    data: SessionData, options: SaveMetaOptions | None = None, *, expected_rev: int | None = None
+) -> SaveMetaWrite:
     data = _typed(data, SessionData, "session")
     options = _typed_or_none(options, SaveMetaOptions, "options")
     _seg(data.id, "session id")
-    return SaveMetaWrite(session=_without_unset(data), options=options)
+    return SaveMetaWrite(session=_without_unset(data), options=options, expected_rev=expected_rev)
+
+
+def _if_match(expected_rev: int | None) -> dict[str, str] | None:
+    return None if expected_rev is None else {IF_MATCH_HEADER: f'"{expected_rev}"'}
+
+
+def _revision(response: httpx.Response | None) -> Revision | None:
+    """A write answer's revision headers, or ``None`` (a store keeping no versions)."""
+    if response is None:
+        return None
+    before = response.headers.get(REV_BEFORE_HEADER)
+    after = response.headers.get(REV_AFTER_HEADER)
+    if before is None or after is None:
+        return None
+    try:
+        return Revision(int(before), int(after))
+    except ValueError:
+        raise RemoteStoreError(
+            f"the server answered bad revision headers {before!r}, {after!r}",
+            status=response.status_code,
+        ) from None
 
 
 def _patch_meta_write(session_id: str, patch: Mapping[str, JsonValue]) -> PatchMetaWrite:
@@ -692,6 +749,7 @@ class RemoteStore:
         retry: bool,
         ok_missing: bool = False,
         expect: tuple[int, ...] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response | None:
         """Send one call (retried when ``retry``); ``None`` for a 404 when ``ok_missing``.
 
@@ -701,7 +759,9 @@ class RemoteStore:
         if self._closed:
             raise StoreClosedError(f"remote store {self.url} is closed")
         content = body if isinstance(body, bytes) else _encoded_body(body, f"{method} {path}")
-        headers = {"content-type": "application/json"} if content is not None else None
+        sent = dict(headers or {})
+        if content is not None:
+            sent["content-type"] = "application/json"
         attempts = self.retries + 1 if retry else 1
         last: Exception | None = None
         wait_s = 0.0
@@ -713,7 +773,7 @@ class RemoteStore:
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
                     response = await self._client.request(
-                        method, path, content=content, params=params, headers=headers
+                        method, path, content=content, params=params, headers=sent or None
                     )
             except (httpx.TransportError, trio.TooSlowError) as exc:
                 if isinstance(exc, (httpx.TimeoutException, trio.TooSlowError)):
@@ -772,22 +832,54 @@ class RemoteStore:
             return None
         return decode(response.content, SessionData, what=f"answer of GET {path}")
 
-    async def save(self, data: SessionData) -> None:
-        """Create or overwrite the whole document (``PUT /sessions/{id}``)."""
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The session and the ``rev`` the server read it at, or ``None``.
+
+        Raises :class:`UnsupportedOperationError` when the server's store keeps no versions.
+        """
+        path = f"/sessions/{_seg(session_id, 'session id')}"
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        rev = response.headers.get(REV_HEADER)
+        if rev is None or not rev.isdigit():
+            raise UnsupportedOperationError(f"GET {path}: the server's store keeps no versions")
+        return decode(response.content, SessionData, what=f"answer of GET {path}"), int(rev)
+
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev`` (``GET /sessions/{id}/rev``), or ``None`` when absent."""
+        path = f"/sessions/{_seg(session_id, 'session id')}/rev"
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        return decode(response.content, RevResult, what=f"answer of GET {path}").rev
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision | None:
+        """Create or overwrite the whole document (``PUT /sessions/{id}``).
+
+        With ``expected_rev``, only while the session is at that ``rev``.
+        """
         write = _save_write(data)
         path = f"/sessions/{write.session.id}"
-        await self._request("PUT", path, body=write.session, retry=True)
+        response = await self._request(
+            "PUT", path, body=write.session, retry=True, headers=_if_match(expected_rev)
+        )
+        return _revision(response)
 
     async def append_turns(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision | None:
         """Append turns; a stored identical turn is skipped, so a retry never duplicates."""
         write = _append_turns_write(session_id, turns, options)
         body = AppendTurnsBody(turns=write.turns, options=write.options)
-        await self._request("POST", f"/sessions/{write.session_id}/turns", body=body, retry=True)
+        return _revision(
+            await self._request(
+                "POST", f"/sessions/{write.session_id}/turns", body=body, retry=True
+            )
+        )
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -807,12 +899,12 @@ class RemoteStore:
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision | None:
         """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
         write = _update_run_write(session_id, run, options)
         path = f"/sessions/{write.session_id}/runs/{write.run.id}"
         body = UpdateRunBody(run=write.run, options=write.options)
-        await self._request("PUT", path, body=body, retry=True)
+        return _revision(await self._request("PUT", path, body=body, retry=True))
 
     async def update_status(
         self,
@@ -821,7 +913,7 @@ class RemoteStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision | None:
         """Set the status; ``running`` records ``owner`` (default: this client process)."""
         write = _update_status_write(
             session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
@@ -829,7 +921,11 @@ class RemoteStore:
         body = UpdateStatusBody(
             status=write.status, owner=write.owner, preserve_updated_at=write.preserve_updated_at
         )
-        await self._request("PUT", f"/sessions/{write.session_id}/status", body=body, retry=True)
+        return _revision(
+            await self._request(
+                "PUT", f"/sessions/{write.session_id}/status", body=body, retry=True
+            )
+        )
 
     async def delete(self, session_id: str) -> None:
         """Delete a session (``DELETE /sessions/{id}``)."""
@@ -990,12 +1086,21 @@ class RemoteStore:
             return None
         return decode(response.content, HistoryState, what=f"answer of GET {path}")
 
-    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
         """Read → ``mutate`` → write guarded by the history's revision, retried on conflict.
 
         The server compares the revision inside its store's atomic
         ``mutate_history``, so a turn appended between the read and the
         write is never erased: the write loses with 409 and this reads again.
+        With ``expected_rev`` the write also needs the session at that
+        ``rev`` (``StaleSessionError`` otherwise, never retried here).
         """
         path = f"/sessions/{_seg(session_id, 'session id')}/history"
         for _ in range(_HISTORY_ATTEMPTS):
@@ -1014,10 +1119,17 @@ class RemoteStore:
             # An identical history is still written ("ok"), as every store answers.
             target = history_rev(nxt)
             body = HistoryBody(history=nxt, expected_rev=state.rev)
-            response = await self._request("PUT", path, body=body, retry=True, expect=(409,))
+            response = await self._request(
+                "PUT", path, body=body, retry=True, expect=(409,), headers=_if_match(expected_rev)
+            )
             assert response is not None
+            if response.status_code == 409 and _stale_answer(response):
+                raise _error(response, "PUT", path)
             if response.status_code != 409:
                 result = decode(response.content, HistoryResult, what=f"answer of PUT {path}")
+                revision = _revision(response)
+                if on_revision is not None and revision is not None:
+                    on_revision(revision)
                 return result.result
             # Lost the race — unless a retried attempt already wrote this very history.
             current = await self._history(session_id)
@@ -1028,7 +1140,14 @@ class RemoteStore:
             f"gave up after {_HISTORY_ATTEMPTS} attempts"
         )
 
-    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+    async def mutate_turns(
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
         """Deprecated turns-only form of :meth:`mutate_history` (runs kept)."""
 
         def on_history(history: SessionHistory) -> SessionHistory | None:
@@ -1037,13 +1156,19 @@ class RemoteStore:
                 return None
             return SessionHistory(turns=tuple(turns), runs=history.runs)
 
-        return await self.mutate_history(session_id, on_history)
+        return await self.mutate_history(
+            session_id, on_history, expected_rev=expected_rev, on_revision=on_revision
+        )
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
         write = _patch_meta_write(session_id, patch)
         body = PatchMetaBody(set=write.set, remove=write.remove)
-        await self._request("PATCH", f"/sessions/{write.session_id}/meta", body=body, retry=True)
+        return _revision(
+            await self._request(
+                "PATCH", f"/sessions/{write.session_id}/meta", body=body, retry=True
+            )
+        )
 
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire (``POST``, not retried: a repeat would be a second fire)."""
@@ -1056,15 +1181,26 @@ class RemoteStore:
             retry=False,
         )
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
-        """Persist the header and upsert the snapshot's runs; never deletes turns."""
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision | None:
+        """Persist the header and upsert the snapshot's runs; never deletes turns.
+
+        With ``expected_rev``, only while the session is at that ``rev``.
+        """
         write = _save_meta_write(data, options)
-        await self._request(
+        response = await self._request(
             "PUT",
             f"/sessions/{write.session.id}/meta",
             body=SaveMetaBody(session=write.session, options=write.options),
             retry=True,
+            headers=_if_match(expected_rev),
         )
+        return _revision(response)
 
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule."""
@@ -1148,11 +1284,21 @@ class RemoteStore:
             return
         for (i, _), done in zip(chunk, answer.outcomes, strict=True):
             if done.error is None and 200 <= done.status < 300:
-                value = done.artifact if writes[i].method == "upsert_artifact" else None
+                value: Any = done.artifact if writes[i].method == "upsert_artifact" else None
+                if done.revision is not None:
+                    value = Revision(done.revision.before, done.revision.after)
                 results[i] = outcome.Value(value)
             else:
                 where = f"POST /writes ({writes[i].method})"
                 results[i] = outcome.Error(_error_of(done.status, done.error, "", where))
+
+
+def _stale_answer(response: httpx.Response) -> bool:
+    try:
+        detail = msgspec.json.decode(response.content, type=ErrorBody).error
+    except msgspec.MsgspecError:
+        return False
+    return detail.code == "stale_session"
 
 
 def _error(response: httpx.Response, method: str, path: str) -> Exception:
@@ -1172,6 +1318,8 @@ def _error_of(status: int, detail: ErrorDetail | None, text: str, where: str) ->
     code = detail.code if detail else None
     if status == 404 and code == "session_not_found":
         return SessionNotFoundError(message)
+    if status == 409 and code == "stale_session":
+        return StaleSessionError(message, expected=None, actual=None)
     if status == 409:
         return ConflictError(message)
     if status == 400 and code == "invalid_name":

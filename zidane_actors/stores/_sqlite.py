@@ -83,9 +83,12 @@ from ._protocol import (
     WRITE_METHODS,
     HistoryMutation,
     MutateResult,
+    Revision,
+    RevisionSink,
     RunClaim,
     StoreWrite,
     TurnsMutation,
+    stale,
 )
 from ._sqlite_schema import migrate
 from ._thread import WorkerThread, start_worker_thread
@@ -392,6 +395,22 @@ class SQLiteStore:
         )
 
     @staticmethod
+    def _rev(conn: _Conn, session_id: str) -> int:
+        """The session's ``rev``, ``0`` when it does not exist."""
+        row = conn.execute("SELECT rev FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _versioned(
+        self, conn: _Conn, session_id: str, expected_rev: int | None, write: Callable[[], object]
+    ) -> Revision:
+        """``write()`` if the session is at ``expected_rev`` (when given); its revision."""
+        before = self._rev(conn, session_id)
+        if expected_rev is not None and before != expected_rev:
+            raise stale(session_id, expected_rev, before)
+        write()
+        return Revision(before, self._rev(conn, session_id))
+
+    @staticmethod
     def _bump(conn: _Conn, session_id: str, *, updated_at: int | None) -> None:
         if updated_at is None:
             conn.execute("UPDATE sessions SET rev = rev + 1 WHERE id = ?", (session_id,))
@@ -464,14 +483,19 @@ class SQLiteStore:
 
     async def load(self, session_id: str) -> SessionData | None:
         """The whole session (header, turns, runs), or ``None``."""
+        loaded = await self.load_versioned(session_id)
+        return None if loaded is None else loaded[0]
+
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The whole session and its ``rev``, read in one transaction; ``None`` when absent."""
         _session_id(session_id)
 
-        def op(conn: _Conn) -> SessionData | None:
+        def op(conn: _Conn) -> tuple[SessionData, int] | None:
             head = self._header(conn, session_id)
             if head is None:
                 return None
-            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, _ = head
-            return SessionData(
+            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, rev = head
+            data = SessionData(
                 id=session_id,
                 created_at=created_at,
                 updated_at=updated_at,
@@ -483,20 +507,40 @@ class SQLiteStore:
                 project_root=project_root,
                 run_owner=_decode_owner(owner, session_id),
             )
+            return data, int(rev)
 
         return await self._read(op)
 
-    def _op_save(self, conn: _Conn, data: SessionData) -> None:
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev`` (one indexed read), or ``None`` when absent."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> int | None:
+            rev = self._rev(conn, session_id)
+            return rev or None
+
+        return await self._read(op)
+
+    def _op_save(
+        self, conn: _Conn, data: SessionData, *, expected_rev: int | None = None
+    ) -> Revision:
         data = _valid_header(data)
         rows = _turn_rows_of(data.turns, 0, "$.turns")
-        self._write_header(conn, data, data.metadata)
-        conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
-        self._append_rows(conn, data.id, rows)
-        self._replace_runs(conn, data.id, data.runs)
 
-    async def save(self, data: SessionData) -> None:
-        """Create or overwrite the whole document (turns and runs replaced)."""
-        await self._write(lambda conn: self._op_save(conn, data))
+        def write() -> None:
+            self._write_header(conn, data, data.metadata)
+            conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
+            self._append_rows(conn, data.id, rows)
+            self._replace_runs(conn, data.id, data.runs)
+
+        return self._versioned(conn, data.id, expected_rev, write)
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+        """Create or overwrite the whole document (turns and runs replaced).
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        return await self._write(lambda conn: self._op_save(conn, data, expected_rev=expected_rev))
 
     @staticmethod
     def _append_plan(
@@ -522,7 +566,7 @@ class SQLiteStore:
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         session_id, values, run = self._append_plan(session_id, turns, options)
         if values:
             try:
@@ -531,16 +575,20 @@ class SQLiteStore:
                 raise self._missing(session_id) from None
             if added != len(values):
                 self._check_retried(conn, session_id, values)
-            if not added and run is None:
-                return  # every turn was stored already: a retried append
+            if not added and run is None:  # every turn was stored already: a retried append
+                rev = self._rev(conn, session_id)
+                return Revision(rev, rev)
         elif run is None:
-            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
-                return
+            rev = self._rev(conn, session_id)
+            if rev:
+                return Revision(rev, rev)
             raise self._missing(session_id)
-        if not conn.execute(_BUMP, (_now(), session_id)).rowcount:
+        bumped = conn.execute(_BUMP + " RETURNING rev", (_now(), session_id)).fetchone()
+        if bumped is None:
             raise self._missing(session_id)
         if run is not None:
             self._upsert_run(conn, session_id, run)
+        return Revision(bumped[0] - 1, bumped[0])
 
     @staticmethod
     def _check_retried(
@@ -562,7 +610,7 @@ class SQLiteStore:
             incoming = [_decode_row(v[3], SessionTurn, "turns", session_id, "") for v in values]
             fresh_turns(session_id, incoming, held)
 
-    def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> None:
+    def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> builtins.list[Revision]:
         """Consecutive appends of turns (no run) in two ``executemany`` statements.
 
         Equivalent to applying them one by one: each session's turns keep their
@@ -571,20 +619,33 @@ class SQLiteStore:
         conflict), so the caller redoes the writes one by one.
         """
         now = _now()
+        sids = sorted({p[0] for p in plans})
+        revs = dict(
+            conn.execute(
+                f"SELECT id, rev FROM sessions WHERE id IN ({', '.join('?' * len(sids))})", sids
+            ).fetchall()
+        )
         if conn.executemany(_BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
             raise SessionNotFoundError("an appended-to session is missing")
         values = [v for p in plans for v in p[1]]
         if conn.executemany(_APPEND_TURN, values).rowcount != len(values):
             raise ConflictError("a batched append repeats a stored turn id")
+        revisions = []
+        for sid, _, _ in plans:  # each append bumped its session's rev by one, in order
+            revs[sid] += 1
+            revisions.append(Revision(revs[sid] - 1, revs[sid]))
+        return revisions
 
     async def append_turns(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         """Append turns in O(1) of the history; ``options.run`` is upserted in the same commit."""
-        await self._write(lambda conn: self._op_append_turns(conn, session_id, turns, options))
+        return await self._write(
+            lambda conn: self._op_append_turns(conn, session_id, turns, options)
+        )
 
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
@@ -612,21 +673,23 @@ class SQLiteStore:
         session_id: str,
         run: SessionRun,
         options: UpdateRunOptions | None = None,
-    ) -> None:
+    ) -> Revision:
         _session_id(session_id)
         _run_body(run)
         if options is not None:
             _valid_body(options, UpdateRunOptions, "update run options")
-        if self._header(conn, session_id) is None:
-            return
+        before = self._rev(conn, session_id)
+        if not before:
+            return Revision(0, 0)
         self._upsert_run(conn, session_id, run)
         self._bump(conn, session_id, updated_at=_now())
+        return Revision(before, before + 1)
 
     async def update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> None:
+    ) -> Revision:
         """Upsert one run record; an unknown session is a no-op (no ghost header)."""
-        await self._write(lambda conn: self._op_update_run(conn, session_id, run, options))
+        return await self._write(lambda conn: self._op_update_run(conn, session_id, run, options))
 
     def _op_update_status(
         self,
@@ -636,14 +699,14 @@ class SQLiteStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision:
         _session_id(session_id)
         if status not in ("error", "running", "completed", "idle"):
             raise ValidationError(f"unknown session status {status!r}")
         owner = (owner or current_run_owner()) if status == "running" else None
-        conn.execute(
+        row = conn.execute(
             "UPDATE sessions SET status = ?, run_owner = ?, rev = rev + 1,"
-            " updated_at = CASE WHEN ? THEN updated_at ELSE ? END WHERE id = ?",
+            " updated_at = CASE WHEN ? THEN updated_at ELSE ? END WHERE id = ? RETURNING rev",
             (
                 status,
                 None if owner is None else _owner_json(owner),
@@ -651,7 +714,8 @@ class SQLiteStore:
                 _now(),
                 session_id,
             ),
-        )
+        ).fetchone()
+        return Revision(0, 0) if row is None else Revision(row[0] - 1, row[0])
 
     async def update_status(
         self,
@@ -660,9 +724,9 @@ class SQLiteStore:
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
-    ) -> None:
+    ) -> Revision:
         """Set the status (``running`` records ``owner``); unknown ids are a no-op."""
-        await self._write(
+        return await self._write(
             lambda conn: self._op_update_status(
                 conn, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
             )
@@ -789,9 +853,21 @@ class SQLiteStore:
     # -- header writes ---------------------------------------------------------------
 
     def _op_save_meta(
-        self, conn: _Conn, data: SessionData, options: SaveMetaOptions | None = None
-    ) -> None:
+        self,
+        conn: _Conn,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         data = _valid_header(data)
+        return self._versioned(
+            conn, data.id, expected_rev, lambda: self._save_meta_checked(conn, data, options)
+        )
+
+    def _save_meta_checked(
+        self, conn: _Conn, data: SessionData, options: SaveMetaOptions | None
+    ) -> None:
         for run in data.runs:
             _run_body(run)
         keys = None
@@ -807,11 +883,28 @@ class SQLiteStore:
         for run in data.runs:
             self._upsert_run(conn, data.id, run)
 
-    async def save_meta(self, data: SessionData, options: SaveMetaOptions | None = None) -> None:
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
         """Write the header (``metaKeys`` merge) and upsert the snapshot's runs; turns untouched."""
-        await self._write(lambda conn: self._op_save_meta(conn, data, options))
+        return await self._write(
+            lambda conn: self._op_save_meta(conn, data, options, expected_rev=expected_rev)
+        )
 
-    def _op_patch_meta(self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    def _op_patch_meta(
+        self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
+    ) -> Revision:
+        return self._versioned(
+            conn, session_id, None, lambda: self._patch_meta_checked(conn, session_id, patch)
+        )
+
+    def _patch_meta_checked(
+        self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
+    ) -> None:
         _session_id(session_id)
         if not isinstance(patch, Mapping):
             raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
@@ -827,9 +920,9 @@ class SQLiteStore:
             (_metadata_json(merged), session_id),
         )
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
         """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
-        await self._write(lambda conn: self._op_patch_meta(conn, session_id, patch))
+        return await self._write(lambda conn: self._op_patch_meta(conn, session_id, patch))
 
     async def claim_run(
         self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
@@ -914,8 +1007,16 @@ class SQLiteStore:
         self,
         session_id: str,
         edit: Callable[[tuple[SessionTurn, ...], tuple[SessionRun, ...]], SessionHistory | None],
-    ) -> Callable[[_Conn], MutateResult]:
-        def op(conn: _Conn) -> MutateResult:
+        expected_rev: int | None,
+    ) -> Callable[[_Conn], tuple[MutateResult, Revision]]:
+        def op(conn: _Conn) -> tuple[MutateResult, Revision]:
+            before = self._rev(conn, session_id)
+            if expected_rev is not None and before != expected_rev:
+                raise stale(session_id, expected_rev, before)
+            result = edit_stored(conn)
+            return result, Revision(before, self._rev(conn, session_id))
+
+        def edit_stored(conn: _Conn) -> MutateResult:
             if self._header(conn, session_id) is None:
                 return "no-session"
             rows = self._turn_rows(conn, session_id)
@@ -948,8 +1049,18 @@ class SQLiteStore:
 
         return op
 
-    async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
-        """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction."""
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction.
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
         _session_id(session_id)
 
         def edit(
@@ -957,9 +1068,27 @@ class SQLiteStore:
         ) -> SessionHistory | None:
             return mutate(SessionHistory(turns=turns, runs=runs))
 
-        return await self._write(self._mutate(session_id, edit))
+        return self._told(
+            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
+        )
 
-    async def mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
+    @staticmethod
+    def _told(
+        done: tuple[MutateResult, Revision], on_revision: RevisionSink | None
+    ) -> MutateResult:
+        result, revision = done
+        if on_revision is not None and revision.before:
+            on_revision(revision)
+        return result
+
+    async def mutate_turns(
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
         """Turns-only form of :meth:`mutate_history` (runs untouched)."""
         _session_id(session_id)
 
@@ -969,7 +1098,9 @@ class SQLiteStore:
             result = mutate(turns)
             return None if result is None else SessionHistory(turns=tuple(result), runs=runs)
 
-        return await self._write(self._mutate(session_id, edit))
+        return self._told(
+            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
+        )
 
     # -- artifacts -------------------------------------------------------------------------
 
@@ -1364,14 +1495,13 @@ class SQLiteStore:
                     plan = self._append_plan(*w.args)
                     if plan[1] and plan[2] is None:
                         plans.append(plan)
-                        results.append(None)
                         continue
                 if plans:
-                    self._bulk_append(conn, plans)
+                    results += self._bulk_append(conn, plans)
                     plans = []
                 results.append(fn(conn, *w.args, **w.kwargs))
             if plans:
-                self._bulk_append(conn, plans)
+                results += self._bulk_append(conn, plans)
             return results
 
         def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
