@@ -23,7 +23,10 @@ The operations (``f``):
   list computed from the view ``from`` (``set_turns`` + ``save``, a pop): it
   must apply only when the store holds exactly ``from``.
 - ``save``: value ``{"from": [...]}``, a save of a view whose turns did not
-  change (only metadata did): it must not change the turns at all.
+  change (only metadata did). It may apply over a stale view (a header save
+  folds in what others wrote) but must leave the turns as the store holds
+  them: what it erased shows as ``lost-append``, what it brought back as
+  ``read-after-removal`` in later reads.
 - ``pop``: ok value the removed element (``None``: nothing to remove); it must
   remove the element that is last at that moment.
 - ``claim`` (ok value ``True``/``False``) and ``release``: a run claim and its end.
@@ -47,9 +50,8 @@ The anomalies found (``Anomaly.kind``):
   the final state and no removal that saw it took it away.
 - ``double-removal``: two acknowledged removals took the same element.
 - ``stale-write``: an acknowledged conditional write was computed from a view
-  that was not the store at that moment (its ``from`` misses or holds what
-  the store did not, a pop took an element that was not last, a ``save``
-  changed the turns).
+  that was not the store at that moment (a ``rewrite``'s ``from`` misses or
+  holds what the store did not, a pop took an element that was not last).
 - ``view-mismatch``: a ``load`` view differs from the store although the store's
   ``rev`` was the same before and after the load.
 - ``double-claim``: two processes held a run claim of one session at once.
@@ -306,10 +308,6 @@ def _check_session(
             kept = [x for x in to if x in base]
             if list(to[: len(kept)]) != list(base[: len(kept)]):
                 report("bad-rewrite", f"{op} does more than remove from and append to the end")
-        elif op.f == "save" and op.type == "ok":
-            reads.append(
-                _Read(op.value["from"], op.invoked, op.completed, op, str(op), "stale-write")
-            )
         elif op.f == "pop" and (op.type == "info" or op.value is not None):
             removals.append(_Removal(op.value if op.type == "ok" else None, op))
     if final is not None:

@@ -244,9 +244,15 @@ def test_stale_pop_takes_an_element_that_was_not_last() -> None:
     assert h.kinds({"s": ["b"]}) == {"stale-write"}
 
 
-def test_stale_save_of_unchanged_turns() -> None:
+def test_a_header_save_from_a_stale_view_keeps_the_turns() -> None:
     h = appended("a", "b").op("p1", "save", 20, 25, {"from": ["a"]})
-    assert h.kinds({"s": ["a"]}) == {"stale-write", "lost-append"}
+    assert h.kinds({"s": ["a", "b"]}) == set()
+
+
+def test_a_save_that_erases_turns_its_view_lacked() -> None:
+    h = appended("a", "b").op("p1", "save", 20, 25, {"from": ["a"]})
+    h.op("p2", "read", 30, 35, ["a"])
+    assert h.kinds({"s": ["a"]}) == {"lost-append", "stale-read"}
 
 
 def test_view_mismatch() -> None:

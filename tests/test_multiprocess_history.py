@@ -33,13 +33,6 @@ STEPS = 80
 SEED = 21
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 
-# Today a host serves its cached copy of a session another host moved, and
-# set_turns/save/pop write from that stale view over other hosts' turns.
-STALE_HOSTS = pytest.mark.xfail(
-    reason="issue 21: hosts serve stale sessions and apply writes computed from them",
-    strict=True,
-)
-
 
 def summary(anomalies: list[Anomaly], run: HistoryRun) -> str:
     kinds = collections.Counter(a.kind for a in anomalies)
@@ -88,7 +81,6 @@ def test_one_host_alone_is_consistent(tmp_path: Path) -> None:
     assert_consistent(run)
 
 
-@STALE_HOSTS
 def test_sqlite_file_shared_by_three_hosts(tmp_path: Path) -> None:
     run = run_processes(
         f"sqlite:{tmp_path / 'shared.db'}",
@@ -100,7 +92,6 @@ def test_sqlite_file_shared_by_three_hosts(tmp_path: Path) -> None:
     assert_consistent(run)
 
 
-@STALE_HOSTS
 def test_postgres_database_shared_by_three_hosts(tmp_path: Path, pg_database: str) -> None:
     run = run_processes(pg_database, tmp_path, processes=PROCESSES, steps=STEPS, seed=SEED)
     assert_consistent(run)
