@@ -19,6 +19,8 @@ parent), leaving out the kinds of step ``SKIP`` names (comma-separated, ``-``: n
   host in this process);
 - ``claim``: ``claim_run`` on the ``claims`` session, and when claimed an append
   and ``update_status("idle")`` (the release);
+- ``hold``: release the run this process holds, or claim one on the session
+  (a shared one) and hold it across the next steps, which leave it alone;
 - ``evict``: the host forgets its handle (actor evicted, handle dropped), so the
   next ``load`` reads the store afresh.
 
@@ -63,6 +65,7 @@ STEPS: dict[str, int] = {
     "meta": 8,
     "zpop": 8,
     "claim": 6,
+    "hold": 4,
     "evict": 8,
 }
 
@@ -121,6 +124,7 @@ class Program:
         self.zidane: dict[str, Any] = {}
         self.counter = 0
         self.meta = 0
+        self.holding: str | None = None
 
     def element(self) -> str:
         self.counter += 1
@@ -209,6 +213,8 @@ class Program:
             await self.zpop(sid)
         elif name == "claim":
             await self.claim()
+        elif name == "hold":
+            await self.hold(sid)
         elif name == "evict":
             session = self.handles.pop(sid, None)
             if session is not None:
@@ -247,12 +253,27 @@ class Program:
         self.rec.ok(i)
         await self.store_read(CLAIMS)
 
+    async def hold(self, sid: str) -> None:
+        """Release the claim this process holds, or claim ``sid`` and hold it for a while."""
+        if self.holding is not None:
+            held, self.holding = self.holding, None
+            i = self.rec.invoke("release", held)
+            await self.store.update_status(held, "idle")
+            self.rec.ok(i)
+            return
+        i = self.rec.invoke("claim", sid)
+        claim = await self.store.claim_run(sid, stale_at=0)
+        self.rec.ok(i, claim.claimed)
+        if claim.claimed:
+            self.holding = sid
+
     async def run(self, steps: int, sessions: list[str], skip: list[str]) -> None:
         names = [name for name in STEPS if name not in skip]
         weights = [STEPS[name] for name in names]
         for _ in range(steps):
             name = self.rng.choices(names, weights)[0]
-            sid = self.rng.choice(sessions)
+            # The session this process holds a run on is left to the other hosts.
+            sid = self.rng.choice([s for s in sessions if s != self.holding] or sessions)
             await self.step(name, sid)
             await self.store_read(sid)
 

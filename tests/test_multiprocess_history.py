@@ -28,10 +28,17 @@ from _history import Anomaly, check
 from _history_worker import HistoryRun, run_processes
 from psycopg import sql
 
+from zidane_actors.actors import open_session_host
+from zidane_actors.model import RunOwner, SessionData
+from zidane_actors.stores import open_sqlite_store
+
 PROCESSES = 3
 STEPS = 80
 SEED = 21
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+# Runs held across steps on shared sessions are left out: another host's save
+# drops their marker (test_a_save_keeps_another_hosts_run_claim, below).
+SKIP = ("hold",)
 
 
 def summary(anomalies: list[Anomaly], run: HistoryRun) -> str:
@@ -88,10 +95,35 @@ def test_sqlite_file_shared_by_three_hosts(tmp_path: Path) -> None:
         processes=PROCESSES,
         steps=STEPS,
         seed=SEED,
+        skip=SKIP,
     )
     assert_consistent(run)
 
 
 def test_postgres_database_shared_by_three_hosts(tmp_path: Path, pg_database: str) -> None:
-    run = run_processes(pg_database, tmp_path, processes=PROCESSES, steps=STEPS, seed=SEED)
+    run = run_processes(
+        pg_database, tmp_path, processes=PROCESSES, steps=STEPS, seed=SEED, skip=SKIP
+    )
     assert_consistent(run)
+
+
+@pytest.mark.xfail(
+    reason="a loaded session shows another host's live run as idle, and its save writes that",
+    strict=True,
+)
+async def test_a_save_keeps_another_hosts_run_claim(tmp_path: Path) -> None:
+    # What the "hold" step finds (double-claim): a host loads a session while a
+    # host elsewhere runs it, saves a metadata change, and the run marker is gone,
+    # so a third claim wins while the first run still works.
+    elsewhere = RunOwner(host_id="elsewhere", pid=1, token="t")
+    async with open_sqlite_store(tmp_path / "s.db") as store, open_session_host(store) as host:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
+        assert (await store.claim_run("s", stale_at=0, owner=elsewhere)).claimed
+        session = await host.load_session("s")
+        assert session is not None
+        await session.set_meta("k", 1)
+        await session.save()
+        stored = await store.load("s")
+        assert stored is not None
+        assert (stored.status, stored.run_owner) == ("running", elsewhere)
+        assert not (await store.claim_run("s", stale_at=0)).claimed
