@@ -173,6 +173,21 @@ def test_incompatible_order_against_real_time() -> None:
     assert h.kinds({"s": ["b", "a"]}) == {"incompatible-order"}
 
 
+@pytest.mark.parametrize(
+    "windows",
+    [
+        [(0, 10), (20, 30), (40, 50)],  # a < b < c: a before c only through b
+        [(0, 10), (5, 30), (20, 40)],  # a < c; b overlaps both
+    ],
+)
+def test_incompatible_order_against_transitive_real_time(windows: list[tuple[int, int]]) -> None:
+    h = History()
+    for process, x, (start, end) in zip(("p0", "p1", "p2"), "abc", windows, strict=True):
+        h.op(process, "append", start, end, [x])
+    h.op("p3", "read", 60, 65, ["c", "a"])
+    assert "incompatible-order" in h.kinds()
+
+
 def test_non_prefix_read() -> None:
     # A host's memory ['u0', 'b1'] while the store holds ['u0', 'a1', 'b1'].
     h = History()
