@@ -270,7 +270,7 @@ async def _worker(dsn: str, schema: str, sessions: Sequence[str]) -> None:
     ledger = Ledger()
     stop = trio.Event()
     async with (
-        open_postgres_store(dsn, schema=schema, pool_size=2) as store,
+        open_postgres_store(dsn, schema=schema) as store,
         open_session_host(store) as host,
     ):
         handles = [await host.create_session(id=sid) for sid in sessions]
