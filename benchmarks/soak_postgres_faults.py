@@ -102,6 +102,19 @@ def start_workers(cluster: PrivateCluster, processes: int, sessions: int, logs: 
 def soak(args: argparse.Namespace, cluster: PrivateCluster, logs: Path) -> bool:
     # The first worker creates the schema; the others race it through the migration lock.
     workers = start_workers(cluster, args.processes, args.sessions, logs)
+    try:
+        ok = run_faults(args, cluster)
+        return collect(workers, logs, cluster) and ok
+    finally:
+        for proc, stderr in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            stderr.close()
+
+
+def run_faults(args: argparse.Namespace, cluster: PrivateCluster) -> bool:
+    """Kill rounds and restarts, ``--interval`` apart; ``False`` when the writers stay stuck."""
     restart_every = max(1, args.rounds // args.restarts) if args.restarts else 0
     killed = restarts = 0
     delays: list[float] = []
@@ -119,17 +132,27 @@ def soak(args: argparse.Namespace, cluster: PrivateCluster, logs: Path) -> bool:
                 admin = psycopg.connect(cluster.dsn, autocommit=True)
             else:
                 killed += kill_backends(admin, SCHEMA)
-        print(
-            f"faults: {args.rounds - restarts} kill rounds ({killed} backends), {restarts} restarts"
-        )
+    except RuntimeError as exc:
+        print(f"FAIL after {restarts} restarts: {exc}")
+        return False
     finally:
         admin.close()
+    kills = args.rounds - restarts
+    print(f"faults: {kills} kill rounds ({killed} backends), {restarts} restarts")
+    print(
+        f"restart -> next commit: median {statistics.median(delays or [0]):.2f} s,"
+        f" max {max(delays or [0]):.2f} s"
+    )
+    return True
+
+
+def collect(workers: list[Any], logs: Path, cluster: PrivateCluster) -> bool:
+    """Stop the workers, merge their ledgers and check them against the store."""
     ledger = Ledger()
     ok = True
     outages = stderr_lines = batches = 0
     for proc, stderr in workers:
         out, _ = proc.communicate(input="", timeout=300)
-        stderr.close()
         if proc.returncode:
             print(f"FAIL: a worker exited with {proc.returncode} (see {logs})")
             return False
@@ -154,12 +177,7 @@ def soak(args: argparse.Namespace, cluster: PrivateCluster, logs: Path) -> bool:
     except AssertionError as exc:
         print(f"FAIL: {exc}")
         ok = False
-    if delays:
-        print(
-            f"restart -> next commit: median {statistics.median(delays):.2f} s,"
-            f" max {max(delays):.2f} s"
-        )
-    print(f"stderr: {stderr_lines} lines for {outages} outages in {args.processes} processes")
+    print(f"stderr: {stderr_lines} lines for {outages} outages in {len(workers)} processes")
     if stderr_lines > 2 * outages + 10:
         print("FAIL: stderr grows faster than one line per outage")
         ok = False

@@ -1004,8 +1004,8 @@ class _Outages:
             self.failed = 0
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         _log.warning(
-            "PostgreSQL store %r: connection to the server lost (%s); reconnecting on demand,"
-            " not logged again until the server answers",
+            "PostgreSQL store %r: server unavailable (%s); reconnecting on demand,"
+            " not logged again until it answers",
             self.schema,
             reason,
         )
