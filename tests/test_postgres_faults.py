@@ -34,11 +34,20 @@ from psycopg import sql
 from test_postgres_store import DSN, fresh_schema, session
 
 from zidane_actors.actors import Session, SessionHost, open_session_host
-from zidane_actors.stores import PostgresStore, StoreWrite, open_postgres_store
+from zidane_actors.errors import StoreUnavailableError
+from zidane_actors.server import serve
+from zidane_actors.stores import (
+    PostgresStore,
+    StoreWrite,
+    create_remote_store,
+    open_postgres_store,
+)
 
 SESSIONS = 40
 KILL_ROUNDS = 16
 RESTARTS = 3
+NOWHERE = "host=127.0.0.1 port=1 user=postgres dbname=test connect_timeout=1"
+"""A DSN nothing answers at: a server that stays down."""
 
 
 @pytest.fixture
@@ -216,3 +225,45 @@ async def test_a_connection_left_in_pipeline_mode_is_replaced(schema: str) -> No
             result.unwrap()
         assert store._writer.raw is not raw
         assert [t.id for t in await store.get_turns("a")] == ["a:0", "a:1", "a:2"]
+
+
+async def test_a_rest_server_over_postgres_logs_an_outage_once(
+    schema: str, logs: pytest.LogCaptureFixture
+) -> None:
+    """Requests answered 503 while the server is down add no traceback each to the log."""
+    async with open_postgres_store(DSN, schema=schema, pool_size=2, retries=1) as store:
+        await store.save(session("s"))
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(
+                lambda task_status: serve(store, port=0, task_status=task_status)
+            )
+            async with create_remote_store(url, retries=0) as remote:
+                await remote.append_turns("s", [turn("s:0")])
+                conns = [store._writer, *store._pool]
+                for conn in conns:
+                    conn.dsn = NOWHERE
+                with psycopg.connect(DSN, autocommit=True) as admin:
+                    assert kill_backends(admin, schema) == len(conns)
+                failures: list[BaseException] = []
+
+                async def attempt(i: int) -> None:
+                    try:
+                        if i % 4:
+                            await remote.append_turns("s", [turn(f"s:{i}")])
+                        else:
+                            await remote.get_turns("s")
+                    except StoreUnavailableError as exc:
+                        failures.append(exc)
+
+                async with trio.open_nursery() as requests:
+                    for i in range(1, 21):
+                        requests.start_soon(attempt, i)
+                assert len(failures) == 20
+                for conn in conns:
+                    conn.dsn = DSN
+                await remote.append_turns("s", [turn("s:after")])
+                assert [t.id for t in await remote.get_turns("s")] == ["s:0", "s:after"]
+            nursery.cancel_scope.cancel()
+    assert not [r.getMessage() for r in logs.records if r.name.startswith("zidane_actors.server")]
+    lines = outage_lines(logs)
+    assert (len(lines["lost"]), len(lines["back"]), lines["psycopg"]) == (1, 1, [])
