@@ -58,8 +58,8 @@ def schema() -> Iterator[str]:
 
 @pytest.fixture
 def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG, logger="zidane_actors")
-    caplog.set_level(logging.DEBUG, logger="psycopg")
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    caplog.set_level(logging.DEBUG, logger="zidane_actors")  # last: it sets the handler's level
     return caplog
 
 
