@@ -183,6 +183,12 @@ def _mapped(exc: BaseException) -> _ApiError:
     return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
 
 
+def _worth_a_traceback(error: _ApiError) -> bool:
+    """A 5xx other than ``store_unavailable``: the store reports its own outages (PostgreSQL:
+    one line each), and a traceback per request while it is down would flood the log."""
+    return error.status >= 500 and error.code != "store_unavailable"
+
+
 def _ui_error(exc: Exception) -> tuple[int, str]:
     """Status and message of the browser's error page for ``exc``."""
     error = _mapped(exc)
@@ -556,7 +562,7 @@ class _Api:
         else:
             assert isinstance(result, outcome.Error)
             error = _mapped(result.error)
-            if error.status >= 500:
+            if _worth_a_traceback(error):
                 _log.error("POST /writes: %s failed", type(write).__name__, exc_info=result.error)
         detail = ErrorDetail(code=error.code, message=error.message, path=error.path)
         return WriteOutcome(status=error.status, error=detail)
@@ -814,7 +820,7 @@ def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
             return _error_response(400, "client_disconnected", "the client left mid-body")
         except Exception as exc:
             error = _mapped(exc)
-            if error.status >= 500:
+            if _worth_a_traceback(error):
                 _log.exception("%s %s failed", request.method, request.url.path)
             return _error_response(error.status, error.code, error.message, error.path)
         finally:

@@ -346,7 +346,7 @@ class _Ui:
                 return _html_response(render_error(400, str(exc)), 400)
             except Exception as exc:
                 status, message = self.error_of(exc)
-                if status >= 500:
+                if status >= 500 and status != 503:  # 503: the store is down, and says so
                     _log.exception("GET %s failed", request.url.path)
                 return _html_response(render_error(status, message), status)
             if isinstance(result, tuple):

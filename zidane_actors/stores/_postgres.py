@@ -16,6 +16,7 @@ import functools
 import hashlib
 import logging
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -126,6 +127,10 @@ _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _TRANSIENT: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _BACKOFF_S: Final = 0.05
 _STATUSES: Final = frozenset(get_args(SessionStatus))
+_SERVER_GONE: Final = frozenset({"57P01", "57P02", "57P03"})
+"""SQLSTATEs of a server session ended by the server: admin shutdown (``pg_terminate_backend``,
+a fast stop), crash shutdown, and a server still starting."""
+_log = logging.getLogger("zidane_actors.stores.postgres")
 
 
 class _SlowPath(Exception):
@@ -1008,30 +1013,153 @@ def _schedule(row: tuple[Any, ...]) -> Schedule:
 # Connections
 
 
+def _connection_lost(raw: _Connection, exc: psycopg.Error) -> bool:
+    """Whether ``exc`` ended the server session (rather than failing one statement on it).
+
+    libpq's own failures carry no SQLSTATE (a dead socket, a connection left
+    in pipeline mode); class 08 is a connection exception.
+    """
+    state = exc.sqlstate
+    return raw.closed or state is None or state.startswith("08") or state in _SERVER_GONE
+
+
+def _reusable(raw: _Connection) -> bool:
+    """Open, outside any transaction and out of pipeline mode: safe for the next operation."""
+    pgconn = raw.pgconn
+    return (
+        not raw.closed
+        and pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        and pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
+
+
+class _QuietPsycopg(logging.Filter):
+    """Drops psycopg's ``error ignored …`` warnings on threads running a store transaction.
+
+    psycopg writes one whenever the rollback or pipeline exit that follows a
+    lost connection fails too: one per failed operation, on top of the error
+    the store handles. The store logs each outage once instead (:class:`_Outages`).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        self._local.active = True
+        try:
+            yield
+        finally:
+            self._local.active = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            getattr(self._local, "active", False) and str(record.msg).startswith("error ignored")
+        )
+
+
+_QUIET: Final = _QuietPsycopg()
+
+
+def _quiet_psycopg() -> None:
+    for name in ("psycopg", "psycopg.transaction"):
+        logging.getLogger(name).addFilter(_QUIET)  # once: ``addFilter`` skips a filter it has
+
+
+@attrs.define
+class _Outages:
+    """A store's failure episodes: from the first lost connection (or failed connect) to the
+    next operation that succeeds. Each is logged when it starts (``WARNING``) and when it
+    ends (``INFO``), never once per operation. Shared by the store's connections (threads).
+    """
+
+    schema: str
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+    count: int = 0
+    since: float | None = None
+    failed: int = 0
+
+    def lost(self, conn: _Conn | None, exc: BaseException) -> None:
+        """A connection failed (``conn``: one that had connected; ``None``: a connect).
+
+        A connection opened before the latest episode began dies of that
+        episode (a restart ends every server session, each noticed on its
+        next use): no new episode.
+        """
+        with self.lock:
+            if self.since is not None or (conn is not None and conn.opened_in < self.count):
+                return
+            self.count += 1
+            self.since = time.monotonic()
+            self.failed = 0
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _log.warning(
+            "PostgreSQL store %r: server unavailable (%s); reconnecting on demand,"
+            " not logged again until it answers",
+            self.schema,
+            reason,
+        )
+
+    def gave_up(self) -> None:
+        """An operation failed with ``StoreUnavailableError`` during the current episode."""
+        with self.lock:
+            self.failed += 1
+
+    def answered(self) -> None:
+        """An operation succeeded: the episode under way, if any, is over."""
+        if self.since is None:  # the common case, without the lock
+            return
+        with self.lock:
+            if self.since is None:
+                return
+            down, failed = time.monotonic() - self.since, self.failed
+            self.since = None
+        _log.info(
+            "PostgreSQL store %r: the server answers again after %.2f s"
+            " (%d operations failed meanwhile)",
+            self.schema,
+            down,
+            failed,
+        )
+
+
 @attrs.define
 class _Conn:
-    """One database connection, reconnected on demand, used by one thread at a time."""
+    """One database connection, reconnected on demand, used by one thread at a time.
+
+    A connection is reused only while :func:`_reusable`; any other is closed
+    and replaced on next use.
+    """
 
     dsn: str
     schema: str
     connect_timeout: float
+    outages: _Outages
     limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     raw: _Connection | None = None
     connected: bool = False
     reconnects: int = 0
+    opened_in: int = 0
+    """``outages.count`` when this connection was opened."""
 
     def ensure(self) -> _Connection:
-        if self.raw is not None and not self.raw.closed and not self.raw.broken:
+        if self.raw is not None and _reusable(self.raw):
             return self.raw
         self.discard()
         options: dict[str, Any] = {"connect_timeout": max(1, round(self.connect_timeout))}
         if "application_name" not in conninfo_to_dict(self.dsn):
             options["application_name"] = f"zidane_actors:{self.schema}"
         raw: _Connection = psycopg.connect(self.dsn, autocommit=True, **options)
-        raw.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        try:
+            raw.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        except BaseException:
+            raw.close()
+            raise
         if self.connected:
             self.reconnects += 1
         self.connected = True
+        self.opened_in = self.outages.count
         self.raw = raw
         return raw
 
@@ -1039,6 +1167,10 @@ class _Conn:
         if self.raw is not None:
             self.raw.close()
             self.raw = None
+
+    def discard_unless_reusable(self) -> None:
+        if self.raw is not None and not _reusable(self.raw):
+            self.discard()
 
 
 CHANGES_CHANNEL: Final = "zidane_sessions"
@@ -1123,6 +1255,8 @@ class PostgresStoreStatistics:
     reconnects: int
     batch_fallbacks: int
     """Batches rerun with savepoints because a write of the pipelined attempt failed."""
+    outages: int
+    """Failure episodes so far: from a lost connection to the next operation that succeeds."""
 
 
 @attrs.define(eq=False)
@@ -1140,6 +1274,7 @@ class PostgresStore:
     _idle_send: trio.MemorySendChannel[_Conn]
     _idle_recv: trio.MemoryReceiveChannel[_Conn]
     _max_retries: int
+    _outages: _Outages
     _closed: bool = False
     _retries: int = 0
     _fallbacks: int = 0
@@ -1176,8 +1311,14 @@ class PostgresStore:
 
         Serialization failures and deadlocks roll back, so they are always
         retried; a lost connection is retried when ``op`` is idempotent or
-        never started (``BEGIN`` failed).
+        never started (``BEGIN`` failed). A connection that failed, or that an
+        error left inside a transaction or in pipeline mode, is discarded: the
+        next attempt (or operation) opens a fresh one.
         """
+        with _QUIET.active():
+            return self._attempts(conn, op, idempotent)
+
+    def _attempts(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
         self._check_open()  # again: the store may have closed while this waited for ``conn``
         last: BaseException | None = None
         for attempt in range(self._max_retries + 1):
@@ -1187,20 +1328,25 @@ class PostgresStore:
             try:
                 raw = conn.ensure()
             except psycopg.OperationalError as exc:
+                self._outages.lost(None, exc)
                 last = exc
                 continue
             started = False
             try:
                 with raw.transaction(), raw.cursor() as cur:
                     started = True
-                    return op(cur)
+                    result = op(cur)
+                self._outages.answered()
+                return result
             except _TRANSIENT as exc:
                 last = exc
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if not raw.broken and not raw.closed:
+                if not _connection_lost(raw, exc):
                     raise _map_error(exc) from None
                 conn.discard()
+                self._outages.lost(conn, exc)
                 if started and not idempotent:
+                    self._outages.gave_up()
                     raise StoreUnavailableError(
                         f"PostgreSQL connection lost during a non-idempotent write"
                         f" (its outcome is unknown): {exc}"
@@ -1208,6 +1354,9 @@ class PostgresStore:
                 last = exc
             except psycopg.Error as exc:
                 raise _map_error(exc) from None
+            finally:
+                conn.discard_unless_reusable()
+        self._outages.gave_up()
         raise StoreUnavailableError(
             f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
         ) from last
@@ -1253,6 +1402,7 @@ class PostgresStore:
             retries=self._retries,
             reconnects=sum(c.reconnects for c in conns),
             batch_fallbacks=self._fallbacks,
+            outages=self._outages.count,
         )
 
     async def aclose(self) -> None:
@@ -1954,8 +2104,12 @@ async def open_postgres_store(
         raise ValidationError(f"pool_size must be at least 1, got {pool_size}")
     if retries < 0:
         raise ValidationError(f"retries must be at least 0, got {retries}")
-    writer = _Conn(dsn, schema, connect_timeout)
-    pooled = [_Conn(dsn, schema, connect_timeout) for _ in range(pool_size - 1)] or [writer]
+    _quiet_psycopg()
+    outages = _Outages(schema)
+    writer = _Conn(dsn, schema, connect_timeout, outages)
+    pooled = [_Conn(dsn, schema, connect_timeout, outages) for _ in range(pool_size - 1)] or [
+        writer
+    ]
     conns = [writer, *(c for c in pooled if c is not writer)]
     with trio.CancelScope(shield=True):
         await trio.to_thread.run_sync(_connect_all, conns, writer)
@@ -1969,6 +2123,7 @@ async def open_postgres_store(
         idle_send=idle_send,
         idle_recv=idle_recv,
         max_retries=retries,
+        outages=outages,
     )
     if not listen:
         try:
@@ -1976,7 +2131,9 @@ async def open_postgres_store(
         finally:
             await store.aclose()
         return
-    feed = _ChangeFeed(_Conn(dsn, schema, connect_timeout), trio.lowlevel.current_trio_token())
+    feed = _ChangeFeed(
+        _Conn(dsn, schema, connect_timeout, _Outages(schema)), trio.lowlevel.current_trio_token()
+    )
     try:
         await store._write(lambda cur: cur.execute(_NOTIFY_SQL.encode()), idempotent=True)
         store._feed = feed
