@@ -6,6 +6,7 @@ tool leaves in a session directory, then drives the store through it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -37,6 +38,7 @@ from zidane_actors.stores import (
 )
 
 MANIFEST = ".zidane-filemap.json"
+LOCK = ".zidane-filemap.lock"
 WORKER = str(Path(__file__).with_name("_file_map_worker.py"))
 
 
@@ -54,8 +56,23 @@ def store_on(directory: Path) -> FileMapStore:
     return create_file_map_store(DirectoryFileMapAdapter(directory))
 
 
+async def reopen(store: FileMapStore, directory: Path) -> FileMapStore:
+    """Close ``store`` (its directory's lock goes) and open the directory again."""
+    await store.aclose()
+    return store_on(directory)
+
+
 async def ids(store: FileMapStore) -> list[str]:
     return [t.id for t in await store.get_turns("s")]
+
+
+async def ids_in(directory: Path) -> list[str]:
+    """The turn ids a fresh store on ``directory`` reads (closed afterwards)."""
+    store = store_on(directory)
+    try:
+        return await ids(store)
+    finally:
+        await store.aclose()
 
 
 async def saved(directory: Path, *turns: SessionTurn, manifest: bool = True) -> FileMapStore:
@@ -65,7 +82,7 @@ async def saved(directory: Path, *turns: SessionTurn, manifest: bool = True) -> 
     await store.save(session(*turns))
     if not manifest:
         (directory / MANIFEST).unlink(missing_ok=True)
-        store = store_on(directory)
+        store = await reopen(store, directory)
     return store
 
 
@@ -103,7 +120,7 @@ async def test_planted_link_is_refused_and_its_target_never_copied(
     directory = tmp_path / "sess"
     store = await saved(directory, turn(0), manifest=manifest)
     await store.claim_send_request("s", "q", "fp")
-    store = store_on(directory)
+    store = await reopen(store, directory)
     (directory / name).unlink()
     (directory / name).symlink_to(secret)
     with pytest.raises(CorruptDataError, match=rf"{name} is a symbolic link"):
@@ -169,11 +186,12 @@ async def test_last_line_without_newline_is_kept_by_the_next_append(
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
     if manifest:  # the store committed the file as it is now
         await store.patch_meta("s", {"k": 1})
-        store = store_on(directory)
+        store = await reopen(store, directory)
     assert await ids(store) == ["t0", "t1"]
     await store.append_turns("s", [turn(2)])
     assert await ids(store) == ["t0", "t1", "t2"]
-    assert await ids(store_on(directory)) == ["t0", "t1", "t2"]
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t1", "t2"]
     assert path.read_text().splitlines() == [encode_str(turn(i)) for i in range(3)]
 
 
@@ -182,7 +200,7 @@ async def test_last_line_without_newline_is_kept_by_the_next_append(
 
 async def test_every_cut_of_the_last_line_is_a_truncated_line(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), turn(1), manifest=False)
+    await (await saved(directory, turn(0), turn(1), manifest=False)).aclose()
     path = directory / "turns.jsonl"
     complete = path.read_bytes()
     line = encode_str(turn(2)).encode()
@@ -190,18 +208,19 @@ async def test_every_cut_of_the_last_line_is_a_truncated_line(tmp_path: Path) ->
     for cut in range(1, len(line)):
         path.write_bytes(complete + line[:cut])
         with pytest.warns(CorruptDataWarning, match="turns.jsonl line 3 is truncated"):
-            assert await ids(store_on(directory)) == ["t0", "t1"], cut
+            assert await ids_in(directory) == ["t0", "t1"], cut
     path.write_bytes(complete + line[:-1])
     store = store_on(directory)
     with pytest.warns(CorruptDataWarning):
         await store.append_turns("s", [turn(3)])
     assert await ids(store) == ["t0", "t1", "t3"]
     assert path.read_bytes() == complete + encode_str(turn(3)).encode() + b"\n"
+    await store.aclose()
 
 
 async def test_cut_inside_a_character_leaves_the_session_writable(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), manifest=False)
+    await (await saved(directory, turn(0), manifest=False)).aclose()
     path = directory / "turns.jsonl"
     line = encode_str(turn(1)).encode()
     cut = line.index("€".encode()) + 1  # inside the three bytes of "€"
@@ -213,23 +232,24 @@ async def test_cut_inside_a_character_leaves_the_session_writable(tmp_path: Path
     assert loaded is not None and [t.id for t in loaded.turns] == ["t0"]
     with pytest.warns(CorruptDataWarning):
         await store.append_turns("s", [turn(2)])
-    assert await ids(store_on(directory)) == ["t0", "t2"]
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t2"]
 
 
 async def test_bad_bytes_in_the_middle_are_a_located_error(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), turn(1), turn(2), manifest=False)
+    await (await saved(directory, turn(0), turn(1), turn(2), manifest=False)).aclose()
     path = directory / "turns.jsonl"
     lines = path.read_bytes().split(b"\n")
     lines[1] = lines[1].replace("€".encode(), b"\xe2\x82")  # a cut character mid-file
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl line 2 is not UTF-8"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
     path.write_bytes(b"\n".join(lines[:1] + lines[2:]))
     meta = directory / "meta.json"
     meta.write_bytes(meta.read_bytes()[:-1] + b"\xc3")
     with pytest.raises(CorruptDataError, match=r"meta\.json"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
 
 
 # -- item 10: foreign files are neither read, nor rewritten, nor deleted ---------------------
@@ -254,12 +274,13 @@ async def test_foreign_files_are_left_alone(tmp_path: Path, secret: Path) -> Non
     await store.append_turns("s", [turn(1)])
     await store.patch_meta("s", {"k": "v"})
     await store.claim_send_request("s", "q", "fp")
-    store = store_on(directory)
+    store = await reopen(store, directory)
     assert await ids(store) == ["t0", "t1"]
     assert {k: v for k, v in entries(directory).items() if k in foreign} == foreign
     await store.delete("s")
-    assert entries(directory) == foreign
     assert await store.load("s") is None
+    await store.aclose()
+    assert entries(directory) == foreign
 
 
 # -- item 11: a save is all-or-nothing; appends write only what they append ------------------
@@ -286,33 +307,50 @@ async def test_hard_linked_file_is_replaced_not_written_through(tmp_path: Path) 
     before = (tmp_path / "elsewhere").read_bytes()
     await store.append_turns("s", [turn(1)])
     assert (tmp_path / "elsewhere").read_bytes() == before
-    assert await ids(store_on(directory)) == ["t0", "t1"]
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t1"]
     assert os.stat(path).st_nlink == 1
+
+
+def crashed_mid_append(directory: Path, tail: bytes) -> None:
+    """Leave ``directory`` as a writer killed after appending ``tail``, before its commit:
+    the lock file it never released records where its append started."""
+    path = directory / "turns.jsonl"
+    generation = json.loads((directory / MANIFEST).read_text())["generation"]
+    record = {"pid": 1, "generation": generation, "appending": {"turns.jsonl": path.stat().st_size}}
+    (directory / LOCK).write_text(json.dumps(record))
+    with path.open("ab") as f:
+        f.write(tail)
 
 
 async def test_uncommitted_append_is_invisible_and_replaced(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0))
+    await (await saved(directory, turn(0))).aclose()
     path = directory / "turns.jsonl"
     committed = path.read_bytes()
-    with path.open("ab") as f:  # a crash after appending, before the manifest commit
-        f.write(encode_str(turn(1)).encode() + b"\n" + encode_str(turn(2)).encode()[:9])
+    crashed_mid_append(
+        directory, encode_str(turn(1)).encode() + b"\n" + encode_str(turn(2)).encode()[:9]
+    )
     store = store_on(directory)
-    assert await ids(store) == ["t0"]  # no warning: the tail never committed
+    with pytest.warns(CorruptDataWarning, match=r"turns\.jsonl: the \d+ bytes past its last"):
+        assert await ids(store) == ["t0"]  # the tail never committed: cut
+    assert path.read_bytes() == committed
     await store.append_turns("s", [turn(3)])
     assert path.read_bytes() == committed + encode_str(turn(3)).encode() + b"\n"
+    await store.aclose()
+    assert not (directory / LOCK).exists()
 
 
 async def test_stale_temp_files_are_removed_on_open(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0))
+    await (await saved(directory, turn(0))).aclose()
     stale = [".meta.json.0123456789ab.tmp", ".turns.jsonl.abcdef012345.tmp"]
     stale.append(f"{MANIFEST}.00112233aabb.tmp")
     for name in stale:
         (directory / name).write_text("left by a crash")
     (directory / ".other.tmp").write_text("not ours")
     (directory / ".a.b.0123456789ab.tmp").mkdir()  # a directory is never ours
-    assert await ids(store_on(directory)) == ["t0"]
+    assert await ids_in(directory) == ["t0"]
     assert sorted(os.listdir(directory)) == [
         ".a.b.0123456789ab.tmp",
         ".other.tmp",
@@ -332,10 +370,10 @@ async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
     adapter = DirectoryFileMapAdapter(directory, names=["m.json", "t.jsonl"])
     store = create_file_map_store(adapter, options)
     await store.append_turns("s", [turn(1)])
-    assert await ids(create_file_map_store(DirectoryFileMapAdapter(directory), options)) == [
-        "t0",
-        "t1",
-    ]
+    await store.aclose()
+    store = create_file_map_store(DirectoryFileMapAdapter(directory), options)
+    assert await ids(store) == ["t0", "t1"]
+    await store.aclose()
     assert (directory / "meta.json").read_text() == "not this session's file"
     with pytest.raises(ValidationError, match="not a string"):
         DirectoryFileMapAdapter(directory, names="m.json")
@@ -345,17 +383,17 @@ async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
 
 async def test_damage_outside_the_store_is_located(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), turn(1))
+    await (await saved(directory, turn(0), turn(1))).aclose()
     path = directory / "turns.jsonl"
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl holds \d+ bytes, fewer than"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
     path.unlink()
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl is missing"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
     (directory / MANIFEST).write_text('{"generation": 1}')
     with pytest.raises(CorruptDataError, match=r"\.zidane-filemap\.json does not decode"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
 
 
 async def _state(store: Any, request_ids: list[str]) -> tuple[Any, ...] | None:
@@ -365,6 +403,14 @@ async def _state(store: Any, request_ids: list[str]) -> tuple[Any, ...] | None:
         return None
     claimed = [r for r in request_ids if await store.find_send_request("s", r) is not None]
     return (data.metadata, data.turns, data.runs, claimed)
+
+
+async def _state_in(directory: Path, request_ids: list[str]) -> tuple[Any, ...] | None:
+    store = store_on(directory)
+    try:
+        return await _state(store, request_ids)
+    finally:
+        await store.aclose()
 
 
 def _model(ops: list[worker.Op], request_ids: list[str]) -> tuple[Any, ...] | None:
@@ -427,7 +473,7 @@ def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
             seen["temps left"] += bool(_temps(directory))
 
             request_ids = [f"q{tag}" for kind, tag, _ in history + ops if kind == "claim"]
-            state = trio.run(_state, store_on(directory), request_ids)
+            state = trio.run(_state_in, directory, request_ids)
             candidates = [history + ops[:acked]]
             if acked < len(ops):
                 candidates.append(history + ops[: acked + 1])
