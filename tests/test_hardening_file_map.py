@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -20,11 +21,14 @@ from typing import Any
 import _file_map_worker as worker
 import pytest
 import trio
+from test_server_e2e import ServerProcess
 
 from zidane_actors.errors import (
     CorruptDataError,
     CorruptDataWarning,
+    ExternalChangeWarning,
     InvalidNameError,
+    StoreLockedError,
     ValidationError,
 )
 from zidane_actors.model import SessionData, SessionTurn, TextBlock, encode_str
@@ -393,6 +397,192 @@ async def test_damage_outside_the_store_is_located(tmp_path: Path) -> None:
         await ids_in(directory)
     (directory / MANIFEST).write_text('{"generation": 1}')
     with pytest.raises(CorruptDataError, match=r"\.zidane-filemap\.json does not decode"):
+        await ids_in(directory)
+
+
+# -- two writers of one directory -----------------------------------------------------------
+
+PEER = """
+import sys, trio
+from zidane_actors.errors import StoreLockedError
+from zidane_actors.stores import open_directory_adapter
+
+async def main() -> None:
+    try:
+        async with open_directory_adapter(sys.argv[1]):
+            print("opened", flush=True)
+            if sys.argv[2:] == ["hold"]:
+                await trio.sleep_forever()
+    except StoreLockedError as exc:
+        print("refused:", exc, flush=True)
+
+trio.run(main)
+"""
+"""Another process opening a directory: prints ``opened`` or ``refused: <error>``."""
+
+
+async def peer_opens(directory: Path) -> str:
+    done = await trio.run_process([sys.executable, "-c", PEER, str(directory)], capture_stdout=True)
+    return done.stdout.decode().strip()
+
+
+async def test_second_process_is_refused_while_a_store_has_the_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    async with open_directory_adapter(directory) as adapter:
+        store = create_file_map_store(adapter)
+        await store.save(session(turn(0)))
+        answer = await peer_opens(directory)
+        assert answer.startswith("refused:"), answer
+        assert f"{directory} is open by another file-map store (process {os.getpid()})" in answer
+        await store.append_turns("s", [turn(1)])
+        assert await ids(store) == ["t0", "t1"]
+    assert await peer_opens(directory) == "opened"  # closing released it
+    assert await ids_in(directory) == ["t0", "t1"]
+
+
+async def test_second_store_in_this_process_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    first = await saved(directory, turn(0))
+    second = store_on(directory)
+    held = (
+        rf"{re.escape(str(directory))} is open by another file-map store \(process {os.getpid()}\)"
+    )
+    with pytest.raises(StoreLockedError, match=held):
+        await second.load("s")
+    with pytest.raises(StoreLockedError, match=held):
+        await second.append_turns("s", [turn(1)])
+    with pytest.raises(StoreLockedError, match=held):
+        async with open_directory_adapter(directory):
+            pass
+    await first.append_turns("s", [turn(2)])
+    await first.aclose()
+    assert await ids(second) == ["t0", "t2"]  # the first one is gone: the lock is free
+    await second.aclose()
+
+
+async def test_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    holder = await trio.lowlevel.open_process(
+        [sys.executable, "-c", PEER, str(directory), "hold"], stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None
+        assert (await holder.stdout.receive_some(100)).startswith(b"opened")
+        with pytest.raises(StoreLockedError, match=f"process {holder.pid}"):
+            await ids_in(directory)
+    finally:
+        holder.kill()  # no cleanup: the kernel drops its lock
+        await holder.wait()
+        await holder.stdout.aclose()
+    assert await ids_in(directory) == ["t0"]
+
+
+def test_two_servers_on_one_directory_the_second_refuses(tmp_path: Path) -> None:
+    url = f"file:{tmp_path / 'map'}"
+    first = ServerProcess(url)
+    first.start()
+    try:
+        assert first.proc is not None
+        second = subprocess.run(
+            [sys.executable, "-m", "zidane_actors.cli", "serve", "--store", url, "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1, second
+        assert second.stdout == ""  # never listened
+        assert len(second.stderr.splitlines()) == 1, second.stderr
+        assert f"is open by another file-map store (process {first.proc.pid})" in second.stderr
+    finally:
+        assert first.stop() == 0
+
+
+def zidane_appends(directory: Path, *turn_ids: str) -> None:
+    """Append turns as zidane's own file-map store writes them: one compact JSON line each,
+    shaped like the lines already there (its adapter knows nothing of our manifest)."""
+    path = directory / "turns.jsonl"
+    shape = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    with path.open("a", encoding="utf-8") as f:
+        for turn_id in turn_ids:
+            line = {**shape, "id": turn_id, "content": [{"type": "text", "text": f"z {turn_id}"}]}
+            f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+async def test_lines_another_writer_appended_are_read_and_kept(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    zidane_appends(directory, "z1", "z2")  # while no store of ours has it open
+    store = store_on(directory)
+    assert await ids(store) == ["t0", "z1", "z2"]  # a plain append: no warning
+    await store.append_turns("s", [turn(3)])
+    zidane_appends(directory, "z4")  # while ours has it open (zidane takes no lock)
+    assert await ids(store) == ["t0", "z1", "z2", "t3", "z4"]
+    await store.append_turns("s", [turn(5)])
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "z2", "t3", "z4", "t5"]
+    manifest = json.loads((directory / MANIFEST).read_text())
+    assert manifest["files"]["turns.jsonl"] == (directory / "turns.jsonl").stat().st_size
+
+
+async def test_lines_appended_between_our_read_and_our_write_are_kept(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    adapter = DirectoryFileMapAdapter(directory)
+    files = await adapter.get()
+    zidane_appends(directory, "z1")
+    files["turns.jsonl"] += encode_str(turn(2)) + "\n"  # built on what we read
+    await adapter.save(files)
+    await adapter.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "t2"]
+
+
+async def test_meta_rewritten_by_another_writer_loads_with_a_warning(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    path = directory / "meta.json"
+    meta = json.loads(path.read_text())
+    meta["metadata"] = {"title": "renamed by zidane", "tags": ["longer", "than", "before"]}
+    path.write_text(json.dumps(meta, separators=(",", ":")))
+    store = store_on(directory)
+    rewritten = r"meta\.json was rewritten outside the store \(\d+ bytes committed, \d+ now\)"
+    with pytest.warns(ExternalChangeWarning, match=rewritten):
+        loaded = await store.load("s")
+    assert loaded is not None and loaded.metadata == meta["metadata"]
+    assert [t.id for t in loaded.turns] == ["t0"]
+    await store.append_turns("s", [turn(1)])  # commits the file as it is now
+    meta["metadata"] = {}
+    path.write_text(json.dumps(meta))  # shorter this time
+    with pytest.warns(ExternalChangeWarning, match=rewritten):
+        loaded = await store.load("s")
+    assert loaded is not None and loaded.metadata == {}
+    assert [t.id for t in loaded.turns] == ["t0", "t1"]
+    await store.aclose()
+
+
+async def test_stripped_final_newline_loads_with_a_warning(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0), turn(1))).aclose()
+    path = directory / "turns.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # an editor's "no newline at end of file"
+    store = store_on(directory)
+    with pytest.warns(ExternalChangeWarning, match=r"turns\.jsonl lost its final newline"):
+        assert await ids(store) == ["t0", "t1"]
+    await store.append_turns("s", [turn(2)])
+    assert path.read_text().splitlines() == [encode_str(turn(i)) for i in range(3)]
+    assert path.read_bytes().endswith(b"\n")
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t1", "t2"]
+
+
+@pytest.mark.parametrize("cut", [2, 7, 200])
+async def test_committed_turn_bytes_cut_are_an_error(tmp_path: Path, cut: int) -> None:
+    """Cut past the final newline (2: the newline and the last turn's closing brace)."""
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0), turn(1))).aclose()
+    path = directory / "turns.jsonl"
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(CorruptDataError, match=rf"{re.escape(str(path))} holds \d+ bytes, fewer"):
         await ids_in(directory)
 
 
