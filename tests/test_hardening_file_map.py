@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,9 @@ def crashed_mid_append(directory: Path, tail: bytes) -> None:
         f.write(tail)
 
 
+CUT = r"turns\.jsonl: the \d+ bytes an append wrote before it was cut short by a crash were"
+
+
 async def test_uncommitted_append_is_invisible_and_replaced(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
     await (await saved(directory, turn(0))).aclose()
@@ -336,7 +340,7 @@ async def test_uncommitted_append_is_invisible_and_replaced(tmp_path: Path) -> N
         directory, encode_str(turn(1)).encode() + b"\n" + encode_str(turn(2)).encode()[:9]
     )
     store = store_on(directory)
-    with pytest.warns(CorruptDataWarning, match=r"turns\.jsonl: the \d+ bytes past its last"):
+    with pytest.warns(CorruptDataWarning, match=CUT):
         assert await ids(store) == ["t0"]  # the tail never committed: cut
     assert path.read_bytes() == committed
     await store.append_turns("s", [turn(3)])
@@ -525,6 +529,21 @@ async def test_lines_another_writer_appended_are_read_and_kept(tmp_path: Path) -
     assert manifest["files"]["turns.jsonl"] == (directory / "turns.jsonl").stat().st_size
 
 
+async def test_crashed_append_is_cut_and_another_writers_lines_before_it_kept(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    zidane_appends(directory, "z1")  # read by our next writer, which is killed mid-append
+    crashed_mid_append(directory, encode_str(turn(2)).encode() + b"\n")
+    store = store_on(directory)
+    with pytest.warns(CorruptDataWarning, match=CUT):
+        assert await ids(store) == ["t0", "z1"]
+    await store.append_turns("s", [turn(3)])
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "t3"]
+
+
 async def test_lines_appended_between_our_read_and_our_write_are_kept(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
     await (await saved(directory, turn(0))).aclose()
@@ -663,7 +682,10 @@ def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
             seen["temps left"] += bool(_temps(directory))
 
             request_ids = [f"q{tag}" for kind, tag, _ in history + ops if kind == "claim"]
-            state = trio.run(_state_in, directory, request_ids)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                state = trio.run(_state_in, directory, request_ids)
+            seen["tails cut"] += any("were dropped" in str(w.message) for w in caught)
             candidates = [history + ops[:acked]]
             if acked < len(ops):
                 candidates.append(history + ops[: acked + 1])
@@ -677,3 +699,4 @@ def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
         server.wait(timeout=60)
     # The seeded kill points reach inside the protocol: before and after its commit point.
     assert seen["temps left"] > 0 and seen["in flight committed"] > 0, seen
+    assert seen["tails cut"] > 0, seen  # appends killed before their commit: their bytes cut

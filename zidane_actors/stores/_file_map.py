@@ -8,7 +8,8 @@ session: writing a second session id is refused.
 
 :class:`DirectoryFileMapAdapter` keeps the map as files in a directory and
 commits each save all-or-nothing with a manifest renamed last; appends write
-only the appended bytes (see docs/file-map.md for the on-disk protocol).
+only the appended bytes. One store at a time has a directory open (a lock
+file); lines other writers append are read and kept (see docs/file-map.md).
 """
 
 from __future__ import annotations
@@ -920,21 +921,24 @@ class DirectoryFileMapAdapter:
         finally:
             os.close(fd)
 
-    def _append(self, dir_fd: int, name: str, committed: int, data: bytes) -> _Signature:
-        """Write ``data`` at the committed end of ``name`` (dropping an uncommitted tail)."""
+    def _append(self, dir_fd: int, name: str, end: int, data: bytes) -> _Signature:
+        """Write ``data`` at ``end``, where ``name`` ended when it was read for this save."""
         fd = self._open(dir_fd, name, _WRITE)
         if fd is None:
             raise CorruptDataError(f"{self._where(name)} is missing (deleted outside the store)")
         try:
             length = os.fstat(fd).st_size
-            if length < committed:
+            if length < end:
                 raise CorruptDataError(
-                    f"{self._where(name)} holds {length} bytes, fewer than the {committed} "
+                    f"{self._where(name)} holds {length} bytes, fewer than the {end} "
                     "its last save committed (changed outside the store)"
                 )
-            if length > committed:
-                os.ftruncate(fd, committed)
-            view, offset = memoryview(data), committed
+            if length > end:  # never written over: another writer's lines
+                raise ConflictError(
+                    f"{self._where(name)} grew while this save was written (another writer "
+                    "appended to it); nothing of the save was committed: retry it"
+                )
+            view, offset = memoryview(data), end
             while view:
                 written = os.pwrite(fd, view, offset)
                 view, offset = view[written:], offset + written
@@ -1159,7 +1163,7 @@ class DirectoryFileMapAdapter:
                     f"{self._where(name)} is missing (deleted outside the store); "
                     f"{self._where(_MANIFEST)} lists it"
                 )
-            ours = in_flight is not None and in_flight.appending.get(name) == size
+            ours = None if in_flight is None else in_flight.appending.get(name)
             data, signatures[name], done = self._committed(dir_fd, name, size, *found, ours)
             dropped = dropped and done
             files[name], sizes[name] = _text(data, self._where(name)), len(data)
@@ -1171,19 +1175,38 @@ class DirectoryFileMapAdapter:
         return self._snapshot
 
     def _committed(
-        self, dir_fd: int, name: str, size: int, data: bytes, signature: _Signature, ours: bool
+        self,
+        dir_fd: int,
+        name: str,
+        size: int,
+        data: bytes,
+        signature: _Signature,
+        ours: int | None,
     ) -> tuple[bytes, _Signature, bool]:
         """``name``'s bytes judged against the ``size`` its manifest committed.
 
-        A turns log longer than committed holds another writer's appended lines
-        (read), or, when ``ours``, the tail of an append that never committed
-        (cut; the flag says whether the cut is done). A log that lost only its
-        final newline is read; one that lost more raises ``CorruptDataError``.
-        Any other file of another length was rewritten by another writer: read.
+        Bytes of a log past ``ours``, where an append of ours that never
+        committed started, are cut (the flag says whether the cut is done).
+        Past that, a log longer than committed holds another writer's appended
+        lines (read); one that lost only its final newline is read; one that
+        lost more raises ``CorruptDataError``. Any other file of another length
+        was rewritten by another writer: read as it is now.
         """
-        where, length = self._where(name), len(data)
+        where, done = self._where(name), True
+        if ours is not None and size <= ours < len(data) and name in self._logs:
+            self._note(
+                CorruptDataWarning,
+                f"{where}: the {len(data) - ours} bytes an append wrote before it was cut "
+                "short by a crash were dropped",
+            )
+            data = data[:ours]
+            try:
+                signature = self._cut(dir_fd, name, ours)
+            except OSError:
+                done = False  # read-only: cut by a later writer
+        length = len(data)
         if length == size:
-            return data, signature, True
+            return data, signature, done
         if name not in self._logs:
             self._note(
                 ExternalChangeWarning,
@@ -1191,16 +1214,6 @@ class DirectoryFileMapAdapter:
                 "now); read as it is now",
             )
             return data, signature, True
-        if length > size and ours:
-            self._note(
-                CorruptDataWarning,
-                f"{where}: the {length - size} bytes past its last commit were dropped (an "
-                "append cut short by a crash)",
-            )
-            try:
-                return data[:size], self._cut(dir_fd, name, size), True
-            except OSError:
-                return data[:size], signature, False  # read-only: cut by a later writer
         if length > size:
             if size and data[size - 1] != ord("\n"):
                 self._note(
@@ -1208,7 +1221,7 @@ class DirectoryFileMapAdapter:
                     f"{where} changed outside the store ({size} bytes committed, {length} now, "
                     "not whole lines appended); read as it is now",
                 )
-            return data, signature, True  # another writer appended lines: ours too now
+            return data, signature, done  # another writer appended lines: ours too now
         if length == size - 1 and not data.endswith(b"\n") and _complete_last_line(data):
             self._note(
                 ExternalChangeWarning,
@@ -1265,7 +1278,14 @@ class DirectoryFileMapAdapter:
                 self._mark(self._in_flight)
                 os.fdatasync(self._lock_fd)
             for name, tail in appends.items():
-                signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
+                try:
+                    signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
+                except ConflictError:  # nothing written to it: what lies past its end is not ours
+                    left = {n: at for n, at in self._in_flight.appending.items() if n != name}
+                    self._in_flight = msgspec.structs.replace(self._in_flight, appending=left)
+                    if self._lock_fd is not None:
+                        self._mark(self._in_flight)
+                    raise
                 sizes[name] = old.sizes[name] + len(tail)
         removed = tuple(sorted(set(old.files) - set(files)))
         if old.manifest is not None and sizes == old.sizes and not pending and not removed:
