@@ -25,6 +25,7 @@ import trio
 from test_server_e2e import ServerProcess
 
 from zidane_actors.errors import (
+    ConflictError,
     CorruptDataError,
     CorruptDataWarning,
     ExternalChangeWarning,
@@ -554,6 +555,35 @@ async def test_lines_appended_between_our_read_and_our_write_are_kept(tmp_path: 
     await adapter.save(files)
     await adapter.aclose()
     assert await ids_in(directory) == ["t0", "z1", "t2"]
+
+
+class _RacedAdapter(DirectoryFileMapAdapter):
+    """Another writer appends a line while a save is being written (once, when armed)."""
+
+    armed = False
+
+    def _only_link(self, dir_fd: int, name: str) -> bool:
+        if self.armed:
+            self.armed = False
+            zidane_appends(Path(self.path), "z1")
+        return super()._only_link(dir_fd, name)
+
+
+async def test_append_racing_another_writers_line_fails_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    adapter = _RacedAdapter(directory)
+    store = create_file_map_store(adapter)
+    assert await ids(store) == ["t0"]
+    adapter.armed = True
+    with pytest.raises(ConflictError, match=r"turns\.jsonl grew while this save was written"):
+        await store.append_turns("s", [turn(2)])
+    assert await ids(store) == ["t0", "z1"]  # their line whole, nothing of ours
+    await store.append_turns("s", [turn(2)])  # the retry goes after it
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "t2"]  # and no crash cut on reopen
 
 
 async def test_meta_rewritten_by_another_writer_loads_with_a_warning(tmp_path: Path) -> None:
