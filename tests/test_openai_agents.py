@@ -491,24 +491,56 @@ def test_provider_native_items_round_trip_as_native_blocks(make: SessionFactory,
     assert json.dumps(run(session.get_items())) == json.dumps(items[:-1])
 
 
-def test_exact_shapes_are_stored_without_a_copy(make: SessionFactory, db: str) -> None:
-    # Items in the converters' own key order come back from the content alone.
-    items: list[Any] = [
-        msg("user", "Hello"),
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
-        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+def test_items_are_stored_once_with_only_the_key_order_that_differs(
+    make: SessionFactory, db: str
+) -> None:
+    # Items in the order openai-agents writes them come back from the content alone.
+    sdk_order: list[Any] = [
+        {"content": "Hello", "role": "user"},
+        {"arguments": '{"a": 1}', "call_id": "c1", "name": "f", "type": "function_call"},
+        {"call_id": "c1", "output": "1", "type": "function_call_output"},
     ]
     session = make("plain")
-    run(session.add_items(items))
+    run(session.add_items(sdk_order))
     data = read_back(db, "plain")
     assert data is not None and all(t.metadata is None for t in data.turns)
-    assert json.dumps(run(session.get_items())) == json.dumps(items)
-    # The same items with their keys in another order keep a copy, and come back as sent.
-    reordered: list[Any] = [{"content": "Hi", "role": "user"}]
+    assert json.dumps(run(session.get_items())) == json.dumps(sdk_order)
+    # Another order keeps only that order (no copy of the item), and comes back as sent.
+    reordered: list[Any] = [
+        {"role": "user", "content": [{"text": "Hi", "type": "input_text"}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"text": "Yo", "type": "output_text"}],
+        },
+    ]
     run(session.add_items(reordered))
     data = read_back(db, "plain")
-    assert data is not None and data.turns[-1].metadata == {"openaiItems": reordered}
-    assert json.dumps(run(session.get_items(1))) == json.dumps(reordered)
+    assert data is not None
+    assert data.turns[-2].metadata == {"openaiOrder": {"0": {"k": ["role", "content"]}}}
+    assert data.turns[-1].metadata == {"openaiOrder": {"0": {"k": ["type", "role", "content"]}}}
+    assert json.dumps(run(session.get_items(2))) == json.dumps(reordered)
+
+
+def test_turns_stored_with_an_item_copy_still_read_back_exactly(
+    make: SessionFactory, db: str
+) -> None:
+    # Earlier versions kept each turn's items whole under metadata.openaiItems.
+    from zidane_actors.model import SessionTurn
+    from zidane_actors.wire import from_openai_responses
+
+    items: list[Any] = [{"content": "Hi", "role": "user", "type": "message"}]
+    (message,) = from_openai_responses(items)
+    old = SessionTurn(
+        id="t1", role="user", content=message.content, created_at=1, metadata={"openaiItems": items}
+    )
+
+    async def write() -> None:
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+            await store.save(SessionData(id="old", created_at=1, updated_at=1, turns=(old,)))
+
+    trio.run(write)
+    assert json.dumps(run(make("old").get_items())) == json.dumps(items)
 
 
 def test_popping_the_follower_of_a_reasoning_item_keeps_the_reasoning(
