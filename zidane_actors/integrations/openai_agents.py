@@ -351,20 +351,22 @@ class ZidaneSession:
         if not items:
             return
         groups = group_items(cast(list[dict[str, Any]], items))
-        if wrapper is None:
-            await self._call(self._add_items, groups, None, None)
-            return
-        call = self._runner_call(wrapper.usage, _prompt(groups))
-        call.tokens = (wrapper.usage.input_tokens, wrapper.usage.output_tokens)
-        runs: list[_Placed] = []
-        for role, _, _ in groups:
-            if role == "assistant" and call.pending:
-                runs.append(call.pending.popleft())
-            else:
-                runs.append((runs[-1][0] if runs else call.current, None))
-        if call.final and groups[-1][0] == "assistant":
-            call.finish("completed")
-        await self._call(self._add_items, groups, runs, call)
+        call = None if wrapper is None else self._runner_call(wrapper.usage, _prompt(groups))
+        placed: list[_Placed | None] = [None] * len(groups)
+        if call is not None:
+            assert wrapper is not None
+            call.tokens = (wrapper.usage.input_tokens, wrapper.usage.output_tokens)
+            for index, (role, _, _) in enumerate(groups):
+                if role == "assistant" and call.pending:
+                    placed[index] = call.pending.popleft()
+                else:
+                    previous = placed[index - 1] if index else None
+                    placed[index] = (call.current if previous is None else previous[0], None)
+            if call.final and groups[-1][0] == "assistant":
+                call.finish("completed")
+        turns = [_turn(group, where) for group, where in zip(groups, placed, strict=True)]
+        records = _records(call, [p for p in placed if p is not None])
+        await self._call(self._append, turns, records)
 
     async def pop_item(
         self, wrapper: RunContextWrapper[Any] | None = None
@@ -459,7 +461,7 @@ class ZidaneSession:
         if shared is None:
             return
         try:
-            shared.portal.submit(session._write_runs, shared, call)
+            shared.portal.submit(session._write_runs, shared, _records(call, None))
         except ActorClosed:
             return
 
@@ -488,36 +490,12 @@ class ZidaneSession:
             return session
         raise ConflictError(f"session {self.session_id!r} could not be created or loaded")
 
-    async def _add_items(
-        self,
-        shared: _shared.SharedPortal,
-        groups: list[ItemGroup],
-        runs: list[_Placed] | None,
-        call: _RunnerCall | None,
+    async def _append(
+        self, shared: _shared.SharedPortal, turns: list[SessionTurn], records: list[SessionRun]
     ) -> None:
         session = await self._session(shared, True)
         assert session is not None
         async with _lock_for(session):
-            turns: list[SessionTurn] = []
-            for index, (role, content, items) in enumerate(groups):
-                run, usage = (None, None) if runs is None else runs[index]
-                turn_id = await session.generate_turn_id()
-                if run is not None and role == "assistant":
-                    run.turns += 1
-                    if usage is not None:
-                        run.usage.append(msgspec.structs.replace(usage, turn_id=turn_id))
-                turns.append(
-                    SessionTurn(
-                        id=turn_id,
-                        role=role,
-                        content=content,
-                        created_at=_now_ms(),
-                        run_id=None if run is None else run.id,
-                        usage=usage,
-                        metadata=turn_metadata(None, role, content, items),
-                    )
-                )
-            records = _records(call, runs)
             last = session.turns[-1] if session.turns else None
             if last is not None and last.role == "assistant" and turns[0].role == "assistant":
                 # Tool results pair with the calls of the latest assistant turn: one
@@ -534,10 +512,10 @@ class ZidaneSession:
             for record in records[1:]:
                 await session.update_run(record)
 
-    async def _write_runs(self, shared: _shared.SharedPortal, call: _RunnerCall) -> None:
+    async def _write_runs(self, shared: _shared.SharedPortal, records: list[SessionRun]) -> None:
         session = await self._session(shared, True)
         assert session is not None
-        for record in _records(call, None):
+        for record in records:
             await session.update_run(record)
 
     async def _pop_item(self, shared: _shared.SharedPortal) -> TResponseInputItem | None:
@@ -565,6 +543,26 @@ class ZidaneSession:
             if session.turns:
                 await session.set_turns([])
                 await session.save()
+
+
+def _turn(group: ItemGroup, placed: _Placed | None) -> SessionTurn:
+    """The turn that stores ``group``, as part of the run ``placed`` names (if any)."""
+    role, content, items = group
+    turn_id = new_id()
+    run, usage = (None, None) if placed is None else placed
+    if run is not None and role == "assistant":
+        run.turns += 1
+        if usage is not None:
+            run.usage.append(msgspec.structs.replace(usage, turn_id=turn_id))
+    return SessionTurn(
+        id=turn_id,
+        role=role,
+        content=content,
+        created_at=_now_ms(),
+        run_id=None if run is None else run.id,
+        usage=usage,
+        metadata=turn_metadata(None, role, content, items),
+    )
 
 
 def _records(call: _RunnerCall | None, runs: list[_Placed] | None) -> list[SessionRun]:
