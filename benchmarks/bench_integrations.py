@@ -201,7 +201,7 @@ async def agents_round(
 
     mine, peer = await ours.get_items(), await theirs.get_items()
     assert json.dumps(mine) == json.dumps(peer), "items differ"
-    for name, session in (order if r % 2 else reversed(order)):
+    for name, session in order if r % 2 else reversed(order):
         out[f"get_{name}"] = await get(ours if name == "ours" else theirs)
     theirs.close()
     await ours.aclose()
@@ -228,7 +228,11 @@ def openai_agents(rounds: int) -> None:
     _shared.close_all()
     print(ratio_line("add_items, wall", bare, "add_wall_ours", "add_wall_theirs"))
     print(ratio_line("add_items, CPU", bare, "add_cpu_ours", "add_cpu_theirs"))
-    print(ratio_line("add_items with the Runner's context, wall", wrapped, "add_wall_ours", "add_wall_theirs"))
+    print(
+        ratio_line(
+            "add_items with the Runner's context, wall", wrapped, "add_wall_ours", "add_wall_theirs"
+        )
+    )
     print(ratio_line("get_items(120)", bare, "get_ours", "get_theirs"))
     print(ratio_line("stored JSON bytes per item", bare, "bytes_ours", "bytes_theirs"))
     print(ratio_line("database file after VACUUM", bare, "file_ours", "file_theirs"))
