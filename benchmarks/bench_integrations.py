@@ -43,7 +43,20 @@ from zidane_actors.integrations.openai_agents import ZidaneSession
 
 set_tracing_disabled(True)
 
-WORDS = "the store keeps every turn of a session durable and exact as written by an agent".split()
+WORDS = (
+    "the",
+    "store",
+    "keeps",
+    "every",
+    "turn",
+    "of",
+    "a",
+    "session",
+    "durable",
+    "exact",
+    "agent",
+)
+SESSION = "5b0e6c1e-8d7a-4f43-9a55-3c1f2d7e9b10"  # a session id as users make them
 
 
 def text(rng: random.Random, size: int) -> str:
@@ -145,17 +158,25 @@ async def timed(fn: Callable[[], Awaitable[object]]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def sqlite_payload(db: Path) -> int:
+def sqlite_payload(db: Path) -> tuple[int, int]:
+    """The items' JSON, and whole rows (every column, the rowid as 8 bytes)."""
     with sqlite3.connect(db) as conn:
-        (n,) = conn.execute("SELECT SUM(LENGTH(message_data)) FROM agent_messages").fetchone()
-    return int(n)
+        json_bytes, rows = conn.execute(
+            "SELECT SUM(LENGTH(message_data)), SUM(LENGTH(message_data) + LENGTH(session_id)"
+            " + LENGTH(created_at) + 8) FROM agent_messages"
+        ).fetchone()
+    return int(json_bytes), int(rows)
 
 
-def zidane_payload(db: Path) -> tuple[int, int]:
+def zidane_payload(db: Path) -> tuple[int, int, int]:
+    """The turns' JSON, whole turn rows, and the runs' JSON."""
     with sqlite3.connect(db) as conn:
-        (turns,) = conn.execute("SELECT SUM(LENGTH(body)) FROM turns").fetchone()
+        json_bytes, rows = conn.execute(
+            "SELECT SUM(LENGTH(body)), SUM(LENGTH(body) + LENGTH(session_id) + LENGTH(id)"
+            " + LENGTH(role) + 8) FROM turns"
+        ).fetchone()
         (runs,) = conn.execute("SELECT COALESCE(SUM(LENGTH(body)), 0) FROM runs").fetchone()
-    return int(turns), int(runs)
+    return int(json_bytes), int(rows), int(runs)
 
 
 def file_size(db: Path) -> int:
@@ -170,8 +191,8 @@ async def agents_round(
 ) -> dict[str, float]:
     out: dict[str, float] = {}
     theirs_db, ours_db = tmp / f"agents-{r}-{wrapped}.db", tmp / f"zidane-{r}-{wrapped}.db"
-    theirs = SQLiteSession("s", theirs_db)
-    ours = ZidaneSession("s", store=f"sqlite:{ours_db}")
+    theirs = SQLiteSession(SESSION, theirs_db)
+    ours = ZidaneSession(SESSION, store=f"sqlite:{ours_db}")
     await ours.get_items()  # the store is open before the clock starts
     context = RunContextWrapper(context=None)
 
@@ -201,14 +222,29 @@ async def agents_round(
 
     mine, peer = await ours.get_items(), await theirs.get_items()
     assert json.dumps(mine) == json.dumps(peer), "items differ"
-    for name, session in order if r % 2 else reversed(order):
+    for name, _ in order if r % 2 else reversed(order):
         out[f"get_{name}"] = await get(ours if name == "ours" else theirs)
     theirs.close()
     await ours.aclose()
-    out["bytes_theirs"] = sqlite_payload(theirs_db)
-    out["bytes_ours"], out["run_bytes"] = zidane_payload(ours_db)
-    out["file_theirs"], out["file_ours"] = file_size(theirs_db), file_size(ours_db)
+    out["bytes_theirs"], out["rows_theirs"] = sqlite_payload(theirs_db)
+    out["bytes_ours"], out["rows_ours"], out["run_bytes"] = zidane_payload(ours_db)
+    empty_theirs, empty_ours = await empty_files(Path(tempfile.mkdtemp(dir=tmp)))
+    out["file_theirs"] = file_size(theirs_db) - empty_theirs
+    out["file_ours"] = file_size(ours_db) - empty_ours
     return out
+
+
+async def empty_files(tmp: Path) -> tuple[int, int]:
+    """The size of each database with its schema and an empty session (the fixed part)."""
+    theirs = SQLiteSession(SESSION, tmp / "a.db")
+    await theirs.add_items([{"content": "x", "role": "user"}])
+    await theirs.clear_session()
+    theirs.close()
+    ours = ZidaneSession(SESSION, store=f"sqlite:{tmp / 'z.db'}")
+    await ours.add_items([{"content": "x", "role": "user"}])
+    await ours.clear_session()
+    await ours.aclose()
+    return file_size(tmp / "a.db"), file_size(tmp / "z.db")
 
 
 def ratio_line(label: str, rounds: list[dict[str, float]], ours: str, theirs: str) -> str:
@@ -235,7 +271,12 @@ def openai_agents(rounds: int) -> None:
     )
     print(ratio_line("get_items(120)", bare, "get_ours", "get_theirs"))
     print(ratio_line("stored JSON bytes per item", bare, "bytes_ours", "bytes_theirs"))
-    print(ratio_line("database file after VACUUM", bare, "file_ours", "file_theirs"))
+    print(ratio_line("stored row bytes per item (every column)", bare, "rows_ours", "rows_theirs"))
+    print(
+        ratio_line(
+            "database file growth (VACUUM, schema excluded)", bare, "file_ours", "file_theirs"
+        )
+    )
     last = bare[-1]
     print(
         f"   per item: ours {last['bytes_ours'] / items:,.0f} B, SQLiteSession"
@@ -286,7 +327,7 @@ def pydantic_ai_bytes() -> None:
                 result = agent.run_sync(text(rng, 800), message_history=message_history(session))
                 append_messages_sync(session, result.new_messages())
                 messages.extend(result.new_messages())
-        ours, runs = zidane_payload(db)
+        ours, _, runs = zidane_payload(db)
     theirs = len(ModelMessagesTypeAdapter.dump_json(messages))
     print(f"2. pydantic-ai: {len(messages)} messages of 10 agent runs (tools, a ModelRetry)")
     print(f"   {'stored turn bytes / ModelMessagesTypeAdapter JSON':<44} {ours / theirs:5.2f}x")
