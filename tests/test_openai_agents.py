@@ -586,3 +586,167 @@ def test_a_bad_store_url_fails_the_first_call_with_a_validation_error() -> None:
             run(session.get_items())
     finally:
         session.close()
+
+
+# -- runs, agents and usage ----------------------------------------------------
+
+
+def reasoning_item(text: str, item_id: str) -> Any:
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    return ResponseReasoningItem(
+        id=item_id, type="reasoning", summary=[Summary(text=text, type="summary_text")]
+    )
+
+
+def step(output: list[Any], tokens_in: int, tokens_out: int) -> Any:
+    from agents.testing import ModelStep
+    from agents.usage import Usage
+
+    usage = Usage(
+        requests=1,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        total_tokens=tokens_in + tokens_out,
+    )
+    return ModelStep(output=output, usage=usage)
+
+
+def triage_to_billing() -> Agent[Any]:
+    """A triage agent that checks the weather, then hands off to billing, which answers."""
+    billing = Agent(
+        name="billing",
+        tools=[weather],
+        model=ScriptedModel(
+            [
+                step(
+                    [
+                        reasoning_item("check Paris", "rs_2"),
+                        function_call("weather", {"city": "Paris"}, call_id="c2"),
+                    ],
+                    50,
+                    7,
+                ),
+                step([assistant_message("Billing says: sunny.")], 60, 5),
+            ]
+        ),
+    )
+    return Agent(
+        name="triage",
+        tools=[weather],
+        handoffs=[billing],
+        model=ScriptedModel(
+            [
+                step(
+                    [
+                        reasoning_item("route", "rs_1"),
+                        function_call("weather", {"city": "Oslo"}, call_id="c1"),
+                    ],
+                    10,
+                    3,
+                ),
+                step([function_call("transfer_to_billing", {}, call_id="h1")], 20, 4),
+            ]
+        ),
+    )
+
+
+def until(db: str, session_id: str, ready: Callable[[SessionData], bool]) -> SessionData:
+    """The stored session once ``ready`` holds (run records closed from another thread)."""
+    import gc
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        gc.collect()
+        data = read_back(db, session_id)
+        if data is not None and ready(data):
+            return data
+        assert time.monotonic() < deadline, f"never ready: {data}"
+        time.sleep(0.02)
+
+
+def test_a_runner_call_with_a_handoff_is_recorded_as_a_run_tree(
+    make: SessionFactory, db: str
+) -> None:
+    session = make("tree")
+    result = Runner.run_sync(triage_to_billing(), "Weather?", session=session, hooks=session.hooks)
+    assert result.final_output == "Billing says: sunny." and result.last_agent.name == "billing"
+
+    data = read_back(db, "tree")
+    assert data is not None
+    root, child = sorted(data.runs, key=lambda r: r.depth or 0)
+    assert root.agent is not None and root.agent.id == "triage"
+    assert child.agent is not None and child.agent.id == "billing"
+    assert (child.parent_run_id, child.parent_call_id, child.depth) == (root.id, "h1", 1)
+    assert root.status == child.status == "completed"
+    assert root.prompt == child.prompt == "Weather?"
+    assert root.ended_at is not None and child.ended_at is not None
+    assert (root.tokens_in, root.tokens_out, root.turns) == (30, 7, 2)
+    assert (child.tokens_in, child.tokens_out, child.turns) == (110, 12, 2)
+    # Every turn names its run; each assistant turn carries its response's usage.
+    by_run = {run.id: run.agent.id for run in data.runs if run.agent is not None}
+    owners = [(t.role, by_run[t.run_id or ""]) for t in data.turns]
+    assert owners == [
+        ("user", "triage"),
+        ("assistant", "triage"),
+        ("user", "triage"),
+        ("assistant", "triage"),  # the handoff call is triage's answer
+        ("user", "triage"),
+        ("assistant", "billing"),
+        ("user", "billing"),
+        ("assistant", "billing"),
+    ]
+    usages = [(t.usage.input, t.usage.output) for t in data.turns if t.usage is not None]
+    assert usages == [(10, 3), (20, 4), (50, 7), (60, 5)]
+    assert [u.turn_id for u in child.turn_usage or ()] == [
+        t.id for t in data.turns if t.role == "assistant" and t.run_id == child.id
+    ]
+    # The items are what the Runner wrote, exactly (the SDK's own session keeps the same).
+    from agents.memory import SQLiteSession
+
+    peer = SQLiteSession("tree")
+    Runner.run_sync(triage_to_billing(), "Weather?", session=peer)
+    assert json.dumps(run(session.get_items())) == json.dumps(run(peer.get_items()))
+    peer.close()
+
+
+def test_a_caller_price_gives_each_response_and_run_a_cost(make: SessionFactory, db: str) -> None:
+    session = make("priced", price=lambda usage: usage.input * 0.001 + usage.output * 0.002)
+    Runner.run_sync(triage_to_billing(), "Weather?", session=session, hooks=session.hooks)
+    data = read_back(db, "priced")
+    assert data is not None
+    costs = {run.agent.id: run.cost for run in data.runs if run.agent is not None}
+    assert costs == {"triage": pytest.approx(0.044), "billing": pytest.approx(0.134)}
+    assert all(t.usage.cost is not None for t in data.turns if t.usage is not None)
+
+
+def test_a_failing_model_call_closes_its_run_as_an_error(make: SessionFactory, db: str) -> None:
+    agent = Agent(name="flaky", model=ScriptedModel([RuntimeError("provider down")]))
+    session = make("failing")
+    with pytest.raises(RuntimeError, match="provider down"):
+        Runner.run_sync(agent, "Hello?", session=session, hooks=session.hooks)
+    data = until(db, "failing", lambda d: bool(d.runs) and d.runs[0].status != "running")
+    (failed,) = data.runs
+    assert failed.status == "error" and failed.agent is not None and failed.agent.id == "flaky"
+    assert failed.error is not None and "model call" in failed.error
+    assert [t.run_id for t in data.turns] == [failed.id]  # the question is kept, in its run
+
+
+def test_without_hooks_each_runner_call_is_still_a_run(make: SessionFactory, db: str) -> None:
+    model = ScriptedModel([step([assistant_message("Hi.")], 12, 2)])
+    session = make("bare")
+    Runner.run_sync(Agent(name="plain", model=model), "Hello", session=session)
+    data = until(db, "bare", lambda d: bool(d.runs) and d.runs[0].status != "running")
+    (recorded,) = data.runs
+    assert recorded.agent is None and recorded.prompt == "Hello"
+    assert (recorded.status, recorded.tokens_in, recorded.tokens_out) == ("completed", 12, 2)
+    assert all(t.run_id == recorded.id for t in data.turns)
+
+
+def test_items_added_outside_a_runner_have_no_run(make: SessionFactory, db: str) -> None:
+    session = make("manual")
+    run(session.add_items([msg("user", "hi")]))
+    data = read_back(db, "manual")
+    assert data is not None and data.runs == () and data.turns[0].run_id is None

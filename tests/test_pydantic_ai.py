@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     BinaryContent,
@@ -209,3 +210,139 @@ def test_neutral_history_written_by_other_code_drives_a_run() -> None:
     assert result.output == "ok"
     returns = [p for m in seen for p in m.parts if isinstance(p, ToolReturnPart)]
     assert [(r.tool_call_id, r.content) for r in returns] == [("c1", "found")]
+
+
+# -- runs, errors and what pydantic-ai keeps -----------------------------------
+
+
+def retrying_agent() -> Agent[None, str]:
+    """Searches twice (the first is refused with ModelRetry), answers, and is asked once to
+    answer again by its output validator."""
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.usage import RequestUsage
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answered = sum(isinstance(m, ModelResponse) for m in messages)
+        usage = RequestUsage(input_tokens=100 + answered, output_tokens=10)
+        if answered == 0:
+            parts: list[Any] = [
+                ThinkingPart("look it up"),
+                ToolCallPart("search", {"query": "vague"}, tool_call_id="c1"),
+            ]
+        elif answered == 1:
+            parts = [ToolCallPart("search", {"query": "precise"}, tool_call_id="c2")]
+        elif answered == 2:
+            parts = [TextPart("draft")]
+        else:
+            parts = [TextPart("Found it.")]
+        return ModelResponse(parts=parts, usage=usage)
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), system_prompt="Answer from the notes.")
+
+    @agent.tool_plain
+    def search(query: str) -> str:
+        """Search the notes."""
+        if query == "vague":
+            raise ModelRetry("too vague: name the note")
+        return "note 7"
+
+    @agent.output_validator
+    def final(output: str) -> str:
+        if output == "draft":
+            raise ModelRetry("not a draft, please")
+        return output
+
+    return agent
+
+
+def test_a_run_with_a_retry_is_recorded_with_its_errors(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'runs.db'}"
+    with start_host(url) as host:
+        session = host.create_session(id="retry")
+        result = retrying_agent().run_sync("What does the note say?")
+        append_messages_sync(session, result.new_messages(), agent="notes")
+        assert result.output == "Found it."
+
+    with start_host(url) as host:
+        session = host.load_session("retry")
+        assert session is not None
+        assert message_history(session) == result.all_messages()  # exactly
+        turns, (run,) = session.turns, session.runs
+
+    assert run.id == result.run_id and run.status == "completed"
+    assert run.agent is not None and run.agent.id == "notes"
+    assert run.prompt == "What does the note say?"
+    assert (run.tokens_in, run.tokens_out, run.turns) == (100 + 101 + 102 + 103, 40, 4)
+    assert run.options is not None and run.options.model == "function:model:"
+    assert all(t.run_id == run.id for t in turns)
+    assert [t.usage.input for t in turns if t.usage is not None] == [100, 101, 102, 103]
+    assert run.ended_at is not None and run.started_at <= run.ended_at
+
+    # The system prompt is a system turn; the refused search is an error result; the
+    # validator's feedback is visible text.
+    assert turns[0].role == "system"
+    assert [b.text for b in turns[0].content if isinstance(b, TextBlock)] == [
+        "Answer from the notes."
+    ]
+    results = [b for t in turns for b in t.content if isinstance(b, ToolResultBlock)]
+    assert [(r.call_id, r.is_error, r.output) for r in results] == [
+        ("c1", True, "too vague: name the note"),
+        ("c2", False, "note 7"),
+    ]
+    feedback = [
+        b.text
+        for t in turns
+        if t.role == "user"
+        for b in t.content
+        if isinstance(b, TextBlock) and "draft" in b.text
+    ]
+    assert feedback and all(text.strip() for text in feedback)
+    # Stored once: about pydantic-ai's own JSON of the same messages.
+    stored = sum(len(msgspec.json.encode(t)) for t in turns)
+    assert stored < 1.5 * len(dumped(result.new_messages()))
+
+
+def test_a_deprecated_retry_prompt_part_comes_back_as_itself() -> None:
+    import warnings
+
+    from pydantic_ai.messages import RetryPromptPart
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        old: list[ModelMessage] = [
+            ModelResponse(parts=[ToolCallPart("look", {"i": 1}, tool_call_id="c1")]),
+            ModelRequest(
+                parts=[
+                    RetryPromptPart("bad index", tool_name="look", tool_call_id="c1"),
+                    RetryPromptPart("answer in French"),
+                ]
+            ),
+        ]
+    turns = messages_to_turns(old)
+    back = turns_to_messages(turns)
+    assert back == old
+    assert all(type(p) is RetryPromptPart for p in back[1].parts)
+    result, feedback = turns[1].content
+    assert isinstance(result, ToolResultBlock) and result.is_error
+    assert isinstance(feedback, TextBlock) and "answer in French" in feedback.text
+
+
+def test_turns_with_a_message_copy_from_earlier_versions_still_read_back() -> None:
+    message = ModelResponse(parts=[TextPart("kept")], model_name="m1")
+    copy = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    turn = SessionTurn(
+        "t1", "assistant", (TextBlock("kept"),), 1, metadata={"pydanticAiMessage": copy}
+    )
+    assert turns_to_messages([turn]) == [message]
+
+
+def test_an_unknown_model_has_no_cost_and_a_caller_price_gives_one() -> None:
+    from pydantic_ai.usage import RequestUsage
+
+    message = ModelResponse(
+        parts=[TextPart("x")], usage=RequestUsage(input_tokens=1000, output_tokens=100)
+    )
+    (free,) = messages_to_turns([message])
+    assert free.usage is not None and free.usage.cost is None
+    (priced,) = messages_to_turns([message], price=lambda u: u.input * 1e-6)
+    assert priced.usage is not None and priced.usage.cost == pytest.approx(0.001)
