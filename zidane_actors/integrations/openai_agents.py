@@ -97,7 +97,6 @@ class _Run:
     parent_run_id: str | None = None
     parent_call_id: str | None = None
     depth: int | None = None
-    label: str | None = None
     model: str | None = None
     usage: list[TurnUsage] = attrs.Factory(list)
     turns: int = 0
@@ -119,7 +118,6 @@ class _Run:
             depth=self.depth,
             ended_at=self.ended_at,
             error=self.error,
-            label=self.label,
             options=None if self.model is None else StoredRunOptions(model=self.model),
             parent_call_id=self.parent_call_id,
             parent_run_id=self.parent_run_id,
@@ -255,7 +253,6 @@ class _Hooks(RunHooks[Any]):
                 parent_run_id=parent.id,
                 parent_call_id=call_id,
                 depth=(parent.depth or 0) + 1,
-                label=f"handoff from {from_agent.name}",
                 model=_model_name(to_agent),
             )
         )
