@@ -750,3 +750,24 @@ def test_items_added_outside_a_runner_have_no_run(make: SessionFactory, db: str)
     run(session.add_items([msg("user", "hi")]))
     data = read_back(db, "manual")
     assert data is not None and data.runs == () and data.turns[0].run_id is None
+
+
+def test_get_items_with_a_limit_reads_only_the_newest_turns(make: SessionFactory) -> None:
+    items: list[Any] = []
+    for i in range(30):
+        items += [
+            {"content": f"q{i}", "role": "user"},
+            {"arguments": "{}", "call_id": f"c{i}", "name": "f", "type": "function_call"},
+            {"call_id": f"c{i}", "output": f"{i}", "type": "function_call_output"},
+        ]
+    writer = make("long")
+    run(writer.add_items(items))
+    writer.close()
+    _shared.close_all()
+    reader = make("long")  # a new portal: the session is not open in this process
+    assert json.dumps(run(reader.get_items(4))) == json.dumps(items[-4:])
+    assert json.dumps(run(reader.get_items(0))) == "[]"
+    assert reader._shared is not None
+    assert reader._shared.portal.host.statistics().started == 0  # never loaded whole
+    assert json.dumps(run(reader.get_items())) == json.dumps(items)
+    assert json.dumps(run(reader.get_items(7))) == json.dumps(items[-7:])

@@ -323,17 +323,22 @@ class ZidaneSession:
         """The newest ``limit`` items (all when ``None``, or the settings' limit), oldest first.
 
         ``0`` answers none and a negative limit all, as openai-agents' SQLite session does.
-        Only the turns holding those items are converted.
+        Only the turns holding those items are read (while this process has not
+        opened the session) and converted.
         """
         resolved = resolve_session_limit(limit, self.session_settings)
+        wanted = None if resolved is None or resolved < 0 else resolved
         if self._shared is None:
             raise ActorClosed(f"{self!r} is closed")
-        session = self._handle
-        if session is None:
-            session = await self._call(self._session, False)
-        if session is None or resolved == 0:
+        if wanted == 0:
             return []
-        return _newest_items(session.turns, None if resolved is None or resolved < 0 else resolved)
+        session = self._handle
+        if session is not None:
+            return _newest_items(session.turns, wanted)
+        if wanted is not None:
+            return _newest_items(await self._call(self._tail, wanted), wanted)
+        session = await self._call(self._session, False)
+        return [] if session is None else _newest_items(session.turns, None)
 
     async def add_items(
         self, items: list[TResponseInputItem], wrapper: RunContextWrapper[Any] | None = None
@@ -486,6 +491,25 @@ class ZidaneSession:
                 self._handle = session
             return session
         raise ConflictError(f"session {self.session_id!r} could not be created or loaded")
+
+    async def _tail(self, shared: _shared.SharedPortal, wanted: int) -> tuple[SessionTurn, ...]:
+        """The newest turns holding ``wanted`` items, read from the store (the session unopened)."""
+        store = shared.portal.host.store
+        meta = await store.get_meta(self.session_id)
+        if meta is None:
+            return ()
+        # Each turn but a command stands for one item or more.
+        end, items = meta.turn_count, 0
+        turns: tuple[SessionTurn, ...] = ()
+        while end > 0 and items < wanted:
+            start = max(0, end - (wanted - items))
+            read = tuple(await store.get_turns(self.session_id, start, end - start))
+            if not read:
+                break
+            turns = read + turns
+            items += sum(t.role != "command" for t in read)
+            end = start
+        return turns
 
     async def _append(
         self, shared: _shared.SharedPortal, turns: list[SessionTurn], records: list[SessionRun]
