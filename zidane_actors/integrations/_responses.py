@@ -94,7 +94,7 @@ def _sdk_ordered(value: dict[str, Any]) -> dict[str, Any]:
         if type(parts) is list:
             value[key] = [_sdk_ordered(p) if type(p) is dict else p for p in parts]
     order = SDK_KEY_ORDER.get(_kind(value) or "")
-    if order is None or list(value) == [k for k in order if k in value]:
+    if order is None:
         return value
     ordered = {key: value[key] for key in order if key in value}
     if len(ordered) != len(value):

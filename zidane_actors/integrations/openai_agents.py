@@ -42,6 +42,7 @@ from ..actors import Session
 from ..errors import ActorClosed, ConflictError
 from ..model import (
     AppendTurnsOptions,
+    RunStatus,
     SessionRun,
     SessionRunAgent,
     SessionTurn,
@@ -100,7 +101,7 @@ class _Run:
     model: str | None = None
     usage: list[TurnUsage] = attrs.Factory(list)
     turns: int = 0
-    status: str = "running"
+    status: RunStatus = "running"
     ended_at: int | None = None
     error: str | None = None
 
@@ -112,7 +113,7 @@ class _Run:
             id=self.id,
             prompt=self.prompt,
             started_at=self.started_at,
-            status=cast(Any, self.status),
+            status=self.status,
             agent=None if self.agent is None else SessionRunAgent(id=self.agent, label=self.agent),
             cost=None if summed is None else summed.cost,
             depth=self.depth,
@@ -149,7 +150,7 @@ class _RunnerCall:
     def current(self) -> _Run:
         return self.runs[-1]
 
-    def finish(self, status: str, error: str | None = None) -> None:
+    def finish(self, status: RunStatus, error: str | None = None) -> None:
         now = _now_ms()
         for run in self.runs:
             if run.status == "running":
@@ -310,7 +311,7 @@ class ZidaneSession:
         self._shared: _shared.SharedPortal | None = _shared.acquire(store)
         self._handle: Session | None = None
         self._calls: dict[int, tuple[weakref.ref[Any], _RunnerCall]] = {}
-        self._calls_lock = threading.Lock()
+        self._calls_lock = threading.RLock()  # a finalizer may run inside a hold
 
     def __repr__(self) -> str:
         return f"ZidaneSession({self.session_id!r}, store={self.store_url!r})"
