@@ -346,3 +346,15 @@ def test_an_unknown_model_has_no_cost_and_a_caller_price_gives_one() -> None:
     assert free.usage is not None and free.usage.cost is None
     (priced,) = messages_to_turns([message], price=lambda u: u.input * 1e-6)
     assert priced.usage is not None and priced.usage.cost == pytest.approx(0.001)
+
+
+def test_a_message_the_kept_parts_would_not_give_back_is_stored_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from zidane_actors.integrations import pydantic_ai
+
+    monkeypatch.setattr(pydantic_ai, "_parts", lambda turn: None)  # as if a part were lost
+    message = ModelResponse(parts=[TextPart("whole")], model_name="m1")
+    (turn,) = messages_to_turns([message])
+    assert turn.metadata is not None and "pydanticAiMessage" in turn.metadata
+    assert turns_to_messages([turn]) == [message]

@@ -342,8 +342,27 @@ def messages_to_turns(
         made = _turns_of(message, price, lean=True)
         if turns_to_messages(made) != [message]:  # the lean form must give the message back
             made = _turns_of(message, price, lean=False)
+        if turns_to_messages(made) != [message]:
+            made = [_copy_turn(message, price)]
         turns.extend(made)
     return turns
+
+
+def _copy_turn(message: ModelMessage, price: Price | None) -> SessionTurn:
+    """The message as earlier versions stored it (content plus a whole copy): the last resort
+    for a message the blocks and what is kept beside them would not give back."""
+    dumped = _dump(message)
+    (validated,) = ModelMessagesTypeAdapter.validate_python([dumped])
+    role, content = _legacy_role_and_content(validated)
+    return SessionTurn(
+        id=new_id(),
+        role="assistant" if role == "assistant" else "user",
+        content=content,
+        created_at=_epoch_ms(message.timestamp),
+        run_id=dumped.get("run_id") if _run_id(dumped.get("run_id")) else None,
+        usage=_usage(message, price) if isinstance(message, ModelResponse) else None,
+        metadata={PYDANTIC_AI_METADATA_KEY: dumped},
+    )
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -431,14 +450,8 @@ def _legacy_role_and_content(message: ModelMessage) -> tuple[str, tuple[SessionC
             items = [part.content] if isinstance(part.content, str) else list(part.content)
             blocks.extend(b for b in map(_user_item, items) if b is not None)
         elif isinstance(part, ToolReturnPart):
-            error = part.outcome in _ERROR_OUTCOMES
             output = part.model_response_str()
-            if error:
-                blocks.append(
-                    ToolResultBlock(part.tool_call_id, output, is_error=True, name=part.tool_name)
-                )
-            else:
-                blocks.append(ToolResultBlock(part.tool_call_id, output, name=part.tool_name))
+            blocks.append(ToolResultBlock(part.tool_call_id, output, name=part.tool_name))
     return "user", tuple(blocks)
 
 
