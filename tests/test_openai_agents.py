@@ -771,3 +771,22 @@ def test_get_items_with_a_limit_reads_only_the_newest_turns(make: SessionFactory
     assert reader._shared.portal.host.statistics().started == 0  # never loaded whole
     assert json.dumps(run(reader.get_items())) == json.dumps(items)
     assert json.dumps(run(reader.get_items(7))) == json.dumps(items[-7:])
+
+
+def test_a_streamed_run_is_recorded_like_the_others(make: SessionFactory, db: str) -> None:
+    session = make("streamed")
+
+    async def main() -> str:
+        streamed = Runner.run_streamed(
+            triage_to_billing(), "Weather?", session=session, hooks=session.hooks
+        )
+        async for _ in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
+
+    assert run(main()) == "Billing says: sunny."
+    data = read_back(db, "streamed")
+    assert data is not None
+    agents = sorted((r.agent.id, r.status) for r in data.runs if r.agent is not None)
+    assert agents == [("billing", "completed"), ("triage", "completed")]
+    assert sum(r.tokens_in or 0 for r in data.runs) == 140
