@@ -1,0 +1,712 @@
+"""google-adk sessions stored as zidane sessions: ``ZidaneSessionService``.
+
+``ZidaneSessionService`` is a ``google.adk.sessions.BaseSessionService`` over
+any zidane store URL. Each ADK session is one zidane session whose turns are
+its events: readable content (text, reasoning, function calls and responses
+as ``tool_call``/``tool_result`` blocks, token usage) for the session
+browser and the message converters, with the whole ADK event kept in the
+turn's ``metadata.adkEvent`` (ADK's own JSON form), so an event reads back
+equal to what was appended. Session-scoped state lives in the session's
+metadata; ``app:`` and ``user:`` state, shared across sessions, live in one
+zidane session per app and per user; ``temp:`` state is never stored.
+Every service and integration of one store URL shares one portal (one trio
+thread, one host, one store) per process. Requires the ``adk`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar, cast
+
+import attrs
+import msgspec
+import trio
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session as AdkSession
+from google.adk.sessions.state import State
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from ..actors import Session, SessionHost
+from ..errors import ActorClosed, ConflictError, InvalidNameError, ValidationError
+from ..model import (
+    JsonValue,
+    ReasoningBlock,
+    SessionContentBlock,
+    SessionFilter,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    TurnUsage,
+    new_id,
+    validate_id,
+)
+from ..portal._thread import wait_future
+from ..stores._protocol import FullSessionStore, store_capabilities
+from . import _shared
+
+__all__ = ["DEFAULT_STORE", "ZidaneSessionService"]
+
+DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+
+EVENT_KEY: Final = "adkEvent"
+"""Turn metadata key of the whole ADK event, in ``Event.model_dump(mode="json", by_alias=True)``."""
+
+T = TypeVar("T")
+
+_SCOPES: Final = (State.APP_PREFIX, State.USER_PREFIX, State.TEMP_PREFIX)
+_EVENTS: Final = TypeAdapter(list[Event])
+_STALE: Final = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+_locks: weakref.WeakKeyDictionary[Session, trio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _lock_for(session: Session) -> trio.Lock:
+    # Only ever called in the trio thread that owns ``session``.
+    lock = _locks.get(session)
+    if lock is None:
+        lock = _locks[session] = trio.Lock()
+    return lock
+
+
+# -- ids ---------------------------------------------------------------------
+
+
+def _zidane_id(kind: str, *parts: str) -> str:
+    """The zidane id of an ADK session or scope: readable when safe, else a digest.
+
+    ``adk:APP:USER:ID`` when no part holds a ``:`` and the whole is a safe id,
+    else ``adk=SHA256`` of the parts (a different prefix, so the two forms
+    never meet). Loads check the stored names, so a digest collision or a
+    foreign session under the id reads as no session.
+    """
+    if all(parts) and not any(":" in part for part in parts):
+        readable = ":".join((kind, *parts))
+        try:
+            return validate_id(readable)
+        except InvalidNameError:
+            pass
+    digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return f"{kind}={digest}"
+
+
+def _session_id(app_name: str, user_id: str, session_id: str) -> str:
+    return _zidane_id("adk", app_name, user_id, session_id)
+
+
+def _app_scope_id(app_name: str) -> str:
+    return _zidane_id("adk-app", app_name)
+
+
+def _user_scope_id(app_name: str, user_id: str) -> str:
+    return _zidane_id("adk-user", app_name, user_id)
+
+
+# -- state -------------------------------------------------------------------
+
+
+def _split_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(app, user, session)`` deltas, prefixes removed; ``temp:`` keys dropped."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    session: dict[str, Any] = {}
+    for key, value in state.items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session[key] = value
+    return app, user, session
+
+
+def _json_state(state: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """State as JSON data, as ADK's database service stores it; refused when it has none."""
+    try:
+        return cast(dict[str, Any], to_jsonable_python(dict(state)))
+    except Exception as exc:
+        raise ValidationError(f"state has a value with no JSON form: {exc}", path=where) from exc
+
+
+def _fold(state: dict[str, Any], turns: Iterable[SessionTurn]) -> dict[str, Any]:
+    """``state`` with the session-scoped deltas of the events in ``turns`` applied."""
+    for turn in turns:
+        event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
+        actions = event.get("actions") if isinstance(event, dict) else None
+        delta = actions.get("stateDelta") if isinstance(actions, dict) else None
+        if delta:
+            for key, value in delta.items():
+                if not key.startswith(_SCOPES):
+                    state[key] = value
+    return state
+
+
+def _session_state(session: Session) -> dict[str, Any]:
+    """The stored session-scoped state: the checkpoint, then any later event's delta."""
+    meta = session.metadata
+    base = dict(cast(dict[str, Any], meta.get("adkState") or {}))
+    folded = cast(int, meta.get("adkStateTurns") or 0)
+    turns = session.turns
+    return _fold(base, turns[folded:]) if folded < len(turns) else base
+
+
+def _scope_state(holder: Session | None, key: str) -> dict[str, Any]:
+    if holder is None:
+        return {}
+    return cast(dict[str, Any], holder.metadata.get(key) or {})
+
+
+def _merged(app: Mapping[str, Any], user: Mapping[str, Any], session: dict[str, Any]) -> bytes:
+    merged = dict(session)
+    for key, value in app.items():
+        merged[State.APP_PREFIX + key] = value
+    for key, value in user.items():
+        merged[State.USER_PREFIX + key] = value
+    return msgspec.json.encode(merged)  # a private copy for the caller's loop
+
+
+# -- events as turns ---------------------------------------------------------
+
+
+def _readable(data: Mapping[str, Any]) -> tuple[str, list[SessionContentBlock], TurnUsage | None]:
+    """The turn role, readable blocks and usage of an event in its JSON form."""
+    content = data.get("content") or {}
+    role = content.get("role")
+    if role is None:
+        role = "user" if data.get("author") == "user" else "model"
+    blocks: list[SessionContentBlock] = []
+    for part in content.get("parts") or ():
+        if "functionCall" in part:
+            call = part["functionCall"]
+            args = call.get("args")
+            if call.get("id") and call.get("name") and isinstance(args, dict | None):
+                blocks.append(ToolCallBlock(id=call["id"], name=call["name"], input=args or {}))
+            else:
+                blocks.append(TextBlock(text=f"{call.get('name')}({_compact(args)})"))
+        elif "functionResponse" in part:
+            reply = part["functionResponse"]
+            response = reply.get("response")
+            output = response if isinstance(response, str) else _compact(response)
+            if reply.get("id"):
+                failed = isinstance(response, dict) and list(response) == ["error"]
+                blocks.append(
+                    ToolResultBlock(
+                        call_id=reply["id"], output=output, is_error=failed, name=reply.get("name")
+                    )
+                )
+            else:
+                blocks.append(TextBlock(text=f"{reply.get('name')} → {output}"))
+        elif isinstance(part.get("text"), str):
+            if part.get("thought"):
+                blocks.append(ReasoningBlock(text=part["text"]))
+            else:
+                blocks.append(TextBlock(text=part["text"]))
+    usage = None
+    counts = data.get("usageMetadata")
+    if role == "model" and isinstance(counts, dict):
+        usage = TurnUsage(
+            input=counts.get("promptTokenCount") or 0,
+            output=(counts.get("candidatesTokenCount") or 0)
+            + (counts.get("thoughtsTokenCount") or 0),
+            cache_read=counts.get("cachedContentTokenCount"),
+            model=data.get("modelVersion"),
+        )
+    return ("assistant" if role == "model" else "user"), blocks, usage
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Pairing:
+    """The tool-call ids a session's turns hold, to keep every stored pairing valid.
+
+    The store's load-time heal drops a repeated call id and a result with no
+    call in the latest assistant turn; a block that would be dropped is
+    stored as text instead, so no event's turn is ever healed away.
+    """
+
+    def __init__(self, turns: tuple[SessionTurn, ...]) -> None:
+        self.count = 0
+        self.last_id: str | None = None
+        self.seen: set[str] = set()
+        self.latest: set[str] = set()
+        self.extend(turns)
+
+    def fits(self, turns: tuple[SessionTurn, ...]) -> bool:
+        return self.count == len(turns) and (not turns or turns[-1].id == self.last_id)
+
+    def extend(self, turns: Iterable[SessionTurn]) -> None:
+        for turn in turns:
+            self.count += 1
+            self.last_id = turn.id
+            if turn.run_id is not None:
+                continue  # another lane: its ids never meet ours
+            calls = {b.id for b in turn.content if isinstance(b, ToolCallBlock)}
+            self.seen |= calls
+            if turn.role == "assistant":
+                self.latest = calls
+
+    def checked(self, blocks: list[SessionContentBlock]) -> tuple[SessionContentBlock, ...]:
+        out: list[SessionContentBlock] = []
+        calls: set[str] = set()
+        results: set[str] = set()
+        for block in blocks:
+            if isinstance(block, ToolCallBlock):
+                if block.id in self.seen or block.id in calls:
+                    block = TextBlock(text=f"{block.name}({_compact(block.input)})")
+                else:
+                    calls.add(block.id)
+            elif isinstance(block, ToolResultBlock):
+                if block.call_id in results or block.call_id not in self.latest:
+                    block = TextBlock(text=f"{block.name or block.call_id} → {block.output}")
+                else:
+                    results.add(block.call_id)
+            out.append(block)
+        return tuple(out)
+
+
+_pairings: weakref.WeakKeyDictionary[Session, _Pairing] = weakref.WeakKeyDictionary()
+
+
+def _pairing_for(session: Session) -> _Pairing:
+    pairing = _pairings.get(session)
+    if pairing is None or not pairing.fits(session.turns):
+        pairing = _pairings[session] = _Pairing(session.turns)
+    return pairing
+
+
+def _marker(session: Session) -> str:
+    """The stored revision a loaded ADK session carries (its stale-write check)."""
+    turns = session.turns
+    return f"{session.created_at}:{len(turns)}:{turns[-1].id if turns else ''}"
+
+
+def _last_event(session: Session) -> dict[str, Any] | None:
+    for turn in reversed(session.turns):
+        event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
+        if isinstance(event, dict):
+            return event
+    return None
+
+
+def _last_update(session: Session) -> float:
+    event = _last_event(session)
+    if event is not None:
+        return cast(float, event.get("timestamp", 0.0))
+    return cast(float, session.metadata.get("adkCreateTime") or session.created_at / 1000)
+
+
+class ZidaneSessionService(BaseSessionService):
+    """A google-adk session service kept in a zidane store.
+
+    ``store`` is a store URL as the CLI takes it (``sqlite:PATH``, ``memory:``,
+    ``file:DIR``, ``postgres://…``, ``http(s)://…``). Services and
+    integrations of one URL share one portal; :meth:`aclose` (or ``async
+    with``) releases this service's share, and the last release closes the
+    store. Whatever is left open is closed at interpreter exit.
+
+    As ADK's ``DatabaseSessionService``: ``append_event`` raises
+    ``StaleSessionError`` when the session was appended to since it was
+    read, creating an existing id raises ``AlreadyExistsError``, and
+    appending to a missing session ``SessionNotFoundError``.
+    """
+
+    def __init__(self, *, store: str = DEFAULT_STORE) -> None:
+        self.store_url = store
+        self._shared: _shared.SharedPortal | None = _shared.acquire(store)
+        self._append_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return f"ZidaneSessionService(store={self.store_url!r})"
+
+    # -- lifetime ---------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Release this service's share of the portal (the last share closes the store)."""
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            stopped = _shared.release(shared)
+            if stopped is not None:
+                await wait_future(stopped)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        shared = self._shared
+        if shared is None:
+            raise ActorClosed(f"{self!r} is closed")
+        await wait_future(shared.ready)
+        return await shared.portal.call_async(fn, shared.portal.host, *args)
+
+    # -- BaseSessionService -----------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AdkSession:
+        """A new session; ``app:`` and ``user:`` keys of ``state`` go to their scopes."""
+        sid = session_id if session_id is not None else new_id()
+        app, user, own = _split_state(_json_state(state or {}, "$.state"))
+        now = time.time()
+        answer = await self._call(_create, app_name, user_id, sid, own, app, user, now)
+        if answer is None:
+            raise AlreadyExistsError(f"Session with id {sid} already exists.")
+        merged, marker = answer
+        session = AdkSession(
+            id=sid,
+            app_name=app_name,
+            user_id=user_id,
+            state=msgspec.json.decode(merged),
+            last_update_time=now,
+        )
+        session._storage_update_marker = marker
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> AdkSession | None:
+        """The session with its merged state, and its events as ``config`` limits them."""
+        recent = config.num_recent_events if config is not None else None
+        after = config.after_timestamp if config is not None else None
+        answer = await self._call(_read, app_name, user_id, session_id, recent, after)
+        if answer is None:
+            return None
+        merged, events, last_update, marker = answer
+        session = AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=msgspec.json.decode(merged),
+            events=_EVENTS.validate_json(events),
+            last_update_time=last_update,
+        )
+        session._storage_update_marker = marker
+        return session
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The app's sessions (one user's, or every user's), oldest update first, no events."""
+        rows = await self._call(_list, app_name, user_id)
+        sessions = [
+            AdkSession(
+                id=sid,
+                app_name=app_name,
+                user_id=user,
+                state=msgspec.json.decode(merged),
+                last_update_time=last_update,
+            )
+            for sid, user, merged, last_update in rows
+        ]
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session and its events (its ``app:``/``user:`` state stays)."""
+        await self._call(_delete, app_name, user_id, session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's ``user:`` state, keys without the prefix."""
+        state = await self._call(_user_state, app_name, user_id)
+        return cast(dict[str, Any], msgspec.json.decode(state))
+
+    async def append_event(self, session: AdkSession, event: Event) -> Event:
+        """Store ``event`` as a turn and apply its state delta, then append it to ``session``.
+
+        A partial event is answered untouched; ``temp:`` state reaches
+        ``session.state`` but is never stored. Appends to one session from
+        this service are serialized, so parallel branches sharing one
+        ``Session`` object never see each other as stale.
+        """
+        if event.partial:
+            return event
+        key = _session_id(session.app_name, session.user_id, session.id)
+        lock = self._append_locks.get(key)
+        if lock is None:
+            lock = self._append_locks[key] = asyncio.Lock()
+        async with lock:
+            self._apply_temp_state(session, event)
+            event = self._trim_temp_delta_state(event)
+            data = event.model_dump(mode="json", exclude_none=True, by_alias=True)
+            role, blocks, usage = _readable(data)
+            delta = cast(dict[str, Any], data.get("actions", {}).get("stateDelta") or {})
+            app, user, own = _split_state(delta)
+            last_id = session.events[-1].id if session.events else None
+            marker = await self._call(
+                _append,
+                session.app_name,
+                session.user_id,
+                session.id,
+                _Append(data, role, blocks, usage, own, app, user),
+                (session._storage_update_marker, session.last_update_time, last_id),
+            )
+            session._storage_update_marker = marker
+            session.last_update_time = event.timestamp
+        return self._commit_event_to_session(session, event)
+
+
+@attrs.frozen
+class _Append:
+    """What ``append_event`` hands the trio side: the event as data, turn parts, deltas."""
+
+    data: dict[str, Any]
+    role: str
+    blocks: list[SessionContentBlock]
+    usage: TurnUsage | None
+    own: dict[str, Any]
+    app: dict[str, Any]
+    user: dict[str, Any]
+
+
+# -- the trio side -------------------------------------------------------------
+
+
+async def _adk_session(
+    host: SessionHost, app_name: str, user_id: str, session_id: str
+) -> Session | None:
+    """The zidane session of an ADK session, ``None`` when missing or not this one."""
+    session = await host.load_session(_session_id(app_name, user_id, session_id))
+    if session is None:
+        return None
+    meta = session.metadata
+    if (
+        meta.get("adkApp") != app_name
+        or meta.get("adkUser") != user_id
+        or meta.get("adkSessionId") != session_id
+    ):
+        return None
+    return session
+
+
+async def _holder(host: SessionHost, zid: str, names: dict[str, JsonValue]) -> Session:
+    """The scope session ``zid`` (created on first use), holding one scope's state."""
+    for _ in range(3):
+        holder = await host.load_session(zid)
+        if holder is None:
+            try:
+                holder = await host.create_session(id=zid, metadata=names)
+            except ConflictError:
+                continue  # created meanwhile: load it
+        return holder
+    raise ConflictError(f"scope session {zid!r} could not be created or loaded")
+
+
+async def _scopes(host: SessionHost, app_name: str, user_id: str) -> tuple[Session | None, ...]:
+    return (
+        await host.load_session(_app_scope_id(app_name)),
+        await host.load_session(_user_scope_id(app_name, user_id)),
+    )
+
+
+async def _update_scopes(
+    host: SessionHost, app_name: str, user_id: str, app: dict[str, Any], user: dict[str, Any]
+) -> None:
+    if app:
+        holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
+        await _update_state(holder, "adkAppState", app)
+    if user:
+        names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
+        holder = await _holder(host, _user_scope_id(app_name, user_id), names)
+        await _update_state(holder, "adkUserState", user)
+
+
+async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
+    async with _lock_for(holder):
+        state = dict(_scope_state(holder, key))
+        state.update(delta)
+        await holder.set_meta(key, state)
+        await holder.save_meta_keys([key])
+
+
+async def _create(
+    host: SessionHost,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    own: dict[str, Any],
+    app: dict[str, Any],
+    user: dict[str, Any],
+    now: float,
+) -> tuple[bytes, str] | None:
+    metadata: dict[str, JsonValue] = {
+        "adkApp": app_name,
+        "adkUser": user_id,
+        "adkSessionId": session_id,
+        "adkState": own,
+        "adkStateTurns": 0,
+        "adkCreateTime": now,
+    }
+    try:
+        session = await host.create_session(
+            id=_session_id(app_name, user_id, session_id), agent_id=app_name, metadata=metadata
+        )
+    except ConflictError:
+        return None
+    await _update_scopes(host, app_name, user_id, app, user)
+    app_holder, user_holder = await _scopes(host, app_name, user_id)
+    merged = _merged(
+        _scope_state(app_holder, "adkAppState"), _scope_state(user_holder, "adkUserState"), own
+    )
+    return merged, _marker(session)
+
+
+async def _read(
+    host: SessionHost,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    recent: int | None,
+    after: float | None,
+) -> tuple[bytes, bytes, float, str] | None:
+    session = await _adk_session(host, app_name, user_id, session_id)
+    if session is None:
+        return None
+    events: list[Any] = []
+    if recent != 0:
+        for turn in session.turns:
+            event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
+            if isinstance(event, dict) and (after is None or event.get("timestamp", 0) >= after):
+                events.append(event)
+        if recent is not None:
+            events = events[-recent:]
+    app_holder, user_holder = await _scopes(host, app_name, user_id)
+    merged = _merged(
+        _scope_state(app_holder, "adkAppState"),
+        _scope_state(user_holder, "adkUserState"),
+        _session_state(session),
+    )
+    return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
+
+
+async def _list(
+    host: SessionHost, app_name: str, user_id: str | None
+) -> list[tuple[str, str, bytes, float]]:
+    store = cast(FullSessionStore, host.store)
+    found: list[tuple[str, Mapping[str, Any], int]] = []
+    if "list_meta" in store_capabilities(store):
+        for row in await store.list_meta(SessionFilter(agent_id=app_name)):
+            found.append((row.id, row.metadata, row.turn_count))
+    else:
+        for zid in await store.list(SessionFilter(agent_id=app_name)):
+            data = await store.load(zid)
+            if data is not None:
+                found.append((zid, data.metadata, len(data.turns)))
+    app_holder = await host.load_session(_app_scope_id(app_name))
+    app_state = _scope_state(app_holder, "adkAppState")
+    user_states: dict[str, dict[str, Any]] = {}
+    rows: list[tuple[str, str, bytes, float]] = []
+    for zid, meta, count in found:
+        session_id, user = meta.get("adkSessionId"), meta.get("adkUser")
+        if not isinstance(session_id, str) or not isinstance(user, str):
+            continue
+        if user_id not in (None, user) or _session_id(app_name, user, session_id) != zid:
+            continue
+        if user not in user_states:
+            holder = await host.load_session(_user_scope_id(app_name, user))
+            user_states[user] = _scope_state(holder, "adkUserState")
+        # The state checkpoint, then the deltas of the turns after it; the last turn's time.
+        folded = cast(int, meta.get("adkStateTurns") or 0)
+        state = dict(cast(dict[str, Any], meta.get("adkState") or {}))
+        last_update = cast(float, meta.get("adkCreateTime") or 0.0)
+        if count:
+            start = min(folded, count - 1)
+            tail = await store.get_turns(zid, start)
+            _fold(state, tail[folded - start :])
+            for turn in reversed(tail):
+                event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
+                if isinstance(event, dict):
+                    last_update = cast(float, event.get("timestamp", last_update))
+                    break
+        rows.append((session_id, user, _merged(app_state, user_states[user], state), last_update))
+    return rows
+
+
+async def _delete(host: SessionHost, app_name: str, user_id: str, session_id: str) -> None:
+    session = await _adk_session(host, app_name, user_id, session_id)
+    if session is not None:
+        await host.delete_session(session.id)
+
+
+async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
+    holder = await host.load_session(_user_scope_id(app_name, user_id))
+    return msgspec.json.encode(_scope_state(holder, "adkUserState"))
+
+
+async def _append(
+    host: SessionHost,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    append: _Append,
+    seen: tuple[str | None, float, str | None],
+) -> str:
+    session = await _adk_session(host, app_name, user_id, session_id)
+    if session is None:
+        raise SessionNotFoundError(f"Session {session_id} not found.")
+    marker, last_update, last_event_id = seen
+    async with _lock_for(session):
+        if marker is not None:
+            if marker != _marker(session):
+                raise StaleSessionError(_STALE)
+        elif _last_update(session) > last_update:
+            # A session object not read through this service: stale unless its last
+            # event is the stored last event, as ADK's database service judges it.
+            stored = _last_event(session)
+            if (stored.get("id") if stored is not None else None) != last_event_id:
+                raise StaleSessionError(_STALE)
+        pairing = _pairing_for(session)
+        turn = SessionTurn(
+            id=new_id(),
+            role="assistant" if append.role == "assistant" else "user",
+            content=pairing.checked(append.blocks),
+            created_at=max(int(append.data.get("timestamp", 0) * 1000), 0),
+            usage=append.usage,
+            metadata={EVENT_KEY: append.data},
+        )
+        await session.append_turns([turn])
+        pairing.extend([turn])
+        if append.own:
+            await session.set_meta("adkState", _session_state(session))
+            await session.set_meta("adkStateTurns", len(session.turns))
+            await session.save_meta_keys(["adkState", "adkStateTurns"])
+        await _update_scopes(host, app_name, user_id, append.app, append.user)
+        return _marker(session)
