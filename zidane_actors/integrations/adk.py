@@ -20,6 +20,7 @@ import hashlib
 import json
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar, cast
@@ -68,6 +69,9 @@ EVENT_KEY: Final = "adkEvent"
 """Turn metadata key of the whole ADK event, in ``Event.model_dump(mode="json", by_alias=True)``."""
 
 T = TypeVar("T")
+
+CHECKPOINT_EVERY: Final = 16
+"""Turns after which the session-scoped state is stored again (readers fold the rest)."""
 
 _SCOPES: Final = (State.APP_PREFIX, State.USER_PREFIX, State.TEMP_PREFIX)
 _EVENTS: Final = TypeAdapter(list[Event])
@@ -499,12 +503,36 @@ class _Append:
 
 # -- the trio side -------------------------------------------------------------
 
+KEEP_HANDLES: Final = 10_000
+"""Session handles kept per host, newest use last, so reads find them without the store."""
+
+_kept: weakref.WeakKeyDictionary[SessionHost, OrderedDict[str, Session]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _keep(host: SessionHost, session: Session | None) -> Session | None:
+    """``session``, kept alive (the host holds idle sessions only weakly)."""
+    if session is not None:
+        kept = _kept.get(host)
+        if kept is None:
+            kept = _kept[host] = OrderedDict()
+        kept[session.id] = session
+        kept.move_to_end(session.id)
+        if len(kept) > KEEP_HANDLES:
+            kept.popitem(last=False)
+    return session
+
+
+async def _load(host: SessionHost, zid: str) -> Session | None:
+    return _keep(host, await host.load_session(zid))
+
 
 async def _adk_session(
     host: SessionHost, app_name: str, user_id: str, session_id: str
 ) -> Session | None:
     """The zidane session of an ADK session, ``None`` when missing or not this one."""
-    session = await host.load_session(_session_id(app_name, user_id, session_id))
+    session = await _load(host, _session_id(app_name, user_id, session_id))
     if session is None:
         return None
     meta = session.metadata
@@ -520,33 +548,36 @@ async def _adk_session(
 async def _holder(host: SessionHost, zid: str, names: dict[str, JsonValue]) -> Session:
     """The scope session ``zid`` (created on first use), holding one scope's state."""
     for _ in range(3):
-        holder = await host.load_session(zid)
+        holder = await _load(host, zid)
         if holder is None:
             try:
                 holder = await host.create_session(id=zid, metadata=names)
             except ConflictError:
                 continue  # created meanwhile: load it
+            _keep(host, holder)
         return holder
     raise ConflictError(f"scope session {zid!r} could not be created or loaded")
 
 
 async def _scopes(host: SessionHost, app_name: str, user_id: str) -> tuple[Session | None, ...]:
     return (
-        await host.load_session(_app_scope_id(app_name)),
-        await host.load_session(_user_scope_id(app_name, user_id)),
+        await _load(host, _app_scope_id(app_name)),
+        await _load(host, _user_scope_id(app_name, user_id)),
     )
 
 
 async def _update_scopes(
     host: SessionHost, app_name: str, user_id: str, app: dict[str, Any], user: dict[str, Any]
 ) -> None:
-    if app:
-        holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
-        await _update_state(holder, "adkAppState", app)
-    if user:
-        names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
-        holder = await _holder(host, _user_scope_id(app_name, user_id), names)
-        await _update_state(holder, "adkUserState", user)
+    """Apply ``app:`` and ``user:`` deltas to their scope sessions, both writes at once."""
+    async with trio.open_nursery() as nursery:
+        if app:
+            holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
+            nursery.start_soon(_update_state, holder, "adkAppState", app)
+        if user:
+            names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
+            holder = await _holder(host, _user_scope_id(app_name, user_id), names)
+            nursery.start_soon(_update_state, holder, "adkUserState", user)
 
 
 async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
@@ -555,6 +586,13 @@ async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> Non
         state.update(delta)
         await holder.set_meta(key, state)
         await holder.save_meta_keys([key])
+
+
+async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:
+    """Store the session-scoped state folded over the first ``count`` turns."""
+    await session.set_meta("adkState", state)
+    await session.set_meta("adkStateTurns", count)
+    await session.save_meta_keys(["adkState", "adkStateTurns"])
 
 
 async def _create(
@@ -581,8 +619,13 @@ async def _create(
         )
     except ConflictError:
         return None
+    _keep(host, session)
+    # Both scope sessions exist from the app's and the user's first session on, so
+    # reads find them in this host instead of asking the store for a missing id.
+    app_holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
+    user_names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
+    user_holder = await _holder(host, _user_scope_id(app_name, user_id), user_names)
     await _update_scopes(host, app_name, user_id, app, user)
-    app_holder, user_holder = await _scopes(host, app_name, user_id)
     merged = _merged(
         _scope_state(app_holder, "adkAppState"), _scope_state(user_holder, "adkUserState"), own
     )
@@ -630,7 +673,7 @@ async def _list(
             data = await store.load(zid)
             if data is not None:
                 found.append((zid, data.metadata, len(data.turns)))
-    app_holder = await host.load_session(_app_scope_id(app_name))
+    app_holder = await _load(host, _app_scope_id(app_name))
     app_state = _scope_state(app_holder, "adkAppState")
     user_states: dict[str, dict[str, Any]] = {}
     rows: list[tuple[str, str, bytes, float]] = []
@@ -641,7 +684,7 @@ async def _list(
         if user_id not in (None, user) or _session_id(app_name, user, session_id) != zid:
             continue
         if user not in user_states:
-            holder = await host.load_session(_user_scope_id(app_name, user))
+            holder = await _load(host, _user_scope_id(app_name, user))
             user_states[user] = _scope_state(holder, "adkUserState")
         # The state checkpoint, then the deltas of the turns after it; the last turn's time.
         folded = cast(int, meta.get("adkStateTurns") or 0)
@@ -663,11 +706,12 @@ async def _list(
 async def _delete(host: SessionHost, app_name: str, user_id: str, session_id: str) -> None:
     session = await _adk_session(host, app_name, user_id, session_id)
     if session is not None:
+        _kept[host].pop(session.id, None)
         await host.delete_session(session.id)
 
 
 async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
-    holder = await host.load_session(_user_scope_id(app_name, user_id))
+    holder = await _load(host, _user_scope_id(app_name, user_id))
     return msgspec.json.encode(_scope_state(holder, "adkUserState"))
 
 
@@ -702,11 +746,14 @@ async def _append(
             usage=append.usage,
             metadata={EVENT_KEY: append.data},
         )
-        await session.append_turns([turn])
+        async with trio.open_nursery() as nursery:
+            # The turn, a state checkpoint of the turns before it when one is due, and
+            # the scope deltas: written at once, so they share the store's commits.
+            nursery.start_soon(session.append_turns, [turn])
+            folded = cast(int, session.metadata.get("adkStateTurns") or 0)
+            if len(session.turns) - folded >= CHECKPOINT_EVERY:
+                state = _session_state(session)
+                nursery.start_soon(_checkpoint, session, state, len(session.turns))
+            nursery.start_soon(_update_scopes, host, app_name, user_id, append.app, append.user)
         pairing.extend([turn])
-        if append.own:
-            await session.set_meta("adkState", _session_state(session))
-            await session.set_meta("adkStateTurns", len(session.turns))
-            await session.save_meta_keys(["adkState", "adkStateTurns"])
-        await _update_scopes(host, app_name, user_id, append.app, append.user)
         return _marker(session)
