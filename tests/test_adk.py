@@ -435,6 +435,52 @@ def test_parallel_appends_to_one_session_object_all_land(make: ServiceFactory) -
     scenario(make, body)
 
 
+def test_state_over_many_events_reads_the_same_from_get_and_list(make: ServiceFactory) -> None:
+    async def body(service: BaseSessionService) -> None:
+        session = await service.create_session(
+            app_name="app", user_id="u", session_id="long", state={"n": -1, "keep": "me"}
+        )
+        for i in range(40):
+            delta = {"n": i, f"k{i % 7}": [i]} if i % 3 else {}
+            await service.append_event(session, with_delta(delta, timestamp=float(i + 1)))
+        want = {"n": 38, "keep": "me", **{f"k{i % 7}": [i] for i in range(40) if i % 3}}
+        assert session.state == want
+        got = await service.get_session(app_name="app", user_id="u", session_id="long")
+        assert got is not None and got.state == want and len(got.events) == 40
+        (listed,) = (await service.list_sessions(app_name="app", user_id="u")).sessions
+        assert listed.state == want and listed.last_update_time == 40.0
+
+    scenario(make, body)
+
+
+def test_concurrent_user_and_app_deltas_from_many_sessions_all_land(
+    make: ServiceFactory, kind: str
+) -> None:
+    if kind == "adk-database":
+        pytest.skip("ADK's database service loses concurrent scope updates on SQLite (no row lock)")
+
+    async def body(service: BaseSessionService) -> None:
+        sessions = [
+            await service.create_session(app_name="app", user_id="u", session_id=f"s{i}")
+            for i in range(12)
+        ]
+        await asyncio.gather(
+            *(
+                service.append_event(s, with_delta({f"user:u{i}": i, f"app:a{i}": i, "own": i}))
+                for i, s in enumerate(sessions)
+            )
+        )
+        got = await service.get_session(app_name="app", user_id="u", session_id="s3")
+        assert got is not None
+        assert got.state == {
+            "own": 3,
+            **{f"user:u{i}": i for i in range(12)},
+            **{f"app:a{i}": i for i in range(12)},
+        }
+
+    scenario(make, body)
+
+
 def test_a_new_service_instance_reads_what_an_earlier_one_stored(
     make: ServiceFactory, kind: str
 ) -> None:

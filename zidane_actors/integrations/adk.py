@@ -581,11 +581,17 @@ async def _update_scopes(
 
 
 async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
+    """Merge ``delta`` into a scope's state, then store it.
+
+    The merge is serialized; the saves are not: each persists the state as it
+    is when it runs, which holds every merge before it, so concurrent updates
+    of one scope share commits.
+    """
     async with _lock_for(holder):
         state = dict(_scope_state(holder, key))
         state.update(delta)
         await holder.set_meta(key, state)
-        await holder.save_meta_keys([key])
+    await holder.save_meta_keys([key])
 
 
 async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:
