@@ -580,18 +580,40 @@ async def _update_scopes(
             nursery.start_soon(_update_state, holder, "adkUserState", user)
 
 
-async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
-    """Merge ``delta`` into a scope's state, then store it.
+@attrs.define
+class _ScopeWrites:
+    """One scope session's merges and saves: merges counted, saves coalesced."""
 
-    The merge is serialized; the saves are not: each persists the state as it
-    is when it runs, which holds every merge before it, so concurrent updates
-    of one scope share commits.
+    merge: trio.Lock = attrs.field(factory=trio.Lock)
+    save: trio.Lock = attrs.field(factory=trio.Lock)
+    merged: int = 0
+    saved: int = 0
+
+
+_scope_writes: weakref.WeakKeyDictionary[Session, _ScopeWrites] = weakref.WeakKeyDictionary()
+
+
+async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
+    """Merge ``delta`` into a scope's state, then wait until a save holds it.
+
+    Merges are serialized; a save persists the state as it is when it runs,
+    so it holds every merge before it, and the updates waiting meanwhile
+    share the next save instead of one commit each.
     """
-    async with _lock_for(holder):
+    writes = _scope_writes.get(holder)
+    if writes is None:
+        writes = _scope_writes[holder] = _ScopeWrites()
+    async with writes.merge:
         state = dict(_scope_state(holder, key))
         state.update(delta)
         await holder.set_meta(key, state)
-    await holder.save_meta_keys([key])
+        writes.merged += 1
+        mine = writes.merged
+    async with writes.save:
+        if writes.saved < mine:
+            target = writes.merged
+            await holder.save_meta_keys([key])
+            writes.saved = target
 
 
 async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:
@@ -760,6 +782,7 @@ async def _append(
             if len(session.turns) - folded >= CHECKPOINT_EVERY:
                 state = _session_state(session)
                 nursery.start_soon(_checkpoint, session, state, len(session.turns))
-            nursery.start_soon(_update_scopes, host, app_name, user_id, append.app, append.user)
+            if append.app or append.user:
+                nursery.start_soon(_update_scopes, host, app_name, user_id, append.app, append.user)
         pairing.extend([turn])
         return _marker(session)
