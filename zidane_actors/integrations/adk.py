@@ -16,6 +16,7 @@ thread, one host, one store) per process. Requires the ``adk`` extra.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -774,15 +775,23 @@ async def _append(
             usage=append.usage,
             metadata={EVENT_KEY: append.data},
         )
-        async with trio.open_nursery() as nursery:
-            # The turn, a state checkpoint of the turns before it when one is due, and
-            # the scope deltas: written at once, so they share the store's commits.
-            nursery.start_soon(session.append_turns, [turn])
-            folded = cast(int, session.metadata.get("adkStateTurns") or 0)
-            if len(session.turns) - folded >= CHECKPOINT_EVERY:
-                state = _session_state(session)
-                nursery.start_soon(_checkpoint, session, state, len(session.turns))
-            if append.app or append.user:
-                nursery.start_soon(_update_scopes, host, app_name, user_id, append.app, append.user)
+        # The turn, a state checkpoint of the turns before it when one is due, and the
+        # scope deltas: written at once, so they share the store's commits.
+        also: list[Callable[[], Awaitable[None]]] = []
+        folded = cast(int, session.metadata.get("adkStateTurns") or 0)
+        if len(session.turns) - folded >= CHECKPOINT_EVERY:
+            state = _session_state(session)
+            also.append(functools.partial(_checkpoint, session, state, len(session.turns)))
+        if append.app or append.user:
+            also.append(
+                functools.partial(_update_scopes, host, app_name, user_id, append.app, append.user)
+            )
+        if also:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session.append_turns, [turn])
+                for write in also:
+                    nursery.start_soon(write)
+        else:
+            await session.append_turns([turn])
         pairing.extend([turn])
         return _marker(session)
