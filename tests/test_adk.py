@@ -137,6 +137,7 @@ def test_create_get_delete_and_create_again(make: ServiceFactory) -> None:
         assert again.state == {}
         got = await service.get_session(app_name="app", user_id="u", session_id=created.id)
         assert got is not None and got.events == []
+        await service.delete_session(app_name="app", user_id="u", session_id="never-created")
 
     scenario(make, body)
 
