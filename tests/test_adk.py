@@ -607,6 +607,10 @@ def test_runner_with_a_tool_call_over_the_service(store: str, tmp_path: Path) ->
         assert turns[1].usage is not None and turns[1].usage.input == 120
         assert turns[1].usage.model == "scripted-1"
         assert drop_invalid_tool_pairings(turns) is turns
+        # Each text, call and response is stored once: in its block, not again in adkEvent.
+        for turn in turns:
+            parts = turn.metadata["adkEvent"]["content"]["parts"]
+            assert parts == [{"zidaneBlock": i} for i in range(len(turn.content))]
         assert stored_session.agent_id == "weather"
         await service.aclose()
 

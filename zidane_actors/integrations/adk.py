@@ -74,6 +74,9 @@ T = TypeVar("T")
 CHECKPOINT_EVERY: Final = 16
 """Turns after which the session-scoped state is stored again (readers fold the rest)."""
 
+BLOCK_REF: Final = "zidaneBlock"
+"""A stored event's stand-in for a part its turn's block ``index`` holds exactly."""
+
 _SCOPES: Final = (State.APP_PREFIX, State.USER_PREFIX, State.TEMP_PREFIX)
 _EVENTS: Final = TypeAdapter(list[Event])
 _STALE: Final = (
@@ -191,18 +194,27 @@ def _merged(app: Mapping[str, Any], user: Mapping[str, Any], session: dict[str, 
 # -- events as turns ---------------------------------------------------------
 
 
-def _readable(data: Mapping[str, Any]) -> tuple[str, list[SessionContentBlock], TurnUsage | None]:
-    """The turn role, readable blocks and usage of an event in its JSON form."""
+def _readable(
+    data: Mapping[str, Any],
+) -> tuple[str, list[SessionContentBlock], TurnUsage | None, dict[int, int]]:
+    """The turn role, readable blocks and usage of an event in its JSON form.
+
+    The last answer maps each part a block holds exactly (gives back as is)
+    to that block's index: those parts are stored once, in the block.
+    """
     content = data.get("content") or {}
     role = content.get("role")
     if role is None:
         role = "user" if data.get("author") == "user" else "model"
     blocks: list[SessionContentBlock] = []
-    for part in content.get("parts") or ():
+    exact: dict[int, int] = {}
+    for i, part in enumerate(content.get("parts") or ()):
         if "functionCall" in part:
             call = part["functionCall"]
             args = call.get("args")
             if call.get("id") and call.get("name") and isinstance(args, dict | None):
+                if part.keys() == {"functionCall"} and call.keys() == {"id", "name", "args"}:
+                    exact[i] = len(blocks)
                 blocks.append(ToolCallBlock(id=call["id"], name=call["name"], input=args or {}))
             else:
                 blocks.append(TextBlock(text=f"{call.get('name')}({_compact(args)})"))
@@ -211,6 +223,13 @@ def _readable(data: Mapping[str, Any]) -> tuple[str, list[SessionContentBlock], 
             response = reply.get("response")
             output = response if isinstance(response, str) else _compact(response)
             if reply.get("id"):
+                if (
+                    part.keys() == {"functionResponse"}
+                    and reply.keys() == {"id", "name", "response"}
+                    and isinstance(reply["name"], str)
+                    and isinstance(response, dict)
+                ):
+                    exact[i] = len(blocks)
                 failed = isinstance(response, dict) and list(response) == ["error"]
                 blocks.append(
                     ToolResultBlock(
@@ -221,8 +240,12 @@ def _readable(data: Mapping[str, Any]) -> tuple[str, list[SessionContentBlock], 
                 blocks.append(TextBlock(text=f"{reply.get('name')} → {output}"))
         elif isinstance(part.get("text"), str):
             if part.get("thought"):
+                if part.keys() == {"text", "thought"} and part["thought"] is True:
+                    exact[i] = len(blocks)
                 blocks.append(ReasoningBlock(text=part["text"]))
             else:
+                if part.keys() == {"text"}:
+                    exact[i] = len(blocks)
                 blocks.append(TextBlock(text=part["text"]))
     usage = None
     counts = data.get("usageMetadata")
@@ -234,7 +257,49 @@ def _readable(data: Mapping[str, Any]) -> tuple[str, list[SessionContentBlock], 
             cache_read=counts.get("cachedContentTokenCount"),
             model=data.get("modelVersion"),
         )
-    return ("assistant" if role == "model" else "user"), blocks, usage
+    return ("assistant" if role == "model" else "user"), blocks, usage, exact
+
+
+def _with_parts(data: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
+    return {**data, "content": {**data["content"], "parts": parts}}
+
+
+def _stored_once(data: dict[str, Any], exact: Mapping[int, int]) -> dict[str, Any]:
+    """``data`` with each part a block holds exactly replaced by ``{"zidaneBlock": index}``."""
+    if not exact:
+        return data
+    parts = list(data["content"]["parts"])
+    for i, j in exact.items():
+        parts[i] = {BLOCK_REF: j}
+    return _with_parts(data, parts)
+
+
+def _event_of(turn: SessionTurn) -> dict[str, Any] | None:
+    """The stored ADK event of a turn, parts kept in its blocks put back."""
+    event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
+    if not isinstance(event, dict):
+        return None
+    content = event.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not parts or not any(BLOCK_REF in part for part in parts):
+        return event
+    back = (_part_of(turn.content, p[BLOCK_REF]) if BLOCK_REF in p else p for p in parts)
+    return _with_parts(event, [part for part in back if part is not None])
+
+
+def _part_of(blocks: tuple[SessionContentBlock, ...], index: Any) -> dict[str, Any] | None:
+    """The ADK part a block stands for (``None`` when the turn no longer has it)."""
+    block = blocks[index] if isinstance(index, int) and 0 <= index < len(blocks) else None
+    if isinstance(block, TextBlock):
+        return {"text": block.text}
+    if isinstance(block, ReasoningBlock):
+        return {"text": block.text, "thought": True}
+    if isinstance(block, ToolCallBlock):
+        return {"functionCall": {"id": block.id, "name": block.name, "args": block.input}}
+    if isinstance(block, ToolResultBlock) and isinstance(block.output, str):
+        response = json.loads(block.output)
+        return {"functionResponse": {"id": block.call_id, "name": block.name, "response": response}}
+    return None
 
 
 def _compact(value: Any) -> str:
@@ -472,7 +537,7 @@ class ZidaneSessionService(BaseSessionService):
             self._apply_temp_state(session, event)
             event = self._trim_temp_delta_state(event)
             data = event.model_dump(mode="json", exclude_none=True, by_alias=True)
-            role, blocks, usage = _readable(data)
+            role, blocks, usage, exact = _readable(data)
             delta = cast(dict[str, Any], data.get("actions", {}).get("stateDelta") or {})
             app, user, own = _split_state(delta)
             last_id = session.events[-1].id if session.events else None
@@ -481,7 +546,7 @@ class ZidaneSessionService(BaseSessionService):
                 session.app_name,
                 session.user_id,
                 session.id,
-                _Append(data, role, blocks, usage, own, app, user),
+                _Append(data, exact, role, blocks, usage, own, app, user),
                 (session._storage_update_marker, session.last_update_time, last_id),
             )
             session._storage_update_marker = marker
@@ -494,6 +559,7 @@ class _Append:
     """What ``append_event`` hands the trio side: the event as data, turn parts, deltas."""
 
     data: dict[str, Any]
+    exact: dict[int, int]  # part index -> the block holding it exactly
     role: str
     blocks: list[SessionContentBlock]
     usage: TurnUsage | None
@@ -677,7 +743,7 @@ async def _read(
         for turn in session.turns:
             event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
             if isinstance(event, dict) and (after is None or event.get("timestamp", 0) >= after):
-                events.append(event)
+                events.append(_event_of(turn))
         if recent is not None:
             events = events[-recent:]
     app_holder, user_holder = await _scopes(host, app_name, user_id)
@@ -767,13 +833,16 @@ async def _append(
             if (stored.get("id") if stored is not None else None) != last_event_id:
                 raise StaleSessionError(_STALE)
         pairing = _pairing_for(session)
+        content = pairing.checked(append.blocks)
+        # A block the pairing rule turned into text no longer holds its part exactly.
+        exact = {i: j for i, j in append.exact.items() if content[j] is append.blocks[j]}
         turn = SessionTurn(
             id=new_id(),
             role="assistant" if append.role == "assistant" else "user",
-            content=pairing.checked(append.blocks),
+            content=content,
             created_at=max(int(append.data.get("timestamp", 0) * 1000), 0),
             usage=append.usage,
-            metadata={EVENT_KEY: append.data},
+            metadata={EVENT_KEY: _stored_once(append.data, exact)},
         )
         # The turn, a state checkpoint of the turns before it when one is due, and the
         # scope deltas: written at once, so they share the store's commits.
