@@ -1,4 +1,5 @@
-"""The README's portal, openai-agents and pydantic-ai examples run as written."""
+"""The README's portal, openai-agents and pydantic-ai examples, and docs/integrations.md's
+google-adk example, run as written."""
 
 from __future__ import annotations
 
