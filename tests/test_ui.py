@@ -368,6 +368,7 @@ async def test_pages_carry_a_strict_csp_and_shells_need_no_token() -> None:
             assert "s3cr3t-9" not in r.text
         assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
         assert (await client.get("/ui")).headers["location"] == "/ui/"
+        assert (await client.get("/")).headers["location"] == "/ui/"
         assert (await client.get("/ui/static/../_app.py")).status_code == 401  # /ui/_app.py
         assert (await client.get("/ui/static/shell.html")).status_code == 404
         for url in (

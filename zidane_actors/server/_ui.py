@@ -86,7 +86,7 @@ _log = logging.getLogger("zidane_actors.server")
 ErrorOf = Callable[[Exception], tuple[int, str]]
 
 
-_PUBLIC_PATH: Final = re.compile(r"/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
+_PUBLIC_PATH: Final = re.compile(r"/|/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
 
 
 def is_public_ui_path(path: str) -> bool:
@@ -375,6 +375,7 @@ def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
 
     get = ["GET"]
     return [
+        Route("/", home, methods=get),
         Route("/ui", home, methods=get),
         Route("/ui/", page, methods=get),
         Route("/ui/sessions/{sessionId}", page, methods=get),
