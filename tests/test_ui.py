@@ -587,3 +587,39 @@ def test_chart_scales_and_labels_honestly() -> None:
     many = page(runs(75, 1.0))
     assert "the last 60 of 75 runs" in many
     assert many.count('class="bar-cost"') == 60 and 'data-run-id="r74"' in many
+
+
+async def test_a_bad_row_is_a_marked_entry_and_a_deep_row_a_named_corrupt_data_answer() -> None:
+    import sqlite3
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = f"{tmp}/s.db"
+        async with open_sqlite_store(db) as store:
+            for sid in ("good", "bad", "deep"):
+                await store.save(_session(sid))
+        deep_input = '{"x":' * 980 + "1" + "}" * 980
+        body = (
+            '{"id":"t2","role":"assistant","content":[{"type":"tool_call","id":"c1",'
+            f'"name":"ls","input":{deep_input}}}],"createdAt":1}}'
+        )
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE sessions SET metadata = '{oops' WHERE id = 'bad'")
+            conn.execute(
+                "UPDATE turns SET body = ? WHERE session_id = 'deep' AND id = 't2'", (body,)
+            )
+        async with open_sqlite_store(db) as store, _client(store) as client:
+            listing = await client.get("/session-meta")
+            assert listing.status_code == 200, listing.text
+            rows = {row["id"]: row for row in listing.json()}
+            assert set(rows) == {"good", "bad", "deep"}
+            assert "bad" in rows["bad"]["corrupt"] and "corrupt" not in rows["good"]
+            page = await client.get("/ui/fragments/sessions")
+            assert page.status_code == 200, page.text
+            assert 'data-session-id="bad"' in page.text and ">corrupt<" in page.text
+            for url in ("/sessions/deep", "/sessions/deep/turns", "/ui/fragments/sessions/deep"):
+                answer = await client.get(url)
+                assert answer.status_code == 500, url
+                text = answer.text.replace("&#x27;", "'")
+                assert "internal" not in text and "'deep'" in text, (url, text[:300])
+                if not url.startswith("/ui"):
+                    assert answer.json()["error"]["code"] == "corrupt_data"

@@ -46,6 +46,7 @@ from ..errors import (
     ValidationError,
 )
 from ..model import (
+    MAX_JSON_DEPTH,
     ArtifactFilter,
     Schedule,
     ScheduleFire,
@@ -161,15 +162,31 @@ def _mapped(exc: BaseException) -> _ApiError:
         return _ApiError(503, "store_unavailable", str(exc))
     if isinstance(exc, CorruptDataError):
         return _ApiError(500, "corrupt_data", str(exc))
+    if isinstance(exc, RecursionError):  # a stored value nested past what encoders recurse
+        return _ApiError(
+            500,
+            "corrupt_data",
+            "stored data is nested deeper than JSON can be written back "
+            f"(this version writes at most {MAX_JSON_DEPTH} levels)",
+        )
     if isinstance(exc, StoreError):
         return _ApiError(500, "store_error", str(exc))
     return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
 
 
-def _ui_error(exc: Exception) -> tuple[int, str]:
+def _ui_error(exc: Exception, session_id: str | None) -> tuple[int, str]:
     """Status and message of the browser's error page for ``exc``."""
-    error = _mapped(exc)
+    error = _named(_mapped(exc), session_id)
     return error.status, error.message
+
+
+def _named(error: _ApiError, session_id: str | None) -> _ApiError:
+    """``error`` with the session it concerns named, when its message does not say."""
+    if error.status < 500 or session_id is None or repr(session_id) in error.message:
+        return error
+    return _ApiError(
+        error.status, error.code, f"session {session_id!r}: {error.message}", error.path
+    )
 
 
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
@@ -752,7 +769,7 @@ def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
             )
             return _error_response(400, "client_disconnected", "the client left mid-body")
         except Exception as exc:
-            error = _mapped(exc)
+            error = _named(_mapped(exc), request.path_params.get("sessionId"))
             if error.status >= 500:
                 _log.exception("%s %s failed", request.method, request.url.path)
             return _error_response(error.status, error.code, error.message, error.path)

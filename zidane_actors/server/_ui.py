@@ -83,7 +83,7 @@ _STATIC: Final = {
 }
 _log = logging.getLogger("zidane_actors.server")
 
-ErrorOf = Callable[[Exception], tuple[int, str]]
+ErrorOf = Callable[[Exception, str | None], tuple[int, str]]
 
 
 _PUBLIC_PATH: Final = re.compile(r"/|/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
@@ -345,7 +345,7 @@ class _Ui:
             except (_BadQuery, ValidationError) as exc:
                 return _html_response(render_error(400, str(exc)), 400)
             except Exception as exc:
-                status, message = self.error_of(exc)
+                status, message = self.error_of(exc, request.path_params.get("sessionId"))
                 if status >= 500:
                     _log.exception("GET %s failed", request.url.path)
                 return _html_response(render_error(status, message), status)

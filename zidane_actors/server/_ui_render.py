@@ -215,7 +215,28 @@ def _filter_form(params: Mapping[str, str], statuses: Sequence[str]) -> Html:
     )
 
 
+def _corrupt_row(row: SessionMetaRow) -> Html:
+    """A listed session whose stored header does not decode: named, marked, explained."""
+    return el(
+        "tr",
+        {"class": "session-row corrupt", "data-session-id": row.id},
+        el(
+            "td",
+            {"class": "title"},
+            _session_link(row.id, el("span", {"class": "muted"}, "(unreadable)")),
+            el("div", {"class": "sid"}, row.id),
+        ),
+        el("td", {"colspan": "2", "class": "corrupt-reason"}, _clip(row.corrupt or "", 300)),
+        el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
+        el("td", {"class": "num"}, "–"),
+        el("td", {"class": "num"}, "–"),
+        el("td", None, _when(row.updated_at)),
+    )
+
+
 def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
+    if row.corrupt is not None:
+        return _corrupt_row(row)
     title = session_title(row.metadata, row.first_user_turn)
     agent: Node = (
         el("a", {"href": _list_url(params, agent=row.agent_id, page=None)}, row.agent_id)
