@@ -623,3 +623,55 @@ async def test_a_bad_row_is_a_marked_entry_and_a_deep_row_a_named_corrupt_data_a
                 assert "internal" not in text and "'deep'" in text, (url, text[:300])
                 if not url.startswith("/ui"):
                     assert answer.json()["error"]["code"] == "corrupt_data"
+
+
+async def test_every_answer_carries_the_security_headers() -> None:
+    async with open_memory_store() as store:
+        await store.save(_session())
+        async with _client(store, token="t0k") as client:
+            auth = {"authorization": "Bearer t0k"}
+            answers = [
+                await client.get("/session-meta", headers=auth),  # JSON
+                await client.get("/sessions/nope", headers=auth),  # JSON 404
+                await client.get("/no/such/route", headers=auth),  # routing 404
+                await client.get("/ui/static/nope.js"),  # /ui 404
+                await client.get("/session-meta"),  # 401
+                await client.get("/"),  # redirect
+                await client.get("/ui/fragments/sessions", headers=auth),
+            ]
+            for answer in answers:
+                where = (answer.request.url.path, answer.status_code)
+                assert answer.headers["x-content-type-options"] == "nosniff", where
+                assert answer.headers["x-frame-options"] == "DENY", where
+                assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], where
+            assert answers[-1].headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+
+
+async def test_favicon_is_served_without_a_token() -> None:
+    async with open_memory_store() as store, _client(store, token="t0k") as client:
+        icon = await client.get("/favicon.ico", follow_redirects=True)
+        assert icon.status_code == 200
+        assert icon.headers["content-type"] == "image/svg+xml"
+        shell = await client.get("/ui/")
+        assert 'rel="icon" href="/ui/static/favicon.svg"' in shell.text
+
+
+def test_durations_and_schedule_times_read_naturally() -> None:
+    from zidane_actors.server._ui_render import _duration, render_schedules
+
+    assert _duration(15 * 60_000) == "15 min"
+    assert _duration(15 * 60_000 + 5_000) == "15 min 5 s"
+    assert _duration(2 * 3_600_000) == "2 h"
+    assert _duration(2 * 3_600_000 + 60_000) == "2 h 1 min"
+    schedule = Schedule(
+        id="sch",
+        prompt="p",
+        enabled=True,
+        created_at=T0,
+        updated_at=T0,
+        interval_ms=900_000,
+        next_fire_at=T0,
+    )
+    page = str(render_schedules([(schedule, [])]))
+    assert "every 15 min<" in page
+    assert "UTC</time>" in page

@@ -578,7 +578,8 @@ def test_schedules_page(browser: WebDriver, server: ServerProcess) -> None:
     browser.find_element(By.LINK_TEXT, "Schedules").click()
     _shown(browser, "schedules")
     schedule = browser.find_element(By.CSS_SELECTOR, "[data-schedule-id=nightly]")
-    assert "Nightly digest" in schedule.text and "every 24 h 0 min" in schedule.text
+    assert "Nightly digest" in schedule.text and "every 24 h\n" in schedule.text
+    assert "next fire\n2025-06-16 15:06:40 UTC" in schedule.text
     fires = schedule.find_elements(By.CSS_SELECTOR, "li.fire")
     assert len(fires) == 3
     assert "provider down" in fires[1].text  # newest first: f2, f1, f0
@@ -677,3 +678,23 @@ def test_session_page_screenshot(
     assert len(colours) > 20, "the screenshot is (nearly) blank"
     # The status badges, the chart's bars and the dark text are all on screen.
     assert any(c[0] < 60 and c[1] < 60 and c[2] < 60 for c in colours)
+
+
+def test_narrow_window_keeps_titles_readable(browser: WebDriver, server: ServerProcess) -> None:
+    browser.set_window_size(480, 900)
+    try:
+        _open(browser, f"{server.url}/ui/", "sessions")
+        title = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=tree] td.title")
+        assert title.size["width"] >= 140, title.size  # not a few letters wide
+        agent = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=tree] td.wide")
+        assert not agent.is_displayed()
+        page_width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert page_width <= 480 + 2, page_width  # no sideways scrolling
+        errors = [
+            e
+            for e in browser.get_log("browser")
+            if "favicon" in e["message"] and "404" in e["message"]
+        ]
+        assert errors == []
+    finally:
+        browser.set_window_size(1280, 1600)

@@ -102,7 +102,7 @@ from ..stores._remote import (
 )
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
-from ._guard import Guard
+from ._guard import Guard, SecurityHeaders
 from ._limits import Admission, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
@@ -916,4 +916,4 @@ def create_app(
         apply_writes=_guarded(api.apply_writes, api.budget),
     )
     guarded = Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
-    return CloseUnread(app=guarded)
+    return CloseUnread(app=SecurityHeaders(app=guarded))

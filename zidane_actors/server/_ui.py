@@ -80,13 +80,16 @@ _SECURITY_HEADERS: Final = {
 _STATIC: Final = {
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 _log = logging.getLogger("zidane_actors.server")
 
 ErrorOf = Callable[[Exception, str | None], tuple[int, str]]
 
 
-_PUBLIC_PATH: Final = re.compile(r"/|/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
+_PUBLIC_PATH: Final = re.compile(
+    r"/|/favicon\.ico|/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+"
+)
 
 
 def is_public_ui_path(path: str) -> bool:
@@ -373,9 +376,13 @@ def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
     async def home(request: Request) -> Response:
         return Response(status_code=308, headers={"location": "/ui/"})
 
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=308, headers={"location": "/ui/static/favicon.svg"})
+
     get = ["GET"]
     return [
         Route("/", home, methods=get),
+        Route("/favicon.ico", favicon, methods=get),
         Route("/ui", home, methods=get),
         Route("/ui/", page, methods=get),
         Route("/ui/sessions/{sessionId}", page, methods=get),

@@ -60,14 +60,16 @@ def session_title(metadata: Mapping[str, Any], first_user: SessionTurn | None) -
 # -- small pieces -------------------------------------------------------------
 
 
-def _when(ms: int | None) -> Html:
+def _when(ms: int | None, *, zone: bool = False) -> Html:
+    """An epoch-ms time in UTC; ``zone`` says so where no column header does."""
     if ms is None:
         return Html("–")
     try:
         at = datetime.fromtimestamp(ms / 1000, UTC)
     except (OverflowError, OSError, ValueError):
         return el("span", None, str(ms))
-    return el("time", {"datetime": at.isoformat()}, at.strftime("%Y-%m-%d %H:%M:%S"))
+    shown = at.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if zone else "")
+    return el("time", {"datetime": at.isoformat()}, shown)
 
 
 def _count(n: int | None) -> str:
@@ -86,9 +88,9 @@ def _duration(ms: float | None) -> str:
         return f"{seconds:.1f} s"
     minutes, seconds = divmod(int(seconds), 60)
     if minutes < 60:
-        return f"{minutes} min {seconds} s"
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def _badge(status: str | None) -> Html:
@@ -226,10 +228,10 @@ def _corrupt_row(row: SessionMetaRow) -> Html:
             _session_link(row.id, el("span", {"class": "muted"}, "(unreadable)")),
             el("div", {"class": "sid"}, row.id),
         ),
-        el("td", {"colspan": "2", "class": "corrupt-reason"}, _clip(row.corrupt or "", 300)),
+        el("td", {"colspan": "2", "class": "wide corrupt-reason"}, _clip(row.corrupt or "", 300)),
         el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
         el("td", {"class": "num"}, "–"),
-        el("td", {"class": "num"}, "–"),
+        el("td", {"class": "num wide"}, "–"),
         el("td", None, _when(row.updated_at)),
     )
 
@@ -265,11 +267,11 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
             _session_link(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
             el("div", {"class": "sid"}, row.id),
         ),
-        el("td", None, agent),
-        el("td", None, project),
+        el("td", {"class": "wide"}, agent),
+        el("td", {"class": "wide"}, project),
         el("td", None, _badge(row.status)),
         el("td", {"class": "num"}, _count(row.turn_count)),
-        el("td", {"class": "num"}, _count(row.run_count)),
+        el("td", {"class": "num wide"}, _count(row.run_count)),
         el("td", None, _when(row.updated_at)),
     )
 
@@ -277,12 +279,21 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
 def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
     """The session list: filters, one page of rows, previous/next links."""
     head = ["Title", "Agent", "Project", "Status", "Turns", "Runs", "Updated (UTC)"]
+    wide = {"Agent", "Project", "Runs"}  # left out on a narrow screen
     body: Node
     if page.rows:
         body = el(
             "table",
             {"class": "sessions"},
-            el("thead", None, el("tr", None, [el("th", None, h) for h in head])),
+            el(
+                "thead",
+                None,
+                el(
+                    "tr",
+                    None,
+                    [el("th", {"class": "wide"} if h in wide else None, h) for h in head],
+                ),
+            ),
             el("tbody", None, [_session_row(r, page.params) for r in page.rows]),
         )
     else:
@@ -873,9 +884,9 @@ def _fire(fire: ScheduleFire) -> Html:
         {"class": "fire"},
         _badge(fire.status),
         " fired ",
-        _when(fire.fired_at),
+        _when(fire.fired_at, zone=True),
         " (due ",
-        _when(fire.due_at),
+        _when(fire.due_at, zone=True),
         ")",
         [" · ", _session_link(fire.session_id)] if fire.session_id else None,
         [
@@ -915,7 +926,7 @@ def render_schedules(schedules: list[tuple[Schedule, list[ScheduleFire]]] | None
                     [
                         ("id", el("code", None, s.id)),
                         ("when", _every(s)),
-                        ("next fire", _when(s.next_fire_at)),
+                        ("next fire", _when(s.next_fire_at, zone=True)),
                         ("agent", s.agent_id or "–"),
                         (
                             "session",
