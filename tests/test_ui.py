@@ -335,6 +335,7 @@ def test_session_page_escapes_every_field(evil: str) -> None:
             page_size=100,
             runs=(run,),
             artifacts=[art],
+            now=T0,
         )
     )
     parser = _Tags()
@@ -577,7 +578,14 @@ def test_chart_scales_and_labels_honestly() -> None:
     def page(r: tuple[SessionRun, ...]) -> str:
         return render_session(
             SessionPage(
-                meta=meta, turns=(), lookahead=(), start=0, page_size=100, runs=r, artifacts=None
+                meta=meta,
+                turns=(),
+                lookahead=(),
+                start=0,
+                page_size=100,
+                runs=r,
+                artifacts=None,
+                now=T0,
             )
         )
 
@@ -675,3 +683,40 @@ def test_durations_and_schedule_times_read_naturally() -> None:
     page = str(render_schedules([(schedule, [])]))
     assert "every 15 min<" in page
     assert "UTC</time>" in page
+
+
+async def test_a_running_session_whose_owner_is_gone_shows_as_stale_and_is_not_polled() -> None:
+    import sys
+    import time
+
+    import trio
+
+    from zidane_actors.model import RunOwner, current_run_owner, host_id
+
+    dead_pid = await trio.lowlevel.open_process([sys.executable, "-c", "pass"])
+    await dead_pid.wait()
+    now = time.time_ns() // 1_000_000
+    owners = {
+        "live": (current_run_owner(), now),  # this process: alive
+        "dead-here": (RunOwner(host_id=host_id(), pid=dead_pid.pid, token="x"), now),
+        "quiet-elsewhere": (RunOwner(host_id="other-host", pid=1, token="y"), T0),
+        "recent-elsewhere": (RunOwner(host_id="other-host", pid=1, token="z"), now),
+    }
+    async with open_memory_store() as store:
+        for sid, (owner, updated_at) in owners.items():
+            await store.save(_session(sid, updated_at=updated_at))
+            await store.update_status(sid, "running", owner=owner, preserve_updated_at=True)
+        async with _client(store) as client:
+            listing = (await client.get("/ui/fragments/sessions")).text
+            for sid, expected in (
+                ("live", "running"),
+                ("dead-here", "stale"),
+                ("quiet-elsewhere", "stale"),
+                ("recent-elsewhere", "running"),
+            ):
+                page = (await client.get(f"/ui/fragments/sessions/{sid}")).text
+                assert f'data-status="{expected}"' in page, sid
+                assert ("data-poll" in page) == (expected == "running"), sid
+                row = listing.split(f'data-session-id="{sid}"', 1)[1].split("</tr>", 1)[0]
+                shown = "stale (owner gone)" if expected == "stale" else "running"
+                assert f">{shown}<" in row, (sid, row)

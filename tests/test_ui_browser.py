@@ -545,6 +545,7 @@ def test_running_session_refreshes_as_turns_arrive(
     with httpx.Client(base_url=server.url) as client:
         # Owned by the live server process, so no reader demotes it as stale.
         assert client.put("/sessions/live/status", json={"status": "running"}).status_code == 204
+        browser.set_window_size(1280, 500)
         root = _open(browser, f"{server.url}/ui/sessions/live", "session")
         assert root.get_attribute("data-status") == "running"
         assert root.get_attribute("data-poll")
@@ -557,6 +558,14 @@ def test_running_session_refreshes_as_turns_arrive(
         assert r.status_code == 204
         _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-turn-id=t2]"))
         assert "a turn that arrived later" in browser.find_element(By.ID, "app").text
+        newest = browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t2]")
+        # A live tail: the newest turn is scrolled into view (the page is taller than this).
+        assert browser.execute_script(
+            "var r = arguments[0].getBoundingClientRect();"
+            "return document.documentElement.scrollHeight > innerHeight"
+            " && r.bottom <= innerHeight + 1 && r.bottom > 0;",
+            newest,
+        )
         r = client.put("/sessions/live/status", json={"status": "completed"})
         assert r.status_code == 204
     _until(
@@ -571,6 +580,7 @@ def test_running_session_refreshes_as_turns_arrive(
     assert (
         browser.find_element(By.CSS_SELECTOR, "#app > section").get_attribute("data-poll") is None
     )
+    browser.set_window_size(1280, 1600)
 
 
 def test_schedules_page(browser: WebDriver, server: ServerProcess) -> None:

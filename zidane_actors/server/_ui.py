@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any, Final
@@ -52,6 +53,7 @@ from ._ui_render import (
     render_session,
     render_sessions,
     session_title,
+    shown_status,
 )
 
 __all__ = ["CONTENT_SECURITY_POLICY", "is_public_ui_path", "ui_routes"]
@@ -273,12 +275,17 @@ class _Reader:
         return out
 
 
+def _wall_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
 @attrs.define(eq=False)
 class _Ui:
     """The fragment handlers."""
 
     reader: _Reader
     error_of: ErrorOf
+    clock: Callable[[], int] = _wall_clock
 
     async def sessions(self, request: Request) -> Html:
         query = ListQuery.parse(request)
@@ -296,6 +303,7 @@ class _Ui:
             rows=tuple(matched[skip : skip + LIST_PAGE_SIZE]),
             has_next=len(matched) > skip + LIST_PAGE_SIZE,
             page=query.page,
+            now=self.clock(),
             scanned=cap if truncated else None,
             params={
                 k: v
@@ -318,7 +326,8 @@ class _Ui:
         meta = await self.reader.meta(sid)
         if meta is None:
             return 404, render_error(404, f"No session {sid!r} in this store.")
-        if "from" not in request.query_params and meta.status == "running":
+        now = self.clock()
+        if "from" not in request.query_params and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
         turns: list[SessionTurn] = await self.store_turns(sid, start)
         page = SessionPage(
@@ -329,6 +338,7 @@ class _Ui:
             page_size=TURN_PAGE_SIZE,
             runs=await self.reader.runs(meta),
             artifacts=await self.reader.artifacts(sid),
+            now=now,
         )
         return render_session(page)
 

@@ -11,6 +11,7 @@ import attrs
 import msgspec
 
 from ..model import (
+    RUN_OWNER_HOLD_MS,
     FileBlock,
     ImageBlock,
     NativeBlock,
@@ -25,6 +26,7 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    run_claim_blocked,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from ._html import Html, Node, el, safe_image_src, safe_link, ui_path
@@ -38,6 +40,7 @@ __all__ = [
     "render_session",
     "render_sessions",
     "session_title",
+    "shown_status",
 ]
 
 TITLE_CHARS: Final = 120
@@ -93,8 +96,26 @@ def _duration(ms: float | None) -> str:
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
+def shown_status(row: SessionMetaRow, now: int) -> str:
+    """The status a reader should see: a stored ``running`` whose owner is gone is ``stale``.
+
+    The owner is judged by the claim rule (``run_claim_blocked``): on this host
+    by its pid, elsewhere by the ``RUN_OWNER_HOLD_MS`` staleness horizon.
+    """
+    status = row.status or "idle"
+    if status != "running":
+        return status
+    blocked = run_claim_blocked(
+        status, row.run_owner, row.updated_at, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+    )
+    return "running" if blocked else "stale"
+
+
 def _badge(status: str | None) -> Html:
     value = status or "idle"
+    if value == "stale":
+        title = "stored as running, but its owner is gone (the process exited or stopped writing)"
+        return el("span", {"class": "badge status-stale", "title": title}, "stale (owner gone)")
     return el("span", {"class": f"badge status-{_token(value)}"}, value)
 
 
@@ -153,6 +174,8 @@ class SessionsPage:
     has_next: bool
     page: int
     params: Mapping[str, str]
+    now: int
+    """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
     scanned: int | None = None
     """Set when a filtered scan stopped after this many sessions, short of the page."""
 
@@ -236,7 +259,7 @@ def _corrupt_row(row: SessionMetaRow) -> Html:
     )
 
 
-def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
+def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Html:
     if row.corrupt is not None:
         return _corrupt_row(row)
     title = session_title(row.metadata, row.first_user_turn)
@@ -269,7 +292,7 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
         ),
         el("td", {"class": "wide"}, agent),
         el("td", {"class": "wide"}, project),
-        el("td", None, _badge(row.status)),
+        el("td", None, _badge(shown_status(row, now))),
         el("td", {"class": "num"}, _count(row.turn_count)),
         el("td", {"class": "num wide"}, _count(row.run_count)),
         el("td", None, _when(row.updated_at)),
@@ -294,7 +317,7 @@ def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
                     [el("th", {"class": "wide"} if h in wide else None, h) for h in head],
                 ),
             ),
-            el("tbody", None, [_session_row(r, page.params) for r in page.rows]),
+            el("tbody", None, [_session_row(r, page.params, page.now) for r in page.rows]),
         )
     else:
         body = el("p", {"class": "empty"}, "No sessions match.")
@@ -343,6 +366,8 @@ class SessionPage:
     page_size: int
     runs: tuple[SessionRun, ...]
     artifacts: list[SessionArtifact] | None
+    now: int
+    """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
 
 
 def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
@@ -820,12 +845,13 @@ def _facts(items: Iterable[tuple[str, Node]]) -> Html:
 def render_session(page: SessionPage) -> Html:
     """One session: header, run tree and chart, one page of the transcript, artifacts."""
     meta = page.meta
-    running = meta.status == "running"
+    status = shown_status(meta, page.now)
+    running = status == "running"
     title = session_title(meta.metadata, meta.first_user_turn) or meta.id
     owner = meta.run_owner
     facts: list[tuple[str, Node]] = [
         ("id", el("code", None, meta.id)),
-        ("status", _badge(meta.status)),
+        ("status", _badge(status)),
         ("agent", meta.agent_id or "–"),
         ("project", meta.project_root if meta.project_root is not None else "untagged"),
         ("created", _when(meta.created_at)),
@@ -848,7 +874,7 @@ def render_session(page: SessionPage) -> Html:
             "class": "page",
             "data-page": "session",
             "data-session-id": meta.id,
-            "data-status": meta.status or "idle",
+            "data-status": status,
             "data-poll": 2000 if running else None,
             "data-title": _clip(title, 80),
         },

@@ -75,7 +75,15 @@
     return open;
   }
 
+  function newestTurnInView() {
+    var turns = main.querySelectorAll(".turn");
+    if (!turns.length) return true;
+    var box = turns[turns.length - 1].getBoundingClientRect();
+    return box.top < window.innerHeight && box.bottom > 0;
+  }
+
   function show(text) {
+    var following = lastText === null || newestTurnInView();
     var open = openDetails();
     var doc = new DOMParser().parseFromString(text, "text/html");
     main.replaceChildren.apply(main, Array.prototype.slice.call(doc.body.childNodes));
@@ -84,6 +92,11 @@
       if (open[(turn ? turn.getAttribute("data-turn-id") : "") + "#" + index]) d.open = true;
     });
     var root = main.firstElementChild;
+    if (following && root && root.getAttribute("data-poll") && !location.hash) {
+      // A live tail: a running session follows its newest turn unless the reader scrolled up.
+      var turns = main.querySelectorAll(".turn");
+      if (turns.length) turns[turns.length - 1].scrollIntoView({ block: "end" });
+    }
     var title = root && root.getAttribute("data-title");
     document.title = title ? title + " · zidane-actors" : "zidane-actors";
     if (location.hash && !lastText) {
