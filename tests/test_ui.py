@@ -720,3 +720,58 @@ async def test_a_running_session_whose_owner_is_gone_shows_as_stale_and_is_not_p
                 row = listing.split(f'data-session-id="{sid}"', 1)[1].split("</tr>", 1)[0]
                 shown = "stale (owner gone)" if expected == "stale" else "running"
                 assert f">{shown}<" in row, (sid, row)
+
+
+async def test_reading_markdown_pretty_json_capped_outputs_and_folded_result_cards() -> None:
+    from zidane_actors.server._ui import MORE_CHARS
+    from zidane_actors.server._ui_render import SHOWN_CHARS
+
+    huge = "line of tool output\n" * 11_000  # 220 KB
+    turns = (
+        SessionTurn(
+            id="u1",
+            role="user",
+            content=(TextBlock("## Plan\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<b>raw</b>"),),
+            created_at=T0,
+        ),
+        SessionTurn(
+            id="a1",
+            role="assistant",
+            content=(
+                ToolCallBlock(id="c1", name="read", input={"path": "x"}),
+                ToolCallBlock(id="c2", name="dump", input={}),
+            ),
+            created_at=T0,
+        ),
+        SessionTurn(
+            id="u2",
+            role="user",
+            content=(
+                ToolResultBlock(call_id="c1", output='{"ok":true,"items":[1,2]}'),
+                ToolResultBlock(call_id="c2", output=huge),
+            ),
+            created_at=T0,
+        ),
+    )
+    async with open_memory_store() as store:
+        await store.save(SessionData(id="s", created_at=T0, updated_at=T0, turns=turns))
+        async with _client(store) as client:
+            page = (await client.get("/ui/fragments/sessions/s")).text
+            assert "<h2>Plan</h2>" in page and "<table>" in page
+            assert "&lt;b&gt;raw&lt;/b&gt;" in page and "<b>raw</b>" not in page
+            assert "{\n  &quot;ok&quot;: true," in page  # a JSON result, pretty-printed
+            assert len(page) < SHOWN_CHARS + 20_000  # the 220 KB output is not sent whole
+            assert page.count('class="turn ') == 2  # the results-only card is folded away
+            assert 'class="turn-folded"' in page and 'data-turn-id="u2"' in page
+            more = page.split('data-more="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+            assert more.startswith("/ui/fragments/sessions/s/turns/2/more?block=1&from=")
+            rest = (await client.get(more)).text
+            assert len(huge) - SHOWN_CHARS < MORE_CHARS  # one more fetch brings the rest
+            assert "show more" not in rest
+            # The cut falls inside one line: every other line is on one side of it.
+            assert page.count("line of tool output") + rest.count("line of tool output") == 10_999
+            assert huge[SHOWN_CHARS : SHOWN_CHARS + 60] in rest
+            bad = await client.get("/ui/fragments/sessions/s/turns/2/more?block=7")
+            assert bad.status_code == 400
+            missing = await client.get("/ui/fragments/sessions/s/turns/9/more?block=0")
+            assert missing.status_code == 404

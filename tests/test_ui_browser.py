@@ -708,3 +708,51 @@ def test_narrow_window_keeps_titles_readable(browser: WebDriver, server: ServerP
         assert errors == []
     finally:
         browser.set_window_size(1280, 1600)
+
+
+def test_markdown_and_show_all_in_place(browser: WebDriver, server: ServerProcess) -> None:
+    long_output = "".join(f"output line {n:05d}\n" for n in range(4_000))  # ~76 KB
+    reading = SessionData(
+        id="reading",
+        created_at=T0,
+        updated_at=T0,
+        turns=(
+            _text(
+                0,
+                "## Plan\n\n1. read the **log**\n2. answer\n\n`code` and [a link](https://example.com)",
+            ),
+            SessionTurn(
+                id="t1",
+                role="assistant",
+                content=(ToolCallBlock(id="c1", name="cat", input={"path": "log"}),),
+                created_at=T0 + 1,
+            ),
+            SessionTurn(
+                id="t2",
+                role="user",
+                content=(ToolResultBlock(call_id="c1", output=long_output),),
+                created_at=T0 + 2,
+            ),
+        ),
+    )
+    with httpx.Client(base_url=server.url) as client:
+        put = client.put(
+            "/sessions/reading",
+            content=encode(reading),
+            headers={"content-type": "application/json"},
+        )
+        assert put.status_code in (200, 204), (put.status_code, put.text)
+        try:
+            root = _open(browser, f"{server.url}/ui/sessions/reading", "session")
+            heading = root.find_element(By.CSS_SELECTOR, ".markdown h2")
+            assert heading.text == "Plan"
+            link = root.find_element(By.CSS_SELECTOR, ".markdown a")
+            assert link.get_attribute("rel") == "noopener noreferrer nofollow"
+            assert not root.find_elements(By.CSS_SELECTOR, "[data-turn-id=t2].turn")  # folded
+            app = browser.find_element(By.ID, "app")
+            assert "output line 03999" not in app.text
+            root.find_element(By.CSS_SELECTOR, "a.show-all").click()
+            _until(browser, lambda d: "output line 03999" in d.find_element(By.ID, "app").text)
+            assert not browser.find_elements(By.CSS_SELECTOR, "a.show-all")
+        finally:
+            assert client.delete("/sessions/reading").status_code == 204

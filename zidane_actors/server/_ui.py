@@ -48,7 +48,9 @@ from ._ui_render import (
     SessionPage,
     SessionsPage,
     last_page_start,
+    long_text,
     render_error,
+    render_more,
     render_schedules,
     render_session,
     render_sessions,
@@ -60,6 +62,8 @@ __all__ = ["CONTENT_SECURITY_POLICY", "is_public_ui_path", "ui_routes"]
 
 LIST_PAGE_SIZE: Final = 50
 TURN_PAGE_SIZE: Final = 100
+MORE_CHARS: Final = 1_000_000
+"""Most characters of a long text one "show all" request sends (it links to the rest)."""
 PAIRING_LOOKAHEAD: Final = 8
 """Turns read past a transcript page to find results of its last calls."""
 ARTIFACTS_SHOWN: Final = 200
@@ -120,6 +124,12 @@ def _param(request: Request, name: str, max_len: int = 500) -> str | None:
     if len(raw) > max_len:
         raise _BadQuery(f"query parameter {name!r} is longer than {max_len} characters")
     return raw
+
+
+def _path_count(raw: str, what: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+        raise _BadQuery(f"{what} must be a non-negative integer")
+    return int(raw)
 
 
 def _param_count(request: Request, name: str, default: int, minimum: int) -> int:
@@ -342,6 +352,24 @@ class _Ui:
         )
         return render_session(page)
 
+    async def more(self, request: Request) -> Html | tuple[int, Html]:
+        """The next piece of one long text (a block's, a tool input's or output's)."""
+        sid = validate_id(request.path_params["sessionId"], what="session id")
+        index = _path_count(request.path_params["index"], "turn index")
+        start = _param_count(request, "from", 0, 0)
+        found = await self.reader.store.get_turns(sid, index, 1)
+        if not found:
+            return 404, render_error(404, f"Session {sid!r} has no turn #{index + 1}.")
+        text = long_text(
+            found[0],
+            _param_count(request, "block", 0, 0),
+            part=_param_count(request, "part", -1, 0) if "part" in request.query_params else None,
+            tool_input="input" in request.query_params,
+        )
+        if text is None:
+            raise _BadQuery("no text at that block of the turn")
+        return render_more(text, start, MORE_CHARS, request.url.path, dict(request.query_params))
+
     async def store_turns(self, sid: str, start: int) -> list[SessionTurn]:
         turns: list[SessionTurn] = await self.reader.store.get_turns(
             sid, start, TURN_PAGE_SIZE + PAIRING_LOOKAHEAD
@@ -400,5 +428,10 @@ def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
         Route("/ui/static/{name}", static, methods=get),
         Route("/ui/fragments/sessions", ui.fragment(ui.sessions), methods=get),
         Route("/ui/fragments/sessions/{sessionId}", ui.fragment(ui.session), methods=get),
+        Route(
+            "/ui/fragments/sessions/{sessionId}/turns/{index}/more",
+            ui.fragment(ui.more),
+            methods=get,
+        ),
         Route("/ui/fragments/schedules", ui.fragment(ui.schedules), methods=get),
     ]

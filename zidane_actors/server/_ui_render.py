@@ -29,13 +29,16 @@ from ..model import (
     run_claim_blocked,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from ._html import Html, Node, el, safe_image_src, safe_link, ui_path
+from ._html import Html, Node, el, safe_image_src, safe_link, ui_fragment_path, ui_path
+from ._markdown import render_markdown
 
 __all__ = [
     "SessionPage",
     "SessionsPage",
     "last_page_start",
+    "long_text",
     "render_error",
+    "render_more",
     "render_schedules",
     "render_session",
     "render_sessions",
@@ -412,13 +415,113 @@ def _is_synthetic(text: str) -> bool:
     return text.startswith(SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
 
 
+SHOWN_CHARS: Final = 32_768
+"""Most characters of one text, tool input or tool output a page sends; "show all" fetches more."""
+
+
+@attrs.frozen
+class _Where:
+    """Where a block sits: its session, turn index and index in the turn (for "show all")."""
+
+    session_id: str
+    turn: int
+    block: int
+
+    def more(self, **query: int) -> str:
+        params = "&".join(f"{k}={v}" for k, v in {"block": self.block, **query}.items())
+        turn = ui_fragment_path("sessions", self.session_id, "turns", str(self.turn))
+        return f"{turn}/more?{params}"
+
+
+def _show_all(text: str, where: _Where | None, **query: int) -> Node:
+    """A "show all" link for a text cut at :data:`SHOWN_CHARS`, or nothing."""
+    if len(text) <= SHOWN_CHARS or where is None:
+        return None
+    rest = len(text) - SHOWN_CHARS
+    return el(
+        "a",
+        {
+            "class": "show-all",
+            "href": "#",
+            "data-more": where.more(**query, **{"from": SHOWN_CHARS}),
+        },
+        f"show all ({rest:,} more characters)",
+    )
+
+
+def _pretty_json(text: str) -> str:
+    """``text`` indented when it is JSON and stays within :data:`SHOWN_CHARS`, else as is."""
+    try:
+        pretty = _json_text(msgspec.json.decode(text))
+    except (msgspec.DecodeError, RecursionError, TypeError):
+        return text
+    return pretty if len(pretty) <= SHOWN_CHARS else text
+
+
+def _pre(text: str, where: _Where | None, cls: str | None = None, **query: int) -> Html:
+    """Preformatted text, JSON pretty-printed when it is an object or array, capped."""
+    if len(text) <= SHOWN_CHARS and text[:1] in ("{", "[") and text.rstrip()[-1:] in ("}", "]"):
+        text = _pretty_json(text)
+    return el(
+        "div",
+        {"class": "capped"},
+        el("pre", {"class": cls} if cls else None, text[:SHOWN_CHARS]),
+        _show_all(text, where, **query),
+    )
+
+
+def _text(text: str, where: _Where | None) -> Html:
+    """A text block: Markdown, safely rendered; a long one shows its start and a link."""
+    return el(
+        "div",
+        {"class": "markdown"},
+        render_markdown(text[:SHOWN_CHARS]),
+        _show_all(text, where),
+    )
+
+
+def long_text(turn: SessionTurn, block: int, *, part: int | None, tool_input: bool) -> str | None:
+    """The whole text a capped view of ``turn.content[block]`` cut (``None``: none there)."""
+    if block >= len(turn.content):
+        return None
+    found = turn.content[block]
+    if isinstance(found, TextBlock) and part is None and not tool_input:
+        return found.text
+    if isinstance(found, ToolCallBlock) and tool_input:
+        return _json_text(found.input)
+    if isinstance(found, ToolResultBlock) and not tool_input:
+        if part is None:
+            return found.output if isinstance(found.output, str) else None
+        if not isinstance(found.output, str) and part < len(found.output):
+            piece = found.output[part]
+            return piece.text if isinstance(piece, TextBlock) else None
+    return None
+
+
+def render_more(text: str, start: int, size: int, path: str, query: Mapping[str, str]) -> Html:
+    """``text[start:start + size]`` as preformatted text, and a link to what follows."""
+    end = start + size
+    more: Node = None
+    if end < len(text):
+        more = el(
+            "a",
+            {
+                "class": "show-all",
+                "href": "#",
+                "data-more": f"{path}?{urlencode({**query, 'from': end})}",
+            },
+            f"show more ({len(text) - end:,} more characters)",
+        )
+    return el("div", {"class": "more"}, el("pre", None, text[start:end]), more)
+
+
 def _result_text(block: ToolResultBlock) -> str:
     if isinstance(block.output, str):
         return block.output
     return "".join(p.text or "" for p in block.output if isinstance(p, TextBlock | FileBlock))
 
 
-def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
+def _tool_result(block: ToolResultBlock, where: _Where | None, *, standalone: bool) -> Html:
     text = _result_text(block)
     marks: list[Node] = []
     if _is_synthetic(text):
@@ -429,11 +532,11 @@ def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
         marks.append(_mark("error", "the tool reported an error"))
     body: list[Node] = []
     if isinstance(block.output, str):
-        body.append(el("pre", None, block.output))
+        body.append(_pre(block.output, where))
     else:
-        for part in block.output:
+        for p, part in enumerate(block.output):
             if isinstance(part, TextBlock):
-                body.append(el("pre", None, part.text))
+                body.append(_pre(part.text, where, part=p))
             elif isinstance(part, ImageBlock):
                 body.append(_image(part, "tool result image"))
             elif isinstance(part, NativeBlock):
@@ -452,10 +555,15 @@ def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
     )
 
 
-def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bool) -> Html:
+def _tool_call(
+    block: ToolCallBlock,
+    where: _Where | None,
+    result: tuple[ToolResultBlock, _Where | None] | None,
+    running: bool,
+) -> Html:
     after: Node
     if result is not None:
-        after = _tool_result(result, standalone=False)
+        after = _tool_result(result[0], result[1], standalone=False)
     else:
         after = el(
             "div",
@@ -473,7 +581,7 @@ def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bo
             " ",
             el("code", {"class": "muted"}, block.id),
         ),
-        el("pre", {"class": "tool-input"}, _json_text(block.input)),
+        _pre(_json_text(block.input), where, "tool-input", input=1),
         after,
     )
 
@@ -504,23 +612,22 @@ def _native(block: NativeBlock) -> Html:
 
 def _block(
     block: SessionContentBlock,
-    results: Mapping[str, ToolResultBlock],
+    where: _Where,
+    results: Mapping[str, tuple[ToolResultBlock, _Where]],
     calls_here: set[str],
     running: bool,
 ) -> Node:
     if isinstance(block, TextBlock):
-        marks = (
-            _mark("healed", "replaced by the pairing heal")
-            if block.text.startswith(_ORPHAN_MARKER)
-            else None
-        )
-        return el("div", {"class": "block text"}, marks, block.text)
+        if block.text.startswith(_ORPHAN_MARKER):
+            marks = _mark("healed", "replaced by the pairing heal")
+            return el("div", {"class": "block text"}, marks, block.text)
+        return el("div", {"class": "block text"}, _text(block.text, where))
     if isinstance(block, ToolCallBlock):
-        return _tool_call(block, results.get(block.id), running)
+        return _tool_call(block, where, results.get(block.id), running)
     if isinstance(block, ToolResultBlock):
         if block.call_id in calls_here:
             return None  # shown under its call
-        return _tool_result(block, standalone=True)
+        return _tool_result(block, where, standalone=True)
     if isinstance(block, ReasoningBlock):
         return _reasoning(block)
     if isinstance(block, ImageBlock):
@@ -532,11 +639,12 @@ def _block(
 
 def _turn(
     turn: SessionTurn,
-    index: int,
-    results: Mapping[str, ToolResultBlock],
+    where: _Where,
+    results: Mapping[str, tuple[ToolResultBlock, _Where]],
     calls_here: set[str],
     running: bool,
 ) -> Html:
+    index = where.turn
     marks: list[Node] = []
     meta = turn.metadata or {}
     if turn.id.endswith(_HEALED_TURN_SUFFIX) or meta.get("synthetic") is True:
@@ -553,9 +661,13 @@ def _turn(
     run: Node = None
     if turn.run_id is not None:
         run = el("a", {"href": f"#run-{turn.run_id}", "class": "run-link"}, f"run {turn.run_id}")
-    blocks = [_block(b, results, calls_here, running) for b in turn.content]
-    if not any(b is not None for b in blocks):
-        blocks = [el("div", {"class": "muted"}, "tool results, shown under their calls")]
+    blocks = [
+        _block(b, attrs.evolve(where, block=k), results, calls_here, running)
+        for k, b in enumerate(turn.content)
+    ]
+    if turn.content and not any(b is not None for b in blocks) and not marks:
+        # Only tool results, each shown under its call: an anchor, no empty card.
+        return el("span", {"class": "turn-folded", "id": f"turn-{index}", "data-turn-id": turn.id})
     return el(
         "article",
         {"class": f"turn role-{_token(turn.role)}", "id": f"turn-{index}", "data-turn-id": turn.id},
@@ -606,18 +718,22 @@ def _turn_pager(page: SessionPage) -> Html:
 
 
 def _transcript(page: SessionPage, running: bool) -> Html:
-    results: dict[str, ToolResultBlock] = {}
-    for turn in (*page.turns, *page.lookahead):
-        for block in turn.content:
+    sid = page.meta.id
+    results: dict[str, tuple[ToolResultBlock, _Where]] = {}
+    for i, turn in enumerate((*page.turns, *page.lookahead)):
+        for k, block in enumerate(turn.content):
             if isinstance(block, ToolResultBlock):
-                results.setdefault(block.call_id, block)
+                results.setdefault(block.call_id, (block, _Where(sid, page.start + i, k)))
     calls_here = {b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)}
     return el(
         "section",
         {"class": "transcript"},
         el("h2", None, "Transcript"),
         _turn_pager(page),
-        [_turn(t, page.start + i, results, calls_here, running) for i, t in enumerate(page.turns)],
+        [
+            _turn(t, _Where(sid, page.start + i, 0), results, calls_here, running)
+            for i, t in enumerate(page.turns)
+        ],
         el("p", {"class": "empty"}, "No turns on this page.") if not page.turns else None,
         _turn_pager(page) if len(page.turns) > 10 else None,
     )

@@ -175,5 +175,24 @@
       });
   }
 
+  // "show all" / "show more": fetch the rest of a long text (with the token) in place.
+  main.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("a.show-all[data-more]");
+    if (!link) return;
+    event.preventDefault();
+    var headers = { Accept: "text/html" };
+    var token = sessionStorage.getItem(KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    link.textContent = "loading…";
+    fetch(link.getAttribute("data-more"), { headers: headers, credentials: "omit" })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (text) {
+        if (text === null) { link.textContent = "could not load the rest"; return; }
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        link.replaceWith.apply(link, Array.prototype.slice.call(doc.body.childNodes));
+      })
+      .catch(function () { link.textContent = "could not load the rest"; });
+  });
+
   load(false);
 })();
