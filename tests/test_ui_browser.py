@@ -23,6 +23,7 @@ from test_server_e2e import ServerProcess
 from zidane_actors.model import (
     ImageBlock,
     ReasoningBlock,
+    RunErrorDetail,
     Schedule,
     ScheduleFire,
     SessionArtifact,
@@ -92,6 +93,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             ended_at=T0 + 5_000,
             status="aborted",
             parent_run_id="r-root",
+            parent_call_id="call-grep",
             depth=1,
             label="searcher",
             tokens_in=4_000,
@@ -119,6 +121,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             ended_at=T0 + 30_000,
             status="error",
             error="rate limited",
+            error_detail=RunErrorDetail(status_code=429, code="rate_limit_error"),
             parent_run_id="r-root",
             depth=1,
             label="writer",
@@ -165,6 +168,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             created_at=T0 + 4,
             run_id="r-root",
         ),
+        _text(5, "The changelog lists 3 breaking changes.", role="assistant", run_id="r-sub1"),
     )
     data = SessionData(
         id="tree",
@@ -491,6 +495,27 @@ def test_session_run_tree_chart_and_tool_results(browser: WebDriver, server: Ser
     assert link.get_attribute("href") == "https://example.invalid/notes"
     assert not browser.find_elements(By.LINK_TEXT, "evil link")  # javascript: is never a link
     assert "test-model" in browser.find_element(By.CSS_SELECTOR, "section.metadata").text
+
+    # Structure: who answered, what started whom, totals, errors in full.
+    totals = browser.find_element(By.CSS_SELECTOR, "p.totals").text
+    assert "25,500 tokens in" in totals and "6,600 tokens out" in totals and "$0.6100" in totals
+    assert "429" in sub2.text and "rate_limit_error" in sub2.text
+    t5 = browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t5]")
+    assert "searcher" in t5.find_element(By.CSS_SELECTOR, "header").text
+    assert "Lead" in browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t2] header").text
+    grep.find_element(By.CSS_SELECTOR, "a.subrun").click()
+    _until(browser, lambda d: d.current_url.endswith("#run-r-sub1"))
+    sub1 = browser.find_element(By.ID, "run-r-sub1")
+    sub1.find_element(By.CSS_SELECTOR, "a.parent-call").click()
+    _until(browser, lambda d: d.current_url.endswith("#call-call-grep"))
+    sub1.find_element(By.CSS_SELECTOR, "a.run-filter").click()
+    _until(browser, lambda d: "run=r-sub1" in d.current_url)
+    _shown(browser, "session")
+    shown = [
+        t.get_attribute("data-turn-id")
+        for t in browser.find_elements(By.CSS_SELECTOR, "article.turn")
+    ]
+    assert shown == ["t5"]
 
 
 def test_a_page_of_a_10k_turn_session(browser: WebDriver, server: ServerProcess) -> None:

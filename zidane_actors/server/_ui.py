@@ -349,6 +349,7 @@ class _Ui:
             runs=await self.reader.runs(meta),
             artifacts=await self.reader.artifacts(sid),
             now=now,
+            run_filter=_param(request, "run"),
         )
         return render_session(page)
 

@@ -371,6 +371,8 @@ class SessionPage:
     artifacts: list[SessionArtifact] | None
     now: int
     """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
+    run_filter: str | None = None
+    """Show only the turns of this run and its subagents (``?run=``)."""
 
 
 def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
@@ -560,6 +562,7 @@ def _tool_call(
     where: _Where | None,
     result: tuple[ToolResultBlock, _Where | None] | None,
     running: bool,
+    started: Sequence[SessionRun] = (),
 ) -> Html:
     after: Node
     if result is not None:
@@ -572,7 +575,7 @@ def _tool_call(
         )
     return el(
         "div",
-        {"class": "block tool-call", "data-call-id": block.id},
+        {"class": "block tool-call", "id": f"call-{block.id}", "data-call-id": block.id},
         el(
             "div",
             {"class": "block-head"},
@@ -580,6 +583,10 @@ def _tool_call(
             el("strong", None, block.name),
             " ",
             el("code", {"class": "muted"}, block.id),
+            [
+                [" → ", el("a", {"href": f"#run-{run.id}", "class": "subrun"}, _run_name(run))]
+                for run in started
+            ],
         ),
         _pre(_json_text(block.input), where, "tool-input", input=1),
         after,
@@ -610,22 +617,28 @@ def _native(block: NativeBlock) -> Html:
     )
 
 
-def _block(
-    block: SessionContentBlock,
-    where: _Where,
-    results: Mapping[str, tuple[ToolResultBlock, _Where]],
-    calls_here: set[str],
-    running: bool,
-) -> Node:
+@attrs.frozen
+class _Context:
+    """What rendering one page's turns needs besides the turns."""
+
+    results: Mapping[str, tuple[ToolResultBlock, _Where]]
+    calls_here: set[str]
+    running: bool
+    runs: Mapping[str, SessionRun]
+    started_by_call: Mapping[str, Sequence[SessionRun]]
+
+
+def _block(block: SessionContentBlock, where: _Where, ctx: _Context) -> Node:
     if isinstance(block, TextBlock):
         if block.text.startswith(_ORPHAN_MARKER):
             marks = _mark("healed", "replaced by the pairing heal")
             return el("div", {"class": "block text"}, marks, block.text)
         return el("div", {"class": "block text"}, _text(block.text, where))
     if isinstance(block, ToolCallBlock):
-        return _tool_call(block, where, results.get(block.id), running)
+        started = ctx.started_by_call.get(block.id, ())
+        return _tool_call(block, where, ctx.results.get(block.id), ctx.running, started)
     if isinstance(block, ToolResultBlock):
-        if block.call_id in calls_here:
+        if block.call_id in ctx.calls_here:
             return None  # shown under its call
         return _tool_result(block, where, standalone=True)
     if isinstance(block, ReasoningBlock):
@@ -637,13 +650,7 @@ def _block(
     return _file(block)
 
 
-def _turn(
-    turn: SessionTurn,
-    where: _Where,
-    results: Mapping[str, tuple[ToolResultBlock, _Where]],
-    calls_here: set[str],
-    running: bool,
-) -> Html:
+def _turn(turn: SessionTurn, where: _Where, ctx: _Context) -> Html:
     index = where.turn
     marks: list[Node] = []
     meta = turn.metadata or {}
@@ -660,11 +667,12 @@ def _turn(
         usage = el("span", {"class": "usage"}, " · ".join(bits))
     run: Node = None
     if turn.run_id is not None:
-        run = el("a", {"href": f"#run-{turn.run_id}", "class": "run-link"}, f"run {turn.run_id}")
-    blocks = [
-        _block(b, attrs.evolve(where, block=k), results, calls_here, running)
-        for k, b in enumerate(turn.content)
-    ]
+        owner = ctx.runs.get(turn.run_id)
+        run = [
+            el("a", {"href": f"#run-{turn.run_id}", "class": "run-link"}, f"run {turn.run_id}"),
+            el("span", {"class": "agent"}, _run_name(owner)) if owner is not None else None,
+        ]
+    blocks = [_block(b, attrs.evolve(where, block=k), ctx) for k, b in enumerate(turn.content)]
     if turn.content and not any(b is not None for b in blocks) and not marks:
         # Only tool results, each shown under its call: an anchor, no empty card.
         return el("span", {"class": "turn-folded", "id": f"turn-{index}", "data-turn-id": turn.id})
@@ -717,6 +725,21 @@ def _turn_pager(page: SessionPage) -> Html:
     )
 
 
+def _subtree(runs: Sequence[SessionRun], root: str) -> set[str]:
+    """``root`` and every run below it (by ``parentRunId``), cycles ignored."""
+    children: dict[str, list[str]] = {}
+    for run in runs:
+        if run.parent_run_id is not None:
+            children.setdefault(run.parent_run_id, []).append(run.id)
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def _transcript(page: SessionPage, running: bool) -> Html:
     sid = page.meta.id
     results: dict[str, tuple[ToolResultBlock, _Where]] = {}
@@ -724,18 +747,37 @@ def _transcript(page: SessionPage, running: bool) -> Html:
         for k, block in enumerate(turn.content):
             if isinstance(block, ToolResultBlock):
                 results.setdefault(block.call_id, (block, _Where(sid, page.start + i, k)))
-    calls_here = {b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)}
+    started: dict[str, list[SessionRun]] = {}
+    for run in page.runs:
+        if run.parent_call_id is not None:
+            started.setdefault(run.parent_call_id, []).append(run)
+    ctx = _Context(
+        results=results,
+        calls_here={b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)},
+        running=running,
+        runs={r.id: r for r in page.runs},
+        started_by_call=started,
+    )
+    shown = list(enumerate(page.turns))
+    notice: Node = None
+    if page.run_filter is not None:
+        keep = _subtree(page.runs, page.run_filter)
+        shown = [(i, t) for i, t in shown if t.run_id in keep]
+        notice = el(
+            "p",
+            {"class": "run-filter-notice"},
+            f"Showing the turns of run {page.run_filter} and its subagents on this page. ",
+            el("a", {"href": f"{ui_path('sessions', sid)}?from={page.start}"}, "Show every turn"),
+        )
     return el(
         "section",
         {"class": "transcript"},
         el("h2", None, "Transcript"),
+        notice,
         _turn_pager(page),
-        [
-            _turn(t, _Where(sid, page.start + i, 0), results, calls_here, running)
-            for i, t in enumerate(page.turns)
-        ],
-        el("p", {"class": "empty"}, "No turns on this page.") if not page.turns else None,
-        _turn_pager(page) if len(page.turns) > 10 else None,
+        [_turn(t, _Where(sid, page.start + i, 0), ctx) for i, t in shown],
+        el("p", {"class": "empty"}, "No turns on this page.") if not shown else None,
+        _turn_pager(page) if len(shown) > 10 else None,
     )
 
 
@@ -769,6 +811,7 @@ def _run_name(run: SessionRun) -> str:
 
 
 def _run_item(
+    sid: str,
     run: SessionRun,
     children: Mapping[str, list[SessionRun]],
     resumed_by: Mapping[str, list[SessionRun]],
@@ -796,7 +839,11 @@ def _run_item(
             )
         )
     kids = [c for c in children.get(run.id, ()) if c.id not in seen]
-    sub = el("ul", None, [_run_item(c, children, resumed_by, seen) for c in kids]) if kids else None
+    sub = (
+        el("ul", None, [_run_item(sid, c, children, resumed_by, seen) for c in kids])
+        if kids
+        else None
+    )
     return el(
         "li",
         {"class": "run", "id": f"run-{run.id}", "data-run-id": run.id},
@@ -812,13 +859,62 @@ def _run_item(
             el("span", {"class": "stat"}, f"{_count(run.turns)} turns") if run.turns else None,
             resume,
         ),
+        el(
+            "div",
+            {"class": "run-links"},
+            el(
+                "a",
+                {"href": f"#call-{run.parent_call_id}", "class": "parent-call"},
+                f"started by call {run.parent_call_id}",
+            )
+            if run.parent_call_id
+            else None,
+            el(
+                "a",
+                {
+                    "href": f"{ui_path('sessions', sid)}?{urlencode({'run': run.id})}",
+                    "class": "run-filter",
+                },
+                "its turns",
+            ),
+        ),
         el("div", {"class": "prompt"}, _clip(run.prompt, 300)) if run.prompt else None,
-        el("div", {"class": "run-error"}, run.error) if run.error else None,
+        _run_error(run),
         sub,
     )
 
 
-def _run_tree(runs: Sequence[SessionRun]) -> Html:
+def _run_error(run: SessionRun) -> Html | None:
+    """The run's error line and what its ``RunErrorDetail`` adds."""
+    detail = run.error_detail
+    if run.error is None and detail is None:
+        return None
+    facts: list[tuple[str, Node]] = []
+    if detail is not None:
+        facts = [
+            (name, value)
+            for name, value in (
+                ("status", str(detail.status_code) if detail.status_code is not None else None),
+                ("code", detail.code),
+                ("message", detail.message),
+                ("provider says", detail.provider_message),
+                (
+                    "retry after",
+                    _duration(detail.retry_after_ms) if detail.retry_after_ms is not None else None,
+                ),
+                ("resets", _when(detail.reset_at, zone=True) if detail.reset_at else None),
+            )
+            if value
+        ]
+    return el(
+        "div",
+        {"class": "run-error"},
+        run.error,
+        _facts(facts) if facts else None,
+    )
+
+
+def _run_tree(sid: str, runs: Sequence[SessionRun]) -> Html:
     ordered = sorted(runs, key=lambda r: (r.started_at, r.id))
     ids = {r.id for r in ordered}
     children: dict[str, list[SessionRun]] = {}
@@ -836,10 +932,32 @@ def _run_tree(runs: Sequence[SessionRun]) -> Html:
         if run.resumed_from_run_id is not None:
             resumed_by.setdefault(run.resumed_from_run_id, []).append(run)
     seen: set[str] = set()
-    items = [_run_item(r, children, resumed_by, seen) for r in roots]
+    items = [_run_item(sid, r, children, resumed_by, seen) for r in roots]
     # Runs caught in a parent cycle have no root: list them flat rather than lose them.
-    items += [_run_item(r, children, resumed_by, seen) for r in ordered if r.id not in seen]
+    items += [_run_item(sid, r, children, resumed_by, seen) for r in ordered if r.id not in seen]
     return el("ul", {"class": "run-tree"}, items)
+
+
+def _totals(runs: Sequence[SessionRun]) -> Html | None:
+    """The session's tokens and cost over all its runs (subagents included)."""
+    if not runs:
+        return None
+    tokens = [_run_tokens(r) for r in runs]
+    costs = [c for c in (_run_cost(r) for r in runs) if c is not None]
+    tin = sum(t[0] or 0 for t in tokens)
+    tout = sum(t[1] or 0 for t in tokens)
+    return el(
+        "p",
+        {"class": "totals"},
+        el("strong", None, "Session total: "),
+        el("span", {"class": "key key-in"}),
+        f" {tin:,} tokens in  ",
+        el("span", {"class": "key key-out"}),
+        f" {tout:,} tokens out  ",
+        el("span", {"class": "key key-cost"}),
+        f" {_cost(sum(costs)) if costs else '–'}",
+        f" across {len(runs):,} runs",
+    )
 
 
 def _bar(cls: str, x: int, y: float, width: int, height: float) -> Html:
@@ -981,8 +1099,9 @@ def render_session(page: SessionPage) -> Html:
         "section",
         {"class": "runs"},
         el("h2", None, f"Runs ({len(page.runs)})"),
+        _totals(page.runs),
         _chart(page.runs),
-        _run_tree(page.runs) if page.runs else el("p", {"class": "muted"}, "No runs."),
+        _run_tree(meta.id, page.runs) if page.runs else el("p", {"class": "muted"}, "No runs."),
     )
     return el(
         "section",
