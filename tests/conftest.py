@@ -1,7 +1,10 @@
 """Shared pytest configuration for the zidane_actors test suite."""
 
 import os
+from collections.abc import Generator
 
+import pytest
+from _pytest.outcomes import OutcomeException
 from hypothesis import settings
 
 # The machine is shared and loaded: time budgets are the benchmarks' business, not the tests'.
@@ -10,3 +13,22 @@ from hypothesis import settings
 settings.register_profile("zidane", deadline=None, derandomize=True)
 settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "zidane"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    """Keep the reason of a skip or xfail raised inside a trio test.
+
+    pytest-trio re-raises such an outcome as a bare ``pytest.skip()`` /
+    ``pytest.xfail()`` from inside the trio run's exception group, so the
+    summary would say only "Skipped"; the original outcome is in its context.
+    """
+    try:
+        return (yield)
+    except OutcomeException as exc:
+        original = exc.__context__
+        while isinstance(original, BaseExceptionGroup) and len(original.exceptions) == 1:
+            original = original.exceptions[0]
+        if not exc.msg and type(original) is type(exc):
+            raise original from None
+        raise

@@ -7,6 +7,7 @@ subprocess; the output of the other commands is checked through
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -139,7 +140,7 @@ def db(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_usage_errors_exit_2() -> None:
-    for argv in (("sessions", "show"), ("serve", "--port", "-1")):
+    for argv in (("sessions", "show"), ("serve", "--port", "-1"), ("serve", "--port", "99999")):
         done = cli(*argv)
         assert done.returncode == 2, argv
         assert "Traceback" not in done.stderr
@@ -163,6 +164,49 @@ def test_runtime_errors_are_one_line_exit_1(db: str) -> None:
         assert done.returncode == 1, argv
         assert done.stderr.startswith("zidane-actors: error:"), done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_version_and_python_dash_m() -> None:
+    from zidane_actors import __version__
+
+    done = subprocess.run(
+        [sys.executable, "-m", "zidane_actors", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"zidane-actors {__version__}"
+
+
+def test_every_option_and_subcommand_has_a_help_line() -> None:
+    from zidane_actors.cli import _parser
+
+    def walk(parser: argparse.ArgumentParser, where: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name):
+                        missing.append(f"{where} {name}")
+                    missing += walk(sub, f"{where} {name}")
+            elif not action.help:
+                missing.append(f"{where} {'/'.join(action.option_strings) or action.dest}")
+        return missing
+
+    assert walk(_parser(), "zidane-actors") == []
+
+
+def test_import_of_a_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "latin1.jsonl"
+    source.write_bytes('{"session": {"id": "caf\xe9"}}\n'.encode("latin-1"))
+    code, _, err = run(capsys, "sessions", "import", str(source), "--store", db)
+    assert code == 1
+    assert err.startswith("zidane-actors: error:") and "not UTF-8" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_runtime_errors_in_process(db: str, capsys: pytest.CaptureFixture[str]) -> None:

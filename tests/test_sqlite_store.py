@@ -536,6 +536,29 @@ async def test_corrupt_turn_row_names_table_session_seq(tmp_path: Path) -> None:
         assert [t.id for t in await store.get_turns("s", 2)] == ["t2"]
 
 
+async def test_one_unreadable_header_is_listed_as_corrupt_not_a_failed_listing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db) as store:
+        for sid in ("good", "bad-meta", "bad-turn", "bad-owner"):
+            await store.save(session(sid, turns=(turn(0),)))
+    deep = b'{"id":"t0","role":"user","content":[{"type":"text","text":"x"}],"createdAt":1}'
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET metadata = '{not json' WHERE id = 'bad-meta'")
+        conn.execute("UPDATE turns SET body = ? WHERE session_id = 'bad-turn'", (deep[:30],))
+        conn.execute("UPDATE sessions SET run_owner = '[1]' WHERE id = 'bad-owner'")
+    async with open_sqlite_store(db) as store:
+        rows = {row.id: row for row in await store.list_meta()}
+        assert set(rows) == {"good", "bad-meta", "bad-turn", "bad-owner"}
+        assert rows["good"].corrupt is None and rows["good"].turn_count == 1
+        for sid in ("bad-meta", "bad-turn", "bad-owner"):
+            assert rows[sid].corrupt is not None and sid in rows[sid].corrupt, rows[sid]
+            assert rows[sid].turn_count == 0 and rows[sid].metadata == {}
+        with pytest.raises(CorruptDataError, match="bad-meta"):
+            await store.get_meta("bad-meta")  # one session asked for: its error
+
+
 async def test_locked_database_maps_to_unavailable(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     async with open_sqlite_store(db, busy_timeout_ms=10, busy_retries=2) as store:

@@ -18,6 +18,7 @@ from typing import Any, Final, TextIO
 import msgspec
 import trio
 
+from . import __version__
 from .errors import ValidationError, ZidaneActorsError
 from .model import (
     SessionContentBlock,
@@ -104,6 +105,7 @@ async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 )
             )
             print(f"listening on {url}", file=out, flush=True)
+            print(f"session browser: {url}/ui/", file=out, flush=True)
             async for _ in signals:
                 break
             nursery.cancel_scope.cancel()
@@ -315,26 +317,31 @@ def _read_jsonl(path: str) -> list[SessionData]:
         if current is not None:
             sessions.append(msgspec.structs.replace(current, turns=current.turns + tuple(turns)))
 
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
-                if len(envelope) != 1 or not envelope.keys() <= {"session", "turn"}:
-                    raise ValidationError('each line must be {"session": …} or {"turn": …}')
-                if "session" in envelope:
-                    session = decode(bytes(envelope["session"]), SessionData, what="session")
-                    validate_id(session.id)
-                    flush()
-                    current, turns = session, []
-                else:
-                    turn = decode(bytes(envelope["turn"]), SessionTurn, what="turn")
-                    if current is None:
-                        raise ValidationError("a turn line comes before any session line")
-                    turns.append(turn)
-            except ValidationError as exc:
-                errors.append(f"{path}:{n}: {exc}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
+                    if len(envelope) != 1 or not envelope.keys() <= {"session", "turn"}:
+                        raise ValidationError('each line must be {"session": …} or {"turn": …}')
+                    if "session" in envelope:
+                        session = decode(bytes(envelope["session"]), SessionData, what="session")
+                        validate_id(session.id)
+                        flush()
+                        current, turns = session, []
+                    else:
+                        turn = decode(bytes(envelope["turn"]), SessionTurn, what="turn")
+                        if current is None:
+                            raise ValidationError("a turn line comes before any session line")
+                        turns.append(turn)
+                except ValidationError as exc:
+                    errors.append(f"{path}:{n}: {exc}")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(
+            f"{path}: not UTF-8 text ({exc.reason}): a JSONL export is UTF-8"
+        ) from None
     flush()
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -435,6 +442,7 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _parser() -> _Parser:
     parser = _Parser(prog="zidane-actors", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def store_option(p: argparse.ArgumentParser) -> None:
@@ -444,8 +452,12 @@ def _parser() -> _Parser:
 
     serve = commands.add_parser("serve", help="serve a store over the REST session API")
     store_option(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8787, help="0 picks a free port")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: local only)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=8787, help="TCP port (default 8787; 0 picks a free one)"
+    )
     serve.add_argument(
         "--token",
         help=f"bearer token required from clients (visible in ps: prefer env {TOKEN_ENV})",
@@ -465,7 +477,7 @@ def _parser() -> _Parser:
     listing = actions.add_parser("list", help="list sessions, most recent first")
     store_option(listing)
     listing.add_argument("--agent", help="only sessions of this agent id")
-    listing.add_argument("--limit", type=int)
+    listing.add_argument("--limit", type=int, help="at most this many sessions")
     for name, text in (
         ("show", "print a readable transcript"),
         ("heal", "drop invalid tool pairings"),
@@ -473,14 +485,19 @@ def _parser() -> _Parser:
     ):
         p = actions.add_parser(name, help=text)
         store_option(p)
-        p.add_argument("id")
+        p.add_argument("id", help="session id")
     export = actions.add_parser("export", help="print a session as JSONL or provider messages")
     store_option(export)
-    export.add_argument("id")
-    export.add_argument("--format", choices=("jsonl", "anthropic", "openai"), default="jsonl")
+    export.add_argument("id", help="session id")
+    export.add_argument(
+        "--format",
+        choices=("jsonl", "anthropic", "openai"),
+        default="jsonl",
+        help="jsonl (zidane documents, re-importable; default) or a provider's request",
+    )
     imp = actions.add_parser("import", help="import sessions from a JSONL export")
     store_option(imp)
-    imp.add_argument("file")
+    imp.add_argument("file", help="a JSONL file written by export")
     imp.add_argument("--replace", action="store_true", help="overwrite sessions that exist")
 
     copy = commands.add_parser("copy", help="copy every session between two stores")
@@ -498,6 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             value = getattr(args, name, None)
             if value is not None and value < 0:
                 raise _UsageError(f"zidane-actors: --{name.replace('_', '-')} must be >= 0")
+        if getattr(args, "port", None) is not None and args.port > 65535:
+            raise _UsageError("zidane-actors: --port must be a TCP port (0 to 65535)")
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ from ._send_requests import (
     send_request_fingerprint,
 )
 from ._session_ops import (
+    corrupt_meta_row,
     demote_stale_running_status,
     matches_session_filter,
     merge_session_metadata,
@@ -151,6 +152,7 @@ __all__ = [
     "check_model",
     "check_unique_turn_ids",
     "convert",
+    "corrupt_meta_row",
     "current_run_owner",
     "decode",
     "decoder",

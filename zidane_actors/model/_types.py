@@ -415,6 +415,9 @@ class SessionMetaRow(_Value, frozen=True):
     rev: Count | None = None
     run_owner: RunOwner | None = None
     status: SessionStatus | None = None
+    corrupt: str | None = None
+    """Set (to what failed) on a listed session whose stored header does not decode:
+    the listing names it instead of failing as a whole; its other fields are empty."""
 
 
 class SessionFilter(_Value, frozen=True):

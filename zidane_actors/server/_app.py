@@ -47,6 +47,7 @@ from ..errors import (
     ValidationError,
 )
 from ..model import (
+    MAX_JSON_DEPTH,
     ArtifactFilter,
     Schedule,
     ScheduleFire,
@@ -108,7 +109,7 @@ from ..stores._remote import (
 )
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
-from ._guard import Guard
+from ._guard import Guard, SecurityHeaders
 from ._limits import Admission, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
@@ -178,6 +179,13 @@ def _mapped(exc: BaseException) -> _ApiError:
         return _ApiError(503, "store_unavailable", str(exc))
     if isinstance(exc, CorruptDataError):
         return _ApiError(500, "corrupt_data", str(exc))
+    if isinstance(exc, RecursionError):  # a stored value nested past what encoders recurse
+        return _ApiError(
+            500,
+            "corrupt_data",
+            "stored data is nested deeper than JSON can be written back "
+            f"(this version writes at most {MAX_JSON_DEPTH} levels)",
+        )
     if isinstance(exc, StoreError):
         return _ApiError(500, "store_error", str(exc))
     return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
@@ -189,10 +197,19 @@ def _worth_a_traceback(error: _ApiError) -> bool:
     return error.status >= 500 and error.code != "store_unavailable"
 
 
-def _ui_error(exc: Exception) -> tuple[int, str]:
+def _ui_error(exc: Exception, session_id: str | None) -> tuple[int, str]:
     """Status and message of the browser's error page for ``exc``."""
-    error = _mapped(exc)
+    error = _named(_mapped(exc), session_id)
     return error.status, error.message
+
+
+def _named(error: _ApiError, session_id: str | None) -> _ApiError:
+    """``error`` with the session it concerns named, when its message does not say."""
+    if error.status < 500 or session_id is None or repr(session_id) in error.message:
+        return error
+    return _ApiError(
+        error.status, error.code, f"session {session_id!r}: {error.message}", error.path
+    )
 
 
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
@@ -819,7 +836,7 @@ def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
             )
             return _error_response(400, "client_disconnected", "the client left mid-body")
         except Exception as exc:
-            error = _mapped(exc)
+            error = _named(_mapped(exc), request.path_params.get("sessionId"))
             if _worth_a_traceback(error):
                 _log.exception("%s %s failed", request.method, request.url.path)
             return _error_response(error.status, error.code, error.message, error.path)
@@ -967,4 +984,4 @@ def create_app(
         apply_writes=_guarded(api.apply_writes, api.budget),
     )
     guarded = Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
-    return CloseUnread(app=guarded)
+    return CloseUnread(app=SecurityHeaders(app=guarded))

@@ -67,6 +67,7 @@ from ..model import (
     UpdateRunOptions,
     check_artifact_id_free,
     check_json,
+    corrupt_meta_row,
     current_run_owner,
     decoder,
     encode_str,
@@ -892,6 +893,14 @@ def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
         run_owner=_owner(row[7], session_id),
         status=row[4],
     )
+
+
+def _listed_row(row: tuple[Any, ...]) -> SessionMetaRow:
+    """``_meta_row``, or the row naming a session whose header does not decode."""
+    try:
+        return _meta_row(row)
+    except CorruptDataError as exc:
+        return corrupt_meta_row(row[0], row[3], exc)
 
 
 def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
@@ -1806,7 +1815,7 @@ class PostgresStore:
 
         def op(cur: _Cursor) -> builtins.list[SessionMetaRow]:
             cur.execute(_META_SELECT + tail, params)
-            return [_meta_row(row) for row in cur.fetchall()]
+            return [_listed_row(row) for row in cur.fetchall()]
 
         return await self._read(op)
 

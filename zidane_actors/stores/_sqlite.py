@@ -61,6 +61,7 @@ from ..model import (
     check_json,
     check_model,
     check_unique_turn_ids,
+    corrupt_meta_row,
     current_run_owner,
     decode,
     decoder,
@@ -787,7 +788,8 @@ class SQLiteStore:
     _META_SELECT: Final = (
         "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
         " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
-        " s.artifact_count, CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+        " s.artifact_count, CASE WHEN NOT json_valid(s.metadata) THEN NULL"
+        " WHEN json_type(s.metadata, '$.title') IS NULL THEN"
         "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.seq = s.first_user_seq)"
         " END FROM sessions s"
     )
@@ -816,6 +818,14 @@ class SQLiteStore:
             status=status,
         )
 
+    @classmethod
+    def _listed_row(cls, row: tuple[Any, ...]) -> SessionMetaRow:
+        """``_meta_row``, or the row naming a session whose header does not decode."""
+        try:
+            return cls._meta_row(row)
+        except CorruptDataError as exc:
+            return corrupt_meta_row(row[0], row[6], exc)
+
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One header row with its counts, without reading the turns."""
         _session_id(session_id)
@@ -834,7 +844,7 @@ class SQLiteStore:
             rows = conn.execute(
                 f"{self._META_SELECT}{where} ORDER BY s.updated_at DESC, s.id{limit}", params
             ).fetchall()
-            return [self._meta_row(r) for r in rows]
+            return [self._listed_row(r) for r in rows]
 
         return await self._read(op)
 
