@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_wire_sdk import check_anthropic, check_chat, check_responses_item, plain
+from test_wire_sdk import (
+    check_anthropic,
+    check_anthropic_request,
+    check_chat,
+    check_responses_item,
+    plain,
+)
 
 from zidane_actors.errors import WireFormatError
 from zidane_actors.model import (
@@ -179,10 +185,47 @@ def test_to_anthropic_rules() -> None:
     ]
 
 
+def test_to_anthropic_drops_an_image_type_it_cannot_take_and_says_so() -> None:
+    reports: list[WireDowngrade] = []
+    bmp = ImageBlock(media_type="image/bmp", data="Qk0=")
+    result = ToolResultBlock(call_id="c", output=(TextBlock("shot"), bmp))
+    converted = to_anthropic_request(
+        [
+            user(TextBlock("x"), bmp),
+            assistant(ToolCallBlock(id="c", name="f")),
+            user(result),
+        ],
+        on_downgrade=reports.append,
+    )
+    check_anthropic_request(converted)
+    assert converted["messages"][0]["content"] == [{"type": "text", "text": "x"}]
+    assert converted["messages"][2]["content"][0]["content"] == [{"type": "text", "text": "shot"}]
+    assert reports == [
+        WireDowngrade(0, "$.content[1]", "dropped", "image"),
+        WireDowngrade(2, "$.content[0].output[1]", "dropped", "image"),
+    ]
+
+
+def test_reasoning_dropped_on_the_way_to_another_provider_is_reported() -> None:
+    thinking = ReasoningBlock(text="hmm", provider="anthropic", signature="sig")
+    deepseek = ReasoningBlock(text="hmm", provider="openai-chat")
+    responses = ReasoningBlock(text="hmm", provider="openai-responses", id="rs_1")
+    message = assistant(thinking, deepseek, responses, TextBlock("done"))
+    for convert, kept in (
+        (lambda m, sink: [to_anthropic(m, on_downgrade=sink)], 0),
+        (lambda m, sink: to_openai(m, on_downgrade=sink), 1),
+        (lambda m, sink: to_openai_responses([m], on_downgrade=sink), 2),
+    ):
+        reports: list[WireDowngrade] = []
+        convert(message, reports.append)
+        dropped = [0, 1, 2]
+        dropped.remove(kept)
+        assert reports == [
+            WireDowngrade(0, f"$.content[{j}]", "dropped", "reasoning") for j in dropped
+        ]
+
+
 def test_to_anthropic_rejects_what_it_cannot_send() -> None:
-    with pytest.raises(WireFormatError) as info:
-        to_anthropic(user(TextBlock("x"), ImageBlock(media_type="image/bmp", data="AA")))
-    assert info.value.path == "$.content[1].mediaType"
     with pytest.raises(WireFormatError) as info:
         to_anthropic(user(ImageBlock(ref="blob:1")))
     assert info.value.path == "$.content[0].ref"

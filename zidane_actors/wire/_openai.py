@@ -286,7 +286,8 @@ def _chat_user(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, Any]]
                 parts.append(part)
         elif isinstance(block, ToolCallBlock):
             fail("tool_call blocks belong in assistant messages", path)
-        # reasoning never reaches a user message
+        else:  # reasoning never reaches a user message
+            ctx.report(path, "dropped", "reasoning")
     data = data_for(msg.provider_data, CHAT)
     if moved or parts or data:
         user = {"role": "user", "content": _form(moved + parts, content_form(msg, CHAT), "list")}
@@ -322,6 +323,8 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
         elif isinstance(block, ReasoningBlock):
             if block.provider == CHAT:
                 reasoning.append(block.text)
+            else:
+                ctx.report(path, "dropped", "reasoning")
         else:
             fail("tool_result blocks belong in user messages", path)
     data = data_for(msg.provider_data, CHAT)
@@ -765,6 +768,8 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
             if role == "assistant" and reasoning_wire_action(block, "openai") == "keep":
                 items.flush()
                 items.add(_responses_reasoning(block), index)
+            else:
+                ctx.report(path, "dropped", "reasoning")
         else:
             if role == "assistant" and isinstance(block, ImageBlock | FileBlock):
                 ctx.report(path, "dropped", "image" if isinstance(block, ImageBlock) else "file")
