@@ -572,3 +572,27 @@ def test_converters_do_not_alias_inputs() -> None:
     assert isinstance(call, ToolCallBlock)
     call.input["nested"]["k"].append(2)
     assert wire["content"][0]["input"] == {"nested": {"k": [1]}}  # type: ignore[index]
+
+
+def test_responses_store_false_replays_no_reasoning_known_only_by_id() -> None:
+    stored = ReasoningBlock(text="plan", provider="openai-responses", id="rs_stored")
+    encrypted = ReasoningBlock(
+        text="plan", provider="openai-responses", id="rs_enc", signature="gAAAA"
+    )
+    messages = [
+        user(TextBlock("hi")),
+        assistant(stored, TextBlock("one")),
+        user(TextBlock("more")),
+        assistant(encrypted, TextBlock("two")),
+    ]
+    kinds = [item.get("id") for item in to_openai_responses(messages)]
+    assert "rs_stored" in kinds and "rs_enc" in kinds
+    reports: list[WireDowngrade] = []
+    items = to_openai_responses(messages, store=False, on_downgrade=reports.append)
+    for item in items:
+        check_responses_item(item)
+    ids = [item.get("id") for item in items if item.get("type") == "reasoning"]
+    assert ids == ["rs_enc"]
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "reasoning")]
+    assert reasoning_wire_action(stored, "openai", store=False) == "drop"
+    assert reasoning_wire_action(encrypted, "openai", store=False) == "keep"

@@ -735,7 +735,9 @@ def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
     return _patched(out, block, RESPONSES)
 
 
-def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext) -> None:
+def _responses_message(
+    msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext, *, store: bool = True
+) -> None:
     role = msg.role
     hint = role != "assistant" and written_as_string(msg)
     chat_set = data_for(msg.provider_data, CHAT).get("set") or {}
@@ -765,7 +767,10 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
             items.flush()
             items.add(_responses_call(block, ctx), index)
         elif isinstance(block, ReasoningBlock):
-            if role == "assistant" and reasoning_wire_action(block, "openai") == "keep":
+            if (
+                role == "assistant"
+                and reasoning_wire_action(block, "openai", store=store) == "keep"
+            ):
                 items.flush()
                 items.add(_responses_reasoning(block), index)
             else:
@@ -798,7 +803,10 @@ def _follows(items: list[dict[str, Any]], i: int) -> bool:
 
 
 def to_openai_responses(
-    messages: Sequence[SessionMessage], *, on_downgrade: DowngradeSink | None = None
+    messages: Sequence[SessionMessage],
+    *,
+    on_downgrade: DowngradeSink | None = None,
+    store: bool = True,
 ) -> list[dict[str, Any]]:
     """Convert neutral messages to Responses API input items.
 
@@ -809,12 +817,16 @@ def to_openai_responses(
     ``function_call`` items, OpenAI reasoning a ``reasoning`` item (other
     reasoning is dropped); a reasoning item is only sent when the item it
     belongs to follows it. Tool ids over 40 characters are remapped.
+    ``store=False`` is for a request sent with ``store: false``: the API
+    keeps no items then, so reasoning known only by its id (no
+    ``encrypted_content``) is dropped and reported instead of replayed.
     """
     ids = openai_tool_id_map(messages)
     items = _Items()
     for index, message in enumerate(messages):
         try:
-            _responses_message(message, items, index, ConvertContext(ids, index, on_downgrade))
+            ctx = ConvertContext(ids, index, on_downgrade)
+            _responses_message(message, items, index, ctx, store=store)
         except WireFormatError as exc:
             raise reindex(exc, index) from None
     out: list[dict[str, Any]] = []
