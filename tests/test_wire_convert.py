@@ -596,3 +596,32 @@ def test_responses_store_false_replays_no_reasoning_known_only_by_id() -> None:
     assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "reasoning")]
     assert reasoning_wire_action(stored, "openai", store=False) == "drop"
     assert reasoning_wire_action(encrypted, "openai", store=False) == "keep"
+
+
+def test_values_nested_too_deep_are_located_errors_in_every_converter() -> None:
+    deep: list[Any] = []  # past what json.dumps and msgspec recurse through
+    leaf = deep
+    for _ in range(5_000):
+        leaf.append([])
+        leaf = leaf[0]
+    server_tool = NativeBlock(
+        provider="anthropic",
+        data={"type": "server_tool_use", "id": "s", "name": "web_search", "input": {"q": deep}},
+    )
+    messages = [
+        assistant(ToolCallBlock(id="a", name="f", input={"x": deep})),
+        assistant(TextBlock("x"), server_tool),
+    ]
+    converters: list[Any] = [
+        to_anthropic,
+        to_openai,
+        lambda m: to_openai_responses([m]),
+        lambda m: to_anthropic_request([m]),
+        lambda m: to_openai_request([m]),
+    ]
+    for convert in converters:
+        for message in messages:
+            with pytest.raises(WireFormatError) as info:
+                convert(message)
+            assert "nesting is too deep" in str(info.value)
+            assert info.value.path is not None and ".input." in info.value.path

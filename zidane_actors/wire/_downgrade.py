@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
 
 from ..model import NativeBlock
+from ._json import json_text
 from ._provider_data import ANTHROPIC, CHAT, RESPONSES
 
 __all__ = [
@@ -73,11 +73,13 @@ def _execution(label: str, content: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _anthropic_text(data: Mapping[str, Any]) -> str | None:
+def _anthropic_text(data: Mapping[str, Any], path: str) -> str | None:
     kind = data.get("type")
     content = data.get("content")
     if kind == "server_tool_use":
-        arguments = json.dumps(data.get("input", {}), ensure_ascii=False, sort_keys=True)
+        arguments = json_text(
+            data.get("input", {}), f"{path}.data.input", compact=False, sort_keys=True
+        )
         return f"[{data.get('name')} {arguments}]"
     if kind == "web_search_tool_result":
         if isinstance(content, Mapping):
@@ -186,7 +188,7 @@ def _texts_any(content: object) -> list[str]:
     return out
 
 
-def native_text(block: NativeBlock) -> str | None:
+def native_text(block: NativeBlock, path: str = "$") -> str | None:
     """The text another provider gets for ``block``, or ``None`` when it is dropped.
 
     Server-tool calls and results, search results and similar blocks become
@@ -194,7 +196,7 @@ def native_text(block: NativeBlock) -> str | None:
     (file ids, audio ids, container uploads, encrypted items) are dropped.
     """
     if block.provider == ANTHROPIC:
-        text = _anthropic_text(block.data)
+        text = _anthropic_text(block.data, path)
     elif block.provider == CHAT:
         text = _chat_text(block.data)
     elif block.provider == RESPONSES:
@@ -233,6 +235,6 @@ CANONICAL = ConvertContext({}, 0, None)
 
 def foreign_text(block: NativeBlock, path: str, ctx: ConvertContext) -> str | None:
     """``block``'s text for another provider, or ``None``; either way reported to ``ctx``."""
-    text = native_text(block)
+    text = native_text(block, path)
     ctx.report(path, "dropped" if text is None else "converted", native_type(block))
     return text

@@ -23,7 +23,6 @@ from ..model import (
 from ._anthropic import refusal_text, tool_ids
 from ._common import (
     arguments_from_json,
-    arguments_to_json,
     as_list,
     as_mapping,
     fail,
@@ -35,7 +34,7 @@ from ._common import (
     to_data_url,
 )
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
-from ._json import copy_json_object
+from ._json import arguments_to_json, copy_json_object
 from ._provider_data import (
     CHAT,
     RESPONSES,
@@ -257,11 +256,11 @@ def _tool_message(
     return out, moved
 
 
-def _chat_tool_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]:
+def _chat_tool_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
     out = {
         "id": block.id,
         "type": "function",
-        "function": {"name": block.name, "arguments": arguments_to_json(block.input)},
+        "function": {"name": block.name, "arguments": arguments_to_json(block.input, path)},
     }
     out = _patched(out, block, CHAT)
     out["id"] = ctx.ids.get(block.id, block.id)
@@ -319,7 +318,7 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
             if part is not None:
                 parts.append(part)
         elif isinstance(block, ToolCallBlock):
-            calls.append(_chat_tool_call(block, ctx))
+            calls.append(_chat_tool_call(block, path, ctx))
         elif isinstance(block, ReasoningBlock):
             if block.provider == CHAT:
                 reasoning.append(block.text)
@@ -450,7 +449,7 @@ def _chat_tool_call_from(value: object, path: str) -> ToolCallBlock:
         )
     else:
         fail(f"unsupported tool call type {kind!r}", f"{path}.type")
-    return _with_data(block, _chat_tool_call(block, CANONICAL), call, CHAT, path)  # type: ignore[no-any-return]
+    return _with_data(block, _chat_tool_call(block, path, CANONICAL), call, CHAT, path)  # type: ignore[no-any-return]
 
 
 def _chat_content(content: object, path: str, role: str) -> tuple[SessionContentBlock, ...]:
@@ -712,12 +711,12 @@ def _responses_tool_output(
     return out
 
 
-def _responses_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]:
+def _responses_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
     out = {
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
-        "arguments": arguments_to_json(block.input),
+        "arguments": arguments_to_json(block.input, path),
     }
     out = _patched(out, block, RESPONSES)
     out["call_id"] = ctx.ids.get(block.id, block.id)
@@ -765,7 +764,7 @@ def _responses_message(
             if role != "assistant":
                 fail(f"ToolCallBlock does not belong in a {role} message", path)
             items.flush()
-            items.add(_responses_call(block, ctx), index)
+            items.add(_responses_call(block, path, ctx), index)
         elif isinstance(block, ReasoningBlock):
             if (
                 role == "assistant"
@@ -934,7 +933,7 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
             tool_input = {"input": get_str(item, "input", path)}
         call = ToolCallBlock(id=call_id, name=name, input=tool_input)
         return "assistant", (
-            _with_data(call, _responses_call(call, CANONICAL), item, RESPONSES, path),
+            _with_data(call, _responses_call(call, path, CANONICAL), item, RESPONSES, path),
         )
     if kind in ("function_call_output", "custom_tool_call_output") and item.get("call_id"):
         raw = item.get("output")
