@@ -625,3 +625,64 @@ def test_values_nested_too_deep_are_located_errors_in_every_converter() -> None:
                 convert(message)
             assert "nesting is too deep" in str(info.value)
             assert info.value.path is not None and ".input." in info.value.path
+
+
+def test_readable_tool_exchanges_are_converted_for_other_providers() -> None:
+    mcp = from_anthropic(
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "mcp_tool_use",
+                    "id": "mcptoolu_1",
+                    "name": "search_docs",
+                    "server_name": "docs",
+                    "input": {"q": "trio"},
+                },
+                {
+                    "type": "mcp_tool_result",
+                    "tool_use_id": "mcptoolu_1",
+                    "is_error": False,
+                    "content": [{"type": "text", "text": "trio is a library"}],
+                },
+            ],
+        }
+    )
+    reports: list[WireDowngrade] = []
+    chat = to_openai(mcp, on_downgrade=reports.append)
+    check_chat(chat[0])
+    assert chat[0]["content"] == [
+        {"type": "text", "text": '[docs.search_docs {"q": "trio"}]'},
+        {"type": "text", "text": "MCP tool result:\ntrio is a library"},
+    ]
+    assert [r.kind for r in reports] == ["converted", "converted"]
+
+    shell = from_openai_responses(
+        [
+            {
+                "type": "local_shell_call",
+                "id": "lsh_1",
+                "call_id": "call_1",
+                "status": "completed",
+                "action": {"type": "exec", "command": ["ls", "-la"], "env": {}},
+            },
+            {"type": "local_shell_call_output", "id": "lsh_1", "output": "README.md"},
+            {
+                "type": "file_search_call",
+                "id": "fs_1",
+                "status": "completed",
+                "queries": ["deadline"],
+                "results": [{"file_id": "file-1", "filename": "plan.md", "text": "Friday"}],
+            },
+        ]
+    )
+    reports = []
+    request = to_anthropic_request(shell, on_downgrade=reports.append)
+    check_anthropic_request(request)
+    texts = [block["text"] for message in request["messages"] for block in message["content"]]
+    assert texts == [
+        "[local shell ls -la]",
+        "Local shell output:\nREADME.md",
+        "[file search deadline]\n- plan.md: Friday",
+    ]
+    assert {r.kind for r in reports} == {"converted"}
