@@ -436,17 +436,18 @@ def _part_to(part: ToolResultPart, path: str, ctx: ConvertContext) -> dict[str, 
         if not part.text.strip():
             return None
     out = _finish(part, _emit_part(part, path))
-    _check_media(out, path)
+    if not _accepted_media(out):
+        ctx.report(path, "dropped", "image")  # e.g. a BMP: Anthropic takes none
+        return None
     return out
 
 
-def _check_media(out: Mapping[str, Any], path: str) -> None:
+def _accepted_media(out: Mapping[str, Any]) -> bool:
+    """Whether Anthropic takes ``out``'s inline image media type (other blocks: yes)."""
     source = out.get("source")
     if not (out.get("type") == "image" and isinstance(source, Mapping)):
-        return
-    media_type = source.get("media_type")
-    if source.get("type") == "base64" and media_type not in ANTHROPIC_IMAGE_MEDIA_TYPES:
-        fail(f"Anthropic does not accept image media type {media_type!r}", f"{path}.mediaType")
+        return True
+    return source.get("type") != "base64" or source.get("media_type") in ANTHROPIC_IMAGE_MEDIA_TYPES
 
 
 def _block_to(
@@ -477,6 +478,7 @@ def _block_to(
         out["tool_use_id"] = ctx.ids.get(block.call_id, block.call_id)
         return out
     if reasoning_wire_action(block, "anthropic") == "drop":
+        ctx.report(path, "dropped", "reasoning")
         return None
     return _finish(block, _emit(block, path))
 
