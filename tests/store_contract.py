@@ -1244,6 +1244,49 @@ class StoreContract:
         for i in (1, SEND_REQUEST_HISTORY // 2, SEND_REQUEST_HISTORY):
             assert await full.find_send_request("s1", f"req-{i}") is not None
 
+    async def test_send_requests_list_and_put_exactly(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(
+            store,
+            "claim_send_request",
+            "list_send_requests",
+            "put_send_request",
+            "find_send_request",
+        )
+        await full.save(make_session("s1"))
+        assert await full.list_send_requests("s1") == []
+        copied = [
+            SendRequestRecord(request_id="req-b", fingerprint="fp-b", created_at=1_000),
+            SendRequestRecord(
+                request_id="req-a", fingerprint="fp-a", created_at=2_000, result={"n": [1, 2.5]}
+            ),
+        ]
+        for record in reversed(copied):
+            await full.put_send_request("s1", record)
+        full = await reopen()
+        assert await full.list_send_requests("s1") == copied  # oldest claim first, exact
+        assert await full.list_send_requests("s2") == []
+        replaced = SendRequestRecord(
+            request_id="req-b", fingerprint="fp-b", created_at=1_000, result=7
+        )
+        await full.put_send_request("s1", replaced)
+        assert await full.find_send_request("s1", "req-b") == replaced
+        again = await full.claim_send_request("s1", "req-a", "fp-a")
+        assert (again.claimed, again.record) == (False, copied[1])  # a put record holds its id
+        with pytest.raises(ValidationError):
+            await full.put_send_request("s1", "not a record")  # type: ignore[arg-type]
+        for i in range(SEND_REQUEST_HISTORY + 1):
+            await full.put_send_request(
+                "s1",
+                SendRequestRecord(request_id=f"bulk-{i}", fingerprint="f", created_at=5_000 + i),
+            )
+        held = await full.list_send_requests("s1")
+        assert (
+            len(held) == SEND_REQUEST_HISTORY
+            and held[-1].request_id == f"bulk-{SEND_REQUEST_HISTORY}"
+        )
+
     # -- artifacts --------------------------------------------------------------------------
 
     async def test_upsert_artifact_unknown_session(self, store: SessionStore) -> None:

@@ -19,7 +19,8 @@ import msgspec
 import trio
 
 from . import __version__
-from .errors import ValidationError, ZidaneActorsError
+from . import _transfer as transfer
+from .errors import SessionNotFoundError, StoreError, ValidationError, ZidaneActorsError
 from .model import (
     SessionContentBlock,
     SessionData,
@@ -29,8 +30,6 @@ from .model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    decode,
-    encode_str,
     to_builtins,
     validate_id,
 )
@@ -174,8 +173,6 @@ async def _list(store: SessionStore, args: argparse.Namespace, out: TextIO) -> i
 
 
 async def _load(store: SessionStore, session_id: str) -> SessionData:
-    from .errors import SessionNotFoundError
-
     data = await store.load(validate_id(session_id))
     if data is None:
         raise SessionNotFoundError(f"no session {session_id!r} in the store")
@@ -287,13 +284,24 @@ async def _show(store: SessionStore, args: argparse.Namespace, out: TextIO) -> i
 
 
 async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
-    data = await _load(store, args.id)
     if args.format == "jsonl":
-        header = msgspec.structs.replace(data, turns=())
-        print(encode_str({"session": header}), file=out)
-        for turn in data.turns:
-            print(encode_str({"turn": turn}), file=out)
+        if args.id is None:  # the whole store: every session, then the schedules
+            async for _, _, bundle in transfer.iterate_bundles(store):
+                for line in transfer.bundle_lines(bundle):
+                    print(line, file=out)
+            for schedule, fires in await transfer.schedules_of(store):
+                for line in transfer.schedule_lines(schedule, fires):
+                    print(line, file=out)
+            return 0
+        found = await transfer.read_bundle(store, validate_id(args.id))
+        if found is None:
+            raise SessionNotFoundError(f"no session {args.id!r} in the store")
+        for line in transfer.bundle_lines(found):
+            print(line, file=out)
         return 0
+    if args.id is None:
+        raise ValidationError("a provider format exports one session: give its id")
+    data = await _load(store, args.id)
     from . import wire
 
     messages = await wire.to_wire_messages(data.turns)
@@ -306,60 +314,32 @@ async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
-def _read_jsonl(path: str) -> list[SessionData]:
-    """Sessions of a JSONL export; every bad line is reported with its number."""
-    sessions: list[SessionData] = []
-    current: SessionData | None = None
-    turns: list[SessionTurn] = []
-    errors: list[str] = []
-
-    def flush() -> None:
-        if current is not None:
-            sessions.append(msgspec.structs.replace(current, turns=current.turns + tuple(turns)))
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
-                    if len(envelope) != 1 or not envelope.keys() <= {"session", "turn"}:
-                        raise ValidationError('each line must be {"session": …} or {"turn": …}')
-                    if "session" in envelope:
-                        session = decode(bytes(envelope["session"]), SessionData, what="session")
-                        validate_id(session.id)
-                        flush()
-                        current, turns = session, []
-                    else:
-                        turn = decode(bytes(envelope["turn"]), SessionTurn, what="turn")
-                        if current is None:
-                            raise ValidationError("a turn line comes before any session line")
-                        turns.append(turn)
-                except ValidationError as exc:
-                    errors.append(f"{path}:{n}: {exc}")
-    except UnicodeDecodeError as exc:
-        raise ValidationError(
-            f"{path}: not UTF-8 text ({exc.reason}): a JSONL export is UTF-8"
-        ) from None
-    flush()
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ValidationError(errors[0] + more)
-    return sessions
-
-
 async def _import(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
-    sessions = _read_jsonl(args.file)
+    reader = transfer.JsonlReader(args.file)
+    reader.read()
     if not args.replace:
-        for data in sessions:
-            if await store.load(data.id) is not None:
+        for bundle in reader.bundles:
+            if await store.load(bundle.data.id) is not None:
                 raise ValidationError(
-                    f"session {data.id!r} already exists in the store (pass --replace)"
+                    f"session {bundle.data.id!r} already exists in the store (pass --replace)"
                 )
-    for data in sessions:
-        await store.save(data)
-        print(f"imported {data.id} ({len(data.turns)} turns, {len(data.runs)} runs)", file=out)
+    for bundle in reader.bundles:
+        await transfer.write_bundle(store, bundle)
+        data = bundle.data
+        extra = "".join(
+            f", {n} {kind}"
+            for n, kind in (
+                (len(bundle.artifacts), "artifacts"),
+                (len(bundle.send_requests), "send requests"),
+            )
+            if n
+        )
+        print(
+            f"imported {data.id} ({len(data.turns)} turns, {len(data.runs)} runs{extra})", file=out
+        )
+    await transfer.write_schedules(store, reader.schedules)
+    for schedule, fires in reader.schedules:
+        print(f"imported schedule {schedule.id} ({len(fires)} fires)", file=out)
     return 0
 
 
@@ -407,17 +387,31 @@ def _progress(done: int, total: int, err: TextIO) -> None:
 
 async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async with open_store_url(args.source) as source, open_store_url(args.target) as target:
-        ids = await source.list()
-        _progress(0, len(ids), err)
-        copied = 0
-        for n, sid in enumerate(ids, 1):
-            data = await source.load(sid)
-            if data is not None:
-                await target.save(data)
-                copied += 1
-            _progress(n, len(ids), err)
+        read = transfer.Counts()
+        left: dict[str, bytes] = {}
+        _progress(0, len(await source.list()), err)
+        async for n, total, bundle in transfer.iterate_bundles(source):
+            await transfer.write_bundle(target, bundle)
+            read.add_bundle(bundle)
+            left[bundle.data.id] = bundle.encoded()
+            _progress(n, total, err)
+        schedules = await transfer.schedules_of(source)
+        await transfer.write_schedules(target, schedules)
+        for _, fires in schedules:
+            read.add_schedule(len(fires))
         print(file=err)
-    print(f"copied {copied} session(s) from {args.source} to {args.target}", file=out)
+        arrived, stored = await transfer.stored_counts(target)
+    print(
+        f"copied {read.values['sessions']} session(s) from {args.source} to {args.target}", file=out
+    )
+    print(f"{'':14}{'source':>10}{'target':>10}", file=out)
+    for kind in transfer.KINDS:
+        print(f"{kind:14}{read.values[kind]:>10}{arrived.values[kind]:>10}", file=out)
+    differ = sorted(sid for sid, data in left.items() if stored.get(sid) != data)
+    if differ:
+        more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+        raise StoreError(f"session {differ[0]!r} reads back different in the target{more}")
+    print(f"verified: every copied session reads back byte for byte ({len(left)})", file=out)
     return 0
 
 
@@ -486,9 +480,12 @@ def _parser() -> _Parser:
         p = actions.add_parser(name, help=text)
         store_option(p)
         p.add_argument("id", help="session id")
-    export = actions.add_parser("export", help="print a session as JSONL or provider messages")
+    export = actions.add_parser(
+        "export",
+        help="print a session (or every one, with schedules) as JSONL or provider messages",
+    )
     store_option(export)
-    export.add_argument("id", help="session id")
+    export.add_argument("id", nargs="?", help="session id (default: the whole store, as JSONL)")
     export.add_argument(
         "--format",
         choices=("jsonl", "anthropic", "openai"),
@@ -500,7 +497,9 @@ def _parser() -> _Parser:
     imp.add_argument("file", help="a JSONL file written by export")
     imp.add_argument("--replace", action="store_true", help="overwrite sessions that exist")
 
-    copy = commands.add_parser("copy", help="copy every session between two stores")
+    copy = commands.add_parser(
+        "copy", help="copy everything between two stores (sessions, artifacts, send ids, schedules)"
+    )
     copy.add_argument("--from", dest="source", required=True, help="source store URL")
     copy.add_argument("--to", dest="target", required=True, help="target store URL")
     return parser

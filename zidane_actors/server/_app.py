@@ -51,6 +51,7 @@ from ..model import (
     ArtifactFilter,
     Schedule,
     ScheduleFire,
+    SendRequestRecord,
     SessionArtifact,
     SessionData,
     SessionFilter,
@@ -661,6 +662,20 @@ class _Api:
             raise _ApiError(404, "send_request_not_found", f"no request {rid!r} in {sid!r}")
         return _json(record)
 
+    async def list_send_requests(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        return _json(await self._optional("list_send_requests")(sid))
+
+    async def put_send_request(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        rid = _path_id(request, "requestId", "request id")
+        put = self._optional("put_send_request")
+        record = await self._body(request, SendRequestRecord)
+        _same(rid, record.request_id, "$.requestId", "request id")
+        async with self.locks.hold(sid):
+            await put(sid, record)
+        return _no_content()
+
     async def settle_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         rid = _path_id(request, "requestId", "request id")
@@ -883,7 +898,9 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
             "POST",
             api.claim_send_request,
         ),
+        ("/sessions/{sessionId}/send-requests", "GET", api.list_send_requests),
         ("/sessions/{sessionId}/send-requests/{requestId}", "GET", api.find_send_request),
+        ("/sessions/{sessionId}/send-requests/{requestId}", "PUT", api.put_send_request),
         (
             "/sessions/{sessionId}/send-requests/{requestId}/result",
             "PUT",

@@ -234,11 +234,26 @@ _OPS: Final = (
         ok=SendRequestClaim,
     ),
     _Op(
+        "/sessions/{sessionId}/send-requests",
+        "get",
+        "Every request id the session holds, oldest claim first",
+        "list_send_requests",
+        ok=list[SendRequestRecord],
+    ),
+    _Op(
         "/sessions/{sessionId}/send-requests/{requestId}",
         "get",
         "The record of a claimed request id",
         "find_send_request",
         ok=SendRequestRecord,
+    ),
+    _Op(
+        "/sessions/{sessionId}/send-requests/{requestId}",
+        "put",
+        "Store a request id's record exactly as given (a copy or an import)",
+        "put_send_request",
+        body=SendRequestRecord,
+        ok_status=204,
     ),
     _Op(
         "/sessions/{sessionId}/send-requests/{requestId}/result",

@@ -75,7 +75,7 @@ from ..model import (
 )
 from ._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
-from ._validate import checked_int, json_value
+from ._validate import checked, checked_int, json_value
 
 __all__ = [
     "DirectoryFileMapAdapter",
@@ -711,6 +711,29 @@ class FileMapStore:
         if held is None or held.session_id != session_id:
             return None
         return next((r for r in held.records if r.request_id == request_id), None)
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        validate_id(session_id)
+        held = self._requests(await self._files())
+        if held is None or held.session_id != session_id:
+            return []
+        return sorted(held.records, key=lambda r: (r.created_at, r.request_id))
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_id(record.request_id, what="send request id")
+        async with self._lock:
+            files = await self._files()
+            self._check_owner(files, session_id)
+            held = self._requests(files) or _SendRequests(session_id=session_id)
+            kept = tuple(r for r in held.records if r.request_id != record.request_id)
+            evicted = set(send_request_evictions(kept, SEND_REQUEST_HISTORY))
+            records = (*(r for r in kept if r.request_id not in evicted), record)
+            self._put_requests(files, session_id, records)
+            await self._adapter.save(files)
 
     async def settle_send_request(
         self, session_id: str, request_id: str, result: JsonValue

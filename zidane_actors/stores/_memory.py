@@ -702,6 +702,26 @@ class MemoryStore:
         else:
             records[request_id] = msgspec.structs.replace(record, result=value)
 
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        await self._enter()
+        validate_id(session_id)
+        records = self._send_requests.get(session_id, {}).values()
+        ordered = sorted(records, key=lambda r: (r.created_at, r.request_id))
+        return [_copy(r, SendRequestRecord) for r in ordered]
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        await self._enter()
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_id(record.request_id, what="request id")
+        records = self._send_requests.setdefault(session_id, {})
+        records.pop(record.request_id, None)
+        for evicted in send_request_evictions(builtins.list(records.values())):
+            del records[evicted]
+        records[record.request_id] = record
+
     # -- artifacts --------------------------------------------------------------------------
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:

@@ -1790,6 +1790,54 @@ class PostgresStore:
         """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
         await self._write(lambda cur: _settle_send_request(cur, session_id, request_id, result))
 
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> builtins.list[SendRequestRecord]:
+            cur.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = %s ORDER BY created_at, request_id",
+                (session_id,),
+            )
+            return [_send_record(row[0], row[1:], session_id) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_id(record.request_id, what="request id")
+        result = None if record.result is UNSET else _json(record.result, "send result")
+
+        def op(cur: _Cursor) -> None:
+            cur.execute(
+                "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
+                (session_id, record.request_id),
+            )
+            cur.execute(
+                "SELECT request_id, fingerprint, created_at FROM send_requests"
+                " WHERE session_id = %s ORDER BY seq",
+                (session_id,),
+            )
+            others = [
+                SendRequestRecord(request_id=r[0], fingerprint=r[1], created_at=r[2])
+                for r in cur.fetchall()
+            ]
+            cur.execute(
+                "DELETE FROM send_requests WHERE session_id = %s AND request_id = ANY(%s)",
+                (session_id, send_request_evictions(others)),
+            )
+            cur.execute(
+                "INSERT INTO send_requests"
+                " (session_id, request_id, fingerprint, created_at, result)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (session_id, record.request_id, record.fingerprint, record.created_at, result),
+            )
+
+        await self._write(op, idempotent=False)
+
     async def generate_session_id(self) -> str:
         """A UUID from the server's ``gen_random_uuid()``."""
         return await self._read(_gen_uuid)

@@ -75,7 +75,7 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
 )
-from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
+from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids, checked
 
 __all__ = [
     "MAX_BATCH_WRITES",
@@ -1023,6 +1023,20 @@ class RemoteStore:
         if response is None:
             return None
         return decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first."""
+        path = f"/sessions/{_seg(session_id, 'session id')}/send-requests"
+        return await self._json(builtins.list[SendRequestRecord], "GET", path, retry=True)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (idempotent, so retried)."""
+        record = checked(record, SendRequestRecord, "send request")
+        path = (
+            f"/sessions/{_seg(session_id, 'session id')}"
+            f"/send-requests/{_seg(record.request_id, 'request id')}"
+        )
+        await self._request("PUT", path, body=record, retry=True)
 
     async def generate_session_id(self) -> str:
         """A new session id issued by the server's store."""

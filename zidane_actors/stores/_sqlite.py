@@ -97,6 +97,7 @@ from ._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
     check_fire_ids,
+    checked,
     checked_int,
 )
 
@@ -1294,6 +1295,50 @@ class SQLiteStore:
         await self._write(
             lambda conn: self._op_settle_send_request(conn, session_id, request_id, result)
         )
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> builtins.list[SendRequestRecord]:
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ? ORDER BY created_at, request_id",
+                (session_id,),
+            ).fetchall()
+            return [self._send_record(r, session_id) for r in rows]
+
+        return await self._read(op)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        _session_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_id(record.request_id, what="send request id")
+        result = None if record.result is UNSET else encode(record.result)
+
+        def op(conn: _Conn) -> None:
+            conn.execute(
+                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                (session_id, record.request_id),
+            )
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+            records = [self._send_record(r, session_id) for r in rows]
+            conn.executemany(
+                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                [(session_id, rid) for rid in send_request_evictions(records)],
+            )
+            conn.execute(
+                "INSERT INTO send_requests"
+                " (session_id, request_id, fingerprint, created_at, result) VALUES (?, ?, ?, ?, ?)",
+                (session_id, record.request_id, record.fingerprint, record.created_at, result),
+            )
+
+        await self._write(op)
 
     # -- schedules -------------------------------------------------------------------------------
 
