@@ -46,6 +46,7 @@ from zidane_actors.model import (
     MAX_JSON_DEPTH,
     AppendTurnsOptions,
     ArtifactFilter,
+    ReasoningBlock,
     RunUserWait,
     Schedule,
     ScheduleFire,
@@ -622,14 +623,20 @@ def test_required_fields_are_always_written() -> None:
         "turns": [],
         "runs": [],
     }
-    assert msgspec.json.decode(encode(RunUserWait())) == {"ms": 0}
     assert msgspec.json.decode(encode(TurnUsage())) == {"input": 0, "output": 0}
-    call = msgspec.json.decode(encode(ToolCallBlock(id="c", name="n")))
-    assert call["input"] == {}
     # Documents written before (without those fields) still decode.
     old = decode(b'{"id":"s","createdAt":1,"updatedAt":2}', SessionData)
     assert (old.status, old.metadata, old.turns, old.runs) == ("idle", {}, (), ())
-    assert decode(b"{}", RunUserWait).ms == 0
+
+
+def test_fields_a_document_leaves_out_stay_out() -> None:
+    """``userWait: {}``, a call without ``input``, reasoning without ``text``: read as written."""
+    assert decode(b"{}", RunUserWait).ms is UNSET
+    assert encode(decode(b"{}", RunUserWait)) == b"{}"
+    call = b'{"type":"tool_call","id":"c","name":"n"}'
+    assert encode(decode(call, ToolCallBlock)) == call
+    reasoning = b'{"type":"reasoning","signature":"s"}'
+    assert encode(decode(reasoning, ReasoningBlock)) == reasoning
 
 
 def test_pairing_drop_is_camel_case_without_null_call_id() -> None:

@@ -51,7 +51,9 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
     new_id,
+    reasoning_text,
 )
 from ..portal import AsyncSession, SyncSession
 
@@ -213,13 +215,13 @@ def _rebuilt(turn: SessionTurn) -> ModelMessage | None:
             elif isinstance(block, ToolCallBlock):
                 parts.append(
                     ToolCallPart(
-                        tool_name=block.name, args=dict(block.input), tool_call_id=block.id
+                        tool_name=block.name, args=dict(call_input(block)), tool_call_id=block.id
                     )
                 )
             elif isinstance(block, ReasoningBlock):
                 parts.append(
                     ThinkingPart(
-                        block.text,
+                        reasoning_text(block),
                         id=block.id,
                         signature=block.signature,
                         provider_name=block.provider,

@@ -17,7 +17,17 @@ from ._artifacts import (
     select_artifact_evictions,
     sort_artifacts,
 )
-from ._codec import convert, decode, decoder, encode, encode_str, to_builtins
+from ._codec import (
+    Decoder,
+    convert,
+    decode,
+    decoder,
+    encode,
+    encode_str,
+    parse_json,
+    to_builtins,
+)
+from ._extra import ExtraFields
 from ._ids import ID_MAX_LENGTH, new_id, validate_id
 from ._json import MAX_JSON_DEPTH, check_json, check_model
 from ._run_owner import (
@@ -89,6 +99,8 @@ from ._types import (
     TurnRole,
     TurnUsage,
     UpdateRunOptions,
+    call_input,
+    reasoning_text,
 )
 
 __all__ = [
@@ -106,7 +118,9 @@ __all__ = [
     "SEND_REQUEST_HISTORY",
     "AppendTurnsOptions",
     "ArtifactFilter",
+    "Decoder",
     "DropPartials",
+    "ExtraFields",
     "FileBlock",
     "ImageBlock",
     "JsonValue",
@@ -146,6 +160,7 @@ __all__ = [
     "TurnRole",
     "TurnUsage",
     "UpdateRunOptions",
+    "call_input",
     "check_artifact_id_free",
     "check_json",
     "check_model",
@@ -169,8 +184,10 @@ __all__ = [
     "new_id",
     "normalize_artifact",
     "normalize_artifact_input",
+    "parse_json",
     "patch_metadata",
     "process_started_at",
+    "reasoning_text",
     "resume_chain_run_ids",
     "run_claim_blocked",
     "same_turn",

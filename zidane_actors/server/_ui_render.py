@@ -25,6 +25,8 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    reasoning_text,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from ._html import Html, Node, el, safe_image_src, safe_link, ui_path
@@ -416,20 +418,21 @@ def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bo
             " ",
             el("code", {"class": "muted"}, block.id),
         ),
-        el("pre", {"class": "tool-input"}, _json_text(block.input)),
+        el("pre", {"class": "tool-input"}, _json_text(call_input(block))),
         after,
     )
 
 
 def _reasoning(block: ReasoningBlock) -> Html:
     summary = "Reasoning"
-    if block.redacted_data is not None and not block.text:
+    text = reasoning_text(block)
+    if block.redacted_data is not None and not text:
         summary = "Reasoning (redacted)"
     return el(
         "details",
         {"class": "block reasoning"},
         el("summary", None, summary),
-        el("pre", None, block.text) if block.text else None,
+        el("pre", None, text) if text else None,
     )
 
 

@@ -19,6 +19,8 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    reasoning_text,
 )
 from ._anthropic import refusal_text, tool_ids
 from ._common import (
@@ -261,7 +263,7 @@ def _chat_tool_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]
     out = {
         "id": block.id,
         "type": "function",
-        "function": {"name": block.name, "arguments": arguments_to_json(block.input)},
+        "function": {"name": block.name, "arguments": arguments_to_json(call_input(block))},
     }
     out = _patched(out, block, CHAT)
     out["id"] = ctx.ids.get(block.id, block.id)
@@ -321,7 +323,7 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
             calls.append(_chat_tool_call(block, ctx))
         elif isinstance(block, ReasoningBlock):
             if block.provider == CHAT:
-                reasoning.append(block.text)
+                reasoning.append(reasoning_text(block))
         else:
             fail("tool_result blocks belong in user messages", path)
     data = data_for(msg.provider_data, CHAT)
@@ -714,7 +716,7 @@ def _responses_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
-        "arguments": arguments_to_json(block.input),
+        "arguments": arguments_to_json(call_input(block)),
     }
     out = _patched(out, block, RESPONSES)
     out["call_id"] = ctx.ids.get(block.id, block.id)
@@ -722,7 +724,8 @@ def _responses_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]
 
 
 def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
-    summary = [{"type": "summary_text", "text": block.text}] if block.text else []
+    text = reasoning_text(block)
+    summary = [{"type": "summary_text", "text": text}] if text else []
     out = {
         "type": "reasoning",
         "id": block.id,
