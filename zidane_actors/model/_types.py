@@ -173,7 +173,7 @@ class FileBlock(_Block, frozen=True, tag="file"):
 
 
 class ToolCallBlock(_Block, frozen=True, tag="tool_call"):
-    """A tool call the model made; ``input`` is a JSON object (``UNSET`` when a document left it out)."""
+    """A tool call the model made; ``input`` is a JSON object (``UNSET`` when left out)."""
 
     id: NonEmptyStr
     name: NonEmptyStr
