@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -46,6 +45,7 @@ from zidane_actors.model import (
     MAX_JSON_DEPTH,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     ReasoningBlock,
     RunUserWait,
     Schedule,
@@ -75,6 +75,7 @@ from zidane_actors.stores import (
     open_sqlite_store,
     store_capabilities,
 )
+from zidane_actors.stores._validate import encoded
 from zidane_actors.wire import PairingDrop, from_openai, to_openai
 
 STORES = ("memory", "sqlite", "file_map", "remote", "postgres")
@@ -809,44 +810,82 @@ async def test_provider_tool_arguments_json_cannot_keep_stay_raw() -> None:
         assert wire["tool_calls"][0]["function"]["arguments"] == arguments
 
 
-# -- unknown fields: refused, never dropped ------------------------------------------------
+# -- unknown fields: kept as written (documents from a newer writer) --------------------------
 
 
 @pytest.mark.parametrize(
-    ("doc", "where"),
+    "doc",
     [
-        (b'{"id":"t","role":"user","content":[],"createdAt":1,"extra":2}', "$"),
-        (
-            b'{"id":"t","role":"user","content":[{"type":"text","text":"x","y":1}],"createdAt":1}',
-            "$.content[0]",
-        ),
-        (
-            b'{"id":"t","role":"user","content":[],"createdAt":1,"usage":{"input":1,"z":0}}',
-            "$.usage",
-        ),
+        b'{"id":"t","role":"user","content":[],"createdAt":1,"extra":2}',
+        b'{"id":"t","role":"user","content":[{"type":"text","text":"x","y":1}],"createdAt":1}',
+        b'{"id":"t","role":"user","content":[],"createdAt":1,"usage":{"input":1,"output":0,"z":0}}',
+        b'{"id":"t","role":"user","content":[],"createdAt":1,"\\u007fextra":{"a":1}}',
     ],
 )
-def test_decode_refuses_an_unknown_field_at_its_path(doc: bytes, where: str) -> None:
-    """A field the model has no place for would be dropped on the next write: refused instead."""
-    with pytest.raises(ValidationError, match=rf"unknown field .*\(at {re.escape(where)}\)"):
-        decode(doc, SessionTurn)
+def test_decode_keeps_an_unknown_field_where_it_was(doc: bytes) -> None:
+    """A field the model has no place for is kept in ``extra_fields`` and written back."""
+    value = decode(doc, SessionTurn)
+    check_json(dict(value.extra_fields or {}))
+    assert msgspec.json.decode(encode(value)) == msgspec.json.decode(doc)
 
 
-async def test_server_refuses_a_turn_with_an_unknown_field() -> None:
+def test_an_unknown_field_spelled_like_a_known_one_is_refused() -> None:
+    clash = ExtraFields({"role": "user"})
+    with pytest.raises(ValidationError, match="extra field `role`"):
+        encoded(turn(1, extra_fields=clash), "turn")
+    with pytest.raises(ValidationError, match="extra_fields must be an ExtraFields"):
+        encoded(turn(1, extra_fields={"x": 1}), "turn")
+
+
+def test_unknown_fields_of_options_and_filters_are_still_refused() -> None:
+    """An option this version does not know could not be obeyed: refused at its path."""
+    with pytest.raises(ValidationError, match=r"unknown field .*\(at \$\)"):
+        decode(b'{"kind":"x","since":1,"newFilter":true}', ArtifactFilter)
+
+
+async def test_server_keeps_documents_with_unknown_fields() -> None:
+    """REST in and out: a turn, a run and a session with fields of a newer writer."""
     url = _SERVER[0].url
     await _wipe(url)
     async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
-        assert (await client.put("/sessions/s1", content=encode(session()))).status_code == 204
-        turn_json = encode(turn(1)).decode()
-        body = '{"turns":[' + turn_json[:-1] + ',"futureField":{"a":1}}]}'
-        answer = await client.post("/sessions/s1/turns", content=body)
-        assert answer.status_code == 422, answer.text
-        assert "futureField" in answer.text
-        assert (await client.get("/sessions/s1")).json()["turns"] == []
+        doc = msgspec.json.decode(encode(session()))
+        doc["workspace"] = {"root": "/w"}
+        assert (await client.put("/sessions/s1", json=doc)).status_code == 204
+        turn_doc = msgspec.json.decode(encode(turn(1)))
+        turn_doc["parentTurnId"] = "t0"
+        turn_doc["content"][0]["citations"] = [{"n": 1}]
+        answer = await client.post("/sessions/s1/turns", json={"turns": [turn_doc]})
+        assert answer.status_code == 204, answer.text
+        run_doc = {"id": "r1", "prompt": "p", "startedAt": 1, "status": "running", "budget": 1}
+        answer = await client.put("/sessions/s1/runs/r1", json={"run": run_doc})
+        assert answer.status_code in (200, 204), answer.text
+        stored = (await client.get("/sessions/s1")).json()
+    assert stored["workspace"] == {"root": "/w"}
+    assert stored["turns"] == [turn_doc]
+    assert stored["runs"] == [run_doc]
 
 
-async def test_stored_documents_with_unknown_fields_are_corrupt(tmp_path: Path) -> None:
-    """Read back, such a row could not be written again as it is: a located CorruptDataError."""
+async def test_server_carries_lone_surrogates_in_and_out() -> None:
+    """JavaScript's ``JSON.stringify`` writes a clipped emoji as ``"\\ud83d"``: kept, not a 400."""
+    url = _SERVER[0].url
+    await _wipe(url)
+    async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
+        body = encode(session()).replace(b'"metadata":{}', b'"metadata":{"t":"a\\ud83d"}')
+        assert b"\\ud83d" in body
+        answer = await client.put("/sessions/s1", content=body)
+        assert answer.status_code == 204, answer.text
+        turn_json = encode(turn(1)).replace(b'"turn 1"', b'"cut \\ud83d"')
+        answer = await client.post("/sessions/s1/turns", content=b'{"turns":[' + turn_json + b"]}")
+        assert answer.status_code == 204, answer.text
+        raw = (await client.get("/sessions/s1")).content
+    assert b'"a\\ud83d"' in raw and b'"cut \\ud83d"' in raw
+    loaded = decode(raw, SessionData)
+    assert loaded.metadata == {"t": "a\ud83d"}
+    assert loaded.turns[0].content == (TextBlock("cut \ud83d"),)
+
+
+async def test_stored_documents_with_unknown_fields_read_back(tmp_path: Path) -> None:
+    """A row or a line another writer wrote with a field this version does not know."""
     path = tmp_path / "s.db"
     async with open_sqlite_store(path) as store:
         await store.save(session(turns=(turn(0),)))
@@ -856,12 +895,17 @@ async def test_stored_documents_with_unknown_fields_are_corrupt(tmp_path: Path) 
             " || ',\"futureField\":1}' AS BLOB)"
         )
     async with open_sqlite_store(path) as store:
-        with pytest.raises(CorruptDataError, match="futureField"):
-            await store.load("s1")
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.turns[0].extra_fields == {"futureField": 1}
+        await store.append_turns("s1", [turn(1)])
+        await store.save(loaded)
+        again = await store.load("s1")
+        assert again is not None and again.turns[0].extra_fields == {"futureField": 1}
     adapter = PlainAdapter()
     file_store = create_file_map_store(adapter)
     await file_store.save(session(turns=(turn(0), turn(1))))
     first, second = adapter.files["turns.jsonl"].splitlines()
     adapter.files["turns.jsonl"] = f'{first[:-1]},"futureField":1}}\n{second}\n'
-    with pytest.raises(CorruptDataError, match="futureField"):
-        await file_store.load("s1")
+    loaded = await file_store.load("s1")
+    assert loaded is not None and loaded.turns[0].extra_fields == {"futureField": 1}

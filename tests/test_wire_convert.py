@@ -505,7 +505,7 @@ def test_responses_errors_are_located() -> None:
                     {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
                 ],
             },
-            assistant(ToolCallBlock(id="c", name="f")),
+            assistant(ToolCallBlock(id="c", name="f", input={})),
         ),
         ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, user(TextBlock("x"))),
         ({"role": "assistant", "content": None}, assistant()),

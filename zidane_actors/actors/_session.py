@@ -47,9 +47,11 @@ from ..model import (
     check_model,
     current_run_owner,
     demote_stale_running_status,
+    encode,
     fresh_turns,
     new_id,
     normalize_artifact,
+    parse_json,
     upsert_runs,
     validate_id,
 )
@@ -128,7 +130,7 @@ def _json_copy(value: Any, what: str, path: str, depth: int) -> Any:
         return value
     check_json(value, what=what, path=path, depth=depth)
     try:
-        return msgspec.json.decode(msgspec.json.encode(value))
+        return parse_json(encode(value))
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
 
@@ -1277,7 +1279,7 @@ def _in_trio() -> bool:
 
 def _meta_value(key: str, value: Any) -> Any:
     """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
-    segment = f".{key}" if key.isidentifier() else f"[{msgspec.json.encode(key).decode()}]"
+    segment = f".{key}" if key.isidentifier() else f"[{encode(key).decode()}]"
     return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + segment, 1)
 
 

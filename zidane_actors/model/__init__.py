@@ -24,6 +24,7 @@ from ._codec import (
     decoder,
     encode,
     encode_str,
+    extra_json,
     parse_json,
     to_builtins,
 )
@@ -172,6 +173,7 @@ __all__ = [
     "demote_stale_running_status",
     "encode",
     "encode_str",
+    "extra_json",
     "filter_artifacts",
     "fresh_turns",
     "host_id",

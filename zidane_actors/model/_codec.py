@@ -23,6 +23,7 @@ __all__ = [
     "decoder",
     "encode",
     "encode_str",
+    "extra_json",
     "parse_json",
     "to_builtins",
     "too_deep",
@@ -110,6 +111,11 @@ def encode(value: object) -> bytes:
         return _ENCODER.encode(plain)
     except UnicodeEncodeError:
         return _escaped_json(plain)
+
+
+def extra_json(extra: ExtraFields | None) -> str | None:
+    """A value's ``extra_fields`` as a JSON object for a column of its own; ``None`` when none."""
+    return None if not extra else encode(dict(extra)).decode()
 
 
 def encode_str(value: object) -> str:

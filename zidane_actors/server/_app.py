@@ -57,6 +57,7 @@ from ..model import (
     decode,
     encode,
     new_id,
+    parse_json,
     validate_id,
 )
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
@@ -290,7 +291,7 @@ class _Api:
         except ValidationError as exc:
             error = exc
         try:
-            value = msgspec.json.decode(raw)
+            value = parse_json(cast("bytes", raw))
         except msgspec.DecodeError:
             raise _ApiError(400, "invalid_json", str(error), error.path) from None
         except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import urlencode
 
 import attrs
-import msgspec
 
 from ..model import (
     FileBlock,
@@ -26,6 +26,8 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     call_input,
+    encode,
+    parse_json,
     reasoning_text,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
@@ -108,7 +110,7 @@ def _token(value: str) -> str:
 
 
 def _json_text(value: object) -> str:
-    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+    return json.dumps(parse_json(encode(value)), indent=2, ensure_ascii=False)
 
 
 def _clip(text: str, n: int) -> str:

@@ -46,6 +46,7 @@ from ..model import (
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -67,6 +68,7 @@ from ..model import (
     current_run_owner,
     decoder,
     encode_str,
+    extra_json,
     filter_artifacts,
     fresh_turns,
     merge_artifact,
@@ -118,6 +120,10 @@ def _json(value: object, what: str) -> str:
         return encode_str(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+def _extra(text: str, session_id: str) -> ExtraFields:
+    return ExtraFields(_decode(text, dict[str, Any], "sessions", f"{session_id!r} column extra"))
 
 
 def _checked_data(data: object) -> SessionData:
@@ -283,13 +289,14 @@ def _write_header(
     status, owner = snapshot_status(stored_status, stored_owner, data.status)
     merged = merge_session_metadata(stored_meta, metadata, keys)
     cur.execute(
-        "INSERT INTO sessions"
-        " (id, created_at, updated_at, status, agent_id, project_root, metadata, run_owner)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+        "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
+        " metadata, run_owner, extra)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
         " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
         " updated_at = excluded.updated_at, status = excluded.status,"
         " agent_id = excluded.agent_id, project_root = excluded.project_root,"
-        " metadata = excluded.metadata, run_owner = excluded.run_owner, rev = nextval('revs')",
+        " metadata = excluded.metadata, run_owner = excluded.run_owner, extra = excluded.extra,"
+        " rev = nextval('revs')",
         (
             data.id,
             data.created_at,
@@ -299,6 +306,7 @@ def _write_header(
             data.project_root,
             _json(merged, f"metadata of session {data.id!r}"),
             None if owner is None else _json(owner, "run owner"),
+            extra_json(data.extra_fields),
         ),
     )
 
@@ -1091,7 +1099,7 @@ class PostgresStore:
                 "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
                 " run_owner::text,"
                 f" (SELECT {_AGG} FROM turns WHERE session_id = s.id),"
-                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id)"
+                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), extra"
                 " FROM sessions s WHERE id = %s",
                 (session_id,),
             )
@@ -1109,6 +1117,7 @@ class PostgresStore:
                 run_owner=_owner(row[6], session_id),
                 turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
                 runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
+                extra_fields=None if row[9] is None else _extra(row[9], session_id),
             )
 
         return await self._read(op)

@@ -59,6 +59,7 @@ from ..model import (
     check_model,
     current_run_owner,
     decode,
+    decoder,
     encode,
     normalize_artifact,
     validate_id,
@@ -1159,7 +1160,7 @@ def _error(response: httpx.Response, method: str, path: str) -> Exception:
     """The library exception for an error answer."""
     detail: ErrorDetail | None
     try:
-        detail = msgspec.json.decode(response.content, type=ErrorBody).error
+        detail = decoder(ErrorBody).decode(response.content).error
     except msgspec.MsgspecError:
         detail = None
     text = response.text[:200] or response.reason_phrase

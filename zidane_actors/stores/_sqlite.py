@@ -41,6 +41,7 @@ from ..model import (
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -65,12 +66,14 @@ from ..model import (
     decode,
     decoder,
     encode,
+    extra_json,
     filter_artifacts,
     fresh_turns,
     merge_artifact,
     merge_session_metadata,
     new_id,
     normalize_artifact,
+    parse_json,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
@@ -190,6 +193,14 @@ def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
     return metadata
 
 
+def _decode_extra(raw: str | None, session_id: str) -> ExtraFields | None:
+    if raw is None:
+        return None
+    return ExtraFields(
+        _decode_row(raw.encode(), dict[str, Any], "sessions", session_id, "column extra")
+    )
+
+
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
     if raw is None:
         return None
@@ -225,7 +236,7 @@ def _valid_header(data: object) -> SessionData:
     if not isinstance(data, SessionData):
         raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
     validate_id(data.id)
-    metadata = msgspec.json.decode(_metadata_json(data.metadata))
+    metadata = parse_json(_metadata_json(data.metadata))
     header = msgspec.structs.replace(data, metadata=metadata, turns=(), runs=())
     _valid_body(header, SessionData, "session data")
     return data
@@ -370,7 +381,7 @@ class SQLiteStore:
     def _header(conn: _Conn, session_id: str) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = conn.execute(
             "SELECT agent_id, project_root, status, metadata, created_at, updated_at,"
-            " run_owner, run_epoch, rev FROM sessions WHERE id = ?",
+            " run_owner, run_epoch, rev, extra FROM sessions WHERE id = ?",
             (session_id,),
         ).fetchone()
         return row
@@ -441,13 +452,13 @@ class SQLiteStore:
         status, owner = snapshot_status(stored_status, stored_owner, data.status)
         conn.execute(
             "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
-            " updated_at, run_owner, rev)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
+            " updated_at, run_owner, extra, rev)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
             " ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id,"
             " project_root = excluded.project_root, status = excluded.status,"
             " metadata = excluded.metadata, created_at = excluded.created_at,"
             " updated_at = excluded.updated_at, run_owner = excluded.run_owner,"
-            " rev = sessions.rev + 1",
+            " extra = excluded.extra, rev = sessions.rev + 1",
             (
                 data.id,
                 data.agent_id,
@@ -457,6 +468,7 @@ class SQLiteStore:
                 data.created_at,
                 data.updated_at,
                 None if owner is None else _owner_json(owner),
+                extra_json(data.extra_fields),
             ),
         )
 
@@ -470,7 +482,9 @@ class SQLiteStore:
             head = self._header(conn, session_id)
             if head is None:
                 return None
-            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, _ = head
+            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, _, extra = (
+                head
+            )
             return SessionData(
                 id=session_id,
                 created_at=created_at,
@@ -482,6 +496,7 @@ class SQLiteStore:
                 agent_id=agent_id,
                 project_root=project_root,
                 run_owner=_decode_owner(owner, session_id),
+                extra_fields=_decode_extra(extra, session_id),
             )
 
         return await self._read(op)

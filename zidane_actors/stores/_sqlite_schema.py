@@ -12,10 +12,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias
 
-import msgspec
-
 from ..errors import MigrationWarning, StoreError
-from ..model import ID_MAX_LENGTH
+from ..model import ID_MAX_LENGTH, encode, parse_json
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
 
@@ -144,11 +142,11 @@ def _merge_duplicate_turns(conn: sqlite3.Connection) -> None:
                 seen.add(body)
                 new_id = _renamed(turn_id, seq, used)
                 used.add(new_id)
-                turn = msgspec.json.decode(body)
+                turn = parse_json(body)
                 turn["id"] = new_id
                 conn.execute(
                     "UPDATE turns SET id = ?, body = ? WHERE rowid = ?",
-                    (new_id, msgspec.json.encode(turn), rowid),
+                    (new_id, encode(turn), rowid),
                 )
                 renamed += 1
         # Dense seqs again, order kept (negated first, so no step collides).
@@ -282,7 +280,20 @@ CREATE TRIGGER turns_uncounted AFTER DELETE ON turns BEGIN
 END;
 """
 
-MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
+# v6: the session fields a document holds that this version does not know
+# (``SessionData.extra_fields``), as a JSON object; NULL when there are none.
+_V6: Final = """
+ALTER TABLE sessions ADD COLUMN extra TEXT;
+"""
+
+MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+)
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
 
