@@ -529,3 +529,27 @@ def test_converters_do_not_alias_inputs() -> None:
     assert isinstance(call, ToolCallBlock)
     call.input["nested"]["k"].append(2)
     assert wire["content"][0]["input"] == {"nested": {"k": [1]}}  # type: ignore[index]
+
+
+def test_lone_surrogates_cross_every_converter() -> None:
+    """A string JavaScript clipped mid-pair (``"\\ud83d"``) converts, ids shorten, no UnicodeError."""
+    long_id = "call_" + "x" * 70 + "\ud83d"
+    messages = [
+        SessionMessage(
+            role="assistant",
+            content=(
+                TextBlock("cut \ud83d"),
+                ToolCallBlock(id=long_id, name="f", input={"q": "\udc00"}),
+            ),
+        ),
+        SessionMessage(
+            role="user", content=(ToolResultBlock(call_id=long_id, output="done \ud800"),)
+        ),
+    ]
+    assert anthropic_tool_id_map(messages)[long_id] != long_id
+    anthropic = to_anthropic_request(messages)["messages"]
+    assert anthropic[0]["content"][0]["text"] == "cut \ud83d"
+    chat = to_openai_request(messages)
+    assert to_openai_responses(messages)
+    assert from_anthropic(anthropic[0]).content[0] == TextBlock("cut \ud83d")
+    assert from_openai(chat[0]).content[0] == TextBlock("cut \ud83d")

@@ -292,7 +292,7 @@ def _bare(exc: WireFormatError) -> str:
 
 def _candidate(call_id: str, widen: int) -> str:
     stem = _INVALID_CHAR.sub("_", call_id)[:48]
-    digest = hashlib.sha256(call_id.encode()).hexdigest()
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     if widen < 52:
         return f"{stem}_{digest[: 12 + widen]}"
     return f"{stem}_{digest}_{widen}"

@@ -75,11 +75,12 @@ _DEFAULT_FILE_MEDIA_TYPE = "application/pdf"
 
 
 def _short_id(call_id: str, widen: int) -> str:
-    digest = hashlib.sha256(call_id.encode()).hexdigest()
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     size = 16 + widen
     if size <= OPENAI_TOOL_ID_MAX_LENGTH - 1:
         return f"{call_id[: OPENAI_TOOL_ID_MAX_LENGTH - 1 - size]}_{digest[:size]}"
-    return hashlib.sha256(f"{call_id}#{widen}".encode()).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
+    text = f"{call_id}#{widen}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
 
 
 def openai_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
