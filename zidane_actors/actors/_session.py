@@ -55,7 +55,8 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
-from ..model._checked import check_turns, check_values, checked_turns
+from ..model._checked import check_values, checked_turns
+from ..model._frozen import frozen
 from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
 from ..wire import (
     PairingDrop,
@@ -493,7 +494,7 @@ class Session:
         bulk: bool = False,
         caps: frozenset[str] | None = None,
     ) -> None:
-        self._data = data
+        self._data = frozen(data)  # memory nobody else can change (see model/_frozen.py)
         self._store = store
         if caps is None:
             caps = store_capabilities(store) if store is not None else frozenset()
@@ -962,11 +963,11 @@ class Session:
 
     async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
         """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._apply(_Replace({"turns": check_turns(turns)}, arm_bulk=True))
+        await self._apply(_Replace({"turns": frozen(tuple(checked_turns(turns)))}, arm_bulk=True))
 
     def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
         """Enqueue :meth:`set_turns` without waiting."""
-        return self._submit(_Replace({"turns": check_turns(turns)}, arm_bulk=True))
+        return self._submit(_Replace({"turns": frozen(tuple(checked_turns(turns)))}, arm_bulk=True))
 
     async def set_runs(self, runs: Iterable[SessionRun]) -> None:
         """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""
