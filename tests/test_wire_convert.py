@@ -532,7 +532,7 @@ def test_converters_do_not_alias_inputs() -> None:
 
 
 def test_lone_surrogates_cross_every_converter() -> None:
-    """A string JavaScript clipped mid-pair (``"\\ud83d"``) converts, ids shorten, no UnicodeError."""
+    """A string JavaScript clipped mid-pair (``"\\ud83d"``) converts; ids shorten; no error."""
     long_id = "call_" + "x" * 70 + "\ud83d"
     messages = [
         SessionMessage(
