@@ -1559,13 +1559,30 @@ class StoreContract:
             calls.append(lambda: full.claim_run(bad, stale_at=0))
         if "claim_send_request" in caps:
             calls.append(lambda: full.claim_send_request(bad, "r", "fp"))
-            calls.append(lambda: full.claim_send_request("s1", bad, "fp"))
+            if not isinstance(bad, str) or not bad:  # a request id is not a path
+                calls.append(lambda: full.claim_send_request("s1", bad, "fp"))
         if "delete_schedule" in caps:
             calls.append(lambda: full.delete_schedule(bad))
         for call in calls:
             with pytest.raises(InvalidNameError):
                 await call()
         assert await store.list() == []
+
+    async def test_request_ids_are_any_text(self, store: SessionStore) -> None:
+        """Send request ids are idempotency keys, never paths: ``req#1``, ``a/b``, ``../x``."""
+        full = self.need(store, "claim_send_request", "find_send_request", "settle_send_request")
+        await store.save(make_session("s1"))
+        odd = ("req#1", "req 1", "a/b", "../x", "ünï 🎉", "?q=1&x", "%2F", "r" * 1_000)
+        for request_id in odd:
+            claim = await full.claim_send_request("s1", request_id, "fp")
+            assert claim.claimed, request_id
+            await full.settle_send_request("s1", request_id, {"ok": request_id})
+            record = await full.find_send_request("s1", request_id)
+            assert record is not None and record.request_id == request_id
+            assert record.result == {"ok": request_id}
+        for bad in ("", "x\x00", "a\ud800", "r" * 1_001, 7):
+            with pytest.raises(InvalidNameError):
+                await full.claim_send_request("s1", bad, "fp")
 
     async def test_bad_nested_ids_rejected(self, store: SessionStore) -> None:
         with pytest.raises(InvalidNameError):

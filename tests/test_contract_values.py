@@ -444,7 +444,7 @@ async def test_artifact_limits_on_upsert(store: Any) -> None:
     huge = {"blob": "x" * (ARTIFACT_META_MAX_BYTES + 1)}
     stored = await store.upsert_artifact(artifact(meta=huge, label="L" * 600))
     assert stored is not None and stored.meta is UNSET  # meta dropped, artifact kept
-    assert len(stored.label) == ARTIFACT_LABEL_MAX_CHARS and stored.label.endswith("…")
+    assert stored.label == "L" * 600  # kept as given: only a producer's label is clipped
     (listed,) = await store.list_artifacts(ArtifactFilter(session_id="s1"))
     assert listed == stored
     fits = {"blob": "x" * 100}
@@ -468,6 +468,9 @@ async def test_session_add_artifact_applies_the_limits() -> None:
         assert stored is not None and stored.meta is UNSET
         (listed,) = await memory.list_artifacts()
         assert listed.meta is UNSET
+        long = await s.add_artifact(SessionArtifactInput(kind="file", uri="g", label="L" * 600))
+        assert long is not None and len(long.label) == ARTIFACT_LABEL_MAX_CHARS
+        assert long.label.endswith("…")
         with pytest.raises(ValidationError):
             await s.add_artifact(SessionArtifactInput(kind="file", uri="f" * 5_000, label="l"))
 
@@ -481,7 +484,7 @@ async def test_rest_artifact_route_applies_the_limits() -> None:
         answer = await client.put("/sessions/s1/artifacts", content=encode(big))
         assert answer.status_code == 200, answer.text
         stored = answer.json()["artifact"]
-        assert "meta" not in stored and len(stored["label"]) == ARTIFACT_LABEL_MAX_CHARS
+        assert "meta" not in stored and stored["label"] == "L" * 600
         too_long = artifact("a2", uri="u" * (ARTIFACT_URI_MAX_CHARS + 1))
         answer = await client.put("/sessions/s1/artifacts", content=encode(too_long))
         assert answer.status_code == 422 and answer.json()["error"]["path"] == "$.uri"
@@ -548,15 +551,15 @@ def _id_calls(store: Any) -> dict[str, Callable[[], Awaitable[object]]]:
         "mutate_turns": {"mutate_turns": lambda: s.mutate_turns(BAD, lambda t: None)},
         "claim_send_request": {
             "claim_send_request.session": lambda: s.claim_send_request(BAD, "q", "fp"),
-            "claim_send_request.request": lambda: s.claim_send_request("s1", BAD, "fp"),
+            "claim_send_request.request": lambda: s.claim_send_request("s1", "", "fp"),
         },
         "find_send_request": {
             "find_send_request.session": lambda: s.find_send_request(BAD, "q"),
-            "find_send_request.request": lambda: s.find_send_request("s1", BAD),
+            "find_send_request.request": lambda: s.find_send_request("s1", "x\x00"),
         },
         "settle_send_request": {
             "settle_send_request.session": lambda: s.settle_send_request(BAD, "q", 1),
-            "settle_send_request.request": lambda: s.settle_send_request("s1", BAD, 1),
+            "settle_send_request.request": lambda: s.settle_send_request("s1", 7, 1),
         },
         "upsert_artifact": {
             "upsert_artifact.id": lambda: s.upsert_artifact(artifact(BAD)),

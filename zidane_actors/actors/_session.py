@@ -55,6 +55,7 @@ from ..model import (
     upsert_runs,
     validate_id,
 )
+from ..model._artifacts import clip_artifact_label
 from ..model._checked import check_values, checked_turns
 from ..model._frozen import frozen
 from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
@@ -1232,7 +1233,7 @@ class Session:
             session_id=self.id,
             kind=input.kind,
             uri=input.uri,
-            label=input.label,
+            label=clip_artifact_label(input.label),
             created_at=now,
             updated_at=now,
             meta=input.meta,

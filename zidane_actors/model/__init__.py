@@ -29,7 +29,13 @@ from ._codec import (
     to_builtins,
 )
 from ._extra import ExtraFields
-from ._ids import ID_MAX_LENGTH, new_id, validate_id
+from ._ids import (
+    ID_MAX_LENGTH,
+    REQUEST_ID_MAX_LENGTH,
+    new_id,
+    validate_id,
+    validate_request_id,
+)
 from ._json import MAX_JSON_DEPTH, check_json, check_model
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
@@ -115,6 +121,7 @@ __all__ = [
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
+    "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
     "SEND_REQUEST_HISTORY",
     "AppendTurnsOptions",
@@ -202,4 +209,5 @@ __all__ = [
     "to_builtins",
     "upsert_runs",
     "validate_id",
+    "validate_request_id",
 ]

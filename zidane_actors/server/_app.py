@@ -59,6 +59,7 @@ from ..model import (
     new_id,
     parse_json,
     validate_id,
+    validate_request_id,
 )
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
 from ..stores._protocol import WRITE_METHODS
@@ -568,7 +569,7 @@ class _Api:
 
     async def claim_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         claim = self._optional("claim_send_request")
         body = await self._body(request, ClaimSendRequestBody)
         async with self.locks.hold(sid):
@@ -576,7 +577,7 @@ class _Api:
 
     async def find_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         record = await self._optional("find_send_request")(sid, rid)
         if record is None:
             raise _ApiError(404, "send_request_not_found", f"no request {rid!r} in {sid!r}")
@@ -584,7 +585,7 @@ class _Api:
 
     async def settle_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         settle = self._optional("settle_send_request")
         body = await self._body(request, SettleSendRequestBody)
         async with self.locks.hold(sid):
@@ -795,13 +796,13 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}/history", "GET", api.get_history),
         ("/sessions/{sessionId}/history", "PUT", api.put_history),
         (
-            "/sessions/{sessionId}/send-requests/{requestId}/claim",
+            "/sessions/{sessionId}/send-requests/{requestId:path}/claim",
             "POST",
             api.claim_send_request,
         ),
-        ("/sessions/{sessionId}/send-requests/{requestId}", "GET", api.find_send_request),
+        ("/sessions/{sessionId}/send-requests/{requestId:path}", "GET", api.find_send_request),
         (
-            "/sessions/{sessionId}/send-requests/{requestId}/result",
+            "/sessions/{sessionId}/send-requests/{requestId:path}/result",
             "PUT",
             api.settle_send_request,
         ),

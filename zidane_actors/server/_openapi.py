@@ -9,6 +9,7 @@ import msgspec
 
 from ..model import (
     ID_MAX_LENGTH,
+    REQUEST_ID_MAX_LENGTH,
     ExtraFields,
     Schedule,
     ScheduleFire,
@@ -67,7 +68,7 @@ _ID_FIELDS: Final = {
     "UpdateRunWrite": ("sessionId",),
     "UpdateStatusWrite": ("sessionId",),
     "PatchMetaWrite": ("sessionId",),
-    "SettleSendRequestWrite": ("sessionId", "requestId"),
+    "SettleSendRequestWrite": ("sessionId",),
     "DeleteArtifactWrite": ("sessionId", "artifactId"),
 }
 
@@ -342,14 +343,24 @@ def _error(description: str) -> dict[str, Any]:
     }
 
 
+# A send request id is the client's idempotency key, not a path: any text but NUL.
+_REQUEST_ID_SCHEMA: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": REQUEST_ID_MAX_LENGTH,
+    "pattern": "^[^\\u0000]+$",
+}
+
+
 def _path_params(path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    id_schema = {"type": "string", "pattern": _ID_PATTERN, "maxLength": ID_MAX_LENGTH}
     return [
         {
             "name": name,
             "in": "path",
             "required": True,
-            "schema": {"type": "string", "pattern": _ID_PATTERN, "maxLength": ID_MAX_LENGTH},
+            "schema": dict(_REQUEST_ID_SCHEMA if name == "requestId" else id_schema),
         }
         for name in names
     ]

@@ -81,6 +81,7 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ..model._checked import CheckedTurns
@@ -743,7 +744,7 @@ def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
 
 def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
     validate_id(session_id)
-    validate_id(request_id, what="request id")
+    validate_request_id(request_id, what="request id")
     check_json(result, what="send result")
     if result is None:
         cur.execute(
@@ -1374,7 +1375,7 @@ class PostgresStore:
     ) -> SendRequestClaim:
         """Insert the request id or answer the record holding it; keeps the newest ids only."""
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
@@ -1419,7 +1420,7 @@ class PostgresStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
 
         def op(cur: _Cursor) -> SendRequestRecord | None:
             cur.execute(

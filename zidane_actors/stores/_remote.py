@@ -19,6 +19,7 @@ import ssl
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
+from urllib.parse import quote
 
 import attrs
 import httpx
@@ -63,6 +64,7 @@ from ..model import (
     encode,
     normalize_artifact,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ..model._types import EpochMs
@@ -447,6 +449,11 @@ def _seg(value: str, what: str) -> str:
     return validate_id(value, what=what)
 
 
+def _request_seg(value: str) -> str:
+    """A send request id as one URL path segment: any text, percent-encoded."""
+    return quote(validate_request_id(value), safe="")
+
+
 def _typed(value: object, type_: type[T], what: str) -> T:
     """``value`` if it is a ``type_``, else a :class:`ValidationError` naming ``what``."""
     if not isinstance(value, type_):
@@ -583,7 +590,7 @@ def _settle_send_request_write(
 ) -> SettleSendRequestWrite:
     return SettleSendRequestWrite(
         session_id=_seg(session_id, "session id"),
-        request_id=_seg(request_id, "request id"),
+        request_id=validate_request_id(request_id),
         result=result,
     )
 
@@ -892,7 +899,7 @@ class RemoteStore:
         """Claim a request id atomically on the server (never retried)."""
         path = (
             f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_seg(request_id, 'request id')}/claim"
+            f"/send-requests/{_request_seg(request_id)}/claim"
         )
         return await self._json(
             SendRequestClaim,
@@ -918,8 +925,7 @@ class RemoteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         path = (
-            f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_seg(request_id, 'request id')}"
+            f"/sessions/{_seg(session_id, 'session id')}/send-requests/{_request_seg(request_id)}"
         )
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
@@ -1084,7 +1090,7 @@ class RemoteStore:
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim."""
         write = _settle_send_request_write(session_id, request_id, result)
-        path = f"/sessions/{write.session_id}/send-requests/{write.request_id}/result"
+        path = f"/sessions/{write.session_id}/send-requests/{_request_seg(write.request_id)}/result"
         body = SettleSendRequestBody(result=write.result)
         await self._request("PUT", path, body=body, retry=True)
 

@@ -80,6 +80,7 @@ from ..model import (
     send_request_evictions,
     snapshot_status,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ._protocol import (
@@ -1098,7 +1099,7 @@ class SQLiteStore:
     ) -> SendRequestClaim:
         """Claim ``request_id`` in one insert-or-detect step, keeping the newest ids per session."""
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
@@ -1128,7 +1129,7 @@ class SQLiteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
 
         def op(conn: _Conn) -> SendRequestRecord | None:
             row = conn.execute(
@@ -1144,7 +1145,7 @@ class SQLiteStore:
         self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
     ) -> None:
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         check_json(result, what="send result")
         try:
             encoded = encode(result)
