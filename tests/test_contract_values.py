@@ -715,6 +715,21 @@ async def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("user_version", [0, 1, 3, 5])
+async def test_foreign_sqlite_file_is_refused_untouched(tmp_path: Path, user_version: int) -> None:
+    """Refused by reading it only: no WAL switch, no migration, same bytes, a clear message."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.execute(f"PRAGMA user_version = {user_version}")
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="belongs to another program"):
+        async with open_sqlite_store(path):
+            pass
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
 async def test_sqlite_rows_holding_two_documents_or_deep_json_are_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     async with open_sqlite_store(path) as store:

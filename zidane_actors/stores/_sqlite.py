@@ -91,7 +91,7 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
 )
-from ._sqlite_schema import migrate
+from ._sqlite_schema import migrate, refuse_foreign
 from ._thread import WorkerThread, start_worker_thread
 from ._validate import (
     check_artifact_filter_ids,
@@ -1421,6 +1421,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        refuse_foreign(conn, path)  # before WAL: another program's file stays untouched
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal" and path != ":memory:":
             raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")

@@ -8,6 +8,7 @@ newer version of the library is refused rather than guessed at.
 from __future__ import annotations
 
 import sqlite3
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias
@@ -15,7 +16,7 @@ from typing import Final, TypeAlias
 from ..errors import MigrationWarning, StoreError
 from ..model import ID_MAX_LENGTH, encode, parse_json
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate", "refuse_foreign"]
 
 Migration: TypeAlias = str | Callable[[sqlite3.Connection], None]
 """One migration step: an SQL script, or a function run on the connection."""
@@ -301,6 +302,20 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The ``user_version`` this library writes and reads."""
 
 
+_REV_FLOOR_VERSION: Final = 3
+"""The version that started recording the revs of deleted sessions (``rev_floor``)."""
+
+
+def _lift_rev_floor(conn: sqlite3.Connection) -> None:
+    """Put the floor past any rev a session deleted before v3 can have reached.
+
+    Those revs were not recorded; each was at most the number of writes to
+    its session, far under the clock in milliseconds, so a session re-created
+    under an old id still gets a higher rev than any copy of it.
+    """
+    conn.execute("UPDATE rev_floor SET rev = MAX(rev, ?)", (time.time_ns() // 1_000_000,))
+
+
 def _statements(script: str) -> list[str]:
     """The statements of ``script``: split at each ``;`` that ends one (not inside a trigger)."""
     statements: list[str] = []
@@ -327,8 +342,19 @@ def _run_step(conn: sqlite3.Connection, step: Migration | Sequence[Migration]) -
             _run_step(conn, part)
 
 
-def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a database at ``user_version`` 0 that already holds tables: not ours to migrate."""
+# The tables every zidane_actors schema version has had since v1.
+_OUR_TABLES: Final = frozenset(
+    {"sessions", "turns", "runs", "artifacts", "send_requests", "schedules", "schedule_fires"}
+)
+
+
+def refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database another program wrote, by reading it only (the file is not touched).
+
+    Foreign: tables at ``user_version`` 0, or a ``user_version`` this library
+    uses without the tables its schema has.
+    """
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     tables = [
         row[0]
         for row in conn.execute(
@@ -336,12 +362,19 @@ def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
             " ORDER BY name"
         )
     ]
-    if tables:
+    if version == 0 and tables:
         listed = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
         raise StoreError(
             f"SQLite database {path} holds tables ({listed}) but no zidane_actors schema "
             "(user_version 0): it belongs to another program, so it is not migrated; "
             "open a new file instead"
+        )
+    missing = sorted(_OUR_TABLES - set(tables))
+    if 0 < version <= len(MIGRATIONS) and missing:
+        raise StoreError(
+            f"SQLite database {path} has user_version {version} but not the zidane_actors "
+            f"tables ({', '.join(missing)} missing): it belongs to another program, so it "
+            "is not opened; open a new file instead"
         )
 
 
@@ -366,11 +399,14 @@ def migrate(
                 f"{target} this version of zidane_actors supports; upgrade zidane_actors"
             )
         if version == 0:
-            _refuse_foreign(conn, path)
+            refuse_foreign(conn, path)
+        start = version
         while version < target:
             _run_step(conn, migrations[version])
             version += 1
             conn.execute(f"PRAGMA user_version = {version}")
+        if migrations is MIGRATIONS and 0 < start < _REV_FLOOR_VERSION:
+            _lift_rev_floor(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
