@@ -30,10 +30,12 @@ from msgspec import UNSET
 
 from ..errors import (
     ConflictError,
+    CorruptDataError,
     InvalidNameError,
     RemoteStoreError,
     SessionNotFoundError,
     StoreClosedError,
+    StoreError,
     StoreUnavailableError,
     UnsupportedOperationError,
     ValidationError,
@@ -449,6 +451,20 @@ def _seg(value: str, what: str) -> str:
     return validate_id(value, what=what)
 
 
+DEFAULT_MAX_ANSWER_BYTES: Final = 256 * 1024 * 1024
+"""Largest answer body the remote client reads (``max_answer_bytes``)."""
+
+
+def _too_big(url: str, what: str, limit: int) -> StoreError:
+    return StoreError(f"the answer of {what} from {url} is over {limit} bytes (max_answer_bytes)")
+
+
+def _same_id(got: str, asked: str, what: str) -> None:
+    """Refuse an answer about another record than the one asked for."""
+    if got != asked:
+        raise CorruptDataError(f"the answer of {what} is about {got!r}, not {asked!r}")
+
+
 def _request_seg(value: str) -> str:
     """A send request id as one URL path segment: any text, percent-encoded."""
     return quote(validate_request_id(value), safe="")
@@ -661,6 +677,7 @@ class RemoteStore:
     _client: httpx.AsyncClient
     timeout_ms: int
     retries: int
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     _closed: bool = attrs.field(default=False, init=False)
     _n_requests: int = attrs.field(default=0, init=False)
     _n_retries: int = attrs.field(default=0, init=False)
@@ -720,9 +737,10 @@ class RemoteStore:
             self._n_requests += 1
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
-                    response = await self._client.request(
+                    request = self._client.build_request(
                         method, path, content=content, params=params, headers=headers
                     )
+                    response = await self._read(request, f"{method} {path}")
             except (httpx.TransportError, trio.TooSlowError) as exc:
                 if isinstance(exc, (httpx.TimeoutException, trio.TooSlowError)):
                     self._n_timeouts += 1
@@ -749,6 +767,30 @@ class RemoteStore:
             ) from last
         assert last is not None
         raise last
+
+    async def _read(self, request: httpx.Request, what: str) -> httpx.Response:
+        """Send ``request`` and read its answer, refusing one over ``max_answer_bytes``."""
+        limit = self.max_answer_bytes
+        streamed = await self._client.send(request, stream=True)
+        try:
+            declared = streamed.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _too_big(self.url, what, limit)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in streamed.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_big(self.url, what, limit)
+                chunks.append(chunk)
+        finally:
+            await streamed.aclose()
+        return httpx.Response(
+            streamed.status_code,
+            headers=streamed.headers,
+            content=b"".join(chunks),
+            request=request,
+        )
 
     async def _json(
         self,
@@ -778,7 +820,9 @@ class RemoteStore:
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, SessionData, what=f"answer of GET {path}")
+        data = decode(response.content, SessionData, what=f"answer of GET {path}")
+        _same_id(data.id, session_id, f"GET {path}")
+        return data
 
     async def save(self, data: SessionData) -> None:
         """Create or overwrite the whole document (``PUT /sessions/{id}``)."""
@@ -930,7 +974,9 @@ class RemoteStore:
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
+        record = decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
+        _same_id(record.request_id, request_id, f"GET {path}")
+        return record
 
     async def generate_session_id(self) -> str:
         """A new session id issued by the server's store."""
@@ -946,7 +992,9 @@ class RemoteStore:
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
+        row = decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
+        _same_id(row.id, session_id, f"GET {path}")
+        return row
 
     async def list_artifacts(
         self, filter: ArtifactFilter | None = None
@@ -1205,12 +1253,15 @@ def create_remote_store(
     headers: Mapping[str, str] | None = None,
     timeout_ms: int = 30_000,
     retries: int = 3,
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> RemoteStore:
     """A store over the REST session API at ``url``.
 
     ``headers`` go with every request (e.g. ``{"authorization": "Bearer …"}``);
     ``timeout_ms`` bounds each attempt; ``retries`` is how many times an
-    idempotent call is repeated after a transport error, timeout or 5xx.
+    idempotent call is repeated after a transport error, timeout or 5xx;
+    an answer over ``max_answer_bytes`` is refused (:class:`StoreError`)
+    instead of read whole.
     """
     if not url.startswith(("http://", "https://")):
         raise ValidationError(f"remote store url must start with http:// or https://, got {url!r}")
@@ -1218,6 +1269,8 @@ def create_remote_store(
         raise ValidationError(f"timeout_ms must be positive, got {timeout_ms}")
     if retries < 0:
         raise ValidationError(f"retries must be >= 0, got {retries}")
+    if max_answer_bytes <= 0:
+        raise ValidationError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
     base = url.rstrip("/")
     client = httpx.AsyncClient(
         base_url=base,
@@ -1225,4 +1278,10 @@ def create_remote_store(
         timeout=timeout_ms / 1000,
         verify=_tls_context(),
     )
-    return RemoteStore(url=base, client=client, timeout_ms=timeout_ms, retries=retries)
+    return RemoteStore(
+        url=base,
+        client=client,
+        timeout_ms=timeout_ms,
+        retries=retries,
+        max_answer_bytes=max_answer_bytes,
+    )
