@@ -928,3 +928,30 @@ async def test_stored_documents_with_unknown_fields_read_back(tmp_path: Path) ->
     adapter.files["turns.jsonl"] = f'{first[:-1]},"futureField":1}}\n{second}\n'
     loaded = await file_store.load("s1")
     assert loaded is not None and loaded.turns[0].extra_fields == {"futureField": 1}
+
+
+async def test_plainly_wrong_calls_raise_library_errors(store: Any) -> None:
+    """A wrong argument is a ValidationError, never a TypeError or a UnicodeEncodeError."""
+    await store.save(session())
+    for call in (
+        lambda: store.get_turns("s1", None),
+        lambda: store.get_turns("s1", "x"),
+        lambda: store.get_turns("s1", 0, "x"),
+        lambda: store.update_status("s1", {"a": 1}),
+    ):
+        with pytest.raises(ValidationError):
+            await call()
+
+
+async def test_session_calls_with_lone_surrogates_or_wrong_types() -> None:
+    async with open_memory_store() as memory:
+        s = await create_session(store=memory, id="s1")
+        await s.set_meta("k", "\ud800")
+        await s.save()
+        stored = await memory.load("s1")
+        assert stored is not None and stored.metadata == {"k": "\ud800"}
+        for bad in (None, 5, "turns", {"t": 1}):
+            with pytest.raises(ValidationError):
+                await s.append_turns(bad)  # type: ignore[arg-type]
+    assert decode(encode("\ud800"), str) == "\ud800"
+    assert encode({"k": "a\udc00b"}) == b'{"k":"a\\udc00b"}'

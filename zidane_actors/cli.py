@@ -29,6 +29,7 @@ from .model import (
     ToolCallBlock,
     ToolResultBlock,
     call_input,
+    convert,
     decode,
     encode_str,
     to_builtins,
@@ -318,21 +319,26 @@ def _read_jsonl(path: str) -> list[SessionData]:
         if current is not None:
             sessions.append(msgspec.structs.replace(current, turns=current.turns + tuple(turns)))
 
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                errors.append(f"{path}:{n}: not UTF-8 text (byte {exc.start})")
+                continue
             if not line.strip():
                 continue
             try:
-                envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
+                envelope = decode(line, dict[str, Any], what=f"line {n}")
                 if len(envelope) != 1 or not envelope.keys() <= {"session", "turn"}:
                     raise ValidationError('each line must be {"session": …} or {"turn": …}')
                 if "session" in envelope:
-                    session = decode(bytes(envelope["session"]), SessionData, what="session")
+                    session = convert(envelope["session"], SessionData, what="session")
                     validate_id(session.id)
                     flush()
                     current, turns = session, []
                 else:
-                    turn = decode(bytes(envelope["turn"]), SessionTurn, what="turn")
+                    turn = convert(envelope["turn"], SessionTurn, what="turn")
                     if current is None:
                         raise ValidationError("a turn line comes before any session line")
                     turns.append(turn)
@@ -501,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             value = getattr(args, name, None)
             if value is not None and value < 0:
                 raise _UsageError(f"zidane-actors: --{name.replace('_', '-')} must be >= 0")
+        if getattr(args, "port", None) is not None and args.port > 65_535:
+            raise _UsageError("zidane-actors: --port must be 0-65535")
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -1292,7 +1292,7 @@ def _checked_key(key: object) -> str:
 
 
 def _checked_status(status: object) -> SessionStatus:
-    if status not in _STATUSES:
+    if not isinstance(status, str) or status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
     return cast(SessionStatus, status)
 

@@ -16,7 +16,7 @@ as its block), and nobody else can change it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeVar
 
 import msgspec
@@ -64,6 +64,11 @@ def check_values(values: Iterable[T], type_: type[T], field: str) -> tuple[T, ..
 
     Raises :class:`ValidationError` located under ``$.<field>``.
     """
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ValidationError(
+            f"{field} must be an iterable of {type_.__name__}, got {type(values).__name__}",
+            path=f"$.{field}",
+        )
     checked = tuple(values)
     for i, value in enumerate(checked):
         if not isinstance(value, type_):

@@ -621,7 +621,7 @@ def _update_status(
     preserve_updated_at: bool = False,
 ) -> None:
     validate_id(session_id)
-    if status not in _STATUSES:
+    if not isinstance(status, str) or status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
     if owner is not None:
         owner = checked(owner, RunOwner, "run owner")

@@ -607,10 +607,9 @@ class SQLiteStore:
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_`` (0-based) onward, at most ``limit``, oldest first."""
         _session_id(session_id)
-        if from_ < 0 or (limit is not None and limit < 0):
-            raise ValidationError(
-                f"get_turns needs from_ >= 0 and limit >= 0, got {from_}, {limit}"
-            )
+        checked_int(from_, "from_")
+        if limit is not None:
+            checked_int(limit, "limit")
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
             rows = conn.execute(
