@@ -586,3 +586,31 @@ def test_chart_scales_and_labels_honestly() -> None:
     many = page(runs(75, 1.0))
     assert "the last 60 of 75 runs" in many
     assert many.count('class="bar-cost"') == 60 and 'data-run-id="r74"' in many
+
+
+async def test_lone_surrogates_are_shown_as_replacement_characters() -> None:
+    """Text JavaScript clipped mid-pair: the pages answer 200 with U+FFFD, never an error."""
+    clipped = SessionTurn(
+        id="t1",
+        role="assistant",
+        content=(
+            TextBlock("cut \ud83d"),
+            ToolCallBlock(id="c1", name="f\udc00", input={"q": "\ud800"}),
+        ),
+        created_at=1,
+    )
+    async with open_memory_store() as store:
+        await store.save(
+            SessionData(
+                id="s1",
+                created_at=1,
+                updated_at=2,
+                metadata={"title": "t \ud83d"},
+                turns=(clipped,),
+            )
+        )
+        async with _client(store) as client:
+            for url in ("/ui/fragments/sessions", "/ui/fragments/sessions/s1"):
+                r = await client.get(url)
+                assert r.status_code == 200, (url, r.text)
+                assert "\ufffd" in r.text
