@@ -57,7 +57,7 @@ from ..model import (
 )
 from ..model._artifacts import clip_artifact_label
 from ..model._checked import check_values, checked_turns
-from ..model._frozen import frozen
+from ..model._frozen import FrozenView, frozen
 from ..stores._protocol import FullSessionStore, SessionStore, StoreWrite, store_capabilities
 from ..wire import (
     PairingDrop,
@@ -483,6 +483,7 @@ class Session:
         "_settled",
         "_store",
         "_turn_index",
+        "_view",
     )
 
     def __init__(
@@ -495,7 +496,9 @@ class Session:
         bulk: bool = False,
         caps: frozenset[str] | None = None,
     ) -> None:
-        self._data = frozen(data)  # memory nobody else can change (see model/_frozen.py)
+        self._data = data
+        # What the session hands out: its memory frozen, so no caller can change it.
+        self._view = FrozenView()
         self._store = store
         if caps is None:
             caps = store_capabilities(store) if store is not None else frozenset()
@@ -551,17 +554,17 @@ class Session:
     @property
     def metadata(self) -> Mapping[str, Any]:
         """Read-only view of the metadata (replaced, never changed in place, by writes)."""
-        return MappingProxyType(self._data.metadata)
+        return MappingProxyType(self._view.of(self._data).metadata)
 
     @property
     def turns(self) -> tuple[SessionTurn, ...]:
-        """Raw persisted turns; use :meth:`to_messages` for a provider request."""
-        return self._data.turns
+        """Raw persisted turns (frozen); use :meth:`to_messages` for a provider request."""
+        return self._view.of(self._data).turns
 
     @property
     def runs(self) -> tuple[SessionRun, ...]:
-        """Run records, in start order."""
-        return self._data.runs
+        """Run records, in start order (frozen)."""
+        return self._view.of(self._data).runs
 
     @property
     def project_root(self) -> str | None:
@@ -580,7 +583,8 @@ class Session:
 
     def to_json(self) -> SessionData:
         """The session as a :class:`SessionData` value."""
-        return msgspec.structs.replace(self._data, metadata=dict(self._data.metadata))
+        view = self._view.of(self._data)
+        return msgspec.structs.replace(view, metadata=dict(view.metadata))
 
     # -- listeners -----------------------------------------------------------
 
@@ -1055,7 +1059,7 @@ class Session:
     ) -> list[SessionMessage]:
         """The turns as wire-ready messages (pairing repaired; never written back)."""
         messages: list[SessionMessage] = await to_wire_messages(
-            self._data.turns,
+            self._view.of(self._data).turns,
             provider=provider,
             resolve_content_ref=resolve_content_ref,
             user_tail_directive=user_tail_directive,

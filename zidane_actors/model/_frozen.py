@@ -6,18 +6,21 @@ one could change a session's memory after the store acknowledged it. A
 session keeps :func:`frozen` copies instead: every dict is a
 :class:`FrozenDict` and every list a :class:`FrozenList`, equal to (and
 encoded like) the plain ones, refusing changes with ``TypeError`` as a
-tuple does.
+tuple does. :class:`FrozenView` keeps such a copy of a session's memory
+up to date as it changes.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Final, NoReturn, TypeVar
 
 import msgspec
 
 from ._extra import ExtraFields
+from ._types import SessionData, SessionTurn
 
-__all__ = ["FrozenDict", "FrozenList", "frozen", "frozen_json"]
+__all__ = ["FrozenDict", "FrozenList", "FrozenView", "frozen", "frozen_json"]
 
 T = TypeVar("T")
 
@@ -105,3 +108,54 @@ def frozen(value: T) -> T:
         if new is not item:
             changes[name] = new
     return msgspec.structs.replace(value, **changes) if changes else value
+
+
+class FrozenView:
+    """A frozen copy of a changing ``SessionData``, kept up to date at little cost.
+
+    :meth:`of` answers ``data`` with its free-form JSON frozen, reusing what
+    it froze for the previous value: turns appended since are the only ones
+    frozen again, and unchanged runs or metadata are reused as they are. So
+    memory loads at full speed, and what a session hands out costs a walk of
+    each turn once.
+    """
+
+    __slots__ = ("_source", "_view")
+
+    def __init__(self) -> None:
+        self._source: SessionData | None = None
+        self._view: SessionData | None = None
+
+    def of(self, data: SessionData) -> SessionData:
+        """``data``, frozen (the same object each call while ``data`` is unchanged)."""
+        source, view = self._source, self._view
+        if source is data and view is not None:
+            return view
+        if source is None or view is None:
+            turns, runs, metadata = frozen(data.turns), frozen(data.runs), None
+        else:
+            turns = _extended(source.turns, view.turns, data.turns)
+            runs = view.runs if data.runs is source.runs else frozen(data.runs)
+            metadata = view.metadata if data.metadata is source.metadata else None
+        extra = data.extra_fields
+        view = msgspec.structs.replace(
+            data,
+            turns=turns,
+            runs=runs,
+            metadata=frozen_json(data.metadata) if metadata is None else metadata,
+            extra_fields=None if extra is None else ExtraFields(frozen_json(dict(extra))),
+        )
+        self._source, self._view = data, view
+        return view
+
+
+def _extended(
+    old: tuple[SessionTurn, ...], old_view: tuple[SessionTurn, ...], new: tuple[SessionTurn, ...]
+) -> tuple[SessionTurn, ...]:
+    """``new`` frozen, reusing ``old_view`` when ``new`` starts with the very turns of ``old``."""
+    if new is old:
+        return old_view
+    n = len(old)
+    if len(new) >= n and all(map(operator.is_, old, new[:n])):
+        return old_view + frozen(new[n:])
+    return frozen(new)
