@@ -355,3 +355,29 @@ def test_file_map_store_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code, _, err = run(capsys, "sessions", "import", str(other), "--store", url)
     assert code == 1
     assert "one session per store" in err
+
+
+def test_import_of_bytes_that_are_not_utf8_and_a_bad_port_print_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(jsonl(session()).encode() + b'{"session": "caf\xe9"}\n')
+    done = cli("sessions", "import", str(bad), "--store", f"sqlite:{tmp_path / 'x.db'}")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "not UTF-8" in done.stderr
+    served = cli("serve", "--port", "99999", "--store", "memory")
+    assert served.returncode == 2
+    assert served.stderr.strip() == "zidane-actors: --port must be 0-65535"
+
+
+def test_import_carries_lone_surrogates_and_unknown_fields(tmp_path: Path) -> None:
+    """A JSONL export written by JavaScript (a clipped emoji) or a newer version imports as is."""
+    source = tmp_path / "js.jsonl"
+    text = jsonl(session()).replace('"Reading hosts"', '"Reading \\ud83d"')
+    text = text.replace('"agentId":"coder"', '"agentId":"coder","workspace":{"root":"/w"}')
+    source.write_text(text, encoding="utf-8")
+    url = f"sqlite:{tmp_path / 'x.db'}"
+    done = cli("sessions", "import", str(source), "--store", url)
+    assert done.returncode == 0, done.stderr
+    exported = cli("sessions", "export", "s1", "--store", url)
+    assert exported.returncode == 0, exported.stderr
+    assert '"Reading \\ud83d"' in exported.stdout
+    assert '"workspace":{"root":"/w"}' in exported.stdout

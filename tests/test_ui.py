@@ -775,3 +775,31 @@ async def test_reading_markdown_pretty_json_capped_outputs_and_folded_result_car
             assert bad.status_code == 400
             missing = await client.get("/ui/fragments/sessions/s/turns/9/more?block=0")
             assert missing.status_code == 404
+
+
+async def test_lone_surrogates_are_shown_as_replacement_characters() -> None:
+    """Text JavaScript clipped mid-pair: the pages answer 200 with U+FFFD, never an error."""
+    clipped = SessionTurn(
+        id="t1",
+        role="assistant",
+        content=(
+            TextBlock("cut \ud83d"),
+            ToolCallBlock(id="c1", name="f\udc00", input={"q": "\ud800"}),
+        ),
+        created_at=1,
+    )
+    async with open_memory_store() as store:
+        await store.save(
+            SessionData(
+                id="s1",
+                created_at=1,
+                updated_at=2,
+                metadata={"title": "t \ud83d"},
+                turns=(clipped,),
+            )
+        )
+        async with _client(store) as client:
+            for url in ("/ui/fragments/sessions", "/ui/fragments/sessions/s1"):
+                r = await client.get(url)
+                assert r.status_code == 200, (url, r.text)
+                assert "\ufffd" in r.text

@@ -548,7 +548,7 @@ def test_responses_errors_are_located() -> None:
                     {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
                 ],
             },
-            assistant(ToolCallBlock(id="c", name="f")),
+            assistant(ToolCallBlock(id="c", name="f", input={})),
         ),
         ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, user(TextBlock("x"))),
         ({"role": "assistant", "content": None}, assistant()),
@@ -686,3 +686,27 @@ def test_readable_tool_exchanges_are_converted_for_other_providers() -> None:
         "[file search deadline]\n- plan.md: Friday",
     ]
     assert {r.kind for r in reports} == {"converted"}
+
+
+def test_lone_surrogates_cross_every_converter() -> None:
+    """A string JavaScript clipped mid-pair (``"\\ud83d"``) converts; ids shorten; no error."""
+    long_id = "call_" + "x" * 70 + "\ud83d"
+    messages = [
+        SessionMessage(
+            role="assistant",
+            content=(
+                TextBlock("cut \ud83d"),
+                ToolCallBlock(id=long_id, name="f", input={"q": "\udc00"}),
+            ),
+        ),
+        SessionMessage(
+            role="user", content=(ToolResultBlock(call_id=long_id, output="done \ud800"),)
+        ),
+    ]
+    assert anthropic_tool_id_map(messages)[long_id] != long_id
+    anthropic = to_anthropic_request(messages)["messages"]
+    assert anthropic[0]["content"][0]["text"] == "cut \ud83d"
+    chat = to_openai_request(messages)
+    assert to_openai_responses(messages)
+    assert from_anthropic(anthropic[0]).content[0] == TextBlock("cut \ud83d")
+    assert from_openai(chat[0]).content[0] == TextBlock("cut \ud83d")

@@ -183,7 +183,7 @@ def anthropic_kept(m: SessionMessage) -> SessionMessage:
                 output=b.output
                 if isinstance(b.output, str)
                 else tuple(_anth_file(p) for p in b.output),
-                is_error=b.is_error,
+                is_error=b.is_error or None,
             )
         blocks.append(_anth_file(b))
     return SessionMessage(role=m.role, content=tuple(blocks))

@@ -30,6 +30,7 @@ from .model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
     to_builtins,
     validate_id,
 )
@@ -204,7 +205,9 @@ def _block_lines(
     if isinstance(block, TextBlock):
         return [_indent(_clip(block.text), "    ")]
     if isinstance(block, ToolCallBlock):
-        lines = [f"    → tool call {block.name} {json.dumps(block.input)[:200]}  (id {block.id})"]
+        lines = [
+            f"    → tool call {block.name} {json.dumps(call_input(block))[:200]}  (id {block.id})"
+        ]
         result = results.get(block.id)
         if result is None:
             lines.append("      ← (no result)")

@@ -73,7 +73,9 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     TurnUsage,
+    call_input,
     new_id,
+    reasoning_text,
     validate_id,
 )
 from ..portal import AsyncSession, SyncSession
@@ -473,7 +475,7 @@ def _restored(block: SessionContentBlock, part: dict[str, Any]) -> dict[str, Any
         part["content"] = block.text
     elif isinstance(block, ToolCallBlock):
         part.update(tool_call_id=block.id, tool_name=block.name)
-        part.setdefault("args", dict(block.input))
+        part.setdefault("args", dict(call_input(block)))
     elif isinstance(block, ToolResultBlock):
         part.update(tool_call_id=block.call_id)
         part.setdefault("tool_name", block.name)
@@ -601,13 +603,13 @@ def _rebuilt(turn: SessionTurn) -> ModelMessage | None:
             elif isinstance(block, ToolCallBlock):
                 parts.append(
                     ToolCallPart(
-                        tool_name=block.name, args=dict(block.input), tool_call_id=block.id
+                        tool_name=block.name, args=dict(call_input(block)), tool_call_id=block.id
                     )
                 )
             elif isinstance(block, ReasoningBlock):
                 parts.append(
                     ThinkingPart(
-                        block.text,
+                        reasoning_text(block),
                         id=block.id,
                         signature=block.signature,
                         provider_name=block.provider,

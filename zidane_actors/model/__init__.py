@@ -17,8 +17,25 @@ from ._artifacts import (
     select_artifact_evictions,
     sort_artifacts,
 )
-from ._codec import convert, decode, decoder, encode, encode_str, to_builtins
-from ._ids import ID_MAX_LENGTH, new_id, validate_id
+from ._codec import (
+    Decoder,
+    convert,
+    decode,
+    decoder,
+    encode,
+    encode_str,
+    extra_json,
+    parse_json,
+    to_builtins,
+)
+from ._extra import ExtraFields
+from ._ids import (
+    ID_MAX_LENGTH,
+    REQUEST_ID_MAX_LENGTH,
+    new_id,
+    validate_id,
+    validate_request_id,
+)
 from ._json import MAX_JSON_DEPTH, check_json, check_model
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
@@ -90,6 +107,8 @@ from ._types import (
     TurnRole,
     TurnUsage,
     UpdateRunOptions,
+    call_input,
+    reasoning_text,
 )
 
 __all__ = [
@@ -103,11 +122,14 @@ __all__ = [
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
+    "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
     "SEND_REQUEST_HISTORY",
     "AppendTurnsOptions",
     "ArtifactFilter",
+    "Decoder",
     "DropPartials",
+    "ExtraFields",
     "FileBlock",
     "ImageBlock",
     "JsonValue",
@@ -147,6 +169,7 @@ __all__ = [
     "TurnRole",
     "TurnUsage",
     "UpdateRunOptions",
+    "call_input",
     "check_artifact_id_free",
     "check_json",
     "check_model",
@@ -159,6 +182,7 @@ __all__ = [
     "demote_stale_running_status",
     "encode",
     "encode_str",
+    "extra_json",
     "filter_artifacts",
     "fresh_turns",
     "host_id",
@@ -171,8 +195,10 @@ __all__ = [
     "new_id",
     "normalize_artifact",
     "normalize_artifact_input",
+    "parse_json",
     "patch_metadata",
     "process_started_at",
+    "reasoning_text",
     "resume_chain_run_ids",
     "run_claim_blocked",
     "same_turn",
@@ -185,4 +211,5 @@ __all__ = [
     "to_builtins",
     "upsert_runs",
     "validate_id",
+    "validate_request_id",
 ]

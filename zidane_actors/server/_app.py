@@ -60,7 +60,9 @@ from ..model import (
     decode,
     encode,
     new_id,
+    parse_json,
     validate_id,
+    validate_request_id,
 )
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
@@ -343,7 +345,7 @@ class _Api:
         except ValidationError as exc:
             error = exc
         try:
-            value = msgspec.json.decode(raw)
+            value = parse_json(cast("bytes", raw))
         except msgspec.DecodeError:
             raise _ApiError(400, "invalid_json", str(error), error.path) from None
         except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH
@@ -648,7 +650,7 @@ class _Api:
 
     async def claim_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         claim = self._optional("claim_send_request")
         body = await self._body(request, ClaimSendRequestBody)
         async with self.locks.hold(sid):
@@ -656,7 +658,7 @@ class _Api:
 
     async def find_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         record = await self._optional("find_send_request")(sid, rid)
         if record is None:
             raise _ApiError(404, "send_request_not_found", f"no request {rid!r} in {sid!r}")
@@ -668,7 +670,7 @@ class _Api:
 
     async def put_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         put = self._optional("put_send_request")
         record = await self._body(request, SendRequestRecord)
         _same(rid, record.request_id, "$.requestId", "request id")
@@ -678,7 +680,7 @@ class _Api:
 
     async def settle_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         settle = self._optional("settle_send_request")
         body = await self._body(request, SettleSendRequestBody)
         async with self.locks.hold(sid):
@@ -894,18 +896,18 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}/history", "GET", api.get_history),
         ("/sessions/{sessionId}/history", "PUT", api.put_history),
         (
-            "/sessions/{sessionId}/send-requests/{requestId}/claim",
+            "/sessions/{sessionId}/send-requests/{requestId:path}/claim",
             "POST",
             api.claim_send_request,
         ),
-        ("/sessions/{sessionId}/send-requests", "GET", api.list_send_requests),
-        ("/sessions/{sessionId}/send-requests/{requestId}", "GET", api.find_send_request),
-        ("/sessions/{sessionId}/send-requests/{requestId}", "PUT", api.put_send_request),
         (
-            "/sessions/{sessionId}/send-requests/{requestId}/result",
+            "/sessions/{sessionId}/send-requests/{requestId:path}/result",
             "PUT",
             api.settle_send_request,
         ),
+        ("/sessions/{sessionId}/send-requests", "GET", api.list_send_requests),
+        ("/sessions/{sessionId}/send-requests/{requestId:path}", "GET", api.find_send_request),
+        ("/sessions/{sessionId}/send-requests/{requestId:path}", "PUT", api.put_send_request),
         ("/sessions/{sessionId}/artifacts", "PUT", api.upsert_artifact),
         ("/sessions/{sessionId}/artifacts/{artifactId}", "DELETE", api.delete_artifact),
         ("/artifacts", "GET", api.list_artifacts),

@@ -107,7 +107,12 @@ def _asset(name: str) -> bytes:
     return resources.files(__package__).joinpath("_ui_static", name).read_bytes()
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _html_response(body: str | bytes, status: int = 200) -> Response:
+    if isinstance(body, str):  # a lone surrogate (text JavaScript clipped) is shown as U+FFFD
+        body = _LONE_SURROGATE.sub("\ufffd", body).encode()
     return Response(
         body, status_code=status, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -26,6 +27,10 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    encode,
+    parse_json,
+    reasoning_text,
     run_claim_blocked,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
@@ -132,7 +137,7 @@ def _token(value: str) -> str:
 
 
 def _json_text(value: object) -> str:
-    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+    return json.dumps(parse_json(encode(value)), indent=2, ensure_ascii=False)
 
 
 def _clip(text: str, n: int) -> str:
@@ -454,7 +459,7 @@ def _show_all(text: str, where: _Where | None, **query: int) -> Node:
 def _pretty_json(text: str) -> str:
     """``text`` indented when it is JSON and stays within :data:`SHOWN_CHARS`, else as is."""
     try:
-        pretty = _json_text(msgspec.json.decode(text))
+        pretty = _json_text(parse_json(text))
     except (msgspec.DecodeError, RecursionError, TypeError):
         return text
     return pretty if len(pretty) <= SHOWN_CHARS else text
@@ -490,7 +495,7 @@ def long_text(turn: SessionTurn, block: int, *, part: int | None, tool_input: bo
     if isinstance(found, TextBlock) and part is None and not tool_input:
         return found.text
     if isinstance(found, ToolCallBlock) and tool_input:
-        return _json_text(found.input)
+        return _json_text(call_input(found))
     if isinstance(found, ToolResultBlock) and not tool_input:
         if part is None:
             return found.output if isinstance(found.output, str) else None
@@ -588,20 +593,21 @@ def _tool_call(
                 for run in started
             ],
         ),
-        _pre(_json_text(block.input), where, "tool-input", input=1),
+        _pre(_json_text(call_input(block)), where, "tool-input", input=1),
         after,
     )
 
 
 def _reasoning(block: ReasoningBlock) -> Html:
     summary = "Reasoning"
-    if block.redacted_data is not None and not block.text:
+    text = reasoning_text(block)
+    if block.redacted_data is not None and not text:
         summary = "Reasoning (redacted)"
     return el(
         "details",
         {"class": "block reasoning"},
         el("summary", None, summary),
-        el("pre", None, block.text) if block.text else None,
+        el("pre", None, text) if text else None,
     )
 
 

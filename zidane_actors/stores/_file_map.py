@@ -72,6 +72,7 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
@@ -678,7 +679,7 @@ class FileMapStore:
     ) -> SendRequestClaim:
         """Claim ``request_id`` (or answer its record), keeping the newest ids."""
         validate_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
         async with self._lock:
@@ -706,7 +707,7 @@ class FileMapStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         validate_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         held = self._requests(await self._files())
         if held is None or held.session_id != session_id:
             return None
@@ -740,7 +741,7 @@ class FileMapStore:
     ) -> None:
         """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
         validate_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         value: Any = json_value(result, "send result")
         async with self._lock:
             files = await self._files()

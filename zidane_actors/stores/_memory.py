@@ -65,6 +65,7 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ._protocol import (
@@ -392,7 +393,7 @@ class MemoryStore:
         preserve_updated_at: bool,
     ) -> None:
         validate_id(session_id)
-        if status not in _STATUSES:
+        if not isinstance(status, str) or status not in _STATUSES:
             raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
         if owner is not None:
             owner = checked(owner, RunOwner, "run owner")
@@ -660,7 +661,7 @@ class MemoryStore:
         """
         await self._enter()
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
         records = self._send_requests.setdefault(session_id, {})
@@ -678,7 +679,7 @@ class MemoryStore:
         """The record holding ``request_id``, without claiming it."""
         await self._enter()
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         record = self._send_requests.get(session_id, {}).get(request_id)
         return None if record is None else _copy(record, SendRequestRecord)
 
@@ -691,7 +692,7 @@ class MemoryStore:
 
     def _settle_send_request(self, session_id: str, request_id: str, result: JsonValue) -> None:
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         value = json_value(result, "send result")
         records = self._send_requests.get(session_id, {})
         record = records.get(request_id)

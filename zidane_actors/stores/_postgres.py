@@ -49,6 +49,7 @@ from ..model import (
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -71,6 +72,7 @@ from ..model import (
     current_run_owner,
     decoder,
     encode_str,
+    extra_json,
     filter_artifacts,
     fresh_turns,
     merge_artifact,
@@ -83,6 +85,7 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ..model._checked import CheckedTurns
@@ -143,6 +146,10 @@ def _json(value: object, what: str) -> str:
         return encode_str(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+def _extra(text: str, session_id: str) -> ExtraFields:
+    return ExtraFields(_decode(text, dict[str, Any], "sessions", f"{session_id!r} column extra"))
 
 
 def _checked_data(data: object) -> SessionData:
@@ -337,13 +344,14 @@ def _write_header(
     status, owner = snapshot_status(stored_status, stored_owner, data.status)
     merged = merge_session_metadata(stored_meta, metadata, keys)
     cur.execute(
-        "INSERT INTO sessions"
-        " (id, created_at, updated_at, status, agent_id, project_root, metadata, run_owner)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+        "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
+        " metadata, run_owner, extra)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
         " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
         " updated_at = excluded.updated_at, status = excluded.status,"
         " agent_id = excluded.agent_id, project_root = excluded.project_root,"
-        " metadata = excluded.metadata, run_owner = excluded.run_owner, rev = nextval('revs')",
+        " metadata = excluded.metadata, run_owner = excluded.run_owner, extra = excluded.extra,"
+        " rev = nextval('revs')",
         (
             data.id,
             data.created_at,
@@ -353,6 +361,7 @@ def _write_header(
             data.project_root,
             _json(merged, f"metadata of session {data.id!r}"),
             None if owner is None else _json(owner, "run owner"),
+            extra_json(data.extra_fields),
         ),
     )
 
@@ -701,7 +710,7 @@ def _update_status(
     preserve_updated_at: bool = False,
 ) -> Revision:
     validate_id(session_id)
-    if status not in _STATUSES:
+    if not isinstance(status, str) or status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
     if owner is not None:
         owner = checked(owner, RunOwner, "run owner")
@@ -833,7 +842,7 @@ def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
 
 def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
     validate_id(session_id)
-    validate_id(request_id, what="request id")
+    validate_request_id(request_id, what="request id")
     check_json(result, what="send result")
     if result is None:
         cur.execute(
@@ -1439,7 +1448,7 @@ class PostgresStore:
                 "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
                 " run_owner::text,"
                 f" (SELECT {_AGG} FROM turns WHERE session_id = s.id),"
-                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev"
+                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev, extra"
                 " FROM sessions s WHERE id = %s",
                 (session_id,),
             )
@@ -1457,6 +1466,7 @@ class PostgresStore:
                 run_owner=_owner(row[6], session_id),
                 turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
                 runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
+                extra_fields=None if row[10] is None else _extra(row[10], session_id),
             )
             return data, int(row[9])
 
@@ -1726,7 +1736,7 @@ class PostgresStore:
     ) -> SendRequestClaim:
         """Insert the request id or answer the record holding it; keeps the newest ids only."""
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
@@ -1771,7 +1781,7 @@ class PostgresStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
 
         def op(cur: _Cursor) -> SendRequestRecord | None:
             cur.execute(

@@ -101,7 +101,11 @@ CREATE TABLE schedule_fires (
 CREATE INDEX schedule_fires_recent ON schedule_fires (schedule_id, fired_at DESC, seq DESC);
 """
 
-_MIGRATIONS: Final = (_V1,)
+# v2: the session fields a document holds that this version does not know
+# (``SessionData.extra_fields``), as a JSON object; NULL when there are none.
+_V2: Final = "ALTER TABLE sessions ADD COLUMN extra text"
+
+_MIGRATIONS: Final = (_V1, _V2)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

@@ -41,6 +41,7 @@ from ..model import (
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -66,18 +67,21 @@ from ..model import (
     decode,
     decoder,
     encode,
+    extra_json,
     filter_artifacts,
     fresh_turns,
     merge_artifact,
     merge_session_metadata,
     new_id,
     normalize_artifact,
+    parse_json,
     patch_metadata,
     run_claim_blocked,
     select_artifact_evictions,
     send_request_evictions,
     snapshot_status,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ._protocol import (
@@ -91,7 +95,7 @@ from ._protocol import (
     TurnsMutation,
     stale,
 )
-from ._sqlite_schema import migrate
+from ._sqlite_schema import migrate, refuse_foreign
 from ._thread import WorkerThread, start_worker_thread
 from ._validate import (
     check_artifact_filter_ids,
@@ -195,6 +199,14 @@ def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
     return metadata
 
 
+def _decode_extra(raw: str | None, session_id: str) -> ExtraFields | None:
+    if raw is None:
+        return None
+    return ExtraFields(
+        _decode_row(raw.encode(), dict[str, Any], "sessions", session_id, "column extra")
+    )
+
+
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
     if raw is None:
         return None
@@ -230,7 +242,7 @@ def _valid_header(data: object) -> SessionData:
     if not isinstance(data, SessionData):
         raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
     validate_id(data.id)
-    metadata = msgspec.json.decode(_metadata_json(data.metadata))
+    metadata = parse_json(_metadata_json(data.metadata))
     header = msgspec.structs.replace(data, metadata=metadata, turns=(), runs=())
     _valid_body(header, SessionData, "session data")
     return data
@@ -375,7 +387,7 @@ class SQLiteStore:
     def _header(conn: _Conn, session_id: str) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = conn.execute(
             "SELECT agent_id, project_root, status, metadata, created_at, updated_at,"
-            " run_owner, run_epoch, rev FROM sessions WHERE id = ?",
+            " run_owner, run_epoch, rev, extra FROM sessions WHERE id = ?",
             (session_id,),
         ).fetchone()
         return row
@@ -462,13 +474,13 @@ class SQLiteStore:
         status, owner = snapshot_status(stored_status, stored_owner, data.status)
         conn.execute(
             "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
-            " updated_at, run_owner, rev)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
+            " updated_at, run_owner, extra, rev)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
             " ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id,"
             " project_root = excluded.project_root, status = excluded.status,"
             " metadata = excluded.metadata, created_at = excluded.created_at,"
             " updated_at = excluded.updated_at, run_owner = excluded.run_owner,"
-            " rev = sessions.rev + 1",
+            " extra = excluded.extra, rev = sessions.rev + 1",
             (
                 data.id,
                 data.agent_id,
@@ -478,6 +490,7 @@ class SQLiteStore:
                 data.created_at,
                 data.updated_at,
                 None if owner is None else _owner_json(owner),
+                extra_json(data.extra_fields),
             ),
         )
 
@@ -496,7 +509,18 @@ class SQLiteStore:
             head = self._header(conn, session_id)
             if head is None:
                 return None
-            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, rev = head
+            (
+                agent_id,
+                project_root,
+                status,
+                metadata,
+                created_at,
+                updated_at,
+                owner,
+                _,
+                rev,
+                extra,
+            ) = head
             data = SessionData(
                 id=session_id,
                 created_at=created_at,
@@ -508,6 +532,7 @@ class SQLiteStore:
                 agent_id=agent_id,
                 project_root=project_root,
                 run_owner=_decode_owner(owner, session_id),
+                extra_fields=_decode_extra(extra, session_id),
             )
             return data, int(rev)
 
@@ -654,10 +679,9 @@ class SQLiteStore:
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_`` (0-based) onward, at most ``limit``, oldest first."""
         _session_id(session_id)
-        if from_ < 0 or (limit is not None and limit < 0):
-            raise ValidationError(
-                f"get_turns needs from_ >= 0 and limit >= 0, got {from_}, {limit}"
-            )
+        checked_int(from_, "from_")
+        if limit is not None:
+            checked_int(limit, "limit")
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
             rows = conn.execute(
@@ -1225,7 +1249,7 @@ class SQLiteStore:
     ) -> SendRequestClaim:
         """Claim ``request_id`` in one insert-or-detect step, keeping the newest ids per session."""
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
@@ -1255,7 +1279,7 @@ class SQLiteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
 
         def op(conn: _Conn) -> SendRequestRecord | None:
             row = conn.execute(
@@ -1271,7 +1295,7 @@ class SQLiteStore:
         self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
     ) -> None:
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         check_json(result, what="send result")
         try:
             encoded = encode(result)
@@ -1590,6 +1614,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        refuse_foreign(conn, path)  # before WAL: another program's file stays untouched
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal" and path != ":memory:":
             raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")

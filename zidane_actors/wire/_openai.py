@@ -19,6 +19,8 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    reasoning_text,
 )
 from ._anthropic import refusal_text, tool_ids
 from ._common import (
@@ -72,11 +74,12 @@ _DEFAULT_FILE_MEDIA_TYPE = "application/pdf"
 
 
 def _short_id(call_id: str, widen: int) -> str:
-    digest = hashlib.sha256(call_id.encode()).hexdigest()
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     size = 16 + widen
     if size <= OPENAI_TOOL_ID_MAX_LENGTH - 1:
         return f"{call_id[: OPENAI_TOOL_ID_MAX_LENGTH - 1 - size]}_{digest[:size]}"
-    return hashlib.sha256(f"{call_id}#{widen}".encode()).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
+    text = f"{call_id}#{widen}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
 
 
 def openai_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
@@ -260,7 +263,7 @@ def _chat_tool_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dic
     out = {
         "id": block.id,
         "type": "function",
-        "function": {"name": block.name, "arguments": arguments_to_json(block.input, path)},
+        "function": {"name": block.name, "arguments": arguments_to_json(call_input(block), path)},
     }
     out = _patched(out, block, CHAT)
     out["id"] = ctx.ids.get(block.id, block.id)
@@ -321,7 +324,7 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
             calls.append(_chat_tool_call(block, path, ctx))
         elif isinstance(block, ReasoningBlock):
             if block.provider == CHAT:
-                reasoning.append(block.text)
+                reasoning.append(reasoning_text(block))
             else:
                 ctx.report(path, "dropped", "reasoning")
         else:
@@ -716,7 +719,7 @@ def _responses_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dic
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
-        "arguments": arguments_to_json(block.input, path),
+        "arguments": arguments_to_json(call_input(block), path),
     }
     out = _patched(out, block, RESPONSES)
     out["call_id"] = ctx.ids.get(block.id, block.id)
@@ -724,7 +727,8 @@ def _responses_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dic
 
 
 def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
-    summary = [{"type": "summary_text", "text": block.text}] if block.text else []
+    text = reasoning_text(block)
+    summary = [{"type": "summary_text", "text": text}] if text else []
     out = {
         "type": "reasoning",
         "id": block.id,
