@@ -28,6 +28,7 @@ from .model import (
     SessionArtifact,
     SessionData,
     SessionTurn,
+    convert,
     decode,
     encode,
     encode_str,
@@ -228,12 +229,12 @@ class JsonlReader:
             raise ValidationError(self.errors[0] + more)
 
     def _line(self, line: str, n: int, current: dict[str, Any] | None) -> dict[str, Any] | None:
-        envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
+        envelope = decode(line, dict[str, Any], what=f"line {n}")
         if len(envelope) != 1 or not envelope.keys() <= _LINE_TYPES.keys():
             kinds = ", ".join(f'{{"{k}": …}}' for k in _LINE_TYPES)
             raise ValidationError(f"each line must be one of {kinds}")
         ((kind, raw),) = envelope.items()
-        value = decode(bytes(raw), _LINE_TYPES[kind], what=kind)
+        value = convert(raw, _LINE_TYPES[kind], what=kind)
         if kind == "session":
             validate_id(value.id)
             self._flush(current)
@@ -249,7 +250,9 @@ class JsonlReader:
             return None
         if current is None:
             raise ValidationError(f"a {kind} line comes before any session line")
-        current[{"turn": "turns", "artifact": "artifacts"}.get(kind, kind)].append(value)
+        current[
+            {"turn": "turns", "artifact": "artifacts", "sendRequest": "sendRequests"}[kind]
+        ].append(value)
         return current
 
     def _flush(self, current: dict[str, Any] | None) -> None:

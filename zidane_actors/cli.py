@@ -393,16 +393,18 @@ async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         read = transfer.Counts()
         left: dict[str, bytes] = {}
         _progress(0, len(await source.list()), err)
-        async for n, total, bundle in transfer.iterate_bundles(source):
-            await transfer.write_bundle(target, bundle)
-            read.add_bundle(bundle)
-            left[bundle.data.id] = bundle.encoded()
-            _progress(n, total, err)
-        schedules = await transfer.schedules_of(source)
-        await transfer.write_schedules(target, schedules)
-        for _, fires in schedules:
-            read.add_schedule(len(fires))
-        print(file=err)
+        try:
+            async for n, total, bundle in transfer.iterate_bundles(source):
+                await transfer.write_bundle(target, bundle)
+                read.add_bundle(bundle)
+                left[bundle.data.id] = bundle.encoded()
+                _progress(n, total, err)
+            schedules = await transfer.schedules_of(source)
+            await transfer.write_schedules(target, schedules)
+            for _, fires in schedules:
+                read.add_schedule(len(fires))
+        finally:
+            print(file=err)  # end the progress line (before an error line too)
         arrived, stored = await transfer.stored_counts(target)
     print(
         f"copied {read.values['sessions']} session(s) from {args.source} to {args.target}", file=out

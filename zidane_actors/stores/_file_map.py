@@ -725,7 +725,7 @@ class FileMapStore:
         """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
         validate_id(session_id)
         record = checked(record, SendRequestRecord, "send request")
-        validate_id(record.request_id, what="send request id")
+        validate_request_id(record.request_id, what="send request id")
         async with self._lock:
             files = await self._files()
             self._check_owner(files, session_id)

@@ -716,7 +716,7 @@ class MemoryStore:
         await self._enter()
         validate_id(session_id)
         record = checked(record, SendRequestRecord, "send request")
-        validate_id(record.request_id, what="request id")
+        validate_request_id(record.request_id, what="send request id")
         records = self._send_requests.setdefault(session_id, {})
         records.pop(record.request_id, None)
         for evicted in send_request_evictions(builtins.list(records.values())):

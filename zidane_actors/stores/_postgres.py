@@ -1818,7 +1818,7 @@ class PostgresStore:
         """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
         validate_id(session_id)
         record = checked(record, SendRequestRecord, "send request")
-        validate_id(record.request_id, what="request id")
+        validate_request_id(record.request_id, what="send request id")
         result = None if record.result is UNSET else _json(record.result, "send result")
 
         def op(cur: _Cursor) -> None:

@@ -1338,7 +1338,7 @@ class SQLiteStore:
         """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
         _session_id(session_id)
         record = checked(record, SendRequestRecord, "send request")
-        validate_id(record.request_id, what="send request id")
+        validate_request_id(record.request_id, what="send request id")
         result = None if record.result is UNSET else encode(record.result)
 
         def op(conn: _Conn) -> None:
