@@ -169,8 +169,10 @@ VARIANTS: dict[str, Callable[[Path, int, int], dict[str, float]]] = {
 
 def in_own_process(variant: str, db: Path, sessions: int, appends: int) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, __file__, "--variant", variant, "--db", str(db)]
-        + ["--sessions", str(sessions), "--appends", str(appends)],
+        [
+            *(sys.executable, __file__, "--variant", variant, "--db", str(db)),
+            *("--sessions", str(sessions), "--appends", str(appends)),
+        ],
         capture_output=True,
         check=False,
     )
