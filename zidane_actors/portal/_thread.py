@@ -26,13 +26,14 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any, Final, TypeVar
 
+import attrs
 import outcome
 import trio
 
 from ..actors import SessionHost
 from ..errors import ActorClosed, ActorCrashed
 
-__all__ = ["HostOpener", "Portal", "wait_future"]
+__all__ = ["HostOpener", "Portal", "PortalStatistics", "wait_future"]
 
 T = TypeVar("T")
 
@@ -49,6 +50,24 @@ _RUNNING: Final = 1
 _DONE: Final = 2
 
 _allocate_lock = threading.Lock
+
+
+@attrs.frozen
+class PortalStatistics:
+    """A snapshot of a portal's traffic (read without a lock: counters may lag a little)."""
+
+    calls: int
+    """Calls taken from the inbox and started (or refused)."""
+    waves: int
+    """Drains of the inbox: each took every call queued since the one before."""
+    deliveries: int
+    """Passes of the courier: each handed back every verdict of one pass of the loop."""
+    workers: int
+    """Worker tasks alive (busy or parked)."""
+    idle_workers: int
+    """Worker tasks parked, waiting for a call."""
+    queued: int
+    """Calls in the inbox, not yet drained."""
 
 
 def _settle(
@@ -113,13 +132,23 @@ class _Call:
         self.worker: _Worker | None = None
 
     def settle(self, value: Any, error: BaseException | None) -> None:
-        """Record the verdict and hand it back (first writer wins)."""
+        """Record the verdict and hand it back now (first writer wins)."""
+        if self.record(value, error):
+            self.deliver()
+
+    def record(self, value: Any, error: BaseException | None) -> bool:
+        """Record the verdict; ``False`` when it had one already."""
         if self.state == _DONE:
-            return
+            return False
         self.value = value
         self.error = error
         self.state = _DONE
         self.worker = None
+        return True
+
+    def deliver(self) -> None:
+        """Hand the recorded verdict back to whoever waits."""
+        error = self.error
         if self.lock is not None:
             self.lock.release()
         elif self.outbox is not None:
@@ -137,13 +166,14 @@ class _Outbox:
     """The verdicts bound for one asyncio loop, delivered in waves.
 
     The first verdict of a wave schedules one :meth:`flush` on the loop; the
-    ones that arrive before it runs ride along.
+    ones that arrive before it runs ride along. It holds its loop weakly, so
+    a finished loop (``asyncio.run`` makes one per call) is freed with it.
     """
 
-    __slots__ = ("__weakref__", "_lock", "_ready", "_scheduled", "loop")
+    __slots__ = ("_lock", "_ready", "_scheduled", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self.loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._ready: list[_Call] = []
         self._scheduled = False
@@ -154,8 +184,10 @@ class _Outbox:
             if self._scheduled:
                 return
             self._scheduled = True
-        with suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            self.loop.call_soon_threadsafe(self.flush)
+        loop = self.loop()
+        if loop is not None:
+            with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(self.flush)
 
     def flush(self) -> None:
         with self._lock:
@@ -171,16 +203,24 @@ _outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox] = (
     weakref.WeakKeyDictionary()
 )
 _outboxes_lock = threading.Lock()
+_last_outbox: _Outbox | None = None  # the loop of the last asyncio call, looked up first
 
 
 def _outbox_for(loop: asyncio.AbstractEventLoop) -> _Outbox:
-    outbox = _outboxes.get(loop)
-    if outbox is None:
-        with _outboxes_lock:
-            outbox = _outboxes.get(loop)
-            if outbox is None:
-                outbox = _outboxes[loop] = _Outbox(loop)
+    global _last_outbox
+    outbox = _last_outbox
+    if outbox is not None and outbox.loop() is loop:
+        return outbox
+    with _outboxes_lock:
+        outbox = _outboxes.get(loop)
+        if outbox is None:
+            outbox = _outboxes[loop] = _Outbox(loop)
+    _last_outbox = outbox
     return outbox
+
+
+def _abort_parked(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Worker:
@@ -234,6 +274,14 @@ class Portal:
         self._workers: set[_Worker] = set()
         self._idle: list[_Worker] = []
         self._idle_low = 0
+        # Verdicts recorded in this pass of the trio loop, handed back together by
+        # the courier task in the next pass (one wake-up per asyncio loop a wave).
+        self._verdicts: list[_Call] = []
+        self._courier: trio.lowlevel.Task | None = None
+        self._courier_parked = False
+        self._calls = 0
+        self._waves = 0
+        self._deliveries = 0
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -278,6 +326,17 @@ class Portal:
         if self._thread is None:
             _settle(self._stopped)
         return self._stopped
+
+    def statistics(self) -> PortalStatistics:
+        """Counters of calls, waves and deliveries, and the worker pool's size."""
+        return PortalStatistics(
+            calls=self._calls,
+            waves=self._waves,
+            deliveries=self._deliveries,
+            workers=len(self._workers),
+            idle_workers=len(self._idle),
+            queued=len(self._inbox),
+        )
 
     def unreported_crash(self) -> BaseException | None:
         """The trio thread's crash if no caller was told about it yet (then marked told)."""
@@ -400,6 +459,7 @@ class Portal:
             batch, self._inbox = self._inbox, []
             self._wake_pending = False
             accepting = self._accepting
+        self._waves += 1
         for call in batch:
             state = call.state
             if state == _DONE:
@@ -409,20 +469,50 @@ class Portal:
                 if worker is not None and worker.call is call and worker.scope is not None:
                     worker.scope.cancel()
                 continue
+            self._calls += 1
             if call.withdraw:
-                call.settle(None, asyncio.CancelledError())
+                self._finish(call, None, asyncio.CancelledError())
             elif not accepting:
-                call.settle(None, ActorClosed("the portal is closing"))
+                self._finish(call, None, ActorClosed("the portal is closing"))
             elif call.inline:
                 call.state = _RUNNING
                 try:
                     value = call.fn(*call.args, **call.kwargs)
                 except BaseException as exc:  # to its caller: the rest of the wave still runs
-                    call.settle(None, exc)
+                    self._finish(call, None, exc)
                 else:
-                    call.settle(value, None)
+                    self._finish(call, value, None)
             else:
                 self._start(call)
+
+    def _finish(self, call: _Call, value: Any, error: BaseException | None) -> None:
+        """Record ``call``'s verdict; the courier hands it back at the end of this pass."""
+        if call.record(value, error):
+            self._verdicts.append(call)
+            if self._courier_parked:
+                self._courier_parked = False
+                assert self._courier is not None
+                trio.lowlevel.reschedule(self._courier)
+
+    async def _carry(self) -> None:
+        """The courier: once a pass of the loop has recorded verdicts, hand them all back.
+
+        Running one pass later, it finds every verdict of the pass: a blocking
+        caller is released, and each asyncio loop is woken once for all of
+        its verdicts.
+        """
+        self._courier = trio.lowlevel.current_task()
+        try:
+            while True:
+                if not self._verdicts:  # (some may be in before its first pass)
+                    self._courier_parked = True
+                    await trio.lowlevel.wait_task_rescheduled(_abort_parked)
+                verdicts, self._verdicts = self._verdicts, []
+                self._deliveries += 1
+                for call in verdicts:
+                    call.deliver()
+        finally:  # closing: what is recorded from now on, the sweep hands back
+            self._courier_parked = False
 
     def _start(self, call: _Call) -> None:
         call.state = _RUNNING
@@ -456,10 +546,10 @@ class Portal:
                             value = await call.fn(*call.args, **call.kwargs)
                         except Exception as exc:
                             worker.call = None
-                            call.settle(None, exc)
+                            self._finish(call, None, exc)
                         else:
                             worker.call = None
-                            call.settle(value, None)
+                            self._finish(call, value, None)
                         if scope.cancel_called:  # the cancel came too late: fresh scope
                             break
                         call = await self._park(worker)
@@ -467,7 +557,7 @@ class Portal:
                         return
                 if worker.call is not None:  # only our own cancel gets here: not accepted
                     withdrawn, worker.call = worker.call, None
-                    withdrawn.settle(None, asyncio.CancelledError())
+                    self._finish(withdrawn, None, asyncio.CancelledError())
                 call = await self._park(worker)
         finally:
             if worker.call is None:  # else the sweep in _thread_main settles its call
@@ -503,6 +593,7 @@ class Portal:
                 if self._close_requested:
                     closing.set()
             nursery.start_soon(self._trim)
+            nursery.start_soon(self._carry)
             _settle(self._ready)
             await closing.wait()
             with self._lock:
@@ -529,6 +620,9 @@ class Portal:
             pending = [call for call in self._inbox if call.state != _DONE]
             self._inbox = []
         pending.extend(w.call for w in self._workers if w.call is not None)
+        verdicts, self._verdicts = self._verdicts, []
+        for call in verdicts:  # recorded after the courier stopped
+            call.deliver()
         self._workers.clear()
         self._idle.clear()
         if not self._ready.done():
