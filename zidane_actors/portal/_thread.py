@@ -487,7 +487,11 @@ class Portal:
 
     def _finish(self, call: _Call, value: Any, error: BaseException | None) -> None:
         """Record ``call``'s verdict; the courier hands it back at the end of this pass."""
-        if call.record(value, error):
+        if not call.record(value, error):
+            return
+        if call.lock is None and call.outbox is None:  # a post: nobody waits
+            call.deliver()
+        else:
             self._verdicts.append(call)
             if self._courier_parked:
                 self._courier_parked = False
