@@ -27,7 +27,6 @@ from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any, Final, TypeVar
 
 import attrs
-import outcome
 import trio
 
 from ..actors import SessionHost
@@ -112,11 +111,10 @@ class _Call:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        *,
-        inline: bool = False,
-        lock: Any = None,
-        outbox: _Outbox | None = None,
-        waiter: asyncio.Future[None] | None = None,
+        inline: bool,
+        lock: Any,
+        outbox: _Outbox | None,
+        waiter: asyncio.Future[None] | None,
     ) -> None:
         self.fn = fn
         self.args = args
@@ -365,7 +363,7 @@ class Portal:
         Calls from one thread run in the order they were made (posted or not);
         an error is logged.
         """
-        self._push(_Call(fn, args, kwargs, inline=True))
+        self._push(_Call(fn, args, kwargs, True, None, None, None))
 
     async def call_async(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run ``await fn(*args, **kwargs)`` in the trio loop, awaited from asyncio.
@@ -388,7 +386,7 @@ class Portal:
             raise RuntimeError("a blocking portal call from the portal's own trio thread deadlocks")
         lock = _allocate_lock()
         lock.acquire()
-        call = _Call(fn, args, kwargs, inline=inline, lock=lock)
+        call = _Call(fn, args, kwargs, inline, lock, None, None)
         self._push(call)
         lock.acquire()
         return call.verdict()
@@ -398,7 +396,7 @@ class Portal:
     ) -> Any:
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        call = _Call(fn, args, kwargs, inline=inline, outbox=_outbox_for(loop), waiter=waiter)
+        call = _Call(fn, args, kwargs, inline, None, _outbox_for(loop), waiter)
         self._push(call)
         try:
             await waiter
@@ -489,7 +487,10 @@ class Portal:
         """Record ``call``'s verdict; the courier hands it back at the end of this pass."""
         if not call.record(value, error):
             return
-        if call.lock is None and call.outbox is None:  # a post: nobody waits
+        if (call.lock is None and call.outbox is None) or (
+            not self._verdicts and len(self._workers) - len(self._idle) <= 1
+        ):
+            # A post (nobody waits), or a lone call: no other verdict can join it.
             call.deliver()
         else:
             self._verdicts.append(call)
@@ -528,7 +529,7 @@ class Portal:
             worker.call = call
             call.worker = worker
             assert worker.task is not None
-            trio.lowlevel.reschedule(worker.task, outcome.Value(call))
+            trio.lowlevel.reschedule(worker.task)
         else:
             assert self._nursery is not None
             worker = _Worker(idle, call)
@@ -571,8 +572,8 @@ class Portal:
         """Wait in the idle stack for the next call (``None``: retire)."""
         worker.call = None
         self._idle.append(worker)
-        call: _Call | None = await trio.lowlevel.wait_task_rescheduled(worker.abort)
-        return call
+        await trio.lowlevel.wait_task_rescheduled(worker.abort)
+        return worker.call
 
     async def _trim(self) -> None:
         """Retire the workers no call needed over a whole period (the longest parked first)."""
@@ -582,7 +583,7 @@ class Portal:
             retired, self._idle[:spare] = self._idle[:spare], []
             for worker in retired:
                 assert worker.task is not None
-                trio.lowlevel.reschedule(worker.task, outcome.Value(None))
+                trio.lowlevel.reschedule(worker.task)  # with no call: retire
             self._idle_low = len(self._idle)
 
     async def _main(self) -> None:
