@@ -5,14 +5,17 @@ inbox; the first call of a wave wakes the trio loop (``run_sync_soon``) and
 one drain there takes every call queued by then. A coroutine call runs on a
 parked worker task (a pool that grows to the peak number of calls in flight
 and shrinks when idle), so no task is spawned per call; a plain function
-(``call_soon``/``post``) runs in the drain itself. Verdicts go back in
-batches too: a blocking caller waits on a lock of its own, and every asyncio
-loop has one outbox, flushed with one ``call_soon_threadsafe`` per wave.
+(``post``, and the handles' plain calls) runs in the drain itself.
 
-Every call is tracked until it has a verdict (queued in the inbox or held by
-a worker): when the trio thread ends, normally or by a crash, whatever is
-still pending fails with ``ActorClosed`` or ``ActorCrashed``, so no caller
-ever waits forever.
+Verdicts go back in batches too: a courier task hands back every verdict of
+one pass of the loop in the next pass (a lone call's goes at once). A
+blocking caller waits on a lock of its own; every asyncio loop has one
+outbox, flushed with one ``call_soon_threadsafe`` per wave.
+
+Every call is tracked until it has a verdict (in the inbox, held by a
+worker, or recorded for the courier): when the trio thread ends, normally or
+by a crash, whatever is still pending fails with ``ActorClosed`` or
+``ActorCrashed``, so no caller ever waits forever.
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ class _Call:
 
     Exactly one of ``lock`` (a blocking caller waits on it) and ``outbox``
     (an asyncio caller's loop, woken through ``waiter``) is set, or neither
-    for a post. ``withdrawn`` is set by the asyncio side to ask for a cancel;
+    for a post. ``withdraw`` is set by the asyncio side to ask for a cancel;
     everything else is written by the trio thread only.
     """
 
@@ -244,10 +247,10 @@ class Portal:
 
     :meth:`start` launches the thread and answers a future that resolves once
     the host is open (or fails with the opener's error). :meth:`call`,
-    :meth:`call_async`, :meth:`call_soon` and :meth:`post` run work in the
-    trio loop; :meth:`close` stops accepting calls, cancels the calls in
-    flight (accepted mutations are applied first), closes the host and the
-    store, and ends the thread.
+    :meth:`call_async` and :meth:`post` run work in the trio loop;
+    :meth:`close` stops accepting calls, cancels the calls in flight
+    (accepted mutations are applied first), closes the host and the store,
+    and ends the thread.
     """
 
     def __init__(self, opener: HostOpener, *, name: str = "zidane-actors-portal") -> None:
@@ -350,13 +353,6 @@ class Portal:
         """Run ``await fn(*args, **kwargs)`` in the trio loop and block until its verdict."""
         return self._call_blocking(fn, args, kwargs, inline=False)  # type: ignore[no-any-return]
 
-    def call_soon(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run the plain function ``fn(*args, **kwargs)`` in the trio loop, blocking for it.
-
-        It runs in the drain that picks it up, without a task.
-        """
-        return self._call_blocking(fn, args, kwargs, inline=True)  # type: ignore[no-any-return]
-
     def post(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> None:
         """Run the plain function ``fn(*args, **kwargs)`` in the trio loop, without waiting.
 
@@ -374,10 +370,6 @@ class Portal:
         and only then is ``CancelledError`` raised (the work is done).
         """
         return await self._call_async(fn, args, kwargs, inline=False)  # type: ignore[no-any-return]
-
-    async def call_soon_async(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """:meth:`call_soon` awaited from asyncio."""
-        return await self._call_async(fn, args, kwargs, inline=True)  # type: ignore[no-any-return]
 
     def _call_blocking(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, inline: bool
