@@ -450,3 +450,27 @@ def test_subscriptions_after_close_raise_and_unsubscribe_is_quiet() -> None:
     unsubscribe()
     with pytest.raises(ActorClosed):
         session.on_meta(lambda key, value: None)
+
+
+def test_idle_workers_are_retired_and_the_pool_grows_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from zidane_actors.portal import _thread
+
+    monkeypatch.setattr(_thread, "_TRIM_SECONDS", 0.01)
+
+    async def main() -> None:
+        async with open_host_async("memory:") as host:
+            portal = portal_of(host)
+            freeze = Freeze(portal)
+            tasks = [asyncio.create_task(host.call(_noop)) for _ in range(10)]
+            await asyncio.sleep(0)
+            freeze.release.set()
+            await asyncio.gather(*tasks)  # ten workers (when no trim came in between)
+            await asyncio.to_thread(wait_until, lambda: portal.statistics().workers == 0)
+            await asyncio.gather(*(host.call(_noop) for _ in range(3)))
+            session = await host.create_session()
+            await session.append_turns([turn(1)])
+            assert session.turns == (turn(1),)
+
+    run_async(main)
