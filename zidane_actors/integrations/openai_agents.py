@@ -19,6 +19,7 @@ child runs, and how the call ended. Requires the ``openai-agents`` extra.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 import weakref
@@ -65,6 +66,8 @@ from ._responses import (
 from ._usage import Price, cost_of, total
 
 __all__ = ["DEFAULT_STORE", "ZidaneSession"]
+
+_log = logging.getLogger("zidane_actors.integrations.openai_agents")
 
 DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
 
@@ -464,7 +467,7 @@ class ZidaneSession:
         if shared is None:
             return
         try:
-            shared.portal.submit(session._write_runs, shared, _records(call, None))
+            shared.portal.post(session._write_runs_soon, shared, _records(call, None))
         except ActorClosed:
             return
 
@@ -541,6 +544,17 @@ class ZidaneSession:
             await session.mutate_history(merge)
             for record in records:
                 await session.update_run(record)
+
+    def _write_runs_soon(self, shared: _shared.SharedPortal, records: list[SessionRun]) -> None:
+        """Start writing ``records`` in the portal's trio loop (a run closed by the GC)."""
+
+        async def write() -> None:
+            try:
+                await self._write_runs(shared, records)
+            except Exception:  # nobody waits for this write: say what was lost
+                _log.exception("could not record the end of runs of session %r", self.session_id)
+
+        trio.lowlevel.spawn_system_task(write)
 
     async def _write_runs(self, shared: _shared.SharedPortal, records: list[SessionRun]) -> None:
         session = await self._session(shared, True)
