@@ -54,9 +54,11 @@ FILE_MAP_CAPABILITIES = frozenset(
         "get_meta",
         "get_rev",
         "list_meta",
+        "list_send_requests",
         "load_versioned",
         "mutate_history",
         "patch_meta",
+        "put_send_request",
         "save_meta",
         "settle_send_request",
     }

@@ -287,7 +287,7 @@ def test_a_run_with_a_retry_is_recorded_with_its_errors(tmp_path: Path) -> None:
     results = [b for t in turns for b in t.content if isinstance(b, ToolResultBlock)]
     assert [(r.call_id, r.is_error, r.output) for r in results] == [
         ("c1", True, "too vague: name the note"),
-        ("c2", False, "note 7"),
+        ("c2", None, "note 7"),  # a success carries no isError
     ]
     feedback = [
         b.text

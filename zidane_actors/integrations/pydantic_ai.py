@@ -198,7 +198,7 @@ def _tool_result(part: ToolReturnPart | RetryPromptPart, dumped: dict[str, Any])
     return ToolResultBlock(
         call_id=call_id,
         output=output,
-        is_error=error,
+        is_error=True if error else None,
         name=part.tool_name,
         provider_data=_tagged(part=rest),
     )

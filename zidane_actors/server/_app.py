@@ -673,7 +673,7 @@ class _Api:
         rid = validate_request_id(request.path_params["requestId"])
         put = self._optional("put_send_request")
         record = await self._body(request, SendRequestRecord)
-        _same(rid, record.request_id, "$.requestId", "request id")
+        _same(rid, record.request_id, "$.requestId", "request id", validate_request_id)
         async with self.locks.hold(sid):
             await put(sid, record)
         return _no_content()
@@ -819,16 +819,22 @@ def _check_write_ids(write: AnyWrite, where: str) -> None:
             ids.append((write.options.run.id, "options.run.id"))
     elif isinstance(write, UpdateRunWrite):
         ids.append((write.run.id, "run.id"))
-    elif isinstance(write, SettleSendRequestWrite):
-        ids.append((write.request_id, "requestId"))
+    elif isinstance(write, SettleSendRequestWrite):  # a client's key, any text: never a path
+        validate_request_id(write.request_id, what=f"{where}.requestId")
     elif isinstance(write, DeleteArtifactWrite):
         ids.append((write.artifact_id, "artifactId"))
     for value, field in ids:
         validate_id(value, what=f"{where}.{field}")
 
 
-def _same(path_value: str, body_value: str, where: str, what: str) -> None:
-    validate_id(body_value, what=f"{what} at {where}")
+def _same(
+    path_value: str,
+    body_value: str,
+    where: str,
+    what: str,
+    check: Callable[..., str] = validate_id,
+) -> None:
+    check(body_value, what=f"{what} at {where}")
     # 409, as RFC 9110 suggests for a PUT whose representation contradicts its target.
     if path_value != body_value:
         raise _ApiError(
