@@ -16,7 +16,6 @@ thread, one host, one store) per process. Requires the ``adk`` extra.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import time
@@ -45,9 +44,12 @@ from pydantic_core import to_jsonable_python
 
 from ..actors import Session, SessionHost
 from ..errors import ActorClosed, ConflictError, InvalidNameError, ValidationError
+from ..errors import SessionNotFoundError as ZidaneNotFound
+from ..errors import StaleSessionError as StoreStaleError
 from ..model import (
     JsonValue,
     ReasoningBlock,
+    SaveMetaOptions,
     SessionContentBlock,
     SessionFilter,
     SessionTurn,
@@ -59,7 +61,7 @@ from ..model import (
     validate_id,
 )
 from ..portal._thread import wait_future
-from ..stores._protocol import FullSessionStore, store_capabilities
+from ..stores._protocol import FullSessionStore, VersionedStore, store_capabilities
 from . import _shared
 
 __all__ = ["DEFAULT_STORE", "ZidaneSessionService"]
@@ -174,12 +176,6 @@ def _session_state(session: Session) -> dict[str, Any]:
     folded = cast(int, meta.get("adkStateTurns") or 0)
     turns = session.turns
     return _fold(base, turns[folded:]) if folded < len(turns) else base
-
-
-def _scope_state(holder: Session | None, key: str) -> dict[str, Any]:
-    if holder is None:
-        return {}
-    return cast(dict[str, Any], holder.metadata.get(key) or {})
 
 
 def _merged(app: Mapping[str, Any], user: Mapping[str, Any], session: dict[str, Any]) -> bytes:
@@ -368,6 +364,19 @@ def _marker(session: Session) -> str:
     """The stored revision a loaded ADK session carries (its stale-write check)."""
     turns = session.turns
     return f"{session.created_at}:{len(turns)}:{turns[-1].id if turns else ''}"
+
+
+def _turn_id(session: Session) -> str:
+    """The id of the turn appended after the session's current last turn.
+
+    Derived from the place (turn count and last turn id), so two writers
+    appending at one place give one id: the store's unique-id rule lets the
+    first in and refuses the other (``ConflictError``, nothing written),
+    which makes the stale check and the append one atomic step in every store.
+    """
+    turns = session.turns
+    place = f"{session.id}\n{len(turns)}\n{turns[-1].id if turns else ''}"
+    return "adk-" + hashlib.sha256(place.encode()).hexdigest()[:32]
 
 
 def _last_event(session: Session) -> dict[str, Any] | None:
@@ -612,24 +621,26 @@ async def _adk_session(
     return session
 
 
-async def _holder(host: SessionHost, zid: str, names: dict[str, JsonValue]) -> Session:
-    """The scope session ``zid`` (created on first use), holding one scope's state."""
-    for _ in range(3):
-        holder = await _load(host, zid)
-        if holder is None:
-            try:
-                holder = await host.create_session(id=zid, metadata=names)
-            except ConflictError:
-                continue  # created meanwhile: load it
-            _keep(host, holder)
-        return holder
-    raise ConflictError(f"scope session {zid!r} could not be created or loaded")
+async def _scope_state(host: SessionHost, zid: str, key: str) -> dict[str, Any]:
+    """A scope's state as the store holds it now (one indexed read, never a cached copy)."""
+    store = cast(FullSessionStore, host.store)
+    if "get_meta" in store_capabilities(store):
+        row = await store.get_meta(zid)
+        meta: Mapping[str, Any] | None = row.metadata if row is not None else None
+    else:
+        data = await store.load(zid)
+        meta = data.metadata if data is not None else None
+    state = meta.get(key) if meta is not None else None
+    return cast(dict[str, Any], state) if isinstance(state, dict) else {}
 
 
-async def _scopes(host: SessionHost, app_name: str, user_id: str) -> tuple[Session | None, ...]:
+async def _scopes(
+    host: SessionHost, app_name: str, user_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``app:`` and ``user:`` state of an ADK session, as stored now."""
     return (
-        await _load(host, _app_scope_id(app_name)),
-        await _load(host, _user_scope_id(app_name, user_id)),
+        await _scope_state(host, _app_scope_id(app_name), "adkAppState"),
+        await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState"),
     )
 
 
@@ -639,48 +650,104 @@ async def _update_scopes(
     """Apply ``app:`` and ``user:`` deltas to their scope sessions, both writes at once."""
     async with trio.open_nursery() as nursery:
         if app:
-            holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
-            nursery.start_soon(_update_state, holder, "adkAppState", app)
+            names: dict[str, JsonValue] = {"adkApp": app_name}
+            nursery.start_soon(
+                _update_state, host, _app_scope_id(app_name), names, "adkAppState", app
+            )
         if user:
-            names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
-            holder = await _holder(host, _user_scope_id(app_name, user_id), names)
-            nursery.start_soon(_update_state, holder, "adkUserState", user)
+            names = {"adkApp": app_name, "adkUser": user_id}
+            zid = _user_scope_id(app_name, user_id)
+            nursery.start_soon(_update_state, host, zid, names, "adkUserState", user)
+
+
+SCOPE_RETRIES: Final = 8
+"""Attempts of a scope-state write racing other processes' writes of that scope."""
 
 
 @attrs.define
 class _ScopeWrites:
-    """One scope session's merges and saves: merges counted, saves coalesced."""
+    """One scope's pending deltas, written by one merged write at a time."""
 
-    merge: trio.Lock = attrs.field(factory=trio.Lock)
-    save: trio.Lock = attrs.field(factory=trio.Lock)
-    merged: int = 0
-    saved: int = 0
-
-
-_scope_writes: weakref.WeakKeyDictionary[Session, _ScopeWrites] = weakref.WeakKeyDictionary()
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    pending: list[dict[str, Any]] = attrs.field(factory=list)
+    queued: int = 0
+    written: int = 0
 
 
-async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
-    """Merge ``delta`` into a scope's state, then wait until a save holds it.
+_scope_writes: weakref.WeakKeyDictionary[SessionHost, dict[str, _ScopeWrites]] = (
+    weakref.WeakKeyDictionary()
+)
 
-    Merges are serialized; a save persists the state as it is when it runs,
-    so it holds every merge before it, and the updates waiting meanwhile
-    share the next save instead of one commit each.
+
+async def _update_state(
+    host: SessionHost, zid: str, names: dict[str, JsonValue], key: str, delta: dict[str, Any]
+) -> None:
+    """Merge ``delta`` into the scope ``zid``'s stored state; returns once a write holds it.
+
+    The deltas that arrive while a write is under way are merged into the
+    next one (one commit for many concurrent updates).
     """
-    writes = _scope_writes.get(holder)
+    by_scope = _scope_writes.get(host)
+    if by_scope is None:
+        by_scope = _scope_writes[host] = {}
+    writes = by_scope.get(zid)
     if writes is None:
-        writes = _scope_writes[holder] = _ScopeWrites()
-    async with writes.merge:
-        state = dict(_scope_state(holder, key))
-        state.update(delta)
-        await holder.set_meta(key, state)
-        writes.merged += 1
-        mine = writes.merged
-    async with writes.save:
-        if writes.saved < mine:
-            target = writes.merged
-            await holder.save_meta_keys([key])
-            writes.saved = target
+        writes = by_scope[zid] = _ScopeWrites()
+    writes.pending.append(delta)
+    writes.queued += 1
+    mine = writes.queued
+    async with writes.lock:
+        if writes.written >= mine:
+            return  # an earlier write held this delta
+        batch, writes.pending = writes.pending, []
+        upto = writes.queued
+        merged: dict[str, Any] = {}
+        for one in batch:
+            merged.update(one)
+        try:
+            await _merge_state(host, zid, names, key, merged)
+        except BaseException:
+            writes.pending[:0] = batch  # the waiters behind this one write them again
+            raise
+        writes.written = upto
+
+
+async def _merge_state(
+    host: SessionHost, zid: str, names: dict[str, JsonValue], key: str, delta: dict[str, Any]
+) -> None:
+    """``metadata[key] |= delta`` in the store, atomically against other processes.
+
+    Read with its ``rev``, merged, and saved only while the store still
+    holds that ``rev``; when another writer got there first the merge is
+    made again on what it stored, so no writer's keys are lost. A missing
+    scope session is created holding ``delta``.
+    """
+    store = cast(FullSessionStore, host.store)
+    versioned = cast(VersionedStore, store)
+    for attempt in range(SCOPE_RETRIES):
+        got = await versioned.load_versioned(zid)
+        if got is None:
+            try:
+                await host.create_session(id=zid, metadata={**names, key: delta})
+            except ConflictError:
+                continue  # created meanwhile: merge into it
+            return
+        data, rev = got
+        current = data.metadata.get(key)
+        merged = {**(current if isinstance(current, dict) else {}), **delta}
+        metadata = {**data.metadata, key: merged}
+        try:
+            await store.save_meta(  # type: ignore[call-arg]  # a VersionedStore's keyword
+                msgspec.structs.replace(data, metadata=metadata),
+                SaveMetaOptions(meta_keys=(key,)),
+                expected_rev=rev,
+            )
+        except StoreStaleError:
+            if attempt == SCOPE_RETRIES - 1:
+                raise
+        else:
+            return
+    raise ConflictError(f"scope session {zid!r} could not be written: {SCOPE_RETRIES} races lost")
 
 
 async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:
@@ -715,16 +782,8 @@ async def _create(
     except ConflictError:
         return None
     _keep(host, session)
-    # Both scope sessions exist from the app's and the user's first session on, so
-    # reads find them in this host instead of asking the store for a missing id.
-    app_holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
-    user_names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
-    user_holder = await _holder(host, _user_scope_id(app_name, user_id), user_names)
     await _update_scopes(host, app_name, user_id, app, user)
-    merged = _merged(
-        _scope_state(app_holder, "adkAppState"), _scope_state(user_holder, "adkUserState"), own
-    )
-    return merged, _marker(session)
+    return _merged(*await _scopes(host, app_name, user_id), own), _marker(session)
 
 
 async def _read(
@@ -746,12 +805,7 @@ async def _read(
                 events.append(_event_of(turn))
         if recent is not None:
             events = events[-recent:]
-    app_holder, user_holder = await _scopes(host, app_name, user_id)
-    merged = _merged(
-        _scope_state(app_holder, "adkAppState"),
-        _scope_state(user_holder, "adkUserState"),
-        _session_state(session),
-    )
+    merged = _merged(*await _scopes(host, app_name, user_id), _session_state(session))
     return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
 
 
@@ -768,8 +822,7 @@ async def _list(
             data = await store.load(zid)
             if data is not None:
                 found.append((zid, data.metadata, len(data.turns)))
-    app_holder = await _load(host, _app_scope_id(app_name))
-    app_state = _scope_state(app_holder, "adkAppState")
+    app_state = await _scope_state(host, _app_scope_id(app_name), "adkAppState")
     user_states: dict[str, dict[str, Any]] = {}
     rows: list[tuple[str, str, bytes, float]] = []
     for zid, meta, count in found:
@@ -779,8 +832,8 @@ async def _list(
         if user_id not in (None, user) or _session_id(app_name, user, session_id) != zid:
             continue
         if user not in user_states:
-            holder = await _load(host, _user_scope_id(app_name, user))
-            user_states[user] = _scope_state(holder, "adkUserState")
+            scope = _user_scope_id(app_name, user)
+            user_states[user] = await _scope_state(host, scope, "adkUserState")
         # The state checkpoint, then the deltas of the turns after it; the last turn's time.
         folded = cast(int, meta.get("adkStateTurns") or 0)
         state = dict(cast(dict[str, Any], meta.get("adkState") or {}))
@@ -806,8 +859,8 @@ async def _delete(host: SessionHost, app_name: str, user_id: str, session_id: st
 
 
 async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
-    holder = await _load(host, _user_scope_id(app_name, user_id))
-    return msgspec.json.encode(_scope_state(holder, "adkUserState"))
+    state = await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState")
+    return msgspec.json.encode(state)
 
 
 async def _append(
@@ -837,30 +890,40 @@ async def _append(
         # A block the pairing rule turned into text no longer holds its part exactly.
         exact = {i: j for i, j in append.exact.items() if content[j] is append.blocks[j]}
         turn = SessionTurn(
-            id=new_id(),
+            id=_turn_id(session),
             role="assistant" if append.role == "assistant" else "user",
             content=content,
             created_at=max(int(append.data.get("timestamp", 0) * 1000), 0),
             usage=append.usage,
             metadata={EVENT_KEY: _stored_once(append.data, exact)},
         )
-        # The turn, a state checkpoint of the turns before it when one is due, and the
-        # scope deltas: written at once, so they share the store's commits.
-        also: list[Callable[[], Awaitable[None]]] = []
+        # The turn and, when one is due, a state checkpoint of the turns before it (valid
+        # whether or not the turn lands): written at once, so they share the store's commits.
+        lost: list[BaseException] = []
+
+        async def append_turn() -> None:
+            try:
+                await session.append_turns([turn])
+            except (ConflictError, ZidaneNotFound) as exc:
+                lost.append(exc)
+
         folded = cast(int, session.metadata.get("adkStateTurns") or 0)
         if len(session.turns) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
-            also.append(functools.partial(_checkpoint, session, state, len(session.turns)))
-        if append.app or append.user:
-            also.append(
-                functools.partial(_update_scopes, host, app_name, user_id, append.app, append.user)
-            )
-        if also:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.append_turns, [turn])
-                for write in also:
-                    nursery.start_soon(write)
+                nursery.start_soon(append_turn)
+                nursery.start_soon(_checkpoint, session, state, len(session.turns))
         else:
-            await session.append_turns([turn])
+            await append_turn()
+        if lost:
+            if isinstance(lost[0], ZidaneNotFound):
+                raise SessionNotFoundError(f"Session {session_id} not found.") from lost[0]
+            # Another writer appended a turn at this turn's place first (its id is the
+            # place's): nothing was written, as ADK's database service refuses it.
+            raise StaleSessionError(_STALE) from lost[0]
+        # The scope deltas once the event is stored: a crash in between leaves them
+        # unapplied, never applied for an event that was refused.
+        if append.app or append.user:
+            await _update_scopes(host, app_name, user_id, append.app, append.user)
         pairing.extend([turn])
         return _marker(session)
