@@ -123,14 +123,17 @@ def _zidane_id(kind: str, *parts: str) -> str:
     return f"{kind}={digest}"
 
 
+@functools.lru_cache(maxsize=65_536)
 def _session_id(app_name: str, user_id: str, session_id: str) -> str:
     return _zidane_id("adk", app_name, user_id, session_id)
 
 
+@functools.lru_cache(maxsize=65_536)
 def _app_scope_id(app_name: str) -> str:
     return _zidane_id("adk-app", app_name)
 
 
+@functools.lru_cache(maxsize=65_536)
 def _user_scope_id(app_name: str, user_id: str) -> str:
     return _zidane_id("adk-user", app_name, user_id)
 
@@ -732,10 +735,22 @@ async def _adk_session(
     return session
 
 
+_host_capabilities: weakref.WeakKeyDictionary[SessionHost, frozenset[str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _capabilities(host: SessionHost) -> frozenset[str]:
+    caps = _host_capabilities.get(host)
+    if caps is None:
+        caps = _host_capabilities[host] = store_capabilities(host.store)
+    return caps
+
+
 async def _scope_state(host: SessionHost, zid: str, key: str) -> dict[str, Any]:
     """A scope's state as the store holds it now (one indexed read, never a cached copy)."""
     store = cast(FullSessionStore, host.store)
-    if "get_meta" in store_capabilities(store):
+    if "get_meta" in _capabilities(host):
         row = await store.get_meta(zid)
         meta: Mapping[str, Any] | None = row.metadata if row is not None else None
     else:
@@ -748,11 +763,16 @@ async def _scope_state(host: SessionHost, zid: str, key: str) -> dict[str, Any]:
 async def _scopes(
     host: SessionHost, app_name: str, user_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``app:`` and ``user:`` state of an ADK session, as stored now."""
-    return (
-        await _scope_state(host, _app_scope_id(app_name), "adkAppState"),
-        await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState"),
-    )
+    """The ``app:`` and ``user:`` state of an ADK session, as stored now (read at once)."""
+    app: list[dict[str, Any]] = []
+
+    async def read_app() -> None:
+        app.append(await _scope_state(host, _app_scope_id(app_name), "adkAppState"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_app)
+        user = await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState")
+    return app[0], user
 
 
 async def _update_scopes(
@@ -905,7 +925,14 @@ async def _read(
     recent: int | None,
     after: float | None,
 ) -> tuple[bytes, bytes, float, str] | None:
-    session = await _adk_session(host, app_name, user_id, session_id)
+    scopes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def read_scopes() -> None:
+        scopes.append(await _scopes(host, app_name, user_id))
+
+    async with trio.open_nursery() as nursery:  # the three reads at once
+        nursery.start_soon(read_scopes)
+        session = await _adk_session(host, app_name, user_id, session_id)
     if session is None:
         return None
     events: list[Any] = []
@@ -916,7 +943,7 @@ async def _read(
                 events.append(_event_of(turn))
         if recent is not None:
             events = events[-recent:]
-    merged = _merged(*await _scopes(host, app_name, user_id), _session_state(session))
+    merged = _merged(*scopes[0], _session_state(session))
     return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
 
 
@@ -925,7 +952,7 @@ async def _list(
 ) -> list[tuple[str, str, bytes, float]]:
     store = cast(FullSessionStore, host.store)
     found: list[tuple[str, Mapping[str, Any], int]] = []
-    if "list_meta" in store_capabilities(store):
+    if "list_meta" in _capabilities(host):
         for row in await store.list_meta(SessionFilter(agent_id=app_name)):
             found.append((row.id, row.metadata, row.turn_count))
     else:
