@@ -21,7 +21,9 @@ import pytest
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
 
+import msgspec
 import psycopg
+import trio
 from _adk_worker import appends
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
@@ -30,6 +32,8 @@ from google.genai import types
 from psycopg import sql
 
 from zidane_actors.integrations.adk import ZidaneSessionService
+from zidane_actors.model import SessionTurn, TextBlock
+from zidane_actors.stores import open_sqlite_store
 
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 HERE = Path(__file__).parent
@@ -203,5 +207,61 @@ def test_scope_state_written_by_three_processes_keeps_every_key(
                 **{f"user:{key}": value for key, value in want.items()},
                 **{f"app:{key}": value for key, value in want.items()},
             }
+
+    asyncio.run(main())
+
+
+def test_a_turn_written_past_the_service_makes_the_next_append_stale(tmp_path: Path) -> None:
+    """Another writer (a second store object on the file, not the service) gets in between."""
+    path = tmp_path / "shared.db"
+    zid = "adk:app:u:s"
+
+    async def foreign_append() -> None:
+        async with open_sqlite_store(path) as store:
+            text = (TextBlock(text="hi"),)
+            turn = SessionTurn(id="foreign", role="user", content=text, created_at=1)
+            await store.append_turns(zid, [turn])
+
+    async def delete_and_create_again() -> None:
+        async with open_sqlite_store(path) as store:
+            data = await store.load(zid)
+            assert data is not None
+            await store.delete(zid)
+            await store.save(msgspec.structs.replace(data, created_at=data.created_at + 1))
+
+    async def stored_ids() -> list[str]:
+        async with open_sqlite_store(path) as store:
+            return [t.id for t in await store.get_turns(zid)]
+
+    async def main() -> None:
+        async with ZidaneSessionService(store=f"sqlite:{path}") as service:
+            names = {"app_name": "app", "user_id": "u", "session_id": "s"}
+            created = await service.create_session(**names)
+            await service.append_event(created, said("first"))
+            await asyncio.to_thread(trio.run, foreign_append)
+            with pytest.raises(StaleSessionError):
+                await service.append_event(created, said("over a stale view"))
+            assert (await asyncio.to_thread(trio.run, stored_ids))[1:] == ["foreign"]
+            fresh = await service.get_session(**names)
+            assert fresh is not None and [e.id for e in fresh.events] == [created.events[0].id]
+            await service.append_event(fresh, said("second"))
+
+            await asyncio.to_thread(trio.run, delete_and_create_again)
+            with pytest.raises(StaleSessionError):
+                await service.append_event(fresh, said("into the new session"))
+            again = await service.get_session(**names)
+            assert again is not None and [e.id for e in again.events] == [
+                e.id for e in fresh.events
+            ]
+            await service.append_event(again, said("third"))
+            got = await service.get_session(**names)
+            assert got is not None
+            assert [
+                e.content.parts[0].text for e in got.events if e.content and e.content.parts
+            ] == [
+                "first",
+                "second",
+                "third",
+            ]
 
     asyncio.run(main())

@@ -10,7 +10,10 @@ equal to what was appended. Session-scoped state lives in the session's
 metadata; ``app:`` and ``user:`` state, shared across sessions, live in one
 zidane session per app and per user; ``temp:`` state is never stored.
 Every service and integration of one store URL shares one portal (one trio
-thread, one host, one store) per process. Requires the ``adk`` extra.
+thread, one host, one store) per process, and any number of processes may
+serve the same sessions: every call checks the store's revision, appends are
+refused atomically when another writer took their place, and scope state is
+merged by conditional read-modify-writes. Requires the ``adk`` extra.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from ..model import (
     SaveMetaOptions,
     SessionContentBlock,
     SessionFilter,
+    SessionHistory,
     SessionTurn,
     TextBlock,
     ToolCallBlock,
@@ -413,8 +417,9 @@ class ZidaneSessionService(BaseSessionService):
 
     As ADK's ``DatabaseSessionService``: ``append_event`` raises
     ``StaleSessionError`` when the session was appended to since it was
-    read, creating an existing id raises ``AlreadyExistsError``, and
-    appending to a missing session ``SessionNotFoundError``.
+    read (by any process), creating an existing id raises
+    ``AlreadyExistsError``, and appending to a missing session
+    ``SessionNotFoundError``.
     """
 
     def __init__(self, *, store: str = DEFAULT_STORE) -> None:
@@ -715,7 +720,20 @@ def _keep(host: SessionHost, session: Session | None) -> Session | None:
 
 
 async def _load(host: SessionHost, zid: str) -> Session | None:
-    return _keep(host, await host.load_session(zid))
+    session = await host.load_session(zid)
+    kept = _kept.get(host)
+    if session is None and kept is not None:
+        kept.pop(zid, None)
+    return _keep(host, session)
+
+
+def _held(host: SessionHost, zid: str) -> Session | None:
+    """The session handle this host holds for ``zid`` (as of its last read), if any."""
+    kept = _kept.get(host)
+    session = kept.get(zid) if kept is not None else None
+    if kept is not None and session is not None:
+        kept.move_to_end(zid)
+    return session
 
 
 async def _adk_session(
@@ -838,7 +856,8 @@ async def _update_state(
         try:
             await _merge_state(host, zid, names, key, merged)
         except BaseException:
-            writes.pending[:0] = batch  # the waiters behind this one write them again
+            # The other callers' deltas go back for the waiters behind this one.
+            writes.pending[:0] = [one for one in batch if one is not delta]
             raise
         writes.written = upto
 
@@ -1001,6 +1020,26 @@ async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
     return msgspec.json.encode(state)
 
 
+def _placed(session: Session, turn_id: str, before: tuple[int, int, str | None]) -> bool:
+    """Whether the session holds ``turn_id`` right after the turns it held ``before``."""
+    created_at, count, last_id = before
+    turns = session.turns
+    return (
+        session.created_at == created_at
+        and len(turns) > count
+        and turns[count].id == turn_id
+        and (count == 0 or turns[count - 1].id == last_id)
+    )
+
+
+def _without(turn_id: str, history: SessionHistory) -> SessionHistory | None:
+    """``history`` without the turn ``turn_id`` (``None``: it holds no such turn)."""
+    turns = tuple(turn for turn in history.turns if turn.id != turn_id)
+    if len(turns) == len(history.turns):
+        return None
+    return msgspec.structs.replace(history, turns=turns)
+
+
 async def _append(
     host: SessionHost,
     app_name: str,
@@ -1009,10 +1048,15 @@ async def _append(
     append: _Append,
     seen: tuple[str | None, float, str | None],
 ) -> str:
-    session = await _adk_session(host, app_name, user_id, session_id)
-    if session is None:
-        raise SessionNotFoundError(f"Session {session_id} not found.")
     marker, last_update, last_event_id = seen
+    # A session read through this service appends over the handle it was read from,
+    # without reading the store first: when the caller's read is still this handle's
+    # view, the append itself finds out whether another writer came in between (below).
+    session = _held(host, _session_id(app_name, user_id, session_id))
+    if session is None or marker is None or marker != _marker(session):
+        session = await _adk_session(host, app_name, user_id, session_id)
+        if session is None:
+            raise SessionNotFoundError(f"Session {session_id} not found.")
     async with _lock_for(session):
         if marker is not None:
             if marker != _marker(session):
@@ -1023,6 +1067,8 @@ async def _append(
             stored = _last_event(session)
             if (stored.get("id") if stored is not None else None) != last_event_id:
                 raise StaleSessionError(_STALE)
+        turns = session.turns
+        before = (session.created_at, len(turns), turns[-1].id if turns else None)
         pairing = _pairing_for(session)
         content = pairing.checked(append.blocks)
         # A block the pairing rule turned into text no longer holds its part exactly.
@@ -1037,31 +1083,45 @@ async def _append(
         )
         # The turn and, when one is due, a state checkpoint of the turns before it (valid
         # whether or not the turn lands): written at once, so they share the store's commits.
-        lost: list[BaseException] = []
+        verdicts: dict[str, outcome.Outcome[None]] = {}
 
-        async def append_turn() -> None:
+        async def write(name: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
             try:
-                await session.append_turns([turn])
-            except (ConflictError, ZidaneNotFound) as exc:
-                lost.append(exc)
+                await fn(*args)
+            except Exception as exc:  # a cancellation goes through
+                verdicts[name] = outcome.Error(exc)
+            else:
+                verdicts[name] = outcome.Value(None)
 
         folded = cast(int, session.metadata.get("adkStateTurns") or 0)
         if len(session.turns) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(append_turn)
-                nursery.start_soon(_checkpoint, session, state, len(session.turns))
+                nursery.start_soon(write, "turn", session.append_turns, [turn])
+                nursery.start_soon(write, "checkpoint", _checkpoint, session, state, len(turns))
         else:
-            await append_turn()
-        if lost:
-            if isinstance(lost[0], ZidaneNotFound):
-                raise SessionNotFoundError(f"Session {session_id} not found.") from lost[0]
+            await write("turn", session.append_turns, [turn])
+        try:
+            verdicts["turn"].unwrap()
+        except ZidaneNotFound as exc:
+            raise SessionNotFoundError(f"Session {session_id} not found.") from exc
+        except ConflictError as exc:
             # Another writer appended a turn at this turn's place first (its id is the
             # place's): nothing was written, as ADK's database service refuses it.
-            raise StaleSessionError(_STALE) from lost[0]
+            raise StaleSessionError(_STALE) from exc
+        if not _placed(session, turn.id, before):
+            # Another writer (not through this service: an edit, a delete and re-create)
+            # got in between: the turn does not follow what the caller read. Take it out
+            # again, in one atomic step of the store, and refuse the event.
+            await session.mutate_history(functools.partial(_without, turn.id))
+            raise StaleSessionError(_STALE)
+        pairing.extend([turn])
+        # A checkpoint that lost to another writer or a deleted session is simply due
+        # again with the next event: readers fold the events after the stored one.
+        with contextlib.suppress(ConflictError, ZidaneNotFound):
+            verdicts.get("checkpoint", outcome.Value(None)).unwrap()
         # The scope deltas once the event is stored: a crash in between leaves them
         # unapplied, never applied for an event that was refused.
         if append.app or append.user:
             await _update_scopes(host, app_name, user_id, append.app, append.user)
-        pairing.extend([turn])
         return _marker(session)
