@@ -845,21 +845,26 @@ async def _update_state(
     writes.pending.append(delta)
     writes.queued += 1
     mine = writes.queued
-    async with writes.lock:
-        if writes.written >= mine:
-            return  # an earlier write held this delta
-        batch, writes.pending = writes.pending, []
-        upto = writes.queued
-        merged: dict[str, Any] = {}
-        for one in batch:
-            merged.update(one)
-        try:
-            await _merge_state(host, zid, names, key, merged)
-        except BaseException:
-            # The other callers' deltas go back for the waiters behind this one.
-            writes.pending[:0] = [one for one in batch if one is not delta]
-            raise
-        writes.written = upto
+    try:
+        async with writes.lock:
+            if writes.written >= mine:
+                return  # an earlier write held this delta
+            batch, writes.pending = writes.pending, []
+            upto = writes.queued
+            merged: dict[str, Any] = {}
+            for one in batch:
+                merged.update(one)
+            try:
+                await _merge_state(host, zid, names, key, merged)
+            except BaseException:
+                # The other callers' deltas go back for the waiters behind this one.
+                writes.pending[:0] = [one for one in batch if one is not delta]
+                raise
+            writes.written = upto
+    finally:
+        idle = not writes.pending and not writes.lock.locked()
+        if idle and writes.lock.statistics().tasks_waiting == 0 and by_scope.get(zid) is writes:
+            del by_scope[zid]  # nobody uses it: one entry per scope in use, not per scope ever
 
 
 async def _merge_state(
