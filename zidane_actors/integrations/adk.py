@@ -10,15 +10,21 @@ equal to what was appended. Session-scoped state lives in the session's
 metadata; ``app:`` and ``user:`` state, shared across sessions, live in one
 zidane session per app and per user; ``temp:`` state is never stored.
 Every service and integration of one store URL shares one portal (one trio
-thread, one host, one store) per process. Requires the ``adk`` extra.
+thread, one host, one store) per process, and any number of processes may
+serve the same sessions: every call checks the store's revision, appends are
+refused atomically when another writer took their place, and scope state is
+merged by conditional read-modify-writes. Requires the ``adk`` extra.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
+import contextlib
 import functools
 import hashlib
 import json
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -28,6 +34,7 @@ from typing import Any, Final, Self, TypeVar, cast
 
 import attrs
 import msgspec
+import outcome
 import trio
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -45,11 +52,15 @@ from pydantic_core import to_jsonable_python
 
 from ..actors import Session, SessionHost
 from ..errors import ActorClosed, ConflictError, InvalidNameError, ValidationError
+from ..errors import SessionNotFoundError as ZidaneNotFound
+from ..errors import StaleSessionError as StoreStaleError
 from ..model import (
     JsonValue,
     ReasoningBlock,
+    SaveMetaOptions,
     SessionContentBlock,
     SessionFilter,
+    SessionHistory,
     SessionTurn,
     TextBlock,
     ToolCallBlock,
@@ -59,7 +70,7 @@ from ..model import (
     validate_id,
 )
 from ..portal._thread import wait_future
-from ..stores._protocol import FullSessionStore, store_capabilities
+from ..stores._protocol import FullSessionStore, VersionedStore, store_capabilities
 from . import _shared
 
 __all__ = ["DEFAULT_STORE", "ZidaneSessionService"]
@@ -116,14 +127,17 @@ def _zidane_id(kind: str, *parts: str) -> str:
     return f"{kind}={digest}"
 
 
+@functools.lru_cache(maxsize=65_536)
 def _session_id(app_name: str, user_id: str, session_id: str) -> str:
     return _zidane_id("adk", app_name, user_id, session_id)
 
 
+@functools.lru_cache(maxsize=65_536)
 def _app_scope_id(app_name: str) -> str:
     return _zidane_id("adk-app", app_name)
 
 
+@functools.lru_cache(maxsize=65_536)
 def _user_scope_id(app_name: str, user_id: str) -> str:
     return _zidane_id("adk-user", app_name, user_id)
 
@@ -174,12 +188,6 @@ def _session_state(session: Session) -> dict[str, Any]:
     folded = cast(int, meta.get("adkStateTurns") or 0)
     turns = session.turns
     return _fold(base, turns[folded:]) if folded < len(turns) else base
-
-
-def _scope_state(holder: Session | None, key: str) -> dict[str, Any]:
-    if holder is None:
-        return {}
-    return cast(dict[str, Any], holder.metadata.get(key) or {})
 
 
 def _merged(app: Mapping[str, Any], user: Mapping[str, Any], session: dict[str, Any]) -> bytes:
@@ -370,6 +378,19 @@ def _marker(session: Session) -> str:
     return f"{session.created_at}:{len(turns)}:{turns[-1].id if turns else ''}"
 
 
+def _turn_id(session: Session) -> str:
+    """The id of the turn appended after the session's current last turn.
+
+    Derived from the place (turn count and last turn id), so two writers
+    appending at one place give one id: the store's unique-id rule lets the
+    first in and refuses the other (``ConflictError``, nothing written),
+    which makes the stale check and the append one atomic step in every store.
+    """
+    turns = session.turns
+    place = f"{session.id}\n{len(turns)}\n{turns[-1].id if turns else ''}"
+    return "adk-" + hashlib.sha256(place.encode()).hexdigest()[:32]
+
+
 def _last_event(session: Session) -> dict[str, Any] | None:
     for turn in reversed(session.turns):
         event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
@@ -396,8 +417,9 @@ class ZidaneSessionService(BaseSessionService):
 
     As ADK's ``DatabaseSessionService``: ``append_event`` raises
     ``StaleSessionError`` when the session was appended to since it was
-    read, creating an existing id raises ``AlreadyExistsError``, and
-    appending to a missing session ``SessionNotFoundError``.
+    read (by any process), creating an existing id raises
+    ``AlreadyExistsError``, and appending to a missing session
+    ``SessionNotFoundError``.
     """
 
     def __init__(self, *, store: str = DEFAULT_STORE) -> None:
@@ -406,6 +428,7 @@ class ZidaneSessionService(BaseSessionService):
         self._append_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._queued: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
 
     def __repr__(self) -> str:
         return f"ZidaneSessionService(store={self.store_url!r})"
@@ -432,11 +455,45 @@ class ZidaneSessionService(BaseSessionService):
         await self.aclose()
 
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await fn(host, *args)`` in the portal's trio thread.
+
+        The calls made in one pass of the event loop cross to the trio thread
+        together, in one hand-over, and their answers come back together as
+        they settle (two thread wake-ups per batch instead of per call). A
+        call runs to its verdict even when its caller is cancelled meanwhile
+        (then ``CancelledError`` is raised), as an accepted portal call does.
+        """
         shared = self._shared
         if shared is None:
             raise ActorClosed(f"{self!r} is closed")
         await wait_future(shared.ready)
-        return await shared.portal.call_async(fn, shared.portal.host, *args)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        calls = self._queued.get(loop)
+        if calls is None:
+            calls = self._queued[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        calls.append(_Call(fn, args, future))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(future)
+            raise
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        calls = self._queued.pop(loop)
+        shared = self._shared
+        try:
+            if shared is None:
+                raise ActorClosed(f"{self!r} is closed")
+            done, _ = shared.portal.submit(_run_calls, shared.portal.host, calls, _Answers(loop))
+        except Exception as exc:
+            for call in calls:
+                call.future.set_exception(exc)
+            return
+        done.add_done_callback(functools.partial(_fail_unanswered, loop, calls))
 
     # -- BaseSessionService -----------------------------------------------------
 
@@ -555,6 +612,77 @@ class ZidaneSessionService(BaseSessionService):
 
 
 @attrs.frozen
+class _Call:
+    """One service call waiting for its hand-over to the trio thread."""
+
+    fn: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...]
+    future: asyncio.Future[Any]
+
+
+class _Answers:
+    """Verdicts going back to the event loop, many per wake-up."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future[Any], outcome.Outcome[Any]]] = []
+
+    def post(self, future: asyncio.Future[Any], verdict: outcome.Outcome[Any]) -> None:
+        """From the trio thread: hand ``verdict`` over (wakes the loop once per batch)."""
+        with self._lock:
+            self._ready.append((future, verdict))
+            first = len(self._ready) == 1
+        if first:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for future, verdict in ready:
+            if not future.done():
+                _settle(future, verdict)
+
+
+def _settle(future: asyncio.Future[Any], verdict: outcome.Outcome[Any]) -> None:
+    if isinstance(verdict, outcome.Error):
+        future.set_exception(verdict.error)
+    else:
+        future.set_result(verdict.unwrap())
+
+
+def _fail_unanswered(
+    loop: asyncio.AbstractEventLoop, calls: list[_Call], done: cf.Future[None]
+) -> None:
+    """Calls a closing portal never ran fail with its error (from the trio thread)."""
+    if done.cancelled() or done.exception() is not None:
+        error = ActorClosed("the portal closed") if done.cancelled() else done.exception()
+
+        def fail() -> None:
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(cast(BaseException, error))
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(fail)
+
+
+async def _run_calls(host: SessionHost, calls: list[_Call], answers: _Answers) -> None:
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            nursery.start_soon(_run_call, host, call, answers)
+
+
+async def _run_call(host: SessionHost, call: _Call, answers: _Answers) -> None:
+    try:
+        verdict: outcome.Outcome[Any] = outcome.Value(await call.fn(host, *call.args))
+    except Exception as exc:
+        verdict = outcome.Error(exc)
+    answers.post(call.future, verdict)
+
+
+@attrs.frozen
 class _Append:
     """What ``append_event`` hands the trio side: the event as data, turn parts, deltas."""
 
@@ -592,7 +720,20 @@ def _keep(host: SessionHost, session: Session | None) -> Session | None:
 
 
 async def _load(host: SessionHost, zid: str) -> Session | None:
-    return _keep(host, await host.load_session(zid))
+    session = await host.load_session(zid)
+    kept = _kept.get(host)
+    if session is None and kept is not None:
+        kept.pop(zid, None)
+    return _keep(host, session)
+
+
+def _held(host: SessionHost, zid: str) -> Session | None:
+    """The session handle this host holds for ``zid`` (as of its last read), if any."""
+    kept = _kept.get(host)
+    session = kept.get(zid) if kept is not None else None
+    if kept is not None and session is not None:
+        kept.move_to_end(zid)
+    return session
 
 
 async def _adk_session(
@@ -612,25 +753,44 @@ async def _adk_session(
     return session
 
 
-async def _holder(host: SessionHost, zid: str, names: dict[str, JsonValue]) -> Session:
-    """The scope session ``zid`` (created on first use), holding one scope's state."""
-    for _ in range(3):
-        holder = await _load(host, zid)
-        if holder is None:
-            try:
-                holder = await host.create_session(id=zid, metadata=names)
-            except ConflictError:
-                continue  # created meanwhile: load it
-            _keep(host, holder)
-        return holder
-    raise ConflictError(f"scope session {zid!r} could not be created or loaded")
+_host_capabilities: weakref.WeakKeyDictionary[SessionHost, frozenset[str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-async def _scopes(host: SessionHost, app_name: str, user_id: str) -> tuple[Session | None, ...]:
-    return (
-        await _load(host, _app_scope_id(app_name)),
-        await _load(host, _user_scope_id(app_name, user_id)),
-    )
+def _capabilities(host: SessionHost) -> frozenset[str]:
+    caps = _host_capabilities.get(host)
+    if caps is None:
+        caps = _host_capabilities[host] = store_capabilities(host.store)
+    return caps
+
+
+async def _scope_state(host: SessionHost, zid: str, key: str) -> dict[str, Any]:
+    """A scope's state as the store holds it now (one indexed read, never a cached copy)."""
+    store = cast(FullSessionStore, host.store)
+    if "get_meta" in _capabilities(host):
+        row = await store.get_meta(zid)
+        meta: Mapping[str, Any] | None = row.metadata if row is not None else None
+    else:
+        data = await store.load(zid)
+        meta = data.metadata if data is not None else None
+    state = meta.get(key) if meta is not None else None
+    return cast(dict[str, Any], state) if isinstance(state, dict) else {}
+
+
+async def _scopes(
+    host: SessionHost, app_name: str, user_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``app:`` and ``user:`` state of an ADK session, as stored now (read at once)."""
+    app: list[dict[str, Any]] = []
+
+    async def read_app() -> None:
+        app.append(await _scope_state(host, _app_scope_id(app_name), "adkAppState"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_app)
+        user = await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState")
+    return app[0], user
 
 
 async def _update_scopes(
@@ -639,48 +799,110 @@ async def _update_scopes(
     """Apply ``app:`` and ``user:`` deltas to their scope sessions, both writes at once."""
     async with trio.open_nursery() as nursery:
         if app:
-            holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
-            nursery.start_soon(_update_state, holder, "adkAppState", app)
+            names: dict[str, JsonValue] = {"adkApp": app_name}
+            nursery.start_soon(
+                _update_state, host, _app_scope_id(app_name), names, "adkAppState", app
+            )
         if user:
-            names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
-            holder = await _holder(host, _user_scope_id(app_name, user_id), names)
-            nursery.start_soon(_update_state, holder, "adkUserState", user)
+            names = {"adkApp": app_name, "adkUser": user_id}
+            zid = _user_scope_id(app_name, user_id)
+            nursery.start_soon(_update_state, host, zid, names, "adkUserState", user)
+
+
+SCOPE_RETRIES: Final = 8
+"""Attempts of a scope-state write racing other processes' writes of that scope."""
 
 
 @attrs.define
 class _ScopeWrites:
-    """One scope session's merges and saves: merges counted, saves coalesced."""
+    """One scope's pending deltas, written by one merged write at a time."""
 
-    merge: trio.Lock = attrs.field(factory=trio.Lock)
-    save: trio.Lock = attrs.field(factory=trio.Lock)
-    merged: int = 0
-    saved: int = 0
-
-
-_scope_writes: weakref.WeakKeyDictionary[Session, _ScopeWrites] = weakref.WeakKeyDictionary()
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    pending: list[dict[str, Any]] = attrs.field(factory=list)
+    queued: int = 0
+    written: int = 0
 
 
-async def _update_state(holder: Session, key: str, delta: dict[str, Any]) -> None:
-    """Merge ``delta`` into a scope's state, then wait until a save holds it.
+_scope_writes: weakref.WeakKeyDictionary[SessionHost, dict[str, _ScopeWrites]] = (
+    weakref.WeakKeyDictionary()
+)
 
-    Merges are serialized; a save persists the state as it is when it runs,
-    so it holds every merge before it, and the updates waiting meanwhile
-    share the next save instead of one commit each.
+
+async def _update_state(
+    host: SessionHost, zid: str, names: dict[str, JsonValue], key: str, delta: dict[str, Any]
+) -> None:
+    """Merge ``delta`` into the scope ``zid``'s stored state; returns once a write holds it.
+
+    The deltas that arrive while a write is under way are merged into the
+    next one (one commit for many concurrent updates).
     """
-    writes = _scope_writes.get(holder)
+    by_scope = _scope_writes.get(host)
+    if by_scope is None:
+        by_scope = _scope_writes[host] = {}
+    writes = by_scope.get(zid)
     if writes is None:
-        writes = _scope_writes[holder] = _ScopeWrites()
-    async with writes.merge:
-        state = dict(_scope_state(holder, key))
-        state.update(delta)
-        await holder.set_meta(key, state)
-        writes.merged += 1
-        mine = writes.merged
-    async with writes.save:
-        if writes.saved < mine:
-            target = writes.merged
-            await holder.save_meta_keys([key])
-            writes.saved = target
+        writes = by_scope[zid] = _ScopeWrites()
+    writes.pending.append(delta)
+    writes.queued += 1
+    mine = writes.queued
+    try:
+        async with writes.lock:
+            if writes.written >= mine:
+                return  # an earlier write held this delta
+            batch, writes.pending = writes.pending, []
+            upto = writes.queued
+            merged: dict[str, Any] = {}
+            for one in batch:
+                merged.update(one)
+            try:
+                await _merge_state(host, zid, names, key, merged)
+            except BaseException:
+                # The other callers' deltas go back for the waiters behind this one.
+                writes.pending[:0] = [one for one in batch if one is not delta]
+                raise
+            writes.written = upto
+    finally:
+        idle = not writes.pending and not writes.lock.locked()
+        if idle and writes.lock.statistics().tasks_waiting == 0 and by_scope.get(zid) is writes:
+            del by_scope[zid]  # nobody uses it: one entry per scope in use, not per scope ever
+
+
+async def _merge_state(
+    host: SessionHost, zid: str, names: dict[str, JsonValue], key: str, delta: dict[str, Any]
+) -> None:
+    """``metadata[key] |= delta`` in the store, atomically against other processes.
+
+    Read with its ``rev``, merged, and saved only while the store still
+    holds that ``rev``; when another writer got there first the merge is
+    made again on what it stored, so no writer's keys are lost. A missing
+    scope session is created holding ``delta``.
+    """
+    store = cast(FullSessionStore, host.store)
+    versioned = cast(VersionedStore, store)
+    for attempt in range(SCOPE_RETRIES):
+        got = await versioned.load_versioned(zid)
+        if got is None:
+            try:
+                await host.create_session(id=zid, metadata={**names, key: delta})
+            except ConflictError:
+                continue  # created meanwhile: merge into it
+            return
+        data, rev = got
+        current = data.metadata.get(key)
+        merged = {**(current if isinstance(current, dict) else {}), **delta}
+        metadata = {**data.metadata, key: merged}
+        try:
+            await store.save_meta(  # type: ignore[call-arg]  # a VersionedStore's keyword
+                msgspec.structs.replace(data, metadata=metadata),
+                SaveMetaOptions(meta_keys=(key,)),
+                expected_rev=rev,
+            )
+        except StoreStaleError:
+            if attempt == SCOPE_RETRIES - 1:
+                raise
+        else:
+            return
+    raise ConflictError(f"scope session {zid!r} could not be written: {SCOPE_RETRIES} races lost")
 
 
 async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:
@@ -715,16 +937,8 @@ async def _create(
     except ConflictError:
         return None
     _keep(host, session)
-    # Both scope sessions exist from the app's and the user's first session on, so
-    # reads find them in this host instead of asking the store for a missing id.
-    app_holder = await _holder(host, _app_scope_id(app_name), {"adkApp": app_name})
-    user_names: dict[str, JsonValue] = {"adkApp": app_name, "adkUser": user_id}
-    user_holder = await _holder(host, _user_scope_id(app_name, user_id), user_names)
     await _update_scopes(host, app_name, user_id, app, user)
-    merged = _merged(
-        _scope_state(app_holder, "adkAppState"), _scope_state(user_holder, "adkUserState"), own
-    )
-    return merged, _marker(session)
+    return _merged(*await _scopes(host, app_name, user_id), own), _marker(session)
 
 
 async def _read(
@@ -735,7 +949,14 @@ async def _read(
     recent: int | None,
     after: float | None,
 ) -> tuple[bytes, bytes, float, str] | None:
-    session = await _adk_session(host, app_name, user_id, session_id)
+    scopes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def read_scopes() -> None:
+        scopes.append(await _scopes(host, app_name, user_id))
+
+    async with trio.open_nursery() as nursery:  # the three reads at once
+        nursery.start_soon(read_scopes)
+        session = await _adk_session(host, app_name, user_id, session_id)
     if session is None:
         return None
     events: list[Any] = []
@@ -746,12 +967,7 @@ async def _read(
                 events.append(_event_of(turn))
         if recent is not None:
             events = events[-recent:]
-    app_holder, user_holder = await _scopes(host, app_name, user_id)
-    merged = _merged(
-        _scope_state(app_holder, "adkAppState"),
-        _scope_state(user_holder, "adkUserState"),
-        _session_state(session),
-    )
+    merged = _merged(*scopes[0], _session_state(session))
     return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
 
 
@@ -760,7 +976,7 @@ async def _list(
 ) -> list[tuple[str, str, bytes, float]]:
     store = cast(FullSessionStore, host.store)
     found: list[tuple[str, Mapping[str, Any], int]] = []
-    if "list_meta" in store_capabilities(store):
+    if "list_meta" in _capabilities(host):
         for row in await store.list_meta(SessionFilter(agent_id=app_name)):
             found.append((row.id, row.metadata, row.turn_count))
     else:
@@ -768,8 +984,7 @@ async def _list(
             data = await store.load(zid)
             if data is not None:
                 found.append((zid, data.metadata, len(data.turns)))
-    app_holder = await _load(host, _app_scope_id(app_name))
-    app_state = _scope_state(app_holder, "adkAppState")
+    app_state = await _scope_state(host, _app_scope_id(app_name), "adkAppState")
     user_states: dict[str, dict[str, Any]] = {}
     rows: list[tuple[str, str, bytes, float]] = []
     for zid, meta, count in found:
@@ -779,8 +994,8 @@ async def _list(
         if user_id not in (None, user) or _session_id(app_name, user, session_id) != zid:
             continue
         if user not in user_states:
-            holder = await _load(host, _user_scope_id(app_name, user))
-            user_states[user] = _scope_state(holder, "adkUserState")
+            scope = _user_scope_id(app_name, user)
+            user_states[user] = await _scope_state(host, scope, "adkUserState")
         # The state checkpoint, then the deltas of the turns after it; the last turn's time.
         folded = cast(int, meta.get("adkStateTurns") or 0)
         state = dict(cast(dict[str, Any], meta.get("adkState") or {}))
@@ -806,8 +1021,28 @@ async def _delete(host: SessionHost, app_name: str, user_id: str, session_id: st
 
 
 async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
-    holder = await _load(host, _user_scope_id(app_name, user_id))
-    return msgspec.json.encode(_scope_state(holder, "adkUserState"))
+    state = await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState")
+    return msgspec.json.encode(state)
+
+
+def _placed(session: Session, turn_id: str, before: tuple[int, int, str | None]) -> bool:
+    """Whether the session holds ``turn_id`` right after the turns it held ``before``."""
+    created_at, count, last_id = before
+    turns = session.turns
+    return (
+        session.created_at == created_at
+        and len(turns) > count
+        and turns[count].id == turn_id
+        and (count == 0 or turns[count - 1].id == last_id)
+    )
+
+
+def _without(turn_id: str, history: SessionHistory) -> SessionHistory | None:
+    """``history`` without the turn ``turn_id`` (``None``: it holds no such turn)."""
+    turns = tuple(turn for turn in history.turns if turn.id != turn_id)
+    if len(turns) == len(history.turns):
+        return None
+    return msgspec.structs.replace(history, turns=turns)
 
 
 async def _append(
@@ -818,10 +1053,15 @@ async def _append(
     append: _Append,
     seen: tuple[str | None, float, str | None],
 ) -> str:
-    session = await _adk_session(host, app_name, user_id, session_id)
-    if session is None:
-        raise SessionNotFoundError(f"Session {session_id} not found.")
     marker, last_update, last_event_id = seen
+    # A session read through this service appends over the handle it was read from,
+    # without reading the store first: when the caller's read is still this handle's
+    # view, the append itself finds out whether another writer came in between (below).
+    session = _held(host, _session_id(app_name, user_id, session_id))
+    if session is None or marker is None or marker != _marker(session):
+        session = await _adk_session(host, app_name, user_id, session_id)
+        if session is None:
+            raise SessionNotFoundError(f"Session {session_id} not found.")
     async with _lock_for(session):
         if marker is not None:
             if marker != _marker(session):
@@ -832,35 +1072,61 @@ async def _append(
             stored = _last_event(session)
             if (stored.get("id") if stored is not None else None) != last_event_id:
                 raise StaleSessionError(_STALE)
+        turns = session.turns
+        before = (session.created_at, len(turns), turns[-1].id if turns else None)
         pairing = _pairing_for(session)
         content = pairing.checked(append.blocks)
         # A block the pairing rule turned into text no longer holds its part exactly.
         exact = {i: j for i, j in append.exact.items() if content[j] is append.blocks[j]}
         turn = SessionTurn(
-            id=new_id(),
+            id=_turn_id(session),
             role="assistant" if append.role == "assistant" else "user",
             content=content,
             created_at=max(int(append.data.get("timestamp", 0) * 1000), 0),
             usage=append.usage,
             metadata={EVENT_KEY: _stored_once(append.data, exact)},
         )
-        # The turn, a state checkpoint of the turns before it when one is due, and the
-        # scope deltas: written at once, so they share the store's commits.
-        also: list[Callable[[], Awaitable[None]]] = []
+        # The turn and, when one is due, a state checkpoint of the turns before it (valid
+        # whether or not the turn lands): written at once, so they share the store's commits.
+        verdicts: dict[str, outcome.Outcome[None]] = {}
+
+        async def write(name: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+            try:
+                await fn(*args)
+            except Exception as exc:  # a cancellation goes through
+                verdicts[name] = outcome.Error(exc)
+            else:
+                verdicts[name] = outcome.Value(None)
+
         folded = cast(int, session.metadata.get("adkStateTurns") or 0)
         if len(session.turns) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
-            also.append(functools.partial(_checkpoint, session, state, len(session.turns)))
-        if append.app or append.user:
-            also.append(
-                functools.partial(_update_scopes, host, app_name, user_id, append.app, append.user)
-            )
-        if also:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.append_turns, [turn])
-                for write in also:
-                    nursery.start_soon(write)
+                nursery.start_soon(write, "turn", session.append_turns, [turn])
+                nursery.start_soon(write, "checkpoint", _checkpoint, session, state, len(turns))
         else:
-            await session.append_turns([turn])
+            await write("turn", session.append_turns, [turn])
+        try:
+            verdicts["turn"].unwrap()
+        except ZidaneNotFound as exc:
+            raise SessionNotFoundError(f"Session {session_id} not found.") from exc
+        except ConflictError as exc:
+            # Another writer appended a turn at this turn's place first (its id is the
+            # place's): nothing was written, as ADK's database service refuses it.
+            raise StaleSessionError(_STALE) from exc
+        if not _placed(session, turn.id, before):
+            # Another writer (not through this service: an edit, a delete and re-create)
+            # got in between: the turn does not follow what the caller read. Take it out
+            # again, in one atomic step of the store, and refuse the event.
+            await session.mutate_history(functools.partial(_without, turn.id))
+            raise StaleSessionError(_STALE)
         pairing.extend([turn])
+        # A checkpoint that lost to another writer or a deleted session is simply due
+        # again with the next event: readers fold the events after the stored one.
+        with contextlib.suppress(ConflictError, ZidaneNotFound):
+            verdicts.get("checkpoint", outcome.Value(None)).unwrap()
+        # The scope deltas once the event is stored: a crash in between leaves them
+        # unapplied, never applied for an event that was refused.
+        if append.app or append.user:
+            await _update_scopes(host, app_name, user_id, append.app, append.user)
         return _marker(session)
