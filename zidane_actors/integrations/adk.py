@@ -19,12 +19,10 @@ merged by conditional read-modify-writes. Requires the ``adk`` extra.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
 import contextlib
 import functools
 import hashlib
 import json
-import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -428,7 +426,6 @@ class ZidaneSessionService(BaseSessionService):
         self._append_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
-        self._queued: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
 
     def __repr__(self) -> str:
         return f"ZidaneSessionService(store={self.store_url!r})"
@@ -457,43 +454,16 @@ class ZidaneSessionService(BaseSessionService):
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(host, *args)`` in the portal's trio thread.
 
-        The calls made in one pass of the event loop cross to the trio thread
-        together, in one hand-over, and their answers come back together as
-        they settle (two thread wake-ups per batch instead of per call). A
-        call runs to its verdict even when its caller is cancelled meanwhile
-        (then ``CancelledError`` is raised), as an accepted portal call does.
+        The portal hands calls made together to the trio thread in one wave and
+        their answers back in one delivery per wave. A call accepted by the
+        trio side runs to its verdict even when its caller is cancelled
+        meanwhile (then ``CancelledError`` is raised).
         """
         shared = self._shared
         if shared is None:
             raise ActorClosed(f"{self!r} is closed")
         await wait_future(shared.ready)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        calls = self._queued.get(loop)
-        if calls is None:
-            calls = self._queued[loop] = []
-            loop.call_soon(self._hand_over, loop)
-        calls.append(_Call(fn, args, future))
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            while not future.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(future)
-            raise
-
-    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
-        calls = self._queued.pop(loop)
-        shared = self._shared
-        try:
-            if shared is None:
-                raise ActorClosed(f"{self!r} is closed")
-            done, _ = shared.portal.submit(_run_calls, shared.portal.host, calls, _Answers(loop))
-        except Exception as exc:
-            for call in calls:
-                call.future.set_exception(exc)
-            return
-        done.add_done_callback(functools.partial(_fail_unanswered, loop, calls))
+        return await shared.portal.call_async(fn, shared.portal.host, *args)
 
     # -- BaseSessionService -----------------------------------------------------
 
@@ -609,77 +579,6 @@ class ZidaneSessionService(BaseSessionService):
             session._storage_update_marker = marker
             session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
-
-
-@attrs.frozen
-class _Call:
-    """One service call waiting for its hand-over to the trio thread."""
-
-    fn: Callable[..., Awaitable[Any]]
-    args: tuple[Any, ...]
-    future: asyncio.Future[Any]
-
-
-class _Answers:
-    """Verdicts going back to the event loop, many per wake-up."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._ready: list[tuple[asyncio.Future[Any], outcome.Outcome[Any]]] = []
-
-    def post(self, future: asyncio.Future[Any], verdict: outcome.Outcome[Any]) -> None:
-        """From the trio thread: hand ``verdict`` over (wakes the loop once per batch)."""
-        with self._lock:
-            self._ready.append((future, verdict))
-            first = len(self._ready) == 1
-        if first:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                self._loop.call_soon_threadsafe(self._deliver)
-
-    def _deliver(self) -> None:
-        with self._lock:
-            ready, self._ready = self._ready, []
-        for future, verdict in ready:
-            if not future.done():
-                _settle(future, verdict)
-
-
-def _settle(future: asyncio.Future[Any], verdict: outcome.Outcome[Any]) -> None:
-    if isinstance(verdict, outcome.Error):
-        future.set_exception(verdict.error)
-    else:
-        future.set_result(verdict.unwrap())
-
-
-def _fail_unanswered(
-    loop: asyncio.AbstractEventLoop, calls: list[_Call], done: cf.Future[None]
-) -> None:
-    """Calls a closing portal never ran fail with its error (from the trio thread)."""
-    if done.cancelled() or done.exception() is not None:
-        error = ActorClosed("the portal closed") if done.cancelled() else done.exception()
-
-        def fail() -> None:
-            for call in calls:
-                if not call.future.done():
-                    call.future.set_exception(cast(BaseException, error))
-
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(fail)
-
-
-async def _run_calls(host: SessionHost, calls: list[_Call], answers: _Answers) -> None:
-    async with trio.open_nursery() as nursery:
-        for call in calls:
-            nursery.start_soon(_run_call, host, call, answers)
-
-
-async def _run_call(host: SessionHost, call: _Call, answers: _Answers) -> None:
-    try:
-        verdict: outcome.Outcome[Any] = outcome.Value(await call.fn(host, *call.args))
-    except Exception as exc:
-        verdict = outcome.Error(exc)
-    answers.post(call.future, verdict)
 
 
 @attrs.frozen
