@@ -29,6 +29,7 @@ from ._run_owner import (
     process_started_at,
     run_claim_blocked,
 )
+from ._search import search_page, search_words, turn_search_text
 from ._send_requests import (
     FIRE_HISTORY,
     SEND_REQUEST_HISTORY,
@@ -66,6 +67,7 @@ from ._types import (
     SaveMetaOptions,
     Schedule,
     ScheduleFire,
+    SearchOrder,
     SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
@@ -79,6 +81,8 @@ from ._types import (
     SessionRun,
     SessionRunAgent,
     SessionRunRetry,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     StoredRunBehavior,
@@ -123,6 +127,7 @@ __all__ = [
     "SaveMetaOptions",
     "Schedule",
     "ScheduleFire",
+    "SearchOrder",
     "SendRequestClaim",
     "SendRequestRecord",
     "SessionArtifact",
@@ -136,6 +141,8 @@ __all__ = [
     "SessionRun",
     "SessionRunAgent",
     "SessionRunRetry",
+    "SessionSearch",
+    "SessionSearchPage",
     "SessionStatus",
     "SessionTurn",
     "StoredRunBehavior",
@@ -174,6 +181,8 @@ __all__ = [
     "resume_chain_run_ids",
     "run_claim_blocked",
     "same_turn",
+    "search_page",
+    "search_words",
     "select_artifact_evictions",
     "send_request_evictions",
     "send_request_fingerprint",
@@ -181,6 +190,7 @@ __all__ = [
     "snapshot_status",
     "sort_artifacts",
     "to_builtins",
+    "turn_search_text",
     "upsert_runs",
     "validate_id",
 ]
