@@ -84,6 +84,7 @@ from zidane_actors.model import (
     SessionRun,
     SessionRunAgent,
     SessionRunRetry,
+    SessionSearch,
     SessionTurn,
     StoredRunBehavior,
     StoredRunOptions,
@@ -92,6 +93,7 @@ from zidane_actors.model import (
     ToolResultBlock,
     TurnUsage,
     UpdateRunOptions,
+    search_page,
     current_run_owner,
     encode,
     host_id,
@@ -985,6 +987,118 @@ class StoreContract:
             assert [r.id for r in rows] == await full.list(session_filter)
             for row in rows:
                 assert row == await full.get_meta(row.id)
+
+    # -- search_meta ------------------------------------------------------------------------
+
+    @staticmethod
+    def search_turn(n: int, text: str, tool: str | None = None) -> SessionTurn:
+        content: tuple[Any, ...] = (TextBlock(text),)
+        if tool is not None:
+            content += (ToolCallBlock(id=f"c{n}", name=tool, input={"q": "unindexedinput"}),)
+        return SessionTurn(id=f"t{n}", role="user" if n % 2 == 0 else "assistant",
+                           content=content, created_at=1_000 + n)  # fmt: skip
+
+    async def check_search(self, store: Any, searches: list[SessionSearch]) -> None:
+        """Each search answers what ``search_page`` answers over the loaded sessions."""
+        sessions = [await store.load(sid) for sid in await store.list()]
+        for search in searches:
+            page = await store.search_meta(search)
+            want = search_page(sessions, search, lambda d: SessionMetaRow(
+                id=d.id, metadata={}, run_count=0, turn_count=0, updated_at=0,
+                user_message_count=0))  # fmt: skip
+            assert [r.id for r in page.rows] == [r.id for r in want.rows], search
+            assert (page.total, page.total_exact) == (want.total, want.total_exact), search
+            for row in page.rows:
+                assert row == await store.get_meta(row.id)
+
+    async def test_search_meta_words_filters_order_and_pages(self, store: SessionStore) -> None:
+        full = self.need(store, "search_meta", "get_meta")
+        texts = [
+            ("Weather in Paris, please", "get_weather"),
+            ("Deploy the frontend to staging", "run_shell"),
+            ("Café crème et croissants", None),
+            ("deployment failed: disk full", "read_file"),
+        ]
+        for i, (text, tool) in enumerate(texts):
+            await full.save(
+                make_session(
+                    f"sess-{i}",
+                    created_at=1_000 + 10 * (i % 3),
+                    updated_at=5_000 - 100 * i,
+                    agent_id="a" if i % 2 else "b",
+                    project_root="/p" if i < 2 else None,
+                    status="error" if i == 3 else "idle",
+                    metadata={"title": "Quarterly report"} if i == 2 else {},
+                    turns=(self.search_turn(0, "hello there"), self.search_turn(1, text, tool)),
+                )
+            )
+        found = await full.search_meta(SessionSearch(text="PARIS"))
+        assert [r.id for r in found.rows] == ["sess-0"] and found.total == 1 and found.total_exact
+        assert [r.id for r in (await full.search_meta(SessionSearch(text="weath"))).rows] == [
+            "sess-0"
+        ]
+        await self.check_search(
+            full,
+            [
+                SessionSearch(),
+                SessionSearch(text="deploy"),
+                SessionSearch(text="deploy staging"),
+                SessionSearch(text="deploy nowhere"),
+                SessionSearch(text="get_weather"),
+                SessionSearch(text="read"),
+                SessionSearch(text="café"),
+                SessionSearch(text="quarterly"),
+                SessionSearch(text="sess 2"),
+                SessionSearch(text="unindexedinput"),
+                SessionSearch(text="hello", limit=2, offset=1),
+                SessionSearch(text="hello", order="created"),
+                SessionSearch(text="hello", count_limit=2),
+                SessionSearch(text="  ,;  "),
+                SessionSearch(agent_id="a"),
+                SessionSearch(project_root=None),
+                SessionSearch(project_root="/p", text="hello"),
+                SessionSearch(status="error"),
+                SessionSearch(created_from=1_010, created_to=1_020),
+                SessionSearch(updated_from=4_800, updated_to=5_000, order="created"),
+                SessionSearch(limit=0),
+                SessionSearch(offset=10),
+                SessionSearch(count_limit=0),
+            ],
+        )
+
+    async def test_search_meta_index_follows_every_write(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "search_meta", "get_meta")
+        await full.save(make_session("s1", turns=(self.search_turn(0, "alpha beta"),)))
+
+        async def hits(text: str) -> list[str]:
+            return [r.id for r in (await full.search_meta(SessionSearch(text=text))).rows]
+
+        assert await hits("alpha") == ["s1"]
+        await full.append_turns("s1", [self.search_turn(1, "gamma", "lookup_tool")])
+        assert await hits("gamma") == await hits("lookup") == ["s1"]
+        await full.save(make_session("s1", turns=(self.search_turn(5, "delta"),)))
+        assert await hits("alpha") == await hits("gamma") == []
+        assert await hits("delta") == ["s1"]
+        if "mutate_history" in store_capabilities(full):
+
+            def rewrite(history: SessionHistory) -> SessionHistory:
+                return SessionHistory(turns=(self.search_turn(7, "epsilon"),), runs=())
+
+            assert await full.mutate_history("s1", rewrite) == "ok"
+            assert await hits("delta") == []
+            assert await hits("epsilon") == ["s1"]
+        if "patch_meta" in store_capabilities(full):
+            await full.patch_meta("s1", {"title": "Zeta title"})
+            assert await hits("zeta") == ["s1"]
+            await full.patch_meta("s1", {"title": UNSET})
+            assert await hits("zeta") == []
+        full = await reopen()
+        await full.delete("s1")
+        assert await hits("s1") == []
+        await full.save(make_session("s1"))
+        assert await hits("epsilon") == []
 
     # -- patch_meta -------------------------------------------------------------------------
 
