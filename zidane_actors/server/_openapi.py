@@ -16,6 +16,7 @@ from ..model import (
     SessionArtifact,
     SessionData,
     SessionMetaRow,
+    SessionSearchPage,
     SessionTurn,
 )
 from ..stores._remote import (
@@ -136,6 +137,29 @@ _OPS: Final = (
         "list_meta",
         ok=list[SessionMetaRow],
         query=_FILTER,
+    ),
+    _Op(
+        "/session-search",
+        "get",
+        "Sessions whose words match text (prefixes of words in messages, tool names, titles,"
+        " ids), filtered, one page of summaries and the count of matches",
+        "search_meta",
+        ok=SessionSearchPage,
+        query=(
+            ("text", "string"),
+            ("agentId", "string"),
+            ("projectRoot", "string"),
+            ("untaggedOnly", "boolean"),
+            ("status", "string"),
+            ("createdFrom", "integer"),
+            ("createdTo", "integer"),
+            ("updatedFrom", "integer"),
+            ("updatedTo", "integer"),
+            ("order", "string"),
+            ("limit", "integer"),
+            ("offset", "integer"),
+            ("countLimit", "integer"),
+        ),
     ),
     _Op("/session-ids", "post", "Generate a session id", ok=IdResult),
     _Op("/turn-ids", "post", "Generate a turn id", ok=IdResult),
