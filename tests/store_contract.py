@@ -93,10 +93,10 @@ from zidane_actors.model import (
     ToolResultBlock,
     TurnUsage,
     UpdateRunOptions,
-    search_page,
     current_run_owner,
     encode,
     host_id,
+    search_page,
     validate_id,
 )
 from zidane_actors.model._checked import CheckedTurns, checked_turns
@@ -143,6 +143,13 @@ def make_run(run_id: str, status: str = "completed", **fields: Any) -> SessionRu
         started_at=1_000,
         status=status,  # type: ignore[arg-type]
         **fields,
+    )
+
+
+def _bare_row(data: SessionData) -> SessionMetaRow:
+    """A row naming ``data`` only (what a search compares is the order of the ids)."""
+    return SessionMetaRow(
+        id=data.id, metadata={}, run_count=0, turn_count=0, updated_at=0, user_message_count=0
     )
 
 
@@ -995,17 +1002,15 @@ class StoreContract:
         content: tuple[Any, ...] = (TextBlock(text),)
         if tool is not None:
             content += (ToolCallBlock(id=f"c{n}", name=tool, input={"q": "unindexedinput"}),)
-        return SessionTurn(id=f"t{n}", role="user" if n % 2 == 0 else "assistant",
-                           content=content, created_at=1_000 + n)  # fmt: skip
+        role = "user" if n % 2 == 0 else "assistant"
+        return SessionTurn(id=f"t{n}", role=role, content=content, created_at=1_000 + n)
 
     async def check_search(self, store: Any, searches: list[SessionSearch]) -> None:
         """Each search answers what ``search_page`` answers over the loaded sessions."""
         sessions = [await store.load(sid) for sid in await store.list()]
         for search in searches:
             page = await store.search_meta(search)
-            want = search_page(sessions, search, lambda d: SessionMetaRow(
-                id=d.id, metadata={}, run_count=0, turn_count=0, updated_at=0,
-                user_message_count=0))  # fmt: skip
+            want = search_page(sessions, search, _bare_row)
             assert [r.id for r in page.rows] == [r.id for r in want.rows], search
             assert (page.total, page.total_exact) == (want.total, want.total_exact), search
             for row in page.rows:

@@ -10,8 +10,8 @@ import html.parser
 import re
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
