@@ -53,6 +53,7 @@ FILE_MAP_CAPABILITIES = frozenset(
         "generate_session_id",
         "generate_turn_id",
         "get_meta",
+        "search_meta",
         "get_rev",
         "list_meta",
         "load_versioned",

@@ -150,15 +150,15 @@ _OPS: Final = (
             ("agentId", "string"),
             ("projectRoot", "string"),
             ("untaggedOnly", "boolean"),
-            ("status", "string"),
+            ("status", "enum:idle,running,completed,error"),
             ("createdFrom", "integer"),
             ("createdTo", "integer"),
             ("updatedFrom", "integer"),
             ("updatedTo", "integer"),
-            ("order", "string"),
-            ("limit", "integer"),
+            ("order", "enum:updated,created"),
+            ("limit", "integer:1000"),
             ("offset", "integer"),
-            ("countLimit", "integer"),
+            ("countLimit", "integer:1000000"),
         ),
     ),
     _Op("/session-ids", "post", "Generate a session id", ok=IdResult),
@@ -376,6 +376,10 @@ def _query_params(query: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
         if kind == "integer":
             schema["minimum"] = 0
             schema["maximum"] = 10**15 - 1
+        if kind.startswith("integer:"):  # a tighter maximum than the default
+            schema = {"type": "integer", "minimum": 0, "maximum": int(kind.split(":")[1])}
+        if kind.startswith("enum:"):
+            schema = {"type": "string", "enum": kind.removeprefix("enum:").split(",")}
         params.append({"name": name, "in": "query", "required": False, "schema": schema})
     return params
 
