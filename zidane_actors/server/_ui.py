@@ -205,7 +205,7 @@ class ListQuery:
 
     def search(self, offset: int, limit: int) -> SessionSearch:
         """The ``search_meta`` query of this page: every filter goes to the store."""
-        bounds = {f"{self.dates}_from": self.start, f"{self.dates}_to": self.end}
+        created = self.dates == "created"
         return SessionSearch(
             text=self.q,
             agent_id=self.agent,
@@ -215,7 +215,10 @@ class ListQuery:
             limit=limit,
             offset=offset,
             count_limit=COUNT_LIMIT,
-            **bounds,  # type: ignore[arg-type]
+            created_from=self.start if created else None,
+            created_to=self.end if created else None,
+            updated_from=None if created else self.start,
+            updated_to=None if created else self.end,
         )
 
     def keeps(self, row: SessionMetaRow) -> bool:
