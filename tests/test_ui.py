@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from test_postgres_store import DSN, fresh_schema
 from test_server_e2e import ServerProcess
 
+from zidane_actors.errors import UnsupportedOperationError
 from zidane_actors.model import (
     ImageBlock,
     Schedule,
@@ -525,6 +526,31 @@ async def test_the_list_searches_messages_and_tools_and_counts_pages(name: str) 
             assert "18 sessions" in r.text
             r = await client.get("/ui/fragments/sessions?from=2999-01-01")
             assert "No sessions match." in r.text and "0 sessions" in r.text
+
+
+class _SearchRefused:
+    """A memory store whose ``search_meta`` is refused (a remote store whose server lacks it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def search_meta(self, search: Any) -> Any:
+        raise UnsupportedOperationError("the backing store does not implement search_meta")
+
+
+async def test_a_refused_search_falls_back_to_listing() -> None:
+    async with open_memory_store() as inner:
+        for i in range(60):
+            await inner.save(_session(f"s{i:02d}", updated_at=T0 + i, metadata={}))
+        async with _client(_SearchRefused(inner)) as client:  # type: ignore[arg-type]
+            r = await client.get("/ui/fragments/sessions?q=s05")
+            assert r.status_code == 200 and 'data-session-id="s05"' in r.text
+            assert r.text.count('class="session-row"') == 1 and " sessions</span>" not in r.text
+            r = await client.get("/ui/fragments/sessions?sort=created")
+            assert r.status_code == 400 and "update time only" in r.text
 
 
 class _RequiredOnly:

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import ValidationError
+from ..errors import UnsupportedOperationError, ValidationError
 from ..model import (
     ArtifactFilter,
     Schedule,
@@ -316,6 +316,17 @@ class _Reader:
                 return matched, True
             limit = min(limit * 4, cap)
 
+    async def search(self, search: SessionSearch) -> SessionSearchPage | None:
+        """``search_meta``'s answer; ``None`` when the store cannot search (a remote
+        store's server may lack it: then it says so, and the list falls back)."""
+        if not self._has("search_meta"):
+            return None
+        try:
+            found: SessionSearchPage = await self.store.search_meta(search)  # type: ignore[attr-defined]
+        except UnsupportedOperationError:
+            return None
+        return found
+
     async def meta(self, sid: str) -> SessionMetaRow | None:
         if self._has("get_meta"):
             row: SessionMetaRow | None = await self.store.get_meta(sid)  # type: ignore[attr-defined]
@@ -365,11 +376,8 @@ class _Ui:
     async def sessions(self, request: Request) -> Html:
         query = ListQuery.parse(request)
         skip = (query.page - 1) * LIST_PAGE_SIZE
-        searchable = "search_meta" in self.reader.capabilities
-        if searchable:
-            found: SessionSearchPage = await self.reader.store.search_meta(  # type: ignore[attr-defined]
-                query.search(skip, LIST_PAGE_SIZE)
-            )
+        found = await self.reader.search(query.search(skip, LIST_PAGE_SIZE))
+        if found is not None:
             page = SessionsPage(
                 rows=found.rows,
                 has_next=len(found.rows) == LIST_PAGE_SIZE
