@@ -2025,6 +2025,10 @@ SESSION_OPERATIONS: list[st.SearchStrategy[tuple[Any, ...]]] = [
     st.tuples(st.just("list"), _FILTERS),
     st.tuples(st.just("list_meta"), _FILTERS),
     st.tuples(
+        st.just("search_meta"),
+        st.sampled_from(["turn", "TURN 1", "ünï", "日本", "s1", "s2 turn", "t", "absent", ""]),
+    ),
+    st.tuples(
         st.just("claim_send_request"), _SESSION_IDS, _REQUEST_IDS, st.sampled_from(["f0", "f1"])
     ),
     st.tuples(st.just("find_send_request"), _SESSION_IDS, _REQUEST_IDS),
@@ -2098,6 +2102,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "demote_stale_run": ("demote_stale_run",),
     "get_meta": ("get_meta",),
     "list_meta": ("list_meta",),
+    "search_meta": ("search_meta",),
     "claim_send_request": ("claim_send_request",),
     "find_send_request": ("find_send_request",),
     "settle_send_request": ("settle_send_request",),
@@ -2162,7 +2167,7 @@ def _retarget(op: tuple[Any, ...], session_ids: tuple[str, ...]) -> tuple[Any, .
         return (name, replace(op[1], id=fix(op[1].id)), *op[2:])
     if name == "list_artifacts":
         return (name, fix(op[1]), *op[2:])
-    if name in ("reopen", "list", "list_meta", "generate_ids") or "schedule" in name:
+    if name in ("reopen", "list", "list_meta", "search_meta", "generate_ids") or "schedule" in name:
         return op
     return (name, fix(op[1]), *op[2:])
 
@@ -2233,6 +2238,8 @@ async def _call(store: Any, op: tuple[Any, ...]) -> Any:
         return await store.upsert_artifact(artifact)
     if name == "list_artifacts":
         return await store.list_artifacts(ArtifactFilter(session_id=args[0], kind=args[1]))
+    if name == "search_meta":
+        return await store.search_meta(SessionSearch(text=args[0], limit=1000))
     if name == "save_schedule":
         schedule_id, enabled, next_fire_at, keep = args
         schedule = make_schedule(schedule_id, enabled=enabled, next_fire_at=next_fire_at)
@@ -2317,6 +2324,8 @@ class _Differential:
         if kind == "error":
             return outcome
         name = op[0]
+        if name == "search_meta":  # the store's own clock orders stamped sessions
+            return sorted(r.id for r in value.rows), value.total, value.total_exact
         if name in ("list", "list_meta"):
             ids = [v if isinstance(v, str) else v.id for v in value]
             rows = sorted(value, key=lambda v: v if isinstance(v, str) else v.id)
