@@ -1863,8 +1863,11 @@ class PostgresStore:
         order = "s.created_at" if search.order == "created" else "s.updated_at"
 
         def op(cur: _Cursor) -> SessionSearchPage:
+            # The page's ids first, so the per-row subqueries run for its rows only.
             cur.execute(
-                f'{_META_SELECT}{where} ORDER BY {order} DESC, s.id COLLATE "C" LIMIT %s OFFSET %s',
+                f"{_META_SELECT} WHERE s.id IN (SELECT s.id FROM sessions s{where}"
+                f' ORDER BY {order} DESC, s.id COLLATE "C" LIMIT %s OFFSET %s)'
+                f' ORDER BY {order} DESC, s.id COLLATE "C"',
                 [*params, search.limit, search.offset],
             )
             rows = tuple(_meta_row(row) for row in cur.fetchall())
