@@ -30,6 +30,7 @@ named ``"apply_writes"``. A store without ``rev`` in its meta rows sets
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -63,6 +64,7 @@ from zidane_actors.model import (
     AppendTurnsOptions,
     ArtifactFilter,
     DropPartials,
+    ExtraFields,
     FileBlock,
     ImageBlock,
     PruneSteps,
@@ -94,6 +96,7 @@ from zidane_actors.model import (
     TurnUsage,
     UpdateRunOptions,
     current_run_owner,
+    decode,
     encode,
     host_id,
     search_page,
@@ -280,6 +283,38 @@ def dead_pid() -> int:
         return int(f.read()) + 1
 
 
+# A session as another writer (a newer zidane, JavaScript) writes it: fields this version does
+# not know at every level, lone UTF-16 surrogates as JSON.stringify writes them, explicit values
+# and integral numbers in number fields. Every store must read it back as written.
+FOREIGN_TURN = (
+    '{"id":"f1","role":"assistant","createdAt":1001,"parentTurnId":"t0",'
+    '"content":[{"type":"text","text":"clipped \\ud83d","citations":[{"n":1}]},'
+    '{"type":"tool_call","id":"c1","name":"lookup","future":true},'
+    '{"type":"tool_result","callId":"c1","output":"ok","isError":false},'
+    '{"type":"reasoning","signature":"sig"}],'
+    '"usage":{"input":1,"output":2,"cost":12000,"reasoningTokens":7},'
+    '"metadata":{"label":"\\udc00 low","\\ud800key":1}}'
+)
+FOREIGN_RUN = (
+    '{"id":"r1","prompt":"p \\ud83d","startedAt":1000,"status":"completed","wallMs":12000,'
+    '"userWait":{},"agent":{"id":"a","label":"A","avatar":"x"},"budget":{"usd":1},'
+    '"totalUsage":{"input":3,"output":4,"cost":2}}'
+)
+FOREIGN_ARTIFACT = (
+    '{"id":"a1","sessionId":"s1","kind":"pull_request","uri":"https://example.com/pr/1",'
+    '"label":"PR \\ud83d","createdAt":1000,"updatedAt":1000,"reviewers":["x"]}'
+)
+
+
+def foreign_turn(n: int) -> str:
+    return FOREIGN_TURN.replace('"f1"', f'"f{n}"')
+
+
+def json_doc(raw: str | bytes) -> Any:
+    """A JSON document as builtins, lone surrogates included (to compare documents)."""
+    return json.loads(raw)
+
+
 class StoreHarness:
     """One backing storage and the store currently open on it (``reopen`` swaps it)."""
 
@@ -382,6 +417,63 @@ class StoreContract:
         assert await store.load("s1") == data
         assert await store.list() == ["s1"]
 
+    async def test_foreign_documents_read_back_as_written(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        """Unknown fields, lone surrogates, explicit values and integral numbers: kept as written
+        through save, append, update_run and reopen."""
+        turns = [decode(foreign_turn(n), SessionTurn) for n in (1, 2)]
+        run = decode(FOREIGN_RUN, SessionRun)
+        extra = ExtraFields({"workspace": {"root": "/w"}, "label\ud83d": 12000})
+        data = make_session(
+            "s1", metadata={"t": "\ud83d"}, turns=(turns[0],), runs=(run,), extra_fields=extra
+        )
+        await store.save(data)
+        await store.append_turns("s1", [turns[1]])
+        await store.update_run("s1", replace(run, id="r2"))
+        current: Any = store
+        for reopened in (False, True):
+            if reopened:
+                current = await reopen()
+            loaded = await current.load("s1")
+            assert loaded is not None
+            assert [json_doc(encode(t)) for t in loaded.turns] == [
+                json_doc(foreign_turn(n)) for n in (1, 2)
+            ]
+            assert [json_doc(encode(r)) for r in loaded.runs] == [
+                json_doc(FOREIGN_RUN),
+                json_doc(FOREIGN_RUN.replace('"r1"', '"r2"')),
+            ]
+            assert loaded.metadata == {"t": "\ud83d"}
+            assert loaded.extra_fields == extra
+            assert json_doc(encode(loaded))["workspace"] == {"root": "/w"}
+            assert [json_doc(encode(t)) for t in await current.get_turns("s1")] == [
+                json_doc(foreign_turn(n)) for n in (1, 2)
+            ]
+
+    async def test_foreign_artifacts_read_back_as_written(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "upsert_artifact", "list_artifacts")
+        await store.save(make_session("s1"))
+        await full.upsert_artifact(decode(FOREIGN_ARTIFACT, SessionArtifact))
+        current: Any = full
+        for reopened in (False, True):
+            if reopened:
+                current = await reopen()
+            listed = await current.list_artifacts(ArtifactFilter(session_id="s1"))
+            assert [json_doc(encode(a)) for a in listed] == [json_doc(FOREIGN_ARTIFACT)]
+
+    async def test_lone_surrogates_in_metadata_and_ids_never_raise_unicode_errors(
+        self, store: SessionStore
+    ) -> None:
+        """A lone surrogate is carried where a value is stored, refused (located) in an id."""
+        await store.save(make_session("s1", metadata={"k\udfff": "v\ud800"}))
+        loaded = await store.load("s1")
+        assert loaded is not None and loaded.metadata == {"k\udfff": "v\ud800"}
+        with pytest.raises(ValidationError):
+            await store.save(make_session("s\ud800"))
+
     async def test_save_empty_session(self, store: SessionStore) -> None:
         data = make_session("empty")
         await store.save(data)
@@ -472,7 +564,8 @@ class StoreContract:
         assert type(carrier) is CheckedTurns
         assert noted.metadata is not None and carrier[1].metadata is not None
         noted.metadata["n"] = math.nan
-        carrier[1].metadata["source"]["tags"].append("late")
+        with pytest.raises(TypeError):  # the carrier holds frozen copies of what was checked
+            carrier[1].metadata["source"]["tags"].append("late")
         await store.append_turns("s1", carrier)
         bodies = list(carrier.bodies)
         if "apply_writes" in store_capabilities(store):
@@ -1363,6 +1456,49 @@ class StoreContract:
         for i in (1, SEND_REQUEST_HISTORY // 2, SEND_REQUEST_HISTORY):
             assert await full.find_send_request("s1", f"req-{i}") is not None
 
+    async def test_send_requests_list_and_put_exactly(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(
+            store,
+            "claim_send_request",
+            "list_send_requests",
+            "put_send_request",
+            "find_send_request",
+        )
+        await full.save(make_session("s1"))
+        assert await full.list_send_requests("s1") == []
+        copied = [
+            SendRequestRecord(request_id="req-b", fingerprint="fp-b", created_at=1_000),
+            SendRequestRecord(
+                request_id="req-a", fingerprint="fp-a", created_at=2_000, result={"n": [1, 2.5]}
+            ),
+        ]
+        for record in reversed(copied):
+            await full.put_send_request("s1", record)
+        full = await reopen()
+        assert await full.list_send_requests("s1") == copied  # oldest claim first, exact
+        assert await full.list_send_requests("s2") == []
+        replaced = SendRequestRecord(
+            request_id="req-b", fingerprint="fp-b", created_at=1_000, result=7
+        )
+        await full.put_send_request("s1", replaced)
+        assert await full.find_send_request("s1", "req-b") == replaced
+        again = await full.claim_send_request("s1", "req-a", "fp-a")
+        assert (again.claimed, again.record) == (False, copied[1])  # a put record holds its id
+        with pytest.raises(ValidationError):
+            await full.put_send_request("s1", "not a record")  # type: ignore[arg-type]
+        for i in range(SEND_REQUEST_HISTORY + 1):
+            await full.put_send_request(
+                "s1",
+                SendRequestRecord(request_id=f"bulk-{i}", fingerprint="f", created_at=5_000 + i),
+            )
+        held = await full.list_send_requests("s1")
+        assert (
+            len(held) == SEND_REQUEST_HISTORY
+            and held[-1].request_id == f"bulk-{SEND_REQUEST_HISTORY}"
+        )
+
     # -- artifacts --------------------------------------------------------------------------
 
     async def test_upsert_artifact_unknown_session(self, store: SessionStore) -> None:
@@ -1642,13 +1778,30 @@ class StoreContract:
             calls.append(lambda: full.claim_run(bad, stale_at=0))
         if "claim_send_request" in caps:
             calls.append(lambda: full.claim_send_request(bad, "r", "fp"))
-            calls.append(lambda: full.claim_send_request("s1", bad, "fp"))
+            if not isinstance(bad, str) or not bad:  # a request id is not a path
+                calls.append(lambda: full.claim_send_request("s1", bad, "fp"))
         if "delete_schedule" in caps:
             calls.append(lambda: full.delete_schedule(bad))
         for call in calls:
             with pytest.raises(InvalidNameError):
                 await call()
         assert await store.list() == []
+
+    async def test_request_ids_are_any_text(self, store: SessionStore) -> None:
+        """Send request ids are idempotency keys, never paths: ``req#1``, ``a/b``, ``../x``."""
+        full = self.need(store, "claim_send_request", "find_send_request", "settle_send_request")
+        await store.save(make_session("s1"))
+        odd = ("req#1", "req 1", "a/b", "../x", "ünï 🎉", "?q=1&x", "%2F", "r" * 1_000)
+        for request_id in odd:
+            claim = await full.claim_send_request("s1", request_id, "fp")
+            assert claim.claimed, request_id
+            await full.settle_send_request("s1", request_id, {"ok": request_id})
+            record = await full.find_send_request("s1", request_id)
+            assert record is not None and record.request_id == request_id
+            assert record.result == {"ok": request_id}
+        for bad in ("", "x\x00", "a\ud800", "r" * 1_001, 7):
+            with pytest.raises(InvalidNameError):
+                await full.claim_send_request("s1", bad, "fp")
 
     async def test_bad_nested_ids_rejected(self, store: SessionStore) -> None:
         with pytest.raises(InvalidNameError):

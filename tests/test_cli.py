@@ -7,13 +7,16 @@ subprocess; the output of the other commands is checked through
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
+import trio
 from test_server_e2e import ServerProcess
 
 from zidane_actors.cli import main
@@ -139,7 +142,7 @@ def db(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_usage_errors_exit_2() -> None:
-    for argv in (("sessions", "show"), ("serve", "--port", "-1")):
+    for argv in (("sessions", "show"), ("serve", "--port", "-1"), ("serve", "--port", "99999")):
         done = cli(*argv)
         assert done.returncode == 2, argv
         assert "Traceback" not in done.stderr
@@ -163,6 +166,49 @@ def test_runtime_errors_are_one_line_exit_1(db: str) -> None:
         assert done.returncode == 1, argv
         assert done.stderr.startswith("zidane-actors: error:"), done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_version_and_python_dash_m() -> None:
+    from zidane_actors import __version__
+
+    done = subprocess.run(
+        [sys.executable, "-m", "zidane_actors", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"zidane-actors {__version__}"
+
+
+def test_every_option_and_subcommand_has_a_help_line() -> None:
+    from zidane_actors.cli import _parser
+
+    def walk(parser: argparse.ArgumentParser, where: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name):
+                        missing.append(f"{where} {name}")
+                    missing += walk(sub, f"{where} {name}")
+            elif not action.help:
+                missing.append(f"{where} {'/'.join(action.option_strings) or action.dest}")
+        return missing
+
+    assert walk(_parser(), "zidane-actors") == []
+
+
+def test_import_of_a_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "latin1.jsonl"
+    source.write_bytes('{"session": {"id": "caf\xe9"}}\n'.encode("latin-1"))
+    code, _, err = run(capsys, "sessions", "import", str(source), "--store", db)
+    assert code == 1
+    assert err.startswith("zidane-actors: error:") and "not UTF-8" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_runtime_errors_in_process(db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -311,3 +357,160 @@ def test_file_map_store_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code, _, err = run(capsys, "sessions", "import", str(other), "--store", url)
     assert code == 1
     assert "one session per store" in err
+
+
+def test_import_of_bytes_that_are_not_utf8_and_a_bad_port_print_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(jsonl(session()).encode() + b'{"session": "caf\xe9"}\n')
+    done = cli("sessions", "import", str(bad), "--store", f"sqlite:{tmp_path / 'x.db'}")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "not UTF-8" in done.stderr
+    served = cli("serve", "--port", "99999", "--store", "memory")
+    assert served.returncode == 2
+    assert served.stderr.strip() == "zidane-actors: --port must be a TCP port (0 to 65535)"
+
+
+def test_import_carries_lone_surrogates_and_unknown_fields(tmp_path: Path) -> None:
+    """A JSONL export written by JavaScript (a clipped emoji) or a newer version imports as is."""
+    source = tmp_path / "js.jsonl"
+    text = jsonl(session()).replace('"Reading hosts"', '"Reading \\ud83d"')
+    text = text.replace('"agentId":"coder"', '"agentId":"coder","workspace":{"root":"/w"}')
+    source.write_text(text, encoding="utf-8")
+    url = f"sqlite:{tmp_path / 'x.db'}"
+    done = cli("sessions", "import", str(source), "--store", url)
+    assert done.returncode == 0, done.stderr
+    exported = cli("sessions", "export", "s1", "--store", url)
+    assert exported.returncode == 0, exported.stderr
+    assert '"Reading \\ud83d"' in exported.stdout
+    assert '"workspace":{"root":"/w"}' in exported.stdout
+
+
+async def _seed_everything(url: str) -> None:
+    """A store holding every kind of data a migration must carry."""
+    from zidane_actors.model import (
+        RunOwner,
+        Schedule,
+        ScheduleFire,
+        SendRequestRecord,
+        SessionArtifact,
+        current_run_owner,
+    )
+    from zidane_actors.stores._url import open_store_url
+
+    async with open_store_url(url) as store:
+        full: Any = store
+        await store.save(session())
+        live = SessionData(
+            id="live",
+            created_at=1_700_000_000_000,
+            updated_at=1_700_000_200_000,
+            metadata={"n": 12000, "f": 1.5},
+            turns=(SessionTurn(id="l1", role="user", content=(TextBlock("go"),), created_at=1),),
+        )
+        await store.save(live)
+        owner: RunOwner = current_run_owner()
+        await store.update_status("live", "running", owner=owner, preserve_updated_at=True)
+        await full.upsert_artifact(
+            SessionArtifact(
+                id="a1",
+                session_id="s1",
+                kind="link",
+                uri="https://example.invalid/pr/1",
+                label="PR 1",
+                created_at=5,
+                updated_at=6,
+                meta={"state": "open"},
+            )
+        )
+        await full.put_send_request(
+            "s1",
+            SendRequestRecord(request_id="req 1", fingerprint="fp", created_at=7, result={"t": 1}),
+        )
+        await full.put_send_request(
+            "live", SendRequestRecord(request_id="req#2", fingerprint="fp2", created_at=8)
+        )
+        await full.save_schedule(
+            Schedule(
+                id="nightly",
+                prompt="digest",
+                enabled=True,
+                created_at=1,
+                updated_at=2,
+                interval_ms=86_400_000,
+                next_fire_at=99,
+            )
+        )
+        for n in range(3):
+            await full.record_schedule_fire(
+                ScheduleFire(
+                    id=f"f{n}", schedule_id="nightly", due_at=10 + n, fired_at=11 + n, status="ok"
+                )
+            )
+
+
+async def _everything(url: str) -> tuple[Any, ...]:
+    from zidane_actors import _transfer as transfer
+    from zidane_actors.stores._url import open_store_url
+
+    async with open_store_url(url) as store:
+        counts, bundles = await transfer.stored_counts(store)
+        schedules = await transfer.schedules_of(store)
+        live = await store.load("live")
+        assert live is not None
+        return counts.values, bundles, schedules, (live.status, live.run_owner, live.updated_at)
+
+
+async def test_copy_carries_everything_a_store_holds_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = f"sqlite:{tmp_path / 'source.db'}"
+    await _seed_everything(source)
+    before = await _everything(source)
+    assert before[0] == {
+        "sessions": 2,
+        "turns": 5,
+        "runs": 2,
+        "artifacts": 1,
+        "sendRequests": 2,
+        "schedules": 1,
+        "fires": 3,
+    }
+    assert before[3][0] == "running"
+    target = f"sqlite:{tmp_path / 'target.db'}"
+    code, out, _ = await trio.to_thread.run_sync(
+        run, capsys, "copy", "--from", source, "--to", target
+    )
+    assert code == 0, out
+    assert "verified: every copied session reads back byte for byte (2)" in out
+    assert (
+        "sendRequests           2         2" in out and "fires                  3         3" in out
+    )
+    assert await _everything(target) == before
+
+    # export --all, then import into an empty store: the same again.
+    code, exported, _ = await trio.to_thread.run_sync(
+        run, capsys, "sessions", "export", "--store", source
+    )
+    assert code == 0
+    dump = tmp_path / "all.jsonl"
+    dump.write_text(exported, encoding="utf-8")
+    imported = f"sqlite:{tmp_path / 'imported.db'}"
+    code, out, err = await trio.to_thread.run_sync(
+        run, capsys, "sessions", "import", str(dump), "--store", imported
+    )
+    assert code == 0, err
+    assert "imported schedule nightly (3 fires)" in out
+    assert await _everything(imported) == before
+
+
+async def test_copy_refuses_a_target_that_would_lose_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = f"sqlite:{tmp_path / 'source.db'}"
+    await _seed_everything(source)
+    code, _, err = await trio.to_thread.run_sync(
+        run, capsys, "copy", "--from", source, "--to", f"file:{tmp_path / 'map'}"
+    )
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("zidane-actors: error:") and "would be lost" in last, err

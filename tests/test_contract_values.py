@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import re
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -46,6 +46,8 @@ from zidane_actors.model import (
     MAX_JSON_DEPTH,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
+    ReasoningBlock,
     RunUserWait,
     Schedule,
     ScheduleFire,
@@ -74,6 +76,7 @@ from zidane_actors.stores import (
     open_sqlite_store,
     store_capabilities,
 )
+from zidane_actors.stores._validate import encoded
 from zidane_actors.wire import PairingDrop, from_openai, to_openai
 
 STORES = ("memory", "sqlite", "file_map", "remote", "postgres")
@@ -442,7 +445,7 @@ async def test_artifact_limits_on_upsert(store: Any) -> None:
     huge = {"blob": "x" * (ARTIFACT_META_MAX_BYTES + 1)}
     stored = await store.upsert_artifact(artifact(meta=huge, label="L" * 600))
     assert stored is not None and stored.meta is UNSET  # meta dropped, artifact kept
-    assert len(stored.label) == ARTIFACT_LABEL_MAX_CHARS and stored.label.endswith("…")
+    assert stored.label == "L" * 600  # kept as given: only a producer's label is clipped
     (listed,) = await store.list_artifacts(ArtifactFilter(session_id="s1"))
     assert listed == stored
     fits = {"blob": "x" * 100}
@@ -466,6 +469,9 @@ async def test_session_add_artifact_applies_the_limits() -> None:
         assert stored is not None and stored.meta is UNSET
         (listed,) = await memory.list_artifacts()
         assert listed.meta is UNSET
+        long = await s.add_artifact(SessionArtifactInput(kind="file", uri="g", label="L" * 600))
+        assert long is not None and len(long.label) == ARTIFACT_LABEL_MAX_CHARS
+        assert long.label.endswith("…")
         with pytest.raises(ValidationError):
             await s.add_artifact(SessionArtifactInput(kind="file", uri="f" * 5_000, label="l"))
 
@@ -479,7 +485,7 @@ async def test_rest_artifact_route_applies_the_limits() -> None:
         answer = await client.put("/sessions/s1/artifacts", content=encode(big))
         assert answer.status_code == 200, answer.text
         stored = answer.json()["artifact"]
-        assert "meta" not in stored and len(stored["label"]) == ARTIFACT_LABEL_MAX_CHARS
+        assert "meta" not in stored and stored["label"] == "L" * 600
         too_long = artifact("a2", uri="u" * (ARTIFACT_URI_MAX_CHARS + 1))
         answer = await client.put("/sessions/s1/artifacts", content=encode(too_long))
         assert answer.status_code == 422 and answer.json()["error"]["path"] == "$.uri"
@@ -546,15 +552,15 @@ def _id_calls(store: Any) -> dict[str, Callable[[], Awaitable[object]]]:
         "mutate_turns": {"mutate_turns": lambda: s.mutate_turns(BAD, lambda t: None)},
         "claim_send_request": {
             "claim_send_request.session": lambda: s.claim_send_request(BAD, "q", "fp"),
-            "claim_send_request.request": lambda: s.claim_send_request("s1", BAD, "fp"),
+            "claim_send_request.request": lambda: s.claim_send_request("s1", "", "fp"),
         },
         "find_send_request": {
             "find_send_request.session": lambda: s.find_send_request(BAD, "q"),
-            "find_send_request.request": lambda: s.find_send_request("s1", BAD),
+            "find_send_request.request": lambda: s.find_send_request("s1", "x\x00"),
         },
         "settle_send_request": {
             "settle_send_request.session": lambda: s.settle_send_request(BAD, "q", 1),
-            "settle_send_request.request": lambda: s.settle_send_request("s1", BAD, 1),
+            "settle_send_request.request": lambda: s.settle_send_request("s1", 7, 1),
         },
         "upsert_artifact": {
             "upsert_artifact.id": lambda: s.upsert_artifact(artifact(BAD)),
@@ -622,14 +628,20 @@ def test_required_fields_are_always_written() -> None:
         "turns": [],
         "runs": [],
     }
-    assert msgspec.json.decode(encode(RunUserWait())) == {"ms": 0}
     assert msgspec.json.decode(encode(TurnUsage())) == {"input": 0, "output": 0}
-    call = msgspec.json.decode(encode(ToolCallBlock(id="c", name="n")))
-    assert call["input"] == {}
     # Documents written before (without those fields) still decode.
     old = decode(b'{"id":"s","createdAt":1,"updatedAt":2}', SessionData)
     assert (old.status, old.metadata, old.turns, old.runs) == ("idle", {}, (), ())
-    assert decode(b"{}", RunUserWait).ms == 0
+
+
+def test_fields_a_document_leaves_out_stay_out() -> None:
+    """``userWait: {}``, a call without ``input``, reasoning without ``text``: read as written."""
+    assert decode(b"{}", RunUserWait).ms is UNSET
+    assert encode(decode(b"{}", RunUserWait)) == b"{}"
+    call = b'{"type":"tool_call","id":"c","name":"n"}'
+    assert encode(decode(call, ToolCallBlock)) == call
+    reasoning = b'{"type":"reasoning","signature":"s"}'
+    assert encode(decode(reasoning, ReasoningBlock)) == reasoning
 
 
 def test_pairing_drop_is_camel_case_without_null_call_id() -> None:
@@ -702,6 +714,21 @@ async def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert tables == {"notes"}
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("user_version", [0, 1, 3, 5])
+async def test_foreign_sqlite_file_is_refused_untouched(tmp_path: Path, user_version: int) -> None:
+    """Refused by reading it only: no WAL switch, no migration, same bytes, a clear message."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.execute(f"PRAGMA user_version = {user_version}")
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="belongs to another program"):
+        async with open_sqlite_store(path):
+            pass
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["other.db"]
 
 
 async def test_sqlite_rows_holding_two_documents_or_deep_json_are_corrupt(tmp_path: Path) -> None:
@@ -802,44 +829,82 @@ async def test_provider_tool_arguments_json_cannot_keep_stay_raw() -> None:
         assert wire["tool_calls"][0]["function"]["arguments"] == arguments
 
 
-# -- unknown fields: refused, never dropped ------------------------------------------------
+# -- unknown fields: kept as written (documents from a newer writer) --------------------------
 
 
 @pytest.mark.parametrize(
-    ("doc", "where"),
+    "doc",
     [
-        (b'{"id":"t","role":"user","content":[],"createdAt":1,"extra":2}', "$"),
-        (
-            b'{"id":"t","role":"user","content":[{"type":"text","text":"x","y":1}],"createdAt":1}',
-            "$.content[0]",
-        ),
-        (
-            b'{"id":"t","role":"user","content":[],"createdAt":1,"usage":{"input":1,"z":0}}',
-            "$.usage",
-        ),
+        b'{"id":"t","role":"user","content":[],"createdAt":1,"extra":2}',
+        b'{"id":"t","role":"user","content":[{"type":"text","text":"x","y":1}],"createdAt":1}',
+        b'{"id":"t","role":"user","content":[],"createdAt":1,"usage":{"input":1,"output":0,"z":0}}',
+        b'{"id":"t","role":"user","content":[],"createdAt":1,"\\u007fextra":{"a":1}}',
     ],
 )
-def test_decode_refuses_an_unknown_field_at_its_path(doc: bytes, where: str) -> None:
-    """A field the model has no place for would be dropped on the next write: refused instead."""
-    with pytest.raises(ValidationError, match=rf"unknown field .*\(at {re.escape(where)}\)"):
-        decode(doc, SessionTurn)
+def test_decode_keeps_an_unknown_field_where_it_was(doc: bytes) -> None:
+    """A field the model has no place for is kept in ``extra_fields`` and written back."""
+    value = decode(doc, SessionTurn)
+    check_json(dict(value.extra_fields or {}))
+    assert msgspec.json.decode(encode(value)) == msgspec.json.decode(doc)
 
 
-async def test_server_refuses_a_turn_with_an_unknown_field() -> None:
+def test_an_unknown_field_spelled_like_a_known_one_is_refused() -> None:
+    clash = ExtraFields({"role": "user"})
+    with pytest.raises(ValidationError, match="extra field `role`"):
+        encoded(turn(1, extra_fields=clash), "turn")
+    with pytest.raises(ValidationError, match="extra_fields must be an ExtraFields"):
+        encoded(turn(1, extra_fields={"x": 1}), "turn")
+
+
+def test_unknown_fields_of_options_and_filters_are_still_refused() -> None:
+    """An option this version does not know could not be obeyed: refused at its path."""
+    with pytest.raises(ValidationError, match=r"unknown field .*\(at \$\)"):
+        decode(b'{"kind":"x","since":1,"newFilter":true}', ArtifactFilter)
+
+
+async def test_server_keeps_documents_with_unknown_fields() -> None:
+    """REST in and out: a turn, a run and a session with fields of a newer writer."""
     url = _SERVER[0].url
     await _wipe(url)
     async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
-        assert (await client.put("/sessions/s1", content=encode(session()))).status_code == 204
-        turn_json = encode(turn(1)).decode()
-        body = '{"turns":[' + turn_json[:-1] + ',"futureField":{"a":1}}]}'
-        answer = await client.post("/sessions/s1/turns", content=body)
-        assert answer.status_code == 422, answer.text
-        assert "futureField" in answer.text
-        assert (await client.get("/sessions/s1")).json()["turns"] == []
+        doc = msgspec.json.decode(encode(session()))
+        doc["workspace"] = {"root": "/w"}
+        assert (await client.put("/sessions/s1", json=doc)).status_code == 204
+        turn_doc = msgspec.json.decode(encode(turn(1)))
+        turn_doc["parentTurnId"] = "t0"
+        turn_doc["content"][0]["citations"] = [{"n": 1}]
+        answer = await client.post("/sessions/s1/turns", json={"turns": [turn_doc]})
+        assert answer.status_code == 204, answer.text
+        run_doc = {"id": "r1", "prompt": "p", "startedAt": 1, "status": "running", "budget": 1}
+        answer = await client.put("/sessions/s1/runs/r1", json={"run": run_doc})
+        assert answer.status_code in (200, 204), answer.text
+        stored = (await client.get("/sessions/s1")).json()
+    assert stored["workspace"] == {"root": "/w"}
+    assert stored["turns"] == [turn_doc]
+    assert stored["runs"] == [run_doc]
 
 
-async def test_stored_documents_with_unknown_fields_are_corrupt(tmp_path: Path) -> None:
-    """Read back, such a row could not be written again as it is: a located CorruptDataError."""
+async def test_server_carries_lone_surrogates_in_and_out() -> None:
+    """JavaScript's ``JSON.stringify`` writes a clipped emoji as ``"\\ud83d"``: kept, not a 400."""
+    url = _SERVER[0].url
+    await _wipe(url)
+    async with httpx.AsyncClient(base_url=url, headers=_JSON) as client:
+        body = encode(session()).replace(b'"metadata":{}', b'"metadata":{"t":"a\\ud83d"}')
+        assert b"\\ud83d" in body
+        answer = await client.put("/sessions/s1", content=body)
+        assert answer.status_code == 204, answer.text
+        turn_json = encode(turn(1)).replace(b'"turn 1"', b'"cut \\ud83d"')
+        answer = await client.post("/sessions/s1/turns", content=b'{"turns":[' + turn_json + b"]}")
+        assert answer.status_code == 204, answer.text
+        raw = (await client.get("/sessions/s1")).content
+    assert b'"a\\ud83d"' in raw and b'"cut \\ud83d"' in raw
+    loaded = decode(raw, SessionData)
+    assert loaded.metadata == {"t": "a\ud83d"}
+    assert loaded.turns[0].content == (TextBlock("cut \ud83d"),)
+
+
+async def test_stored_documents_with_unknown_fields_read_back(tmp_path: Path) -> None:
+    """A row or a line another writer wrote with a field this version does not know."""
     path = tmp_path / "s.db"
     async with open_sqlite_store(path) as store:
         await store.save(session(turns=(turn(0),)))
@@ -849,12 +914,44 @@ async def test_stored_documents_with_unknown_fields_are_corrupt(tmp_path: Path) 
             " || ',\"futureField\":1}' AS BLOB)"
         )
     async with open_sqlite_store(path) as store:
-        with pytest.raises(CorruptDataError, match="futureField"):
-            await store.load("s1")
+        loaded = await store.load("s1")
+        assert loaded is not None
+        assert loaded.turns[0].extra_fields == {"futureField": 1}
+        await store.append_turns("s1", [turn(1)])
+        await store.save(loaded)
+        again = await store.load("s1")
+        assert again is not None and again.turns[0].extra_fields == {"futureField": 1}
     adapter = PlainAdapter()
     file_store = create_file_map_store(adapter)
     await file_store.save(session(turns=(turn(0), turn(1))))
     first, second = adapter.files["turns.jsonl"].splitlines()
     adapter.files["turns.jsonl"] = f'{first[:-1]},"futureField":1}}\n{second}\n'
-    with pytest.raises(CorruptDataError, match="futureField"):
-        await file_store.load("s1")
+    loaded = await file_store.load("s1")
+    assert loaded is not None and loaded.turns[0].extra_fields == {"futureField": 1}
+
+
+async def test_plainly_wrong_calls_raise_library_errors(store: Any) -> None:
+    """A wrong argument is a ValidationError, never a TypeError or a UnicodeEncodeError."""
+    await store.save(session())
+    for call in (
+        lambda: store.get_turns("s1", None),
+        lambda: store.get_turns("s1", "x"),
+        lambda: store.get_turns("s1", 0, "x"),
+        lambda: store.update_status("s1", {"a": 1}),
+    ):
+        with pytest.raises(ValidationError):
+            await call()
+
+
+async def test_session_calls_with_lone_surrogates_or_wrong_types() -> None:
+    async with open_memory_store() as memory:
+        s = await create_session(store=memory, id="s1")
+        await s.set_meta("k", "\ud800")
+        await s.save()
+        stored = await memory.load("s1")
+        assert stored is not None and stored.metadata == {"k": "\ud800"}
+        for bad in (None, 5, "turns", {"t": 1}):
+            with pytest.raises(ValidationError):
+                await s.append_turns(bad)  # type: ignore[arg-type]
+    assert decode(encode("\ud800"), str) == "\ud800"
+    assert encode({"k": "a\udc00b"}) == b'{"k":"a\\udc00b"}'

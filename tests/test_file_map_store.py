@@ -56,9 +56,11 @@ FILE_MAP_CAPABILITIES = frozenset(
         "search_meta",
         "get_rev",
         "list_meta",
+        "list_send_requests",
         "load_versioned",
         "mutate_history",
         "patch_meta",
+        "put_send_request",
         "save_meta",
         "settle_send_request",
     }
@@ -230,8 +232,10 @@ async def test_files_on_disk(tmp_path: Path) -> None:
     await store.claim_send_request("s", "q", "fp")
     assert "send-requests.json" in os.listdir(tmp_path / "sess")
     await store.delete("s")
-    assert os.listdir(tmp_path / "sess") == []
+    assert os.listdir(tmp_path / "sess") == [".zidane-filemap.lock"]  # held while open
     assert await store.load("s") is None
+    await store.aclose()
+    assert os.listdir(tmp_path / "sess") == []
 
 
 async def test_custom_file_names(tmp_path: Path) -> None:
@@ -241,6 +245,7 @@ async def test_custom_file_names(tmp_path: Path) -> None:
     store = create_file_map_store(DirectoryFileMapAdapter(tmp_path), options)
     await store.save(session(turns=(make_turn(0),)))
     await store.claim_send_request("s", "q", "fp")
+    await store.aclose()
     assert sorted(os.listdir(tmp_path)) == [".zidane-filemap.json", "m.json", "r.json", "t.jsonl"]
     assert store.options == options
 

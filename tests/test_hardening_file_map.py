@@ -6,12 +6,15 @@ tool leaves in a session directory, then drives the store through it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,11 +22,15 @@ from typing import Any
 import _file_map_worker as worker
 import pytest
 import trio
+from test_server_e2e import ServerProcess
 
 from zidane_actors.errors import (
+    ConflictError,
     CorruptDataError,
     CorruptDataWarning,
+    ExternalChangeWarning,
     InvalidNameError,
+    StoreLockedError,
     ValidationError,
 )
 from zidane_actors.model import SessionData, SessionTurn, TextBlock, encode_str
@@ -37,6 +44,7 @@ from zidane_actors.stores import (
 )
 
 MANIFEST = ".zidane-filemap.json"
+LOCK = ".zidane-filemap.lock"
 WORKER = str(Path(__file__).with_name("_file_map_worker.py"))
 
 
@@ -54,8 +62,23 @@ def store_on(directory: Path) -> FileMapStore:
     return create_file_map_store(DirectoryFileMapAdapter(directory))
 
 
+async def reopen(store: FileMapStore, directory: Path) -> FileMapStore:
+    """Close ``store`` (its directory's lock goes) and open the directory again."""
+    await store.aclose()
+    return store_on(directory)
+
+
 async def ids(store: FileMapStore) -> list[str]:
     return [t.id for t in await store.get_turns("s")]
+
+
+async def ids_in(directory: Path) -> list[str]:
+    """The turn ids a fresh store on ``directory`` reads (closed afterwards)."""
+    store = store_on(directory)
+    try:
+        return await ids(store)
+    finally:
+        await store.aclose()
 
 
 async def saved(directory: Path, *turns: SessionTurn, manifest: bool = True) -> FileMapStore:
@@ -65,7 +88,7 @@ async def saved(directory: Path, *turns: SessionTurn, manifest: bool = True) -> 
     await store.save(session(*turns))
     if not manifest:
         (directory / MANIFEST).unlink(missing_ok=True)
-        store = store_on(directory)
+        store = await reopen(store, directory)
     return store
 
 
@@ -103,7 +126,7 @@ async def test_planted_link_is_refused_and_its_target_never_copied(
     directory = tmp_path / "sess"
     store = await saved(directory, turn(0), manifest=manifest)
     await store.claim_send_request("s", "q", "fp")
-    store = store_on(directory)
+    store = await reopen(store, directory)
     (directory / name).unlink()
     (directory / name).symlink_to(secret)
     with pytest.raises(CorruptDataError, match=rf"{name} is a symbolic link"):
@@ -169,11 +192,12 @@ async def test_last_line_without_newline_is_kept_by_the_next_append(
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
     if manifest:  # the store committed the file as it is now
         await store.patch_meta("s", {"k": 1})
-        store = store_on(directory)
+        store = await reopen(store, directory)
     assert await ids(store) == ["t0", "t1"]
     await store.append_turns("s", [turn(2)])
     assert await ids(store) == ["t0", "t1", "t2"]
-    assert await ids(store_on(directory)) == ["t0", "t1", "t2"]
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t1", "t2"]
     assert path.read_text().splitlines() == [encode_str(turn(i)) for i in range(3)]
 
 
@@ -182,7 +206,7 @@ async def test_last_line_without_newline_is_kept_by_the_next_append(
 
 async def test_every_cut_of_the_last_line_is_a_truncated_line(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), turn(1), manifest=False)
+    await (await saved(directory, turn(0), turn(1), manifest=False)).aclose()
     path = directory / "turns.jsonl"
     complete = path.read_bytes()
     line = encode_str(turn(2)).encode()
@@ -190,18 +214,19 @@ async def test_every_cut_of_the_last_line_is_a_truncated_line(tmp_path: Path) ->
     for cut in range(1, len(line)):
         path.write_bytes(complete + line[:cut])
         with pytest.warns(CorruptDataWarning, match="turns.jsonl line 3 is truncated"):
-            assert await ids(store_on(directory)) == ["t0", "t1"], cut
+            assert await ids_in(directory) == ["t0", "t1"], cut
     path.write_bytes(complete + line[:-1])
     store = store_on(directory)
     with pytest.warns(CorruptDataWarning):
         await store.append_turns("s", [turn(3)])
     assert await ids(store) == ["t0", "t1", "t3"]
     assert path.read_bytes() == complete + encode_str(turn(3)).encode() + b"\n"
+    await store.aclose()
 
 
 async def test_cut_inside_a_character_leaves_the_session_writable(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), manifest=False)
+    await (await saved(directory, turn(0), manifest=False)).aclose()
     path = directory / "turns.jsonl"
     line = encode_str(turn(1)).encode()
     cut = line.index("€".encode()) + 1  # inside the three bytes of "€"
@@ -213,23 +238,24 @@ async def test_cut_inside_a_character_leaves_the_session_writable(tmp_path: Path
     assert loaded is not None and [t.id for t in loaded.turns] == ["t0"]
     with pytest.warns(CorruptDataWarning):
         await store.append_turns("s", [turn(2)])
-    assert await ids(store_on(directory)) == ["t0", "t2"]
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t2"]
 
 
 async def test_bad_bytes_in_the_middle_are_a_located_error(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), turn(1), turn(2), manifest=False)
+    await (await saved(directory, turn(0), turn(1), turn(2), manifest=False)).aclose()
     path = directory / "turns.jsonl"
     lines = path.read_bytes().split(b"\n")
     lines[1] = lines[1].replace("€".encode(), b"\xe2\x82")  # a cut character mid-file
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl line 2 is not UTF-8"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
     path.write_bytes(b"\n".join(lines[:1] + lines[2:]))
     meta = directory / "meta.json"
     meta.write_bytes(meta.read_bytes()[:-1] + b"\xc3")
     with pytest.raises(CorruptDataError, match=r"meta\.json"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
 
 
 # -- item 10: foreign files are neither read, nor rewritten, nor deleted ---------------------
@@ -254,12 +280,13 @@ async def test_foreign_files_are_left_alone(tmp_path: Path, secret: Path) -> Non
     await store.append_turns("s", [turn(1)])
     await store.patch_meta("s", {"k": "v"})
     await store.claim_send_request("s", "q", "fp")
-    store = store_on(directory)
+    store = await reopen(store, directory)
     assert await ids(store) == ["t0", "t1"]
     assert {k: v for k, v in entries(directory).items() if k in foreign} == foreign
     await store.delete("s")
-    assert entries(directory) == foreign
     assert await store.load("s") is None
+    await store.aclose()
+    assert entries(directory) == foreign
 
 
 # -- item 11: a save is all-or-nothing; appends write only what they append ------------------
@@ -286,33 +313,53 @@ async def test_hard_linked_file_is_replaced_not_written_through(tmp_path: Path) 
     before = (tmp_path / "elsewhere").read_bytes()
     await store.append_turns("s", [turn(1)])
     assert (tmp_path / "elsewhere").read_bytes() == before
-    assert await ids(store_on(directory)) == ["t0", "t1"]
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t1"]
     assert os.stat(path).st_nlink == 1
+
+
+def crashed_mid_append(directory: Path, tail: bytes) -> None:
+    """Leave ``directory`` as a writer killed after appending ``tail``, before its commit:
+    the lock file it never released records where its append started."""
+    path = directory / "turns.jsonl"
+    generation = json.loads((directory / MANIFEST).read_text())["generation"]
+    record = {"pid": 1, "generation": generation, "appending": {"turns.jsonl": path.stat().st_size}}
+    (directory / LOCK).write_text(json.dumps(record))
+    with path.open("ab") as f:
+        f.write(tail)
+
+
+CUT = r"turns\.jsonl: the \d+ bytes an append wrote before it was cut short by a crash were"
 
 
 async def test_uncommitted_append_is_invisible_and_replaced(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0))
+    await (await saved(directory, turn(0))).aclose()
     path = directory / "turns.jsonl"
     committed = path.read_bytes()
-    with path.open("ab") as f:  # a crash after appending, before the manifest commit
-        f.write(encode_str(turn(1)).encode() + b"\n" + encode_str(turn(2)).encode()[:9])
+    crashed_mid_append(
+        directory, encode_str(turn(1)).encode() + b"\n" + encode_str(turn(2)).encode()[:9]
+    )
     store = store_on(directory)
-    assert await ids(store) == ["t0"]  # no warning: the tail never committed
+    with pytest.warns(CorruptDataWarning, match=CUT):
+        assert await ids(store) == ["t0"]  # the tail never committed: cut
+    assert path.read_bytes() == committed
     await store.append_turns("s", [turn(3)])
     assert path.read_bytes() == committed + encode_str(turn(3)).encode() + b"\n"
+    await store.aclose()
+    assert not (directory / LOCK).exists()
 
 
 async def test_stale_temp_files_are_removed_on_open(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0))
+    await (await saved(directory, turn(0))).aclose()
     stale = [".meta.json.0123456789ab.tmp", ".turns.jsonl.abcdef012345.tmp"]
     stale.append(f"{MANIFEST}.00112233aabb.tmp")
     for name in stale:
         (directory / name).write_text("left by a crash")
     (directory / ".other.tmp").write_text("not ours")
     (directory / ".a.b.0123456789ab.tmp").mkdir()  # a directory is never ours
-    assert await ids(store_on(directory)) == ["t0"]
+    assert await ids_in(directory) == ["t0"]
     assert sorted(os.listdir(directory)) == [
         ".a.b.0123456789ab.tmp",
         ".other.tmp",
@@ -332,10 +379,10 @@ async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
     adapter = DirectoryFileMapAdapter(directory, names=["m.json", "t.jsonl"])
     store = create_file_map_store(adapter, options)
     await store.append_turns("s", [turn(1)])
-    assert await ids(create_file_map_store(DirectoryFileMapAdapter(directory), options)) == [
-        "t0",
-        "t1",
-    ]
+    await store.aclose()
+    store = create_file_map_store(DirectoryFileMapAdapter(directory), options)
+    assert await ids(store) == ["t0", "t1"]
+    await store.aclose()
     assert (directory / "meta.json").read_text() == "not this session's file"
     with pytest.raises(ValidationError, match="not a string"):
         DirectoryFileMapAdapter(directory, names="m.json")
@@ -345,17 +392,247 @@ async def test_hand_made_directory_with_custom_names(tmp_path: Path) -> None:
 
 async def test_damage_outside_the_store_is_located(tmp_path: Path) -> None:
     directory = tmp_path / "sess"
-    await saved(directory, turn(0), turn(1))
+    await (await saved(directory, turn(0), turn(1))).aclose()
     path = directory / "turns.jsonl"
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl holds \d+ bytes, fewer than"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
     path.unlink()
     with pytest.raises(CorruptDataError, match=r"turns\.jsonl is missing"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
     (directory / MANIFEST).write_text('{"generation": 1}')
     with pytest.raises(CorruptDataError, match=r"\.zidane-filemap\.json does not decode"):
-        await store_on(directory).load("s")
+        await ids_in(directory)
+
+
+# -- two writers of one directory -----------------------------------------------------------
+
+PEER = """
+import sys, trio
+from zidane_actors.errors import StoreLockedError
+from zidane_actors.stores import open_directory_adapter
+
+async def main() -> None:
+    try:
+        async with open_directory_adapter(sys.argv[1]):
+            print("opened", flush=True)
+            if sys.argv[2:] == ["hold"]:
+                await trio.sleep_forever()
+    except StoreLockedError as exc:
+        print("refused:", exc, flush=True)
+
+trio.run(main)
+"""
+"""Another process opening a directory: prints ``opened`` or ``refused: <error>``."""
+
+
+async def peer_opens(directory: Path) -> str:
+    done = await trio.run_process([sys.executable, "-c", PEER, str(directory)], capture_stdout=True)
+    return done.stdout.decode().strip()
+
+
+async def test_second_process_is_refused_while_a_store_has_the_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    async with open_directory_adapter(directory) as adapter:
+        store = create_file_map_store(adapter)
+        await store.save(session(turn(0)))
+        answer = await peer_opens(directory)
+        assert answer.startswith("refused:"), answer
+        assert f"{directory} is open by another file-map store (process {os.getpid()})" in answer
+        await store.append_turns("s", [turn(1)])
+        assert await ids(store) == ["t0", "t1"]
+    assert await peer_opens(directory) == "opened"  # closing released it
+    assert await ids_in(directory) == ["t0", "t1"]
+
+
+async def test_second_store_in_this_process_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    first = await saved(directory, turn(0))
+    second = store_on(directory)
+    held = (
+        rf"{re.escape(str(directory))} is open by another file-map store \(process {os.getpid()}\)"
+    )
+    with pytest.raises(StoreLockedError, match=held):
+        await second.load("s")
+    with pytest.raises(StoreLockedError, match=held):
+        await second.append_turns("s", [turn(1)])
+    with pytest.raises(StoreLockedError, match=held):
+        async with open_directory_adapter(directory):
+            pass
+    await first.append_turns("s", [turn(2)])
+    await first.aclose()
+    assert await ids(second) == ["t0", "t2"]  # the first one is gone: the lock is free
+    await second.aclose()
+
+
+async def test_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    holder = await trio.lowlevel.open_process(
+        [sys.executable, "-c", PEER, str(directory), "hold"], stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None
+        assert (await holder.stdout.receive_some(100)).startswith(b"opened")
+        with pytest.raises(StoreLockedError, match=f"process {holder.pid}"):
+            await ids_in(directory)
+    finally:
+        holder.kill()  # no cleanup: the kernel drops its lock
+        await holder.wait()
+        await holder.stdout.aclose()
+    assert await ids_in(directory) == ["t0"]
+
+
+def test_two_servers_on_one_directory_the_second_refuses(tmp_path: Path) -> None:
+    url = f"file:{tmp_path / 'map'}"
+    first = ServerProcess(url)
+    first.start()
+    try:
+        assert first.proc is not None
+        second = subprocess.run(
+            [sys.executable, "-m", "zidane_actors.cli", "serve", "--store", url, "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1, second
+        assert second.stdout == ""  # never listened
+        assert len(second.stderr.splitlines()) == 1, second.stderr
+        assert f"is open by another file-map store (process {first.proc.pid})" in second.stderr
+    finally:
+        assert first.stop() == 0
+
+
+def zidane_appends(directory: Path, *turn_ids: str) -> None:
+    """Append turns as zidane's own file-map store writes them: one compact JSON line each,
+    shaped like the lines already there (its adapter knows nothing of our manifest)."""
+    path = directory / "turns.jsonl"
+    shape = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    with path.open("a", encoding="utf-8") as f:
+        for turn_id in turn_ids:
+            line = {**shape, "id": turn_id, "content": [{"type": "text", "text": f"z {turn_id}"}]}
+            f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+async def test_lines_another_writer_appended_are_read_and_kept(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    zidane_appends(directory, "z1", "z2")  # while no store of ours has it open
+    store = store_on(directory)
+    assert await ids(store) == ["t0", "z1", "z2"]  # a plain append: no warning
+    await store.append_turns("s", [turn(3)])
+    zidane_appends(directory, "z4")  # while ours has it open (zidane takes no lock)
+    assert await ids(store) == ["t0", "z1", "z2", "t3", "z4"]
+    await store.append_turns("s", [turn(5)])
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "z2", "t3", "z4", "t5"]
+    manifest = json.loads((directory / MANIFEST).read_text())
+    assert manifest["files"]["turns.jsonl"] == (directory / "turns.jsonl").stat().st_size
+
+
+async def test_crashed_append_is_cut_and_another_writers_lines_before_it_kept(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    zidane_appends(directory, "z1")  # read by our next writer, which is killed mid-append
+    crashed_mid_append(directory, encode_str(turn(2)).encode() + b"\n")
+    store = store_on(directory)
+    with pytest.warns(CorruptDataWarning, match=CUT):
+        assert await ids(store) == ["t0", "z1"]
+    await store.append_turns("s", [turn(3)])
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "t3"]
+
+
+async def test_lines_appended_between_our_read_and_our_write_are_kept(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    adapter = DirectoryFileMapAdapter(directory)
+    files = await adapter.get()
+    zidane_appends(directory, "z1")
+    files["turns.jsonl"] += encode_str(turn(2)) + "\n"  # built on what we read
+    await adapter.save(files)
+    await adapter.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "t2"]
+
+
+class _RacedAdapter(DirectoryFileMapAdapter):
+    """Another writer appends a line while a save is being written (once, when armed)."""
+
+    armed = False
+
+    def _only_link(self, dir_fd: int, name: str) -> bool:
+        if self.armed:
+            self.armed = False
+            zidane_appends(Path(self.path), "z1")
+        return super()._only_link(dir_fd, name)
+
+
+async def test_append_racing_another_writers_line_fails_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    adapter = _RacedAdapter(directory)
+    store = create_file_map_store(adapter)
+    assert await ids(store) == ["t0"]
+    adapter.armed = True
+    with pytest.raises(ConflictError, match=r"turns\.jsonl grew while this save was written"):
+        await store.append_turns("s", [turn(2)])
+    assert await ids(store) == ["t0", "z1"]  # their line whole, nothing of ours
+    await store.append_turns("s", [turn(2)])  # the retry goes after it
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "z1", "t2"]  # and no crash cut on reopen
+
+
+async def test_meta_rewritten_by_another_writer_loads_with_a_warning(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0))).aclose()
+    path = directory / "meta.json"
+    meta = json.loads(path.read_text())
+    meta["metadata"] = {"title": "renamed by zidane", "tags": ["longer", "than", "before"]}
+    path.write_text(json.dumps(meta, separators=(",", ":")))
+    store = store_on(directory)
+    rewritten = r"meta\.json was rewritten outside the store \(\d+ bytes committed, \d+ now\)"
+    with pytest.warns(ExternalChangeWarning, match=rewritten):
+        loaded = await store.load("s")
+    assert loaded is not None and loaded.metadata == meta["metadata"]
+    assert [t.id for t in loaded.turns] == ["t0"]
+    await store.append_turns("s", [turn(1)])  # commits the file as it is now
+    meta["metadata"] = {}
+    path.write_text(json.dumps(meta))  # shorter this time
+    with pytest.warns(ExternalChangeWarning, match=rewritten):
+        loaded = await store.load("s")
+    assert loaded is not None and loaded.metadata == {}
+    assert [t.id for t in loaded.turns] == ["t0", "t1"]
+    await store.aclose()
+
+
+async def test_stripped_final_newline_loads_with_a_warning(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0), turn(1))).aclose()
+    path = directory / "turns.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # an editor's "no newline at end of file"
+    store = store_on(directory)
+    with pytest.warns(ExternalChangeWarning, match=r"turns\.jsonl lost its final newline"):
+        assert await ids(store) == ["t0", "t1"]
+    await store.append_turns("s", [turn(2)])
+    assert path.read_text().splitlines() == [encode_str(turn(i)) for i in range(3)]
+    assert path.read_bytes().endswith(b"\n")
+    await store.aclose()
+    assert await ids_in(directory) == ["t0", "t1", "t2"]
+
+
+@pytest.mark.parametrize("cut", [2, 7, 200])
+async def test_committed_turn_bytes_cut_are_an_error(tmp_path: Path, cut: int) -> None:
+    """Cut past the final newline (2: the newline and the last turn's closing brace)."""
+    directory = tmp_path / "sess"
+    await (await saved(directory, turn(0), turn(1))).aclose()
+    path = directory / "turns.jsonl"
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(CorruptDataError, match=rf"{re.escape(str(path))} holds \d+ bytes, fewer"):
+        await ids_in(directory)
 
 
 async def _state(store: Any, request_ids: list[str]) -> tuple[Any, ...] | None:
@@ -365,6 +642,14 @@ async def _state(store: Any, request_ids: list[str]) -> tuple[Any, ...] | None:
         return None
     claimed = [r for r in request_ids if await store.find_send_request("s", r) is not None]
     return (data.metadata, data.turns, data.runs, claimed)
+
+
+async def _state_in(directory: Path, request_ids: list[str]) -> tuple[Any, ...] | None:
+    store = store_on(directory)
+    try:
+        return await _state(store, request_ids)
+    finally:
+        await store.aclose()
 
 
 def _model(ops: list[worker.Op], request_ids: list[str]) -> tuple[Any, ...] | None:
@@ -427,7 +712,10 @@ def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
             seen["temps left"] += bool(_temps(directory))
 
             request_ids = [f"q{tag}" for kind, tag, _ in history + ops if kind == "claim"]
-            state = trio.run(_state, store_on(directory), request_ids)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                state = trio.run(_state_in, directory, request_ids)
+            seen["tails cut"] += any("were dropped" in str(w.message) for w in caught)
             candidates = [history + ops[:acked]]
             if acked < len(ops):
                 candidates.append(history + ops[: acked + 1])
@@ -441,3 +729,4 @@ def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
         server.wait(timeout=60)
     # The seeded kill points reach inside the protocol: before and after its commit point.
     assert seen["temps left"] > 0 and seen["in flight committed"] > 0, seen
+    assert seen["tails cut"] > 0, seen  # appends killed before their commit: their bytes cut

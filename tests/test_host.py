@@ -84,6 +84,21 @@ async def test_two_loads_of_one_id_share_one_session() -> None:
         assert results[0] is not None and len(results[0].turns) == 1
 
 
+async def test_delete_session_forgets_the_handle_so_the_id_can_be_reused() -> None:
+    store = create_memory_store()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s", metadata={"v": 1})
+        await session.append_turns([text_turn("a")])
+        await host.delete_session("s")
+        assert await store.load("s") is None
+        assert await host.load_session("s") is None
+        again = await host.create_session(id="s", metadata={"v": 2})
+        assert again is not session and again.turns == ()
+        loaded = await host.load_session("s")
+        assert loaded is again and loaded.metadata == {"v": 2}
+        await host.delete_session("never-created")  # a no-op, like the store's delete
+
+
 async def test_lru_eviction_bounds_live_actors_and_handles_revive() -> None:
     store = create_memory_store()
     async with open_session_host(store, max_live_sessions=3) as host:

@@ -491,24 +491,56 @@ def test_provider_native_items_round_trip_as_native_blocks(make: SessionFactory,
     assert json.dumps(run(session.get_items())) == json.dumps(items[:-1])
 
 
-def test_exact_shapes_are_stored_without_a_copy(make: SessionFactory, db: str) -> None:
-    # Items in the converters' own key order come back from the content alone.
-    items: list[Any] = [
-        msg("user", "Hello"),
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
-        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+def test_items_are_stored_once_with_only_the_key_order_that_differs(
+    make: SessionFactory, db: str
+) -> None:
+    # Items in the order openai-agents writes them come back from the content alone.
+    sdk_order: list[Any] = [
+        {"content": "Hello", "role": "user"},
+        {"arguments": '{"a": 1}', "call_id": "c1", "name": "f", "type": "function_call"},
+        {"call_id": "c1", "output": "1", "type": "function_call_output"},
     ]
     session = make("plain")
-    run(session.add_items(items))
+    run(session.add_items(sdk_order))
     data = read_back(db, "plain")
     assert data is not None and all(t.metadata is None for t in data.turns)
-    assert json.dumps(run(session.get_items())) == json.dumps(items)
-    # The same items with their keys in another order keep a copy, and come back as sent.
-    reordered: list[Any] = [{"content": "Hi", "role": "user"}]
+    assert json.dumps(run(session.get_items())) == json.dumps(sdk_order)
+    # Another order keeps only that order (no copy of the item), and comes back as sent.
+    reordered: list[Any] = [
+        {"role": "user", "content": [{"text": "Hi", "type": "input_text"}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"text": "Yo", "type": "output_text"}],
+        },
+    ]
     run(session.add_items(reordered))
     data = read_back(db, "plain")
-    assert data is not None and data.turns[-1].metadata == {"openaiItems": reordered}
-    assert json.dumps(run(session.get_items(1))) == json.dumps(reordered)
+    assert data is not None
+    assert data.turns[-2].metadata == {"openaiOrder": {"0": {"k": ["role", "content"]}}}
+    assert data.turns[-1].metadata == {"openaiOrder": {"0": {"k": ["type", "role", "content"]}}}
+    assert json.dumps(run(session.get_items(2))) == json.dumps(reordered)
+
+
+def test_turns_stored_with_an_item_copy_still_read_back_exactly(
+    make: SessionFactory, db: str
+) -> None:
+    # Earlier versions kept each turn's items whole under metadata.openaiItems.
+    from zidane_actors.model import SessionTurn
+    from zidane_actors.wire import from_openai_responses
+
+    items: list[Any] = [{"content": "Hi", "role": "user", "type": "message"}]
+    (message,) = from_openai_responses(items)
+    old = SessionTurn(
+        id="t1", role="user", content=message.content, created_at=1, metadata={"openaiItems": items}
+    )
+
+    async def write() -> None:
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+            await store.save(SessionData(id="old", created_at=1, updated_at=1, turns=(old,)))
+
+    trio.run(write)
+    assert json.dumps(run(make("old").get_items())) == json.dumps(items)
 
 
 def test_popping_the_follower_of_a_reasoning_item_keeps_the_reasoning(
@@ -554,3 +586,207 @@ def test_a_bad_store_url_fails_the_first_call_with_a_validation_error() -> None:
             run(session.get_items())
     finally:
         session.close()
+
+
+# -- runs, agents and usage ----------------------------------------------------
+
+
+def reasoning_item(text: str, item_id: str) -> Any:
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    return ResponseReasoningItem(
+        id=item_id, type="reasoning", summary=[Summary(text=text, type="summary_text")]
+    )
+
+
+def step(output: list[Any], tokens_in: int, tokens_out: int) -> Any:
+    from agents.testing import ModelStep
+    from agents.usage import Usage
+
+    usage = Usage(
+        requests=1,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        total_tokens=tokens_in + tokens_out,
+    )
+    return ModelStep(output=output, usage=usage)
+
+
+def triage_to_billing() -> Agent[Any]:
+    """A triage agent that checks the weather, then hands off to billing, which answers."""
+    billing = Agent(
+        name="billing",
+        tools=[weather],
+        model=ScriptedModel(
+            [
+                step(
+                    [
+                        reasoning_item("check Paris", "rs_2"),
+                        function_call("weather", {"city": "Paris"}, call_id="c2"),
+                    ],
+                    50,
+                    7,
+                ),
+                step([assistant_message("Billing says: sunny.")], 60, 5),
+            ]
+        ),
+    )
+    return Agent(
+        name="triage",
+        tools=[weather],
+        handoffs=[billing],
+        model=ScriptedModel(
+            [
+                step(
+                    [
+                        reasoning_item("route", "rs_1"),
+                        function_call("weather", {"city": "Oslo"}, call_id="c1"),
+                    ],
+                    10,
+                    3,
+                ),
+                step([function_call("transfer_to_billing", {}, call_id="h1")], 20, 4),
+            ]
+        ),
+    )
+
+
+def until(db: str, session_id: str, ready: Callable[[SessionData], bool]) -> SessionData:
+    """The stored session once ``ready`` holds (run records closed from another thread)."""
+    import gc
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        gc.collect()
+        data = read_back(db, session_id)
+        if data is not None and ready(data):
+            return data
+        assert time.monotonic() < deadline, f"never ready: {data}"
+        time.sleep(0.02)
+
+
+def test_a_runner_call_with_a_handoff_is_recorded_as_a_run_tree(
+    make: SessionFactory, db: str
+) -> None:
+    session = make("tree")
+    result = Runner.run_sync(triage_to_billing(), "Weather?", session=session, hooks=session.hooks)
+    assert result.final_output == "Billing says: sunny." and result.last_agent.name == "billing"
+
+    data = read_back(db, "tree")
+    assert data is not None
+    root, child = sorted(data.runs, key=lambda r: r.depth or 0)
+    assert root.agent is not None and root.agent.id == "triage"
+    assert child.agent is not None and child.agent.id == "billing"
+    assert (child.parent_run_id, child.parent_call_id, child.depth) == (root.id, "h1", 1)
+    assert root.status == child.status == "completed"
+    assert root.prompt == child.prompt == "Weather?"
+    assert root.ended_at is not None and child.ended_at is not None
+    assert (root.tokens_in, root.tokens_out, root.turns) == (30, 7, 2)
+    assert (child.tokens_in, child.tokens_out, child.turns) == (110, 12, 2)
+    # Every turn names its run; each assistant turn carries its response's usage.
+    by_run = {run.id: run.agent.id for run in data.runs if run.agent is not None}
+    owners = [(t.role, by_run[t.run_id or ""]) for t in data.turns]
+    assert owners == [
+        ("user", "triage"),
+        ("assistant", "triage"),
+        ("user", "triage"),
+        ("assistant", "triage"),  # the handoff call is triage's answer
+        ("user", "triage"),
+        ("assistant", "billing"),
+        ("user", "billing"),
+        ("assistant", "billing"),
+    ]
+    usages = [(t.usage.input, t.usage.output) for t in data.turns if t.usage is not None]
+    assert usages == [(10, 3), (20, 4), (50, 7), (60, 5)]
+    assert [u.turn_id for u in child.turn_usage or ()] == [
+        t.id for t in data.turns if t.role == "assistant" and t.run_id == child.id
+    ]
+    # The items are what the Runner wrote, exactly (the SDK's own session keeps the same).
+    from agents.memory import SQLiteSession
+
+    peer = SQLiteSession("tree")
+    Runner.run_sync(triage_to_billing(), "Weather?", session=peer)
+    assert json.dumps(run(session.get_items())) == json.dumps(run(peer.get_items()))
+    peer.close()
+
+
+def test_a_caller_price_gives_each_response_and_run_a_cost(make: SessionFactory, db: str) -> None:
+    session = make("priced", price=lambda usage: usage.input * 0.001 + usage.output * 0.002)
+    Runner.run_sync(triage_to_billing(), "Weather?", session=session, hooks=session.hooks)
+    data = read_back(db, "priced")
+    assert data is not None
+    costs = {run.agent.id: run.cost for run in data.runs if run.agent is not None}
+    assert costs == {"triage": pytest.approx(0.044), "billing": pytest.approx(0.134)}
+    assert all(t.usage.cost is not None for t in data.turns if t.usage is not None)
+
+
+def test_a_failing_model_call_closes_its_run_as_an_error(make: SessionFactory, db: str) -> None:
+    agent = Agent(name="flaky", model=ScriptedModel([RuntimeError("provider down")]))
+    session = make("failing")
+    with pytest.raises(RuntimeError, match="provider down"):
+        Runner.run_sync(agent, "Hello?", session=session, hooks=session.hooks)
+    data = until(db, "failing", lambda d: bool(d.runs) and d.runs[0].status != "running")
+    (failed,) = data.runs
+    assert failed.status == "error" and failed.agent is not None and failed.agent.id == "flaky"
+    assert failed.error is not None and "model call" in failed.error
+    assert [t.run_id for t in data.turns] == [failed.id]  # the question is kept, in its run
+
+
+def test_without_hooks_each_runner_call_is_still_a_run(make: SessionFactory, db: str) -> None:
+    model = ScriptedModel([step([assistant_message("Hi.")], 12, 2)])
+    session = make("bare")
+    Runner.run_sync(Agent(name="plain", model=model), "Hello", session=session)
+    data = until(db, "bare", lambda d: bool(d.runs) and d.runs[0].status != "running")
+    (recorded,) = data.runs
+    assert recorded.agent is None and recorded.prompt == "Hello"
+    assert (recorded.status, recorded.tokens_in, recorded.tokens_out) == ("completed", 12, 2)
+    assert all(t.run_id == recorded.id for t in data.turns)
+
+
+def test_items_added_outside_a_runner_have_no_run(make: SessionFactory, db: str) -> None:
+    session = make("manual")
+    run(session.add_items([msg("user", "hi")]))
+    data = read_back(db, "manual")
+    assert data is not None and data.runs == () and data.turns[0].run_id is None
+
+
+def test_get_items_with_a_limit_reads_only_the_newest_turns(make: SessionFactory) -> None:
+    items: list[Any] = []
+    for i in range(30):
+        items += [
+            {"content": f"q{i}", "role": "user"},
+            {"arguments": "{}", "call_id": f"c{i}", "name": "f", "type": "function_call"},
+            {"call_id": f"c{i}", "output": f"{i}", "type": "function_call_output"},
+        ]
+    writer = make("long")
+    run(writer.add_items(items))
+    writer.close()
+    _shared.close_all()
+    reader = make("long")  # a new portal: the session is not open in this process
+    assert json.dumps(run(reader.get_items(4))) == json.dumps(items[-4:])
+    assert json.dumps(run(reader.get_items(0))) == "[]"
+    assert reader._shared is not None
+    assert reader._shared.portal.host.statistics().started == 0  # never loaded whole
+    assert json.dumps(run(reader.get_items())) == json.dumps(items)
+    assert json.dumps(run(reader.get_items(7))) == json.dumps(items[-7:])
+
+
+def test_a_streamed_run_is_recorded_like_the_others(make: SessionFactory, db: str) -> None:
+    session = make("streamed")
+
+    async def main() -> str:
+        streamed = Runner.run_streamed(
+            triage_to_billing(), "Weather?", session=session, hooks=session.hooks
+        )
+        async for _ in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
+
+    assert run(main()) == "Billing says: sunny."
+    data = read_back(db, "streamed")
+    assert data is not None
+    agents = sorted((r.agent.id, r.status) for r in data.runs if r.agent is not None)
+    assert agents == [("billing", "completed"), ("triage", "completed")]
+    assert sum(r.tokens_in or 0 for r in data.runs) == 140

@@ -441,6 +441,20 @@ async def test_corrupt_header_names_column(schema: str, store: PostgresStore) ->
         await store.patch_meta("s", {"a": 1})
 
 
+async def test_one_unreadable_header_is_listed_as_corrupt_not_a_failed_listing(
+    schema: str, store: PostgresStore
+) -> None:
+    for sid in ("good", "bad-meta", "bad-turn"):
+        await store.save(session(sid, turns=(turn(1),)))
+    admin(schema, "UPDATE sessions SET metadata = '[1, 2]' WHERE id = 'bad-meta'")
+    admin(schema, "UPDATE turns SET body = '{\"id\": 3}' WHERE session_id = 'bad-turn'")
+    rows = {row.id: row for row in await store.list_meta()}
+    assert set(rows) == {"good", "bad-meta", "bad-turn"}
+    assert rows["good"].corrupt is None
+    for sid in ("bad-meta", "bad-turn"):
+        assert rows[sid].corrupt is not None and sid in rows[sid].corrupt, rows[sid]
+
+
 async def test_corrupt_schedule_names_table(schema: str, store: PostgresStore) -> None:
     await store.save_schedule(
         Schedule(id="sch", prompt="p", enabled=True, created_at=1, updated_at=1, interval_ms=5)

@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     BinaryContent,
@@ -69,6 +71,16 @@ def recall(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """A model that answers with every user prompt it was shown, in order."""
     del info
     return ModelResponse(parts=[TextPart(" | ".join(user_prompts(messages)))])
+
+
+def neutral(block: Any) -> Any:
+    """``block`` without what pydantic-ai keeps beside the neutral fields."""
+    return msgspec.structs.replace(block, provider_data=None)
+
+
+def bare(turn: SessionTurn) -> SessionTurn:
+    """``turn`` as other code would write it: neutral content only."""
+    return SessionTurn(turn.id, turn.role, tuple(map(neutral, turn.content)), turn.created_at)
 
 
 def dumped(messages: list[ModelMessage]) -> bytes:
@@ -145,20 +157,20 @@ def test_thinking_images_and_returns_convert_both_ways() -> None:
     ]
     turns = messages_to_turns(messages)
     assert [t.role for t in turns] == ["user", "assistant", "user", "assistant"]
-    assert turns[0].content[1] == ImageBlock(url="https://example.com/cat.png")
+    assert neutral(turns[0].content[1]) == ImageBlock(url="https://example.com/cat.png")
     image = turns[0].content[2]
     assert isinstance(image, ImageBlock) and image.media_type == "image/png" and image.data
-    assert turns[1].content[0] == ReasoningBlock(
+    assert neutral(turns[1].content[0]) == ReasoningBlock(
         text="Two images.", provider="anthropic", signature="sig"
     )
-    assert turns[2].content == (ToolResultBlock(call_id="call_1", output="a cat", name="look"),)
+    (result,) = turns[2].content
+    assert neutral(result) == ToolResultBlock(call_id="call_1", output="a cat", name="look")
     # Exact as pydantic-ai itself serialises a history.
     assert dumped(turns_to_messages(turns)) == dumped(messages)
 
     # Without the kept copies (turns another writer made), the parts come back
     # from the neutral content.
-    bare = [SessionTurn(t.id, t.role, t.content, t.created_at) for t in turns]
-    rebuilt = turns_to_messages(bare)
+    rebuilt = turns_to_messages([bare(t) for t in turns])
     assert [type(m) for m in rebuilt] == [type(m) for m in messages]
     prompt = rebuilt[0].parts[0]
     assert isinstance(prompt, UserPromptPart) and not isinstance(prompt.content, str)
@@ -169,7 +181,7 @@ def test_thinking_images_and_returns_convert_both_ways() -> None:
     assert isinstance(call, ToolCallPart) and call.args_as_dict() == {"index": 1}
     back = rebuilt[2].parts[0]
     assert isinstance(back, ToolReturnPart) and back.tool_call_id == "call_1"
-    assert messages_to_turns(rebuilt)[2].content == turns[2].content
+    assert bare(messages_to_turns(rebuilt)[2]).content == bare(turns[2]).content
 
 
 def test_a_turn_changed_elsewhere_is_read_from_its_content() -> None:
@@ -198,3 +210,151 @@ def test_neutral_history_written_by_other_code_drives_a_run() -> None:
     assert result.output == "ok"
     returns = [p for m in seen for p in m.parts if isinstance(p, ToolReturnPart)]
     assert [(r.tool_call_id, r.content) for r in returns] == [("c1", "found")]
+
+
+# -- runs, errors and what pydantic-ai keeps -----------------------------------
+
+
+def retrying_agent() -> Agent[None, str]:
+    """Searches twice (the first is refused with ModelRetry), answers, and is asked once to
+    answer again by its output validator."""
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.usage import RequestUsage
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answered = sum(isinstance(m, ModelResponse) for m in messages)
+        usage = RequestUsage(input_tokens=100 + answered, output_tokens=10)
+        if answered == 0:
+            parts: list[Any] = [
+                ThinkingPart("look it up"),
+                ToolCallPart("search", {"query": "vague"}, tool_call_id="c1"),
+            ]
+        elif answered == 1:
+            parts = [ToolCallPart("search", {"query": "precise"}, tool_call_id="c2")]
+        elif answered == 2:
+            parts = [TextPart("draft")]
+        else:
+            parts = [TextPart("Found it.")]
+        return ModelResponse(parts=parts, usage=usage)
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), system_prompt="Answer from the notes.")
+
+    @agent.tool_plain
+    def search(query: str) -> str:
+        """Search the notes."""
+        if query == "vague":
+            raise ModelRetry("too vague: name the note")
+        return "note 7"
+
+    @agent.output_validator
+    def final(output: str) -> str:
+        if output == "draft":
+            raise ModelRetry("not a draft, please")
+        return output
+
+    return agent
+
+
+def test_a_run_with_a_retry_is_recorded_with_its_errors(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'runs.db'}"
+    with start_host(url) as host:
+        session = host.create_session(id="retry")
+        result = retrying_agent().run_sync("What does the note say?")
+        append_messages_sync(session, result.new_messages(), agent="notes")
+        assert result.output == "Found it."
+
+    with start_host(url) as host:
+        session = host.load_session("retry")
+        assert session is not None
+        assert message_history(session) == result.all_messages()  # exactly
+        turns, (run,) = session.turns, session.runs
+
+    assert run.id == result.run_id and run.status == "completed"
+    assert run.agent is not None and run.agent.id == "notes"
+    assert run.prompt == "What does the note say?"
+    assert (run.tokens_in, run.tokens_out, run.turns) == (100 + 101 + 102 + 103, 40, 4)
+    assert run.options is not None and run.options.model == "function:model:"
+    assert all(t.run_id == run.id for t in turns)
+    assert [t.usage.input for t in turns if t.usage is not None] == [100, 101, 102, 103]
+    assert run.ended_at is not None and run.started_at <= run.ended_at
+
+    # The system prompt is a system turn; the refused search is an error result; the
+    # validator's feedback is visible text.
+    assert turns[0].role == "system"
+    assert [b.text for b in turns[0].content if isinstance(b, TextBlock)] == [
+        "Answer from the notes."
+    ]
+    results = [b for t in turns for b in t.content if isinstance(b, ToolResultBlock)]
+    assert [(r.call_id, r.is_error, r.output) for r in results] == [
+        ("c1", True, "too vague: name the note"),
+        ("c2", None, "note 7"),  # a success carries no isError
+    ]
+    feedback = [
+        b.text
+        for t in turns
+        if t.role == "user"
+        for b in t.content
+        if isinstance(b, TextBlock) and "draft" in b.text
+    ]
+    assert feedback and all(text.strip() for text in feedback)
+    # Stored once: about pydantic-ai's own JSON of the same messages.
+    stored = sum(len(msgspec.json.encode(t)) for t in turns)
+    assert stored < 1.5 * len(dumped(result.new_messages()))
+
+
+def test_a_deprecated_retry_prompt_part_comes_back_as_itself() -> None:
+    import warnings
+
+    from pydantic_ai.messages import RetryPromptPart
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        old: list[ModelMessage] = [
+            ModelResponse(parts=[ToolCallPart("look", {"i": 1}, tool_call_id="c1")]),
+            ModelRequest(
+                parts=[
+                    RetryPromptPart("bad index", tool_name="look", tool_call_id="c1"),
+                    RetryPromptPart("answer in French"),
+                ]
+            ),
+        ]
+    turns = messages_to_turns(old)
+    back = turns_to_messages(turns)
+    assert back == old
+    assert all(type(p) is RetryPromptPart for p in back[1].parts)
+    result, feedback = turns[1].content
+    assert isinstance(result, ToolResultBlock) and result.is_error
+    assert isinstance(feedback, TextBlock) and "answer in French" in feedback.text
+
+
+def test_turns_with_a_message_copy_from_earlier_versions_still_read_back() -> None:
+    message = ModelResponse(parts=[TextPart("kept")], model_name="m1")
+    copy = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    turn = SessionTurn(
+        "t1", "assistant", (TextBlock("kept"),), 1, metadata={"pydanticAiMessage": copy}
+    )
+    assert turns_to_messages([turn]) == [message]
+
+
+def test_an_unknown_model_has_no_cost_and_a_caller_price_gives_one() -> None:
+    from pydantic_ai.usage import RequestUsage
+
+    message = ModelResponse(
+        parts=[TextPart("x")], usage=RequestUsage(input_tokens=1000, output_tokens=100)
+    )
+    (free,) = messages_to_turns([message])
+    assert free.usage is not None and free.usage.cost is None
+    (priced,) = messages_to_turns([message], price=lambda u: u.input * 1e-6)
+    assert priced.usage is not None and priced.usage.cost == pytest.approx(0.001)
+
+
+def test_a_message_the_kept_parts_would_not_give_back_is_stored_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from zidane_actors.integrations import pydantic_ai
+
+    monkeypatch.setattr(pydantic_ai, "_parts", lambda turn: None)  # as if a part were lost
+    message = ModelResponse(parts=[TextPart("whole")], model_name="m1")
+    (turn,) = messages_to_turns([message])
+    assert turn.metadata is not None and "pydanticAiMessage" in turn.metadata
+    assert turns_to_messages([turn]) == [message]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, ClassVar
 
 import httpx
@@ -31,9 +32,11 @@ from test_server_e2e import ServerProcess
 from zidane_actors.actors import open_session_host
 from zidane_actors.errors import (
     ConflictError,
+    CorruptDataError,
     InvalidNameError,
     SessionNotFoundError,
     StoreClosedError,
+    StoreError,
     StoreUnavailableError,
     UnsupportedOperationError,
     ValidationError,
@@ -401,3 +404,61 @@ async def test_batches_over_http_match_the_memory_store(batches: list[list[Store
 
 def _kind(result: outcome.Outcome[Any]) -> str:
     return type(result.error).__name__ if isinstance(result, outcome.Error) else "ok"
+
+
+@asynccontextmanager
+async def canned_server(answer: bytes) -> AsyncIterator[str]:
+    """A raw HTTP server on 127.0.0.1 answering every request with ``answer``."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            data += chunk
+        with suppress(trio.BrokenResourceError):
+            await stream.send_all(answer)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1")
+        (listener,) = await nursery.start(serve)
+        port = listener.socket.getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+        nursery.cancel_scope.cancel()
+
+
+def _answer(body: bytes, *, declared: int | None = None) -> bytes:
+    length = len(body) if declared is None else declared
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n"
+    return head.encode() + b"connection: close\r\n\r\n" + body
+
+
+def _chunked(body: bytes, size: int = 1024) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    head += b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+async def test_an_answer_over_the_bound_is_refused_not_read_whole() -> None:
+    big = b'{"id":"s1","createdAt":1,"updatedAt":1,"metadata":{"x":"' + b"x" * 50_000 + b'"}}'
+    for answer in (_answer(b"{}", declared=300 * 1024 * 1024), _chunked(big)):
+        async with canned_server(answer) as url:
+            store = create_remote_store(url, retries=0, max_answer_bytes=10_000)
+            async with store:
+                with pytest.raises(StoreError, match="max_answer_bytes"):
+                    await store.load("s1")
+
+
+async def test_an_answer_about_another_record_is_refused() -> None:
+    other = b'{"id":"other","createdAt":1,"updatedAt":1}'
+    async with canned_server(_answer(other)) as url, create_remote_store(url, retries=0) as store:
+        with pytest.raises(CorruptDataError, match="'other', not 's1'"):
+            await store.load("s1")
+    row = b'{"id":"other","metadata":{},"runCount":0,"turnCount":0,"updatedAt":1,'
+    row += b'"userMessageCount":0}'
+    async with canned_server(_answer(row)) as url, create_remote_store(url, retries=0) as store:
+        with pytest.raises(CorruptDataError):
+            await store.get_meta("s1")

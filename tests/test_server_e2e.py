@@ -66,6 +66,7 @@ class ServerProcess:
             raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()!r}")
         self.url = line.removeprefix("listening on ").strip()
         self.port = int(self.url.rsplit(":", 1)[1])
+        assert self.proc.stdout.readline() == f"session browser: {self.url}/ui/\n"
         return self.url
 
     def kill(self) -> None:

@@ -583,3 +583,70 @@ async def test_a_raising_meta_listener_fails_the_call_but_the_write_stands() -> 
         await session.save()  # the actor lives on, and the key is saved
         stored = await session.store.load(session.id)  # type: ignore[union-attr]
         assert stored is not None and stored.metadata == {"k": 1}
+
+
+async def test_memory_cannot_be_changed_through_the_callers_values() -> None:
+    """What was appended, and what ``turns``/``metadata`` hand out, is the session's own."""
+    store = create_memory_store()
+    tool_input: dict[str, Any] = {"path": "a.txt", "flags": ["r"]}
+    call = SessionTurn(
+        id="t1",
+        role="assistant",
+        content=(ToolCallBlock(id="c1", name="read", input=tool_input),),
+        created_at=1,
+        metadata={"k": {"n": 1}},
+    )
+    async with open_session_host(store) as host:
+        session = await host.create_session(metadata={"deep": {"x": [1]}})
+        await session.append_turns([call])
+        tool_input["path"] = "changed"
+        tool_input["flags"].append("w")
+        (held,) = session.turns
+        block = held.content[0]
+        assert isinstance(block, ToolCallBlock)
+        assert block.input == {"path": "a.txt", "flags": ["r"]}
+        with pytest.raises(TypeError):
+            block.input["path"] = "x"  # type: ignore[index]
+        with pytest.raises(TypeError):
+            block.input["flags"].append("x")  # type: ignore[index]
+        with pytest.raises(TypeError):
+            session.metadata["deep"]["x"].append(2)
+        messages = await session.to_messages()
+        sent = messages[0].content[0]
+        assert isinstance(sent, ToolCallBlock) and sent.input == {"path": "a.txt", "flags": ["r"]}
+        await session.save()
+    stored = await store.load(session.id)
+    assert stored is not None and stored.turns == (call_as_written(),)
+    assert stored.metadata == {"deep": {"x": [1]}}
+
+
+def call_as_written() -> SessionTurn:
+    return SessionTurn(
+        id="t1",
+        role="assistant",
+        content=(ToolCallBlock(id="c1", name="read", input={"path": "a.txt", "flags": ["r"]}),),
+        created_at=1,
+        metadata={"k": {"n": 1}},
+    )
+
+
+async def test_dict_content_blocks_are_read_as_blocks_or_refused() -> None:
+    """A dict given as a block: memory holds what the store holds (the block), never the dict."""
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session()
+        raw = SessionTurn(
+            id="t1",
+            role="user",
+            content=[{"type": "text", "text": "hi"}],  # type: ignore[arg-type]
+            created_at=1,
+        )
+        await session.append_turns([raw])
+        assert session.turns[0].content == (TextBlock("hi"),)
+        (message,) = await session.to_messages()
+        assert message.content == (TextBlock("hi"),)
+        bad = msgspec.structs.replace(raw, id="t2", content=[{"type": "nope"}])
+        with pytest.raises(ValidationError, match=r"\$\.turns\[0\]\.content\[0\]"):
+            await session.append_turns([bad])
+        with pytest.raises(ValidationError):
+            await session.set_turns([bad])
+        assert [t.id for t in session.turns] == ["t1"]

@@ -15,7 +15,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from store_contract import StoreContract, StoreOpener
+from store_contract import StoreContract, StoreOpener, make_session
 
 from zidane_actors.errors import (
     ConflictError,
@@ -467,7 +467,7 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
         meta = await store.get_meta("b")
         assert meta is not None and meta.turn_count == 3
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         with pytest.raises(sqlite3.IntegrityError):
@@ -534,6 +534,29 @@ async def test_corrupt_turn_row_names_table_session_seq(tmp_path: Path) -> None:
         with pytest.raises(CorruptDataError, match="seq 1"):
             await store.get_turns("s", 1)
         assert [t.id for t in await store.get_turns("s", 2)] == ["t2"]
+
+
+async def test_one_unreadable_header_is_listed_as_corrupt_not_a_failed_listing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    async with open_sqlite_store(db) as store:
+        for sid in ("good", "bad-meta", "bad-turn", "bad-owner"):
+            await store.save(session(sid, turns=(turn(0),)))
+    deep = b'{"id":"t0","role":"user","content":[{"type":"text","text":"x"}],"createdAt":1}'
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET metadata = '{not json' WHERE id = 'bad-meta'")
+        conn.execute("UPDATE turns SET body = ? WHERE session_id = 'bad-turn'", (deep[:30],))
+        conn.execute("UPDATE sessions SET run_owner = '[1]' WHERE id = 'bad-owner'")
+    async with open_sqlite_store(db) as store:
+        rows = {row.id: row for row in await store.list_meta()}
+        assert set(rows) == {"good", "bad-meta", "bad-turn", "bad-owner"}
+        assert rows["good"].corrupt is None and rows["good"].turn_count == 1
+        for sid in ("bad-meta", "bad-turn", "bad-owner"):
+            assert rows[sid].corrupt is not None and sid in rows[sid].corrupt, rows[sid]
+            assert rows[sid].turn_count == 0 and rows[sid].metadata == {}
+        with pytest.raises(CorruptDataError, match="bad-meta"):
+            await store.get_meta("bad-meta")  # one session asked for: its error
 
 
 async def test_locked_database_maps_to_unavailable(tmp_path: Path) -> None:
@@ -785,3 +808,20 @@ def test_store_is_exported() -> None:
     import zidane_actors.stores as stores
 
     assert stores.SQLiteStore is SQLiteStore
+
+
+async def test_a_session_deleted_before_v3_is_recreated_with_a_higher_rev(tmp_path: Path) -> None:
+    """v1/v2 did not record a deleted session's rev: re-created after migration, rev still grows."""
+    db = tmp_path / "v2.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:2]) == 2
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at, rev)"
+        " VALUES ('gone', 'idle', '{}', 1, 2, 41)"
+    )
+    conn.execute("DELETE FROM sessions WHERE id = 'gone'")
+    conn.close()
+    async with open_sqlite_store(db) as store:
+        await store.save(make_session("gone"))
+        meta = await store.get_meta("gone")
+        assert meta is not None and meta.rev is not None and meta.rev > 41

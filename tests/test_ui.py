@@ -338,6 +338,7 @@ def test_session_page_escapes_every_field(evil: str) -> None:
             page_size=100,
             runs=(run,),
             artifacts=[art],
+            now=T0,
         )
     )
     parser = _Tags()
@@ -371,6 +372,7 @@ async def test_pages_carry_a_strict_csp_and_shells_need_no_token() -> None:
             assert "s3cr3t-9" not in r.text
         assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
         assert (await client.get("/ui")).headers["location"] == "/ui/"
+        assert (await client.get("/")).headers["location"] == "/ui/"
         assert (await client.get("/ui/static/../_app.py")).status_code == 401  # /ui/_app.py
         assert (await client.get("/ui/static/shell.html")).status_code == 404
         for url in (
@@ -655,7 +657,14 @@ def test_chart_scales_and_labels_honestly() -> None:
     def page(r: tuple[SessionRun, ...]) -> str:
         return render_session(
             SessionPage(
-                meta=meta, turns=(), lookahead=(), start=0, page_size=100, runs=r, artifacts=None
+                meta=meta,
+                turns=(),
+                lookahead=(),
+                start=0,
+                page_size=100,
+                runs=r,
+                artifacts=None,
+                now=T0,
             )
         )
 
@@ -665,3 +674,211 @@ def test_chart_scales_and_labels_honestly() -> None:
     many = page(runs(75, 1.0))
     assert "the last 60 of 75 runs" in many
     assert many.count('class="bar-cost"') == 60 and 'data-run-id="r74"' in many
+
+
+async def test_a_bad_row_is_a_marked_entry_and_a_deep_row_a_named_corrupt_data_answer() -> None:
+    import sqlite3
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = f"{tmp}/s.db"
+        async with open_sqlite_store(db) as store:
+            for sid in ("good", "bad", "deep"):
+                await store.save(_session(sid))
+        deep_input = '{"x":' * 980 + "1" + "}" * 980
+        body = (
+            '{"id":"t2","role":"assistant","content":[{"type":"tool_call","id":"c1",'
+            f'"name":"ls","input":{deep_input}}}],"createdAt":1}}'
+        )
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE sessions SET metadata = '{oops' WHERE id = 'bad'")
+            conn.execute(
+                "UPDATE turns SET body = ? WHERE session_id = 'deep' AND id = 't2'", (body,)
+            )
+        async with open_sqlite_store(db) as store, _client(store) as client:
+            listing = await client.get("/session-meta")
+            assert listing.status_code == 200, listing.text
+            rows = {row["id"]: row for row in listing.json()}
+            assert set(rows) == {"good", "bad", "deep"}
+            assert "bad" in rows["bad"]["corrupt"] and "corrupt" not in rows["good"]
+            page = await client.get("/ui/fragments/sessions")
+            assert page.status_code == 200, page.text
+            assert 'data-session-id="bad"' in page.text and ">corrupt<" in page.text
+            for url in ("/sessions/deep", "/sessions/deep/turns", "/ui/fragments/sessions/deep"):
+                answer = await client.get(url)
+                assert answer.status_code == 500, url
+                text = answer.text.replace("&#x27;", "'")
+                assert "internal" not in text and "'deep'" in text, (url, text[:300])
+                if not url.startswith("/ui"):
+                    assert answer.json()["error"]["code"] == "corrupt_data"
+
+
+async def test_every_answer_carries_the_security_headers() -> None:
+    async with open_memory_store() as store:
+        await store.save(_session())
+        async with _client(store, token="t0k") as client:
+            auth = {"authorization": "Bearer t0k"}
+            answers = [
+                await client.get("/session-meta", headers=auth),  # JSON
+                await client.get("/sessions/nope", headers=auth),  # JSON 404
+                await client.get("/no/such/route", headers=auth),  # routing 404
+                await client.get("/ui/static/nope.js"),  # /ui 404
+                await client.get("/session-meta"),  # 401
+                await client.get("/"),  # redirect
+                await client.get("/ui/fragments/sessions", headers=auth),
+            ]
+            for answer in answers:
+                where = (answer.request.url.path, answer.status_code)
+                assert answer.headers["x-content-type-options"] == "nosniff", where
+                assert answer.headers["x-frame-options"] == "DENY", where
+                assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], where
+            assert answers[-1].headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+
+
+async def test_favicon_is_served_without_a_token() -> None:
+    async with open_memory_store() as store, _client(store, token="t0k") as client:
+        icon = await client.get("/favicon.ico", follow_redirects=True)
+        assert icon.status_code == 200
+        assert icon.headers["content-type"] == "image/svg+xml"
+        shell = await client.get("/ui/")
+        assert 'rel="icon" href="/ui/static/favicon.svg"' in shell.text
+
+
+def test_durations_and_schedule_times_read_naturally() -> None:
+    from zidane_actors.server._ui_render import _duration, render_schedules
+
+    assert _duration(15 * 60_000) == "15 min"
+    assert _duration(15 * 60_000 + 5_000) == "15 min 5 s"
+    assert _duration(2 * 3_600_000) == "2 h"
+    assert _duration(2 * 3_600_000 + 60_000) == "2 h 1 min"
+    schedule = Schedule(
+        id="sch",
+        prompt="p",
+        enabled=True,
+        created_at=T0,
+        updated_at=T0,
+        interval_ms=900_000,
+        next_fire_at=T0,
+    )
+    page = str(render_schedules([(schedule, [])]))
+    assert "every 15 min<" in page
+    assert "UTC</time>" in page
+
+
+async def test_a_running_session_whose_owner_is_gone_shows_as_stale_and_is_not_polled() -> None:
+    import sys
+    import time
+
+    import trio
+
+    from zidane_actors.model import RunOwner, current_run_owner, host_id
+
+    dead_pid = await trio.lowlevel.open_process([sys.executable, "-c", "pass"])
+    await dead_pid.wait()
+    now = time.time_ns() // 1_000_000
+    owners = {
+        "live": (current_run_owner(), now),  # this process: alive
+        "dead-here": (RunOwner(host_id=host_id(), pid=dead_pid.pid, token="x"), now),
+        "quiet-elsewhere": (RunOwner(host_id="other-host", pid=1, token="y"), T0),
+        "recent-elsewhere": (RunOwner(host_id="other-host", pid=1, token="z"), now),
+    }
+    async with open_memory_store() as store:
+        for sid, (owner, updated_at) in owners.items():
+            await store.save(_session(sid, updated_at=updated_at))
+            await store.update_status(sid, "running", owner=owner, preserve_updated_at=True)
+        async with _client(store) as client:
+            listing = (await client.get("/ui/fragments/sessions")).text
+            for sid, expected in (
+                ("live", "running"),
+                ("dead-here", "stale"),
+                ("quiet-elsewhere", "stale"),
+                ("recent-elsewhere", "running"),
+            ):
+                page = (await client.get(f"/ui/fragments/sessions/{sid}")).text
+                assert f'data-status="{expected}"' in page, sid
+                assert ("data-poll" in page) == (expected == "running"), sid
+                row = listing.split(f'data-session-id="{sid}"', 1)[1].split("</tr>", 1)[0]
+                shown = "stale (owner gone)" if expected == "stale" else "running"
+                assert f">{shown}<" in row, (sid, row)
+
+
+async def test_reading_markdown_pretty_json_capped_outputs_and_folded_result_cards() -> None:
+    from zidane_actors.server._ui import MORE_CHARS
+    from zidane_actors.server._ui_render import SHOWN_CHARS
+
+    huge = "line of tool output\n" * 11_000  # 220 KB
+    turns = (
+        SessionTurn(
+            id="u1",
+            role="user",
+            content=(TextBlock("## Plan\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<b>raw</b>"),),
+            created_at=T0,
+        ),
+        SessionTurn(
+            id="a1",
+            role="assistant",
+            content=(
+                ToolCallBlock(id="c1", name="read", input={"path": "x"}),
+                ToolCallBlock(id="c2", name="dump", input={}),
+            ),
+            created_at=T0,
+        ),
+        SessionTurn(
+            id="u2",
+            role="user",
+            content=(
+                ToolResultBlock(call_id="c1", output='{"ok":true,"items":[1,2]}'),
+                ToolResultBlock(call_id="c2", output=huge),
+            ),
+            created_at=T0,
+        ),
+    )
+    async with open_memory_store() as store:
+        await store.save(SessionData(id="s", created_at=T0, updated_at=T0, turns=turns))
+        async with _client(store) as client:
+            page = (await client.get("/ui/fragments/sessions/s")).text
+            assert "<h2>Plan</h2>" in page and "<table>" in page
+            assert "&lt;b&gt;raw&lt;/b&gt;" in page and "<b>raw</b>" not in page
+            assert "{\n  &quot;ok&quot;: true," in page  # a JSON result, pretty-printed
+            assert len(page) < SHOWN_CHARS + 20_000  # the 220 KB output is not sent whole
+            assert page.count('class="turn ') == 2  # the results-only card is folded away
+            assert 'class="turn-folded"' in page and 'data-turn-id="u2"' in page
+            more = page.split('data-more="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+            assert more.startswith("/ui/fragments/sessions/s/turns/2/more?block=1&from=")
+            rest = (await client.get(more)).text
+            assert len(huge) - SHOWN_CHARS < MORE_CHARS  # one more fetch brings the rest
+            assert "show more" not in rest
+            # The cut falls inside one line: every other line is on one side of it.
+            assert page.count("line of tool output") + rest.count("line of tool output") == 10_999
+            assert huge[SHOWN_CHARS : SHOWN_CHARS + 60] in rest
+            bad = await client.get("/ui/fragments/sessions/s/turns/2/more?block=7")
+            assert bad.status_code == 400
+            missing = await client.get("/ui/fragments/sessions/s/turns/9/more?block=0")
+            assert missing.status_code == 404
+
+
+async def test_lone_surrogates_are_shown_as_replacement_characters() -> None:
+    """Text JavaScript clipped mid-pair: the pages answer 200 with U+FFFD, never an error."""
+    clipped = SessionTurn(
+        id="t1",
+        role="assistant",
+        content=(
+            TextBlock("cut \ud83d"),
+            ToolCallBlock(id="c1", name="f\udc00", input={"q": "\ud800"}),
+        ),
+        created_at=1,
+    )
+    async with open_memory_store() as store:
+        await store.save(
+            SessionData(
+                id="s1",
+                created_at=1,
+                updated_at=2,
+                metadata={"title": "t \ud83d"},
+                turns=(clipped,),
+            )
+        )
+        async with _client(store) as client:
+            for url in ("/ui/fragments/sessions", "/ui/fragments/sessions/s1"):
+                r = await client.get(url)
+                assert r.status_code == 200, (url, r.text)
+                assert "\ufffd" in r.text

@@ -23,6 +23,7 @@ from test_server_e2e import ServerProcess
 from zidane_actors.model import (
     ImageBlock,
     ReasoningBlock,
+    RunErrorDetail,
     Schedule,
     ScheduleFire,
     SessionArtifact,
@@ -92,6 +93,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             ended_at=T0 + 5_000,
             status="aborted",
             parent_run_id="r-root",
+            parent_call_id="call-grep",
             depth=1,
             label="searcher",
             tokens_in=4_000,
@@ -119,6 +121,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             ended_at=T0 + 30_000,
             status="error",
             error="rate limited",
+            error_detail=RunErrorDetail(status_code=429, code="rate_limit_error"),
             parent_run_id="r-root",
             depth=1,
             label="writer",
@@ -165,6 +168,7 @@ def _tree_session() -> tuple[SessionData, list[SessionArtifact]]:
             created_at=T0 + 4,
             run_id="r-root",
         ),
+        _text(5, "The changelog lists 3 breaking changes.", role="assistant", run_id="r-sub1"),
     )
     data = SessionData(
         id="tree",
@@ -522,6 +526,27 @@ def test_session_run_tree_chart_and_tool_results(browser: WebDriver, server: Ser
     assert not browser.find_elements(By.LINK_TEXT, "evil link")  # javascript: is never a link
     assert "test-model" in browser.find_element(By.CSS_SELECTOR, "section.metadata").text
 
+    # Structure: who answered, what started whom, totals, errors in full.
+    totals = browser.find_element(By.CSS_SELECTOR, "p.totals").text
+    assert "25,500 tokens in" in totals and "6,600 tokens out" in totals and "$0.6100" in totals
+    assert "429" in sub2.text and "rate_limit_error" in sub2.text
+    t5 = browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t5]")
+    assert "searcher" in t5.find_element(By.CSS_SELECTOR, "header").text
+    assert "Lead" in browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t2] header").text
+    grep.find_element(By.CSS_SELECTOR, "a.subrun").click()
+    _until(browser, lambda d: d.current_url.endswith("#run-r-sub1"))
+    sub1 = browser.find_element(By.ID, "run-r-sub1")
+    sub1.find_element(By.CSS_SELECTOR, "a.parent-call").click()
+    _until(browser, lambda d: d.current_url.endswith("#call-call-grep"))
+    sub1.find_element(By.CSS_SELECTOR, "a.run-filter").click()
+    _until(browser, lambda d: "run=r-sub1" in d.current_url)
+    _shown(browser, "session")
+    shown = [
+        t.get_attribute("data-turn-id")
+        for t in browser.find_elements(By.CSS_SELECTOR, "article.turn")
+    ]
+    assert shown == ["t5"]
+
 
 def test_a_page_of_a_10k_turn_session(browser: WebDriver, server: ServerProcess) -> None:
     _open(browser, f"{server.url}/ui/sessions/long?from=5000", "session")
@@ -575,6 +600,7 @@ def test_running_session_refreshes_as_turns_arrive(
     with httpx.Client(base_url=server.url) as client:
         # Owned by the live server process, so no reader demotes it as stale.
         assert client.put("/sessions/live/status", json={"status": "running"}).status_code == 204
+        browser.set_window_size(1280, 500)
         root = _open(browser, f"{server.url}/ui/sessions/live", "session")
         assert root.get_attribute("data-status") == "running"
         assert root.get_attribute("data-poll")
@@ -587,6 +613,14 @@ def test_running_session_refreshes_as_turns_arrive(
         assert r.status_code == 204
         _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-turn-id=t2]"))
         assert "a turn that arrived later" in browser.find_element(By.ID, "app").text
+        newest = browser.find_element(By.CSS_SELECTOR, "[data-turn-id=t2]")
+        # A live tail: the newest turn is scrolled into view (the page is taller than this).
+        assert browser.execute_script(
+            "var r = arguments[0].getBoundingClientRect();"
+            "return document.documentElement.scrollHeight > innerHeight"
+            " && r.bottom <= innerHeight + 1 && r.bottom > 0;",
+            newest,
+        )
         r = client.put("/sessions/live/status", json={"status": "completed"})
         assert r.status_code == 204
     _until(
@@ -601,6 +635,7 @@ def test_running_session_refreshes_as_turns_arrive(
     assert (
         browser.find_element(By.CSS_SELECTOR, "#app > section").get_attribute("data-poll") is None
     )
+    browser.set_window_size(1280, 1600)
 
 
 def test_schedules_page(browser: WebDriver, server: ServerProcess) -> None:
@@ -608,7 +643,8 @@ def test_schedules_page(browser: WebDriver, server: ServerProcess) -> None:
     browser.find_element(By.LINK_TEXT, "Schedules").click()
     _shown(browser, "schedules")
     schedule = browser.find_element(By.CSS_SELECTOR, "[data-schedule-id=nightly]")
-    assert "Nightly digest" in schedule.text and "every 24 h 0 min" in schedule.text
+    assert "Nightly digest" in schedule.text and "every 24 h\n" in schedule.text
+    assert "next fire\n2025-06-16 15:06:40 UTC" in schedule.text
     fires = schedule.find_elements(By.CSS_SELECTOR, "li.fire")
     assert len(fires) == 3
     assert "provider down" in fires[1].text  # newest first: f2, f1, f0
@@ -707,3 +743,71 @@ def test_session_page_screenshot(
     assert len(colours) > 20, "the screenshot is (nearly) blank"
     # The status badges, the chart's bars and the dark text are all on screen.
     assert any(c[0] < 60 and c[1] < 60 and c[2] < 60 for c in colours)
+
+
+def test_narrow_window_keeps_titles_readable(browser: WebDriver, server: ServerProcess) -> None:
+    browser.set_window_size(480, 900)
+    try:
+        _open(browser, f"{server.url}/ui/", "sessions")
+        title = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=tree] td.title")
+        assert title.size["width"] >= 140, title.size  # not a few letters wide
+        agent = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id=tree] td.wide")
+        assert not agent.is_displayed()
+        page_width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert page_width <= 480 + 2, page_width  # no sideways scrolling
+        errors = [
+            e
+            for e in browser.get_log("browser")
+            if "favicon" in e["message"] and "404" in e["message"]
+        ]
+        assert errors == []
+    finally:
+        browser.set_window_size(1280, 1600)
+
+
+def test_markdown_and_show_all_in_place(browser: WebDriver, server: ServerProcess) -> None:
+    long_output = "".join(f"output line {n:05d}\n" for n in range(4_000))  # ~76 KB
+    reading = SessionData(
+        id="reading",
+        created_at=T0,
+        updated_at=T0,
+        turns=(
+            _text(
+                0,
+                "## Plan\n\n1. read the **log**\n2. answer\n\n`code` and [a link](https://example.com)",
+            ),
+            SessionTurn(
+                id="t1",
+                role="assistant",
+                content=(ToolCallBlock(id="c1", name="cat", input={"path": "log"}),),
+                created_at=T0 + 1,
+            ),
+            SessionTurn(
+                id="t2",
+                role="user",
+                content=(ToolResultBlock(call_id="c1", output=long_output),),
+                created_at=T0 + 2,
+            ),
+        ),
+    )
+    with httpx.Client(base_url=server.url) as client:
+        put = client.put(
+            "/sessions/reading",
+            content=encode(reading),
+            headers={"content-type": "application/json"},
+        )
+        assert put.status_code in (200, 204), (put.status_code, put.text)
+        try:
+            root = _open(browser, f"{server.url}/ui/sessions/reading", "session")
+            heading = root.find_element(By.CSS_SELECTOR, ".markdown h2")
+            assert heading.text == "Plan"
+            link = root.find_element(By.CSS_SELECTOR, ".markdown a")
+            assert link.get_attribute("rel") == "noopener noreferrer nofollow"
+            assert not root.find_elements(By.CSS_SELECTOR, "[data-turn-id=t2].turn")  # folded
+            app = browser.find_element(By.ID, "app")
+            assert "output line 03999" not in app.text
+            root.find_element(By.CSS_SELECTOR, "a.show-all").click()
+            _until(browser, lambda d: "output line 03999" in d.find_element(By.ID, "app").text)
+            assert not browser.find_elements(By.CSS_SELECTOR, "a.show-all")
+        finally:
+            assert client.delete("/sessions/reading").status_code == 204

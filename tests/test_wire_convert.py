@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_wire_sdk import check_anthropic, check_chat, check_responses_item, plain
+from test_wire_sdk import (
+    check_anthropic,
+    check_anthropic_request,
+    check_chat,
+    check_responses_item,
+    plain,
+)
 
 from zidane_actors.errors import WireFormatError
 from zidane_actors.model import (
@@ -179,10 +185,47 @@ def test_to_anthropic_rules() -> None:
     ]
 
 
+def test_to_anthropic_drops_an_image_type_it_cannot_take_and_says_so() -> None:
+    reports: list[WireDowngrade] = []
+    bmp = ImageBlock(media_type="image/bmp", data="Qk0=")
+    result = ToolResultBlock(call_id="c", output=(TextBlock("shot"), bmp))
+    converted = to_anthropic_request(
+        [
+            user(TextBlock("x"), bmp),
+            assistant(ToolCallBlock(id="c", name="f")),
+            user(result),
+        ],
+        on_downgrade=reports.append,
+    )
+    check_anthropic_request(converted)
+    assert converted["messages"][0]["content"] == [{"type": "text", "text": "x"}]
+    assert converted["messages"][2]["content"][0]["content"] == [{"type": "text", "text": "shot"}]
+    assert reports == [
+        WireDowngrade(0, "$.content[1]", "dropped", "image"),
+        WireDowngrade(2, "$.content[0].output[1]", "dropped", "image"),
+    ]
+
+
+def test_reasoning_dropped_on_the_way_to_another_provider_is_reported() -> None:
+    thinking = ReasoningBlock(text="hmm", provider="anthropic", signature="sig")
+    deepseek = ReasoningBlock(text="hmm", provider="openai-chat")
+    responses = ReasoningBlock(text="hmm", provider="openai-responses", id="rs_1")
+    message = assistant(thinking, deepseek, responses, TextBlock("done"))
+    for convert, kept in (
+        (lambda m, sink: [to_anthropic(m, on_downgrade=sink)], 0),
+        (lambda m, sink: to_openai(m, on_downgrade=sink), 1),
+        (lambda m, sink: to_openai_responses([m], on_downgrade=sink), 2),
+    ):
+        reports: list[WireDowngrade] = []
+        convert(message, reports.append)
+        dropped = [0, 1, 2]
+        dropped.remove(kept)
+        assert reports == [
+            WireDowngrade(0, f"$.content[{j}]", "dropped", "reasoning") for j in dropped
+        ]
+
+
 def test_to_anthropic_rejects_what_it_cannot_send() -> None:
-    with pytest.raises(WireFormatError) as info:
-        to_anthropic(user(TextBlock("x"), ImageBlock(media_type="image/bmp", data="AA")))
-    assert info.value.path == "$.content[1].mediaType"
     with pytest.raises(WireFormatError) as info:
         to_anthropic(user(ImageBlock(ref="blob:1")))
     assert info.value.path == "$.content[0].ref"
@@ -505,7 +548,7 @@ def test_responses_errors_are_located() -> None:
                     {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
                 ],
             },
-            assistant(ToolCallBlock(id="c", name="f")),
+            assistant(ToolCallBlock(id="c", name="f", input={})),
         ),
         ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, user(TextBlock("x"))),
         ({"role": "assistant", "content": None}, assistant()),
@@ -529,3 +572,141 @@ def test_converters_do_not_alias_inputs() -> None:
     assert isinstance(call, ToolCallBlock)
     call.input["nested"]["k"].append(2)
     assert wire["content"][0]["input"] == {"nested": {"k": [1]}}  # type: ignore[index]
+
+
+def test_responses_store_false_replays_no_reasoning_known_only_by_id() -> None:
+    stored = ReasoningBlock(text="plan", provider="openai-responses", id="rs_stored")
+    encrypted = ReasoningBlock(
+        text="plan", provider="openai-responses", id="rs_enc", signature="gAAAA"
+    )
+    messages = [
+        user(TextBlock("hi")),
+        assistant(stored, TextBlock("one")),
+        user(TextBlock("more")),
+        assistant(encrypted, TextBlock("two")),
+    ]
+    kinds = [item.get("id") for item in to_openai_responses(messages)]
+    assert "rs_stored" in kinds and "rs_enc" in kinds
+    reports: list[WireDowngrade] = []
+    items = to_openai_responses(messages, store=False, on_downgrade=reports.append)
+    for item in items:
+        check_responses_item(item)
+    ids = [item.get("id") for item in items if item.get("type") == "reasoning"]
+    assert ids == ["rs_enc"]
+    assert reports == [WireDowngrade(1, "$.content[0]", "dropped", "reasoning")]
+    assert reasoning_wire_action(stored, "openai", store=False) == "drop"
+    assert reasoning_wire_action(encrypted, "openai", store=False) == "keep"
+
+
+def test_values_nested_too_deep_are_located_errors_in_every_converter() -> None:
+    deep: list[Any] = []  # past what json.dumps and msgspec recurse through
+    leaf = deep
+    for _ in range(5_000):
+        leaf.append([])
+        leaf = leaf[0]
+    server_tool = NativeBlock(
+        provider="anthropic",
+        data={"type": "server_tool_use", "id": "s", "name": "web_search", "input": {"q": deep}},
+    )
+    messages = [
+        assistant(ToolCallBlock(id="a", name="f", input={"x": deep})),
+        assistant(TextBlock("x"), server_tool),
+    ]
+    converters: list[Any] = [
+        to_anthropic,
+        to_openai,
+        lambda m: to_openai_responses([m]),
+        lambda m: to_anthropic_request([m]),
+        lambda m: to_openai_request([m]),
+    ]
+    for convert in converters:
+        for message in messages:
+            with pytest.raises(WireFormatError) as info:
+                convert(message)
+            assert "nesting is too deep" in str(info.value)
+            assert info.value.path is not None and ".input." in info.value.path
+
+
+def test_readable_tool_exchanges_are_converted_for_other_providers() -> None:
+    mcp = from_anthropic(
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "mcp_tool_use",
+                    "id": "mcptoolu_1",
+                    "name": "search_docs",
+                    "server_name": "docs",
+                    "input": {"q": "trio"},
+                },
+                {
+                    "type": "mcp_tool_result",
+                    "tool_use_id": "mcptoolu_1",
+                    "is_error": False,
+                    "content": [{"type": "text", "text": "trio is a library"}],
+                },
+            ],
+        }
+    )
+    reports: list[WireDowngrade] = []
+    chat = to_openai(mcp, on_downgrade=reports.append)
+    check_chat(chat[0])
+    assert chat[0]["content"] == [
+        {"type": "text", "text": '[docs.search_docs {"q": "trio"}]'},
+        {"type": "text", "text": "MCP tool result:\ntrio is a library"},
+    ]
+    assert [r.kind for r in reports] == ["converted", "converted"]
+
+    shell = from_openai_responses(
+        [
+            {
+                "type": "local_shell_call",
+                "id": "lsh_1",
+                "call_id": "call_1",
+                "status": "completed",
+                "action": {"type": "exec", "command": ["ls", "-la"], "env": {}},
+            },
+            {"type": "local_shell_call_output", "id": "lsh_1", "output": "README.md"},
+            {
+                "type": "file_search_call",
+                "id": "fs_1",
+                "status": "completed",
+                "queries": ["deadline"],
+                "results": [{"file_id": "file-1", "filename": "plan.md", "text": "Friday"}],
+            },
+        ]
+    )
+    reports = []
+    request = to_anthropic_request(shell, on_downgrade=reports.append)
+    check_anthropic_request(request)
+    texts = [block["text"] for message in request["messages"] for block in message["content"]]
+    assert texts == [
+        "[local shell ls -la]",
+        "Local shell output:\nREADME.md",
+        "[file search deadline]\n- plan.md: Friday",
+    ]
+    assert {r.kind for r in reports} == {"converted"}
+
+
+def test_lone_surrogates_cross_every_converter() -> None:
+    """A string JavaScript clipped mid-pair (``"\\ud83d"``) converts; ids shorten; no error."""
+    long_id = "call_" + "x" * 70 + "\ud83d"
+    messages = [
+        SessionMessage(
+            role="assistant",
+            content=(
+                TextBlock("cut \ud83d"),
+                ToolCallBlock(id=long_id, name="f", input={"q": "\udc00"}),
+            ),
+        ),
+        SessionMessage(
+            role="user", content=(ToolResultBlock(call_id=long_id, output="done \ud800"),)
+        ),
+    ]
+    assert anthropic_tool_id_map(messages)[long_id] != long_id
+    anthropic = to_anthropic_request(messages)["messages"]
+    assert anthropic[0]["content"][0]["text"] == "cut \ud83d"
+    chat = to_openai_request(messages)
+    assert to_openai_responses(messages)
+    assert from_anthropic(anthropic[0]).content[0] == TextBlock("cut \ud83d")
+    assert from_openai(chat[0]).content[0] == TextBlock("cut \ud83d")

@@ -25,8 +25,12 @@ from zidane_actors.wire import (
     drop_invalid_tool_pairings,
     ensure_ends_with_user_message,
     ensure_tool_result_pairing,
+    from_openai_request,
     interrupted_tool_result_output,
     orphaned_tool_result_marker,
+    to_anthropic_request,
+    to_openai_request,
+    to_openai_responses,
     to_wire_messages,
 )
 
@@ -157,6 +161,24 @@ def test_mode_parallel_results_grouped_in_call_order_before_text() -> None:
     ]
     assert {r.kind for r in repairs} == {"displaced-tool-result"}
     assert sorted(r.call_id or "" for r in repairs) == ["a", "b", "c"]
+
+
+async def test_an_empty_chat_assistant_message_never_reaches_the_wire() -> None:
+    # {"role": "assistant", "content": null} without tool calls: the converters keep it
+    # (a Chat history round-trips exactly), the send path leaves it out and says so.
+    chat = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "again"},
+    ]
+    messages = from_openai_request(chat)
+    assert to_openai_request(messages) == chat
+    repairs: list[PairingRepair] = []
+    wire = await to_wire_messages(messages, provider="openai", on_repair=repairs.append)
+    assert repairs == [PairingRepair(1, "empty-message")]
+    assert to_openai_request(wire) == [chat[0], chat[2]]
+    assert all(m["content"] for m in to_anthropic_request(wire)["messages"])
+    assert all(item.get("content") != [] for item in to_openai_responses(wire))
 
 
 def test_pairing_is_pure() -> None:

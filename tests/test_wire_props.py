@@ -183,7 +183,7 @@ def anthropic_kept(m: SessionMessage) -> SessionMessage:
                 output=b.output
                 if isinstance(b.output, str)
                 else tuple(_anth_file(p) for p in b.output),
-                is_error=b.is_error,
+                is_error=b.is_error or None,
             )
         blocks.append(_anth_file(b))
     return SessionMessage(role=m.role, content=tuple(blocks))
@@ -420,6 +420,7 @@ def test_ensure_pairing_pure_idempotent_sound(messages: list[SessionMessage]) ->
     out = ensure_tool_result_pairing(messages)
     assert _frozen(messages) == before
     assert_pairing_ok(out)
+    assert all(m.content for m in out)  # nothing a provider refuses as empty
     repairs: list[Any] = []
     assert ensure_tool_result_pairing(out, on_repair=repairs.append) == out
     assert repairs == []
@@ -432,6 +433,7 @@ async def test_to_wire_messages_always_pairs(turns: list[SessionTurn], _: Any) -
     out = await to_wire_messages(turns, provider="anthropic")
     assert _frozen(turns) == before
     assert_pairing_ok(out)
+    assert all(m.content for m in out)
     assert not out or out[-1].role == "user"
     assert await to_wire_messages(out, provider="anthropic") == out
     request = to_anthropic_request(out)

@@ -3,7 +3,8 @@
 Sessions are trio actors that apply every mutation in mailbox order; stores
 (memory, SQLite, file map, remote REST, PostgreSQL) are pluggable. The names
 below are the everyday surface; each layer's package (``zidane_actors.model``,
-``.wire``, ``.actors``, ``.stores``, ``.server``) exports the rest.
+``.wire``, ``.actors``, ``.stores``, ``.server``, then ``.portal`` and
+``.integrations``) exports the rest; ``zidane-actors`` is ``cli.py``.
 """
 
 from . import errors

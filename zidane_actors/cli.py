@@ -18,7 +18,9 @@ from typing import Any, Final, TextIO
 import msgspec
 import trio
 
-from .errors import ValidationError, ZidaneActorsError
+from . import __version__
+from . import _transfer as transfer
+from .errors import SessionNotFoundError, StoreError, ValidationError, ZidaneActorsError
 from .model import (
     SessionContentBlock,
     SessionData,
@@ -28,8 +30,7 @@ from .model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    decode,
-    encode_str,
+    call_input,
     to_builtins,
     validate_id,
 )
@@ -104,6 +105,7 @@ async def _serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 )
             )
             print(f"listening on {url}", file=out, flush=True)
+            print(f"session browser: {url}/ui/", file=out, flush=True)
             async for _ in signals:
                 break
             nursery.cancel_scope.cancel()
@@ -172,8 +174,6 @@ async def _list(store: SessionStore, args: argparse.Namespace, out: TextIO) -> i
 
 
 async def _load(store: SessionStore, session_id: str) -> SessionData:
-    from .errors import SessionNotFoundError
-
     data = await store.load(validate_id(session_id))
     if data is None:
         raise SessionNotFoundError(f"no session {session_id!r} in the store")
@@ -205,7 +205,9 @@ def _block_lines(
     if isinstance(block, TextBlock):
         return [_indent(_clip(block.text), "    ")]
     if isinstance(block, ToolCallBlock):
-        lines = [f"    → tool call {block.name} {json.dumps(block.input)[:200]}  (id {block.id})"]
+        lines = [
+            f"    → tool call {block.name} {json.dumps(call_input(block))[:200]}  (id {block.id})"
+        ]
         result = results.get(block.id)
         if result is None:
             lines.append("      ← (no result)")
@@ -285,13 +287,24 @@ async def _show(store: SessionStore, args: argparse.Namespace, out: TextIO) -> i
 
 
 async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
-    data = await _load(store, args.id)
     if args.format == "jsonl":
-        header = msgspec.structs.replace(data, turns=())
-        print(encode_str({"session": header}), file=out)
-        for turn in data.turns:
-            print(encode_str({"turn": turn}), file=out)
+        if args.id is None:  # the whole store: every session, then the schedules
+            async for _, _, bundle in transfer.iterate_bundles(store):
+                for line in transfer.bundle_lines(bundle):
+                    print(line, file=out)
+            for schedule, fires in await transfer.schedules_of(store):
+                for line in transfer.schedule_lines(schedule, fires):
+                    print(line, file=out)
+            return 0
+        found = await transfer.read_bundle(store, validate_id(args.id))
+        if found is None:
+            raise SessionNotFoundError(f"no session {args.id!r} in the store")
+        for line in transfer.bundle_lines(found):
+            print(line, file=out)
         return 0
+    if args.id is None:
+        raise ValidationError("a provider format exports one session: give its id")
+    data = await _load(store, args.id)
     from . import wire
 
     messages = await wire.to_wire_messages(data.turns)
@@ -304,55 +317,32 @@ async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
-def _read_jsonl(path: str) -> list[SessionData]:
-    """Sessions of a JSONL export; every bad line is reported with its number."""
-    sessions: list[SessionData] = []
-    current: SessionData | None = None
-    turns: list[SessionTurn] = []
-    errors: list[str] = []
-
-    def flush() -> None:
-        if current is not None:
-            sessions.append(msgspec.structs.replace(current, turns=current.turns + tuple(turns)))
-
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                envelope = decode(line, dict[str, msgspec.Raw], what=f"line {n}")
-                if len(envelope) != 1 or not envelope.keys() <= {"session", "turn"}:
-                    raise ValidationError('each line must be {"session": …} or {"turn": …}')
-                if "session" in envelope:
-                    session = decode(bytes(envelope["session"]), SessionData, what="session")
-                    validate_id(session.id)
-                    flush()
-                    current, turns = session, []
-                else:
-                    turn = decode(bytes(envelope["turn"]), SessionTurn, what="turn")
-                    if current is None:
-                        raise ValidationError("a turn line comes before any session line")
-                    turns.append(turn)
-            except ValidationError as exc:
-                errors.append(f"{path}:{n}: {exc}")
-    flush()
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ValidationError(errors[0] + more)
-    return sessions
-
-
 async def _import(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
-    sessions = _read_jsonl(args.file)
+    reader = transfer.JsonlReader(args.file)
+    reader.read()
     if not args.replace:
-        for data in sessions:
-            if await store.load(data.id) is not None:
+        for bundle in reader.bundles:
+            if await store.load(bundle.data.id) is not None:
                 raise ValidationError(
-                    f"session {data.id!r} already exists in the store (pass --replace)"
+                    f"session {bundle.data.id!r} already exists in the store (pass --replace)"
                 )
-    for data in sessions:
-        await store.save(data)
-        print(f"imported {data.id} ({len(data.turns)} turns, {len(data.runs)} runs)", file=out)
+    for bundle in reader.bundles:
+        await transfer.write_bundle(store, bundle)
+        data = bundle.data
+        extra = "".join(
+            f", {n} {kind}"
+            for n, kind in (
+                (len(bundle.artifacts), "artifacts"),
+                (len(bundle.send_requests), "send requests"),
+            )
+            if n
+        )
+        print(
+            f"imported {data.id} ({len(data.turns)} turns, {len(data.runs)} runs{extra})", file=out
+        )
+    await transfer.write_schedules(store, reader.schedules)
+    for schedule, fires in reader.schedules:
+        print(f"imported schedule {schedule.id} ({len(fires)} fires)", file=out)
     return 0
 
 
@@ -400,17 +390,33 @@ def _progress(done: int, total: int, err: TextIO) -> None:
 
 async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async with open_store_url(args.source) as source, open_store_url(args.target) as target:
-        ids = await source.list()
-        _progress(0, len(ids), err)
-        copied = 0
-        for n, sid in enumerate(ids, 1):
-            data = await source.load(sid)
-            if data is not None:
-                await target.save(data)
-                copied += 1
-            _progress(n, len(ids), err)
-        print(file=err)
-    print(f"copied {copied} session(s) from {args.source} to {args.target}", file=out)
+        read = transfer.Counts()
+        left: dict[str, bytes] = {}
+        _progress(0, len(await source.list()), err)
+        try:
+            async for n, total, bundle in transfer.iterate_bundles(source):
+                await transfer.write_bundle(target, bundle)
+                read.add_bundle(bundle)
+                left[bundle.data.id] = bundle.encoded()
+                _progress(n, total, err)
+            schedules = await transfer.schedules_of(source)
+            await transfer.write_schedules(target, schedules)
+            for _, fires in schedules:
+                read.add_schedule(len(fires))
+        finally:
+            print(file=err)  # end the progress line (before an error line too)
+        arrived, stored = await transfer.stored_counts(target)
+    print(
+        f"copied {read.values['sessions']} session(s) from {args.source} to {args.target}", file=out
+    )
+    print(f"{'':14}{'source':>10}{'target':>10}", file=out)
+    for kind in transfer.KINDS:
+        print(f"{kind:14}{read.values[kind]:>10}{arrived.values[kind]:>10}", file=out)
+    differ = sorted(sid for sid, data in left.items() if stored.get(sid) != data)
+    if differ:
+        more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+        raise StoreError(f"session {differ[0]!r} reads back different in the target{more}")
+    print(f"verified: every copied session reads back byte for byte ({len(left)})", file=out)
     return 0
 
 
@@ -435,6 +441,7 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _parser() -> _Parser:
     parser = _Parser(prog="zidane-actors", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def store_option(p: argparse.ArgumentParser) -> None:
@@ -444,8 +451,12 @@ def _parser() -> _Parser:
 
     serve = commands.add_parser("serve", help="serve a store over the REST session API")
     store_option(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8787, help="0 picks a free port")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: local only)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=8787, help="TCP port (default 8787; 0 picks a free one)"
+    )
     serve.add_argument(
         "--token",
         help=f"bearer token required from clients (visible in ps: prefer env {TOKEN_ENV})",
@@ -465,7 +476,7 @@ def _parser() -> _Parser:
     listing = actions.add_parser("list", help="list sessions, most recent first")
     store_option(listing)
     listing.add_argument("--agent", help="only sessions of this agent id")
-    listing.add_argument("--limit", type=int)
+    listing.add_argument("--limit", type=int, help="at most this many sessions")
     for name, text in (
         ("show", "print a readable transcript"),
         ("heal", "drop invalid tool pairings"),
@@ -473,17 +484,27 @@ def _parser() -> _Parser:
     ):
         p = actions.add_parser(name, help=text)
         store_option(p)
-        p.add_argument("id")
-    export = actions.add_parser("export", help="print a session as JSONL or provider messages")
+        p.add_argument("id", help="session id")
+    export = actions.add_parser(
+        "export",
+        help="print a session (or every one, with schedules) as JSONL or provider messages",
+    )
     store_option(export)
-    export.add_argument("id")
-    export.add_argument("--format", choices=("jsonl", "anthropic", "openai"), default="jsonl")
+    export.add_argument("id", nargs="?", help="session id (default: the whole store, as JSONL)")
+    export.add_argument(
+        "--format",
+        choices=("jsonl", "anthropic", "openai"),
+        default="jsonl",
+        help="jsonl (zidane documents, re-importable; default) or a provider's request",
+    )
     imp = actions.add_parser("import", help="import sessions from a JSONL export")
     store_option(imp)
-    imp.add_argument("file")
+    imp.add_argument("file", help="a JSONL file written by export")
     imp.add_argument("--replace", action="store_true", help="overwrite sessions that exist")
 
-    copy = commands.add_parser("copy", help="copy every session between two stores")
+    copy = commands.add_parser(
+        "copy", help="copy everything between two stores (sessions, artifacts, send ids, schedules)"
+    )
     copy.add_argument("--from", dest="source", required=True, help="source store URL")
     copy.add_argument("--to", dest="target", required=True, help="target store URL")
     return parser
@@ -498,6 +519,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             value = getattr(args, name, None)
             if value is not None and value < 0:
                 raise _UsageError(f"zidane-actors: --{name.replace('_', '-')} must be >= 0")
+        if getattr(args, "port", None) is not None and args.port > 65535:
+            raise _UsageError("zidane-actors: --port must be a TCP port (0 to 65535)")
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ __all__ = [
     "CorruptDataError",
     "CorruptDataWarning",
     "ExtensionStateError",
+    "ExternalChangeWarning",
     "InvalidNameError",
     "MigrationWarning",
     "NoStoreError",
@@ -24,6 +25,7 @@ __all__ = [
     "StaleSessionError",
     "StoreClosedError",
     "StoreError",
+    "StoreLockedError",
     "StoreUnavailableError",
     "UnsupportedOperationError",
     "ValidationError",
@@ -97,6 +99,17 @@ class CorruptDataError(StoreError):
 
 class CorruptDataWarning(UserWarning):
     """Damaged persisted data was skipped (a line truncated by a crash mid-write)."""
+
+
+class ExternalChangeWarning(UserWarning):
+    """Stored files changed outside the store (another writer, an edit) and are read as they are.
+
+    The message names the file and says what changed; nothing committed was lost.
+    """
+
+
+class StoreLockedError(StoreError):
+    """Another store holds what this store must own alone (a file-map directory open elsewhere)."""
 
 
 class MigrationWarning(UserWarning):

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar, overload
 import msgspec
 
 from ..errors import ExtensionStateError, StaleSessionError
-from ..model import JsonValue, check_json
+from ..model import JsonValue, check_json, encode, parse_json
 from ._session import Session
 
 __all__ = [
@@ -159,7 +159,7 @@ def get_extension_session_state(
     namespace = _namespaces(session.metadata).get(extension)
     if not isinstance(namespace, dict) or key not in namespace:
         return None
-    return msgspec.json.decode(msgspec.json.encode(namespace[key]))
+    return parse_json(encode(namespace[key]))
 
 
 async def set_extension_session_state(
@@ -182,7 +182,7 @@ async def set_extension_session_state(
         error=ExtensionStateError,
     )
     try:
-        encoded = msgspec.json.encode(value)
+        encoded = encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
         raise ExtensionStateError(f"{extension}.{key}: value is not JSON: {exc}") from None
     if len(encoded) > EXTENSION_STATE_ITEM_MAX_BYTES:
@@ -190,13 +190,13 @@ async def set_extension_session_state(
             f"{extension}.{key}: value is {len(encoded)} bytes as JSON, "
             f"over the {EXTENSION_STATE_ITEM_MAX_BYTES}-byte limit"
         )
-    copy = msgspec.json.decode(encoded)
+    copy = parse_json(encoded)
 
     def update(current: Any) -> Any:
         state = dict(current) if isinstance(current, dict) else {}
         namespace = state.get(extension)
         state[extension] = {**(namespace if isinstance(namespace, dict) else {}), key: copy}
-        total = len(msgspec.json.encode(state))
+        total = len(encode(state))
         if total > EXTENSION_STATE_TOTAL_MAX_BYTES:
             raise ExtensionStateError(
                 f"{extension}.{key}: extension state would be {total} bytes as JSON, "

@@ -223,6 +223,27 @@ class SessionHost:
             del self._loading[session_id]
             pending.done.set()
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session from the store and forget its handle in this host.
+
+        Its actor is closed first (the command in hand finishes, queued ones
+        fail with ``ActorClosed``) and its writes land before the delete, so a
+        later ``load_session`` answers ``None`` and ``create_session`` may
+        reuse the id. A handle kept elsewhere must not be written to again.
+        """
+        self._check_open()
+        while (under_way := self._loading.get(session_id)) is not None:
+            await under_way.done.wait()
+            self._check_open()
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            self._live.pop(session_id, None)
+            actor = session._actor
+            if actor is not None:
+                actor.close()
+                await actor.wait_stopped()
+        await self._store.delete(session_id)
+
     # -- the runner protocol -------------------------------------------------
 
     def _check_open(self) -> None:

@@ -55,13 +55,17 @@ from ..model import (
     check_model,
     current_run_owner,
     demote_stale_running_status,
+    encode,
     fresh_turns,
     new_id,
     normalize_artifact,
+    parse_json,
     upsert_runs,
     validate_id,
 )
-from ..model._checked import check_turns, check_values, checked_turns
+from ..model._artifacts import clip_artifact_label
+from ..model._checked import check_values, checked_turns
+from ..model._frozen import FrozenView, frozen
 from ..stores._protocol import (
     FullSessionStore,
     HistoryMutation,
@@ -148,7 +152,7 @@ def _json_copy(value: Any, what: str, path: str, depth: int) -> Any:
         return value
     check_json(value, what=what, path=path, depth=depth)
     try:
-        return msgspec.json.decode(msgspec.json.encode(value))
+        return parse_json(encode(value))
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
 
@@ -522,6 +526,7 @@ class Session:
         "_stale",
         "_store",
         "_turn_index",
+        "_view",
     )
 
     def __init__(
@@ -536,6 +541,8 @@ class Session:
         rev: int | None = None,
     ) -> None:
         self._data = data
+        # What the session hands out: its memory frozen, so no caller can change it.
+        self._view = FrozenView()
         self._store = store
         if caps is None:
             caps = store_capabilities(store) if store is not None else frozenset()
@@ -595,17 +602,17 @@ class Session:
     @property
     def metadata(self) -> Mapping[str, Any]:
         """Read-only view of the metadata (replaced, never changed in place, by writes)."""
-        return MappingProxyType(self._data.metadata)
+        return MappingProxyType(self._view.of(self._data).metadata)
 
     @property
     def turns(self) -> tuple[SessionTurn, ...]:
-        """Raw persisted turns; use :meth:`to_messages` for a provider request."""
-        return self._data.turns
+        """Raw persisted turns (frozen); use :meth:`to_messages` for a provider request."""
+        return self._view.of(self._data).turns
 
     @property
     def runs(self) -> tuple[SessionRun, ...]:
-        """Run records, in start order."""
-        return self._data.runs
+        """Run records, in start order (frozen)."""
+        return self._view.of(self._data).runs
 
     @property
     def project_root(self) -> str | None:
@@ -624,7 +631,8 @@ class Session:
 
     def to_json(self) -> SessionData:
         """The session as a :class:`SessionData` value."""
-        return msgspec.structs.replace(self._data, metadata=dict(self._data.metadata))
+        view = self._view.of(self._data)
+        return msgspec.structs.replace(view, metadata=dict(view.metadata))
 
     # -- listeners -----------------------------------------------------------
 
@@ -1031,11 +1039,11 @@ class Session:
 
     async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
         """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._apply(_Replace({"turns": check_turns(turns)}, arm_bulk=True))
+        await self._apply(_Replace({"turns": frozen(tuple(checked_turns(turns)))}, arm_bulk=True))
 
     def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
         """Enqueue :meth:`set_turns` without waiting."""
-        return self._submit(_Replace({"turns": check_turns(turns)}, arm_bulk=True))
+        return self._submit(_Replace({"turns": frozen(tuple(checked_turns(turns)))}, arm_bulk=True))
 
     async def set_runs(self, runs: Iterable[SessionRun]) -> None:
         """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""
@@ -1140,7 +1148,7 @@ class Session:
     ) -> list[SessionMessage]:
         """The turns as wire-ready messages (pairing repaired; never written back)."""
         messages: list[SessionMessage] = await to_wire_messages(
-            self._data.turns,
+            self._view.of(self._data).turns,
             provider=provider,
             resolve_content_ref=resolve_content_ref,
             user_tail_directive=user_tail_directive,
@@ -1379,7 +1387,7 @@ class Session:
             session_id=self.id,
             kind=input.kind,
             uri=input.uri,
-            label=input.label,
+            label=clip_artifact_label(input.label),
             created_at=now,
             updated_at=now,
             meta=input.meta,
@@ -1476,7 +1484,7 @@ def _in_trio() -> bool:
 
 def _meta_value(key: str, value: Any) -> Any:
     """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
-    segment = f".{key}" if key.isidentifier() else f"[{msgspec.json.encode(key).decode()}]"
+    segment = f".{key}" if key.isidentifier() else f"[{encode(key).decode()}]"
     return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + segment, 1)
 
 
@@ -1487,7 +1495,7 @@ def _checked_key(key: object) -> str:
 
 
 def _checked_status(status: object) -> SessionStatus:
-    if status not in _STATUSES:
+    if not isinstance(status, str) or status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
     return cast(SessionStatus, status)
 

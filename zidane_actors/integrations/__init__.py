@@ -1,8 +1,9 @@
 """Adapters for other agent frameworks, built on the portal and the wire layer.
 
-``zidane_actors.integrations.openai_agents`` (extra ``openai-agents``) and
-``zidane_actors.integrations.pydantic_ai`` (extra ``pydantic-ai``) import
-their framework; this package itself imports neither.
+``zidane_actors.integrations.openai_agents`` (extra ``openai-agents``),
+``zidane_actors.integrations.pydantic_ai`` (extra ``pydantic-ai``) and
+``zidane_actors.integrations.adk`` (extra ``adk``) import their framework;
+this package itself imports none of them.
 """
 
 __all__: list[str] = []

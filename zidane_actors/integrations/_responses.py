@@ -1,15 +1,18 @@
-"""OpenAI Responses input items ↔ zidane turns, item-exact.
+"""OpenAI Responses input items ↔ zidane turns, item-exact, each item stored once.
 
 Items become turns through the wire layer's Responses converters: each run
 of consecutive items of one role is one turn (so an assistant turn holds a
 response's tool calls and the next user turn their outputs, as the pairing
-rules want). The converters carry every field (provider data, native
-blocks); where they still do not give the items back identically (today:
-the order of an item's keys, or a reasoning item with no follower in its
-turn), the turn also keeps the items as sent under
-``metadata["openaiItems"]``. A turn's copy is used only while it still
-converts to exactly the turn's content, so a turn changed by anything else
-(a heal, an edit) is read from its content.
+rules want). The converters carry every value; what they do not decide is
+the order of an item's keys. On the way back the converters' items are
+put in the order openai-agents writes them (``SDK_KEY_ORDER``); an item
+sent in another order keeps a compact description of its own order under
+``metadata["openaiOrder"]`` (only the keys that differ). An item whose
+values the converters would not give back (today: none known) keeps the
+turn's items whole under ``metadata["openaiItems"]``, as turns written by
+earlier versions do; that copy is used only while it still converts to
+exactly the turn's content, so a turn changed by anything else (a heal, an
+edit) is read from its content.
 """
 
 from __future__ import annotations
@@ -17,63 +20,189 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
+import msgspec
+
 from ..errors import WireFormatError
 from ..model import SessionContentBlock, SessionMessage, SessionTurn
 from ..wire import from_openai_responses, to_openai_responses
 
 __all__ = [
     "OPENAI_ITEMS_METADATA_KEY",
+    "OPENAI_ORDER_METADATA_KEY",
+    "SDK_KEY_ORDER",
     "ItemGroup",
     "group_items",
-    "identical",
     "items_of_turn",
+    "turn_metadata",
     "turn_without_last_item",
-    "with_native_metadata",
 ]
 
 OPENAI_ITEMS_METADATA_KEY: Final = "openaiItems"
+OPENAI_ORDER_METADATA_KEY: Final = "openaiOrder"
 
 Role = Literal["system", "user", "assistant"]
 ItemGroup = tuple[Role, tuple[SessionContentBlock, ...], list[dict[str, Any]]]
 """A run of items of one role: the role, their neutral content, the items."""
 
+_MESSAGE_IN: Final = ("content", "role", "phase", "type", "status", "id")
+SDK_KEY_ORDER: Final[Mapping[str, tuple[str, ...]]] = {
+    # Field order of the openai types openai-agents dumps (``model_dump``),
+    # and of the dicts the Runner builds itself (input messages, tool outputs).
+    "message:assistant": ("id", "content", "role", "status", "type", "phase"),
+    "message:user": _MESSAGE_IN,
+    "message:system": _MESSAGE_IN,
+    "message:developer": _MESSAGE_IN,
+    "output_text": ("annotations", "text", "type", "logprobs"),
+    "refusal": ("refusal", "type"),
+    "input_text": ("text", "type"),
+    "input_image": ("detail", "type", "file_id", "image_url"),
+    "input_file": ("type", "file_data", "file_id", "file_url", "filename"),
+    "function_call": (
+        "arguments",
+        "call_id",
+        "name",
+        "type",
+        "id",
+        "async_",
+        "caller",
+        "namespace",
+        "status",
+    ),
+    "function_call_output": ("call_id", "output", "type", "id", "status"),
+    "reasoning": ("id", "summary", "type", "content", "encrypted_content", "status"),
+    "summary_text": ("text", "type"),
+    "reasoning_text": ("text", "type"),
+}
+_PART_LISTS: Final = ("content", "summary", "output")
+
+_encode = msgspec.json.Encoder().encode
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+def _kind(value: Mapping[str, Any]) -> str | None:
+    kind = value.get("type")
+    role = value.get("role")
+    if (kind is None or kind == "message") and isinstance(role, str):
+        return f"message:{role}"
+    return kind if isinstance(kind, str) else None
+
+
+def _sdk_ordered(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` (an item or a part, fresh from the converters) in the SDK's key order."""
+    for key in _PART_LISTS:
+        parts = value.get(key)
+        if type(parts) is list:
+            value[key] = [_sdk_ordered(p) if type(p) is dict else p for p in parts]
+    order = SDK_KEY_ORDER.get(_kind(value) or "")
+    if order is None:
+        return value
+    ordered = {key: value[key] for key in order if key in value}
+    if len(ordered) != len(value):
+        ordered.update((key, v) for key, v in value.items() if key not in ordered)
+    return ordered
+
+
+# -- the order of keys that differ from the SDK's -----------------------------------
+
+
+def _order_spec(want: Any, have: Any) -> Any:
+    """How ``have`` (``want`` in another key order) is put in ``want``'s order; ``None``: as is."""
+    spec: dict[str, Any] = {}
+    if type(want) is dict:
+        if list(want) != list(have):
+            spec["k"] = list(want)
+        children = {k: s for k in want if (s := _order_spec(want[k], have[k])) is not None}
+    elif type(want) is list:
+        pairs = enumerate(zip(want, have, strict=True))
+        children = {str(i): s for i, (w, h) in pairs if (s := _order_spec(w, h)) is not None}
+    else:
+        return None
+    if children:
+        spec["c"] = children
+    return spec or None
+
+
+def _apply_order(value: Any, spec: Any) -> Any:
+    if not isinstance(spec, dict):
+        return value
+    children = spec.get("c") or {}
+    if type(value) is dict:
+        keys = spec.get("k")
+        if isinstance(keys, list) and sorted(keys) == sorted(value):
+            value = {key: value[key] for key in keys}
+        for key, child in children.items():
+            if key in value:
+                value[key] = _apply_order(value[key], child)
+    elif type(value) is list:
+        for key, child in children.items():
+            if key.isdigit() and int(key) < len(value):
+                value[int(key)] = _apply_order(value[int(key)], child)
+    return value
+
+
+# -- items → turns --------------------------------------------------------------------
+
 
 def group_items(items: Sequence[Mapping[str, Any]]) -> list[ItemGroup]:
-    """Split items into runs of one role, each with its neutral content.
+    """Split items into runs of one role, each with its neutral content (one conversion per item).
 
     Raises :class:`WireFormatError` (path ``$[i]…`` into ``items``) for an
     item the converters cannot carry.
     """
-    from_openai_responses(items)  # validates the whole list, with located errors
     groups: list[ItemGroup] = []
     for item in items:
-        (message,) = from_openai_responses([item])
+        try:
+            (message,) = from_openai_responses([item])
+        except (WireFormatError, ValueError):
+            from_openai_responses(items)  # raises the located error
+            raise
         if groups and groups[-1][0] == message.role:
-            role, content, members = groups[-1]
-            groups[-1] = (role, content + message.content, [*members, dict(item)])
+            groups[-1][2].append(item)  # type: ignore[arg-type]
+            groups[-1] = (message.role, groups[-1][1] + message.content, groups[-1][2])
         else:
-            groups.append((message.role, message.content, [dict(item)]))
+            groups.append((message.role, message.content, [item]))  # type: ignore[list-item]
     return groups
 
 
-def identical(a: Any, b: Any) -> bool:
-    """``a == b`` as JSON text: same types (``1`` is not ``1.0`` nor ``True``), same key order."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(identical(a[key], b[key]) for key in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
 def _converted(role: Role, content: tuple[SessionContentBlock, ...]) -> list[dict[str, Any]]:
-    return to_openai_responses([SessionMessage(role=role, content=content)])
+    return [_sdk_ordered(i) for i in to_openai_responses([SessionMessage(role, content)])]
 
 
-def _native_metadata(role: Role, content: tuple[SessionContentBlock, ...], items: list[Any]) -> Any:
-    """The ``openaiItems`` value a turn needs: ``None`` when the converters are exact."""
-    return None if identical(_converted(role, content), items) else items
+def turn_metadata(
+    metadata: Mapping[str, Any] | None,
+    role: Role,
+    content: tuple[SessionContentBlock, ...],
+    items: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """``metadata`` with what ``items`` need beyond ``content``: usually nothing.
+
+    Checks that the items come back from ``content`` as sent (same JSON text);
+    records the key order of those that differ from the SDK's, and keeps the
+    items whole only when their values would not come back.
+    """
+    updated = {
+        k: v
+        for k, v in (metadata or {}).items()
+        if k not in (OPENAI_ITEMS_METADATA_KEY, OPENAI_ORDER_METADATA_KEY)
+    }
+    back = _converted(role, content)
+    order: dict[str, Any] = {}
+    if len(back) == len(items):
+        for index, (item, mine) in enumerate(zip(items, back, strict=True)):
+            if _encode(item) == _encode(mine):
+                continue
+            if _encode_sorted(item) != _encode_sorted(mine):
+                break
+            order[str(index)] = _order_spec(item, mine)
+        else:
+            if order:
+                updated[OPENAI_ORDER_METADATA_KEY] = order
+            return updated or None
+    updated[OPENAI_ITEMS_METADATA_KEY] = [dict(item) for item in items]
+    return updated
+
+
+# -- turns → items --------------------------------------------------------------------
 
 
 def _native_items(turn: SessionTurn) -> list[dict[str, Any]] | None:
@@ -95,58 +224,26 @@ def items_of_turn(turn: SessionTurn) -> list[dict[str, Any]]:
     """The Responses input items a turn stands for (none for ``command`` turns)."""
     if turn.role == "command":
         return []
-    native = _native_items(turn)
-    if native is not None:
-        return native
-    return _converted(turn.role, turn.content)
+    metadata = turn.metadata
+    if metadata:
+        native = _native_items(turn)
+        if native is not None:
+            return native
+    items = _converted(turn.role, turn.content)
+    order = metadata.get(OPENAI_ORDER_METADATA_KEY) if metadata else None
+    if isinstance(order, dict):
+        for key, spec in order.items():
+            if isinstance(key, str) and key.isdigit() and int(key) < len(items):
+                items[int(key)] = _apply_order(items[int(key)], spec)
+    return items
 
 
 def turn_without_last_item(turn: SessionTurn) -> SessionTurn | None:
     """``turn`` with its last item removed, or ``None`` when nothing would remain."""
-    native = _native_items(turn)
-    items = items_of_turn(turn) if native is None else native
+    items = items_of_turn(turn)
     if len(items) <= 1:
         return None
-    rest = items[:-1]
-    if native is None:
-        # The longest content prefix that still gives every item but the last
-        # keeps the turn's own blocks (and whatever else they carry).
-        assert turn.role != "command"
-        for end in range(len(turn.content) - 1, 0, -1):
-            prefix = turn.content[:end]
-            if identical(_converted(turn.role, prefix), rest):
-                return _replace(turn, prefix, turn.metadata)
-    # Otherwise (a reasoning item left without its follower…) the remaining
-    # items are converted again, with their copy when still needed.
-    ((role, content, group),) = group_items(rest)
-    return _replace(turn, content, with_native_metadata(turn.metadata, role, content, group))
-
-
-def with_native_metadata(
-    metadata: Mapping[str, Any] | None,
-    role: Role,
-    content: tuple[SessionContentBlock, ...],
-    items: list[Any],
-) -> dict[str, Any] | None:
-    """``metadata`` with the ``openaiItems`` copy ``items`` need (or without one)."""
-    updated = dict(metadata or {})
-    native = _native_metadata(role, content, items)
-    if native is None:
-        updated.pop(OPENAI_ITEMS_METADATA_KEY, None)
-    else:
-        updated[OPENAI_ITEMS_METADATA_KEY] = native
-    return updated or None
-
-
-def _replace(
-    turn: SessionTurn, content: tuple[SessionContentBlock, ...], metadata: dict[str, Any] | None
-) -> SessionTurn:
-    return SessionTurn(
-        id=turn.id,
-        role=turn.role,
-        content=content,
-        created_at=turn.created_at,
-        run_id=turn.run_id,
-        usage=turn.usage,
-        metadata=metadata,
+    ((role, content, group),) = group_items(items[:-1])
+    return msgspec.structs.replace(
+        turn, content=content, metadata=turn_metadata(turn.metadata, role, content, group)
     )

@@ -6,38 +6,68 @@ Responses converters (see :mod:`zidane_actors.integrations._responses`), so
 the conversation is ordinary zidane data: loadable with ``load_session``,
 listable, exportable, convertible for Anthropic. Every ``ZidaneSession`` of
 one store URL shares one portal (one trio thread, one host, one store) per
-process. Requires the ``openai-agents`` extra.
+process.
+
+Each ``Runner`` call that uses the session is recorded as a ``SessionRun``:
+the session opts into openai-agents' context-aware calls (a ``wrapper``
+argument), so it knows which call each item belongs to. ``session.hooks``
+(``Runner.run(..., session=s, hooks=s.hooks)``) adds what only the run's
+lifecycle tells: agents, models, per-response usage and cost, handoffs as
+child runs, and how the call ended. Requires the ``openai-agents`` extra.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar, cast
 
+import attrs
+import msgspec
 import trio
+from agents import Agent, Handoff, ModelResponse, RunContextWrapper, RunHooks, Tool
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
     resolve_session_limit,
 )
+from openai.types.responses import ResponseFunctionToolCall
 
 from ..actors import Session
 from ..errors import ActorClosed, ConflictError
-from ..model import SessionHistory, SessionTurn, validate_id
+from ..model import (
+    AppendTurnsOptions,
+    RunStatus,
+    SessionHistory,
+    SessionRun,
+    SessionRunAgent,
+    SessionTurn,
+    StoredRunOptions,
+    TextBlock,
+    TurnUsage,
+    new_id,
+    validate_id,
+)
 from ..portal._thread import wait_future
 from . import _shared
 from ._responses import (
+    ItemGroup,
     group_items,
     items_of_turn,
+    turn_metadata,
     turn_without_last_item,
-    with_native_metadata,
 )
+from ._usage import Price, cost_of, total
 
 __all__ = ["DEFAULT_STORE", "ZidaneSession"]
+
+_log = logging.getLogger("zidane_actors.integrations.openai_agents")
 
 DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
 
@@ -58,6 +88,187 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# -- runs -------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Run:
+    """One agent's part of a Runner call, as it will be written."""
+
+    id: str
+    prompt: str
+    started_at: int
+    agent: str | None = None
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    depth: int | None = None
+    model: str | None = None
+    usage: list[TurnUsage] = attrs.Factory(list)
+    turns: int = 0
+    status: RunStatus = "running"
+    ended_at: int | None = None
+    error: str | None = None
+
+    def record(self, tokens: tuple[int, int] | None = None) -> SessionRun:
+        usages = tuple(self.usage)
+        summed = total(usages) if usages else None
+        tokens_in, tokens_out = (summed.input, summed.output) if summed else tokens or (None, None)
+        return SessionRun(
+            id=self.id,
+            prompt=self.prompt,
+            started_at=self.started_at,
+            status=self.status,
+            agent=None if self.agent is None else SessionRunAgent(id=self.agent, label=self.agent),
+            cost=None if summed is None else summed.cost,
+            depth=self.depth,
+            ended_at=self.ended_at,
+            error=self.error,
+            options=None if self.model is None else StoredRunOptions(model=self.model),
+            parent_call_id=self.parent_call_id,
+            parent_run_id=self.parent_run_id,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            total_usage=summed,
+            turns=self.turns,
+            turn_usage=usages or None,
+            wall_ms=None if self.ended_at is None else float(self.ended_at - self.started_at),
+        )
+
+
+@attrs.define(eq=False)
+class _RunnerCall:
+    """What one ``Runner.run``/``run_sync``/``run_streamed`` call has shown so far."""
+
+    runs: list[_Run]
+    tokens: tuple[int, int] = (0, 0)  # the call's cumulative tokens (known without hooks too)
+    pending: collections.deque[tuple[_Run, TurnUsage]] = attrs.Factory(collections.deque)
+    calls: list[tuple[str, str]] = attrs.Factory(list)  # the last response's (name, call id)
+    hooked: bool = False
+    llm_open: int = 0
+    tool_open: int = 0
+    final: bool = False
+    done: bool = False
+    changed: set[str] = attrs.Factory(set)  # ids of runs to write besides the current one
+
+    @property
+    def current(self) -> _Run:
+        return self.runs[-1]
+
+    def finish(self, status: RunStatus, error: str | None = None) -> None:
+        now = _now_ms()
+        for run in self.runs:
+            if run.status == "running":
+                run.status, run.ended_at, run.error = status, now, error
+                self.changed.add(run.id)
+        self.done = True
+
+
+_Placed = tuple[_Run, TurnUsage | None]
+"""The run a turn belongs to, and the usage of the response it holds (assistant turns)."""
+
+
+def _model_name(agent: Agent[Any]) -> str | None:
+    model = agent.model
+    if isinstance(model, str):
+        return model
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else None
+
+
+def _prompt(groups: list[ItemGroup]) -> str:
+    for role, content, _ in groups:
+        if role == "user":
+            for block in content:
+                if isinstance(block, TextBlock):
+                    return block.text
+    return ""
+
+
+class _Hooks(RunHooks[Any]):
+    """``ZidaneSession.hooks``: tells the session what the Runner does."""
+
+    def __init__(self, session: ZidaneSession) -> None:
+        self._session = weakref.ref(session)
+
+    def _call(self, context: RunContextWrapper[Any]) -> _RunnerCall | None:
+        session = self._session()
+        if session is None:
+            return None
+        call = session._runner_call(context.usage, "")
+        call.hooked = True
+        return call
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        call = self._call(context)
+        if call is not None and call.current.agent is None:
+            call.current.agent = agent.name
+            call.current.model = _model_name(agent)
+
+    async def on_llm_start(self, context: Any, agent: Any, *_: Any) -> None:
+        call = self._call(context)
+        if call is not None:
+            call.llm_open += 1
+
+    async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        call, session = self._call(context), self._session()
+        if call is None or session is None:
+            return
+        call.llm_open -= 1
+        measured = response.usage
+        cached = getattr(measured.input_tokens_details, "cached_tokens", 0) or None
+        usage = TurnUsage(
+            input=measured.input_tokens,
+            output=measured.output_tokens,
+            cache_read=cached,
+            model=_model_name(agent),
+        )
+        cost = cost_of(usage, session.price)
+        if cost is not None:
+            usage = msgspec.structs.replace(usage, cost=cost)
+        call.pending.append((call.current, usage))
+        call.calls = [
+            (item.name, item.call_id)
+            for item in response.output
+            if isinstance(item, ResponseFunctionToolCall)
+        ]
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Tool) -> None:
+        call = self._call(context)
+        if call is not None:
+            call.tool_open += 1
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Tool, result: object) -> None:
+        call = self._call(context)
+        if call is not None:
+            call.tool_open -= 1
+
+    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+        call = self._call(context)
+        if call is None:
+            return
+        parent = call.current
+        tool = Handoff.default_tool_name(to_agent)
+        call_id = next((cid for name, cid in call.calls if name == tool), None)
+        call.runs.append(
+            _Run(
+                id=new_id(),
+                prompt=parent.prompt,
+                started_at=_now_ms(),
+                agent=to_agent.name,
+                parent_run_id=parent.id,
+                parent_call_id=call_id,
+                depth=(parent.depth or 0) + 1,
+                model=_model_name(to_agent),
+            )
+        )
+        call.changed.add(parent.id)
+
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        call = self._call(context)
+        if call is not None:
+            call.final = True
+
+
 class ZidaneSession:
     """An openai-agents ``Session`` kept in a zidane store.
 
@@ -67,6 +278,12 @@ class ZidaneSession:
     session's share, and the last release closes the store. Whatever is left
     open is closed at interpreter exit.
 
+    ``hooks`` is a ``RunHooks`` to pass with the session
+    (``Runner.run(agent, input, session=s, hooks=s.hooks)``): it records
+    agents, models, usage, handoffs and how each run ended. ``price(usage)``
+    gives a response's cost in USD (default: genai-prices, when installed and
+    it knows the model).
+
     A cancelled call follows the portal's rule: withdrawn before the trio side
     accepted it, else completed (applied) before ``CancelledError`` is raised.
     Within one process, all writers of a session id should go through the
@@ -74,6 +291,8 @@ class ZidaneSession:
     """
 
     session_settings: SessionSettings | None
+    hooks: RunHooks[Any]
+    """Pass as ``Runner.run(..., hooks=session.hooks)`` to record agents, usage and handoffs."""
 
     def __init__(
         self,
@@ -81,6 +300,7 @@ class ZidaneSession:
         *,
         store: str = DEFAULT_STORE,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        price: Price | None = None,
     ) -> None:
         validate_id(session_id)
         self.session_id = session_id
@@ -90,38 +310,77 @@ class ZidaneSession:
             if session_settings is not None
             else SessionSettings()
         )
+        self.price = price
+        self.hooks = _Hooks(self)
         self._shared: _shared.SharedPortal | None = _shared.acquire(store)
         self._handle: Session | None = None
+        self._calls: dict[int, tuple[weakref.ref[Any], _RunnerCall]] = {}
+        self._calls_lock = threading.RLock()  # a finalizer may run inside a hold
 
     def __repr__(self) -> str:
         return f"ZidaneSession({self.session_id!r}, store={self.store_url!r})"
 
     # -- the Session protocol ---------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[TResponseInputItem]:
         """The newest ``limit`` items (all when ``None``, or the settings' limit), oldest first.
 
         ``0`` answers none and a negative limit all, as openai-agents' SQLite session does.
+        Only the turns holding those items are read (while this process has not
+        opened the session) and converted.
         """
         resolved = resolve_session_limit(limit, self.session_settings)
-        return await self._call(self._get_items, resolved)
+        wanted = None if resolved is None or resolved < 0 else resolved
+        if self._shared is None:
+            raise ActorClosed(f"{self!r} is closed")
+        if wanted == 0:
+            return []
+        if self._handle is None and wanted is not None:
+            return _newest_items(await self._call(self._tail, wanted), wanted)
+        # An open session is read through load_session: its rev check folds in what
+        # another worker wrote since.
+        session = await self._call(self._session, False)
+        return [] if session is None else _newest_items(session.turns, wanted)
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(
+        self, items: list[TResponseInputItem], wrapper: RunContextWrapper[Any] | None = None
+    ) -> None:
         """Append ``items`` in one store write (all or nothing).
 
         An item the Responses converters cannot carry raises ``WireFormatError``
-        (path ``$[i]…`` into ``items``) and nothing is written.
+        (path ``$[i]…`` into ``items``) and nothing is written. Called by the
+        Runner (``wrapper`` given), the items are recorded as part of that
+        call's run.
         """
         if not items:
             return
         groups = group_items(cast(list[dict[str, Any]], items))
-        await self._call(self._add_items, groups)
+        call = None if wrapper is None else self._runner_call(wrapper.usage, _prompt(groups))
+        placed: list[_Placed | None] = [None] * len(groups)
+        if call is not None:
+            assert wrapper is not None
+            call.tokens = (wrapper.usage.input_tokens, wrapper.usage.output_tokens)
+            for index, (role, _, _) in enumerate(groups):
+                if role == "assistant" and call.pending:
+                    placed[index] = call.pending.popleft()
+                else:
+                    previous = placed[index - 1] if index else None
+                    placed[index] = (call.current if previous is None else previous[0], None)
+            if call.final and groups[-1][0] == "assistant":
+                call.finish("completed")
+        turns = [_turn(group, where) for group, where in zip(groups, placed, strict=True)]
+        records = _records(call, [p for p in placed if p is not None])
+        await self._call(self._append, turns, records)
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(
+        self, wrapper: RunContextWrapper[Any] | None = None
+    ) -> TResponseInputItem | None:
         """Remove and answer the most recent item (``None`` when there is none)."""
         return await self._call(self._pop_item)
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Remove every item; the zidane session itself (metadata, runs) stays."""
         await self._call(self._clear)
 
@@ -169,6 +428,49 @@ class ZidaneSession:
         self._handle = None
         return None if shared is None else _shared.release(shared)
 
+    # -- Runner calls -------------------------------------------------------------
+
+    def _runner_call(self, usage: Any, prompt: str) -> _RunnerCall:
+        """The record of the Runner call whose ``Usage`` is ``usage``, started when new."""
+        key = id(usage)
+        with self._calls_lock:
+            known = self._calls.get(key)
+            if known is not None and known[0]() is usage:
+                return known[1]
+            call = _RunnerCall([_Run(new_id(), prompt, _now_ms())])
+            self._calls[key] = (weakref.ref(usage), call)
+        weakref.finalize(usage, self._call_gone, weakref.ref(self), key, call)
+        return call
+
+    @staticmethod
+    def _call_gone(ref: weakref.ref[ZidaneSession], key: int, call: _RunnerCall) -> None:
+        """A Runner call's context is gone: close its runs as it ended (never raises)."""
+        session = ref()
+        if session is None:
+            return
+        with session._calls_lock:
+            if session._calls.get(key, (None, call))[1] is call:
+                session._calls.pop(key, None)
+        if call.done:
+            return
+        if call.final:
+            call.finish("completed")
+        elif call.llm_open:
+            call.finish("error", "the model call did not answer (the Runner raised)")
+        elif call.tool_open:
+            call.finish("error", "a tool call did not finish (the Runner raised)")
+        elif call.hooked:
+            call.finish("aborted", "ended without a final output (interrupted or stopped)")
+        else:
+            call.finish("completed")  # without hooks the end is all that is known
+        shared = session._shared
+        if shared is None:
+            return
+        try:
+            shared.portal.post(session._write_runs_soon, shared, _records(call, None))
+        except ActorClosed:
+            return
+
     # -- the trio side ----------------------------------------------------------
 
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -178,7 +480,7 @@ class ZidaneSession:
         await wait_future(shared.ready)
         return await shared.portal.call_async(fn, shared, *args)
 
-    async def _session(self, shared: _shared.SharedPortal, *, create: bool) -> Session | None:
+    async def _session(self, shared: _shared.SharedPortal, create: bool) -> Session | None:
         # Always through load_session: it refreshes the handle when another writer wrote.
         host = shared.portal.host
         for _ in range(3):
@@ -193,45 +495,37 @@ class ZidaneSession:
             return session
         raise ConflictError(f"session {self.session_id!r} could not be created or loaded")
 
-    async def _get_items(
-        self, shared: _shared.SharedPortal, limit: int | None
-    ) -> list[TResponseInputItem]:
-        session = await self._session(shared, create=False)
-        if session is None or limit == 0:
-            return []
-        wanted = None if limit is None or limit < 0 else limit
-        collected: list[list[dict[str, Any]]] = []
-        count = 0
-        for turn in reversed(session.turns):
-            if wanted is not None and count >= wanted:
+    async def _tail(self, shared: _shared.SharedPortal, wanted: int) -> tuple[SessionTurn, ...]:
+        """The newest turns holding ``wanted`` items, read from the store (the session unopened)."""
+        store = shared.portal.host.store
+        meta = await store.get_meta(self.session_id)
+        if meta is None:
+            return ()
+        # Each turn but a command stands for one item or more.
+        end, items = meta.turn_count, 0
+        turns: tuple[SessionTurn, ...] = ()
+        while end > 0 and items < wanted:
+            start = max(0, end - (wanted - items))
+            read = tuple(await store.get_turns(self.session_id, start, end - start))
+            if not read:
                 break
-            items = items_of_turn(turn)
-            collected.append(items)
-            count += len(items)
-        flat = [item for items in reversed(collected) for item in items]
-        if wanted is not None:
-            flat = flat[-wanted:]
-        return cast(list[TResponseInputItem], flat)
+            turns = read + turns
+            items += sum(t.role != "command" for t in read)
+            end = start
+        return turns
 
-    async def _add_items(self, shared: _shared.SharedPortal, groups: list[Any]) -> None:
-        session = await self._session(shared, create=True)
+    async def _append(
+        self, shared: _shared.SharedPortal, turns: list[SessionTurn], records: list[SessionRun]
+    ) -> None:
+        session = await self._session(shared, True)
         assert session is not None
         async with _lock_for(session):
-            turns: list[SessionTurn] = []
-            for role, content, items in groups:
-                metadata = with_native_metadata(None, role, content, items)
-                turns.append(
-                    SessionTurn(
-                        id=await session.generate_turn_id(),
-                        role=role,
-                        content=content,
-                        created_at=_now_ms(),
-                        metadata=metadata,
-                    )
-                )
             last = session.turns[-1] if session.turns else None
             if last is None or last.role != "assistant" or turns[0].role != "assistant":
-                await session.append_turns(turns)
+                first = AppendTurnsOptions(run=records[0]) if records else None
+                await session.append_turns(turns, first)
+                for record in records[1:]:
+                    await session.update_run(record)
                 return
             # Tool results pair with the calls of the latest assistant turn: one response's
             # items split over two add_items calls share a turn, merged into the stored
@@ -248,9 +542,28 @@ class ZidaneSession:
                 return SessionHistory((*history.turns[:-1], merged, *new[1:]), history.runs)
 
             await session.mutate_history(merge)
+            for record in records:
+                await session.update_run(record)
+
+    def _write_runs_soon(self, shared: _shared.SharedPortal, records: list[SessionRun]) -> None:
+        """Start writing ``records`` in the portal's trio loop (a run closed by the GC)."""
+
+        async def write() -> None:
+            try:
+                await self._write_runs(shared, records)
+            except Exception:  # nobody waits for this write: say what was lost
+                _log.exception("could not record the end of runs of session %r", self.session_id)
+
+        trio.lowlevel.spawn_system_task(write)
+
+    async def _write_runs(self, shared: _shared.SharedPortal, records: list[SessionRun]) -> None:
+        session = await self._session(shared, True)
+        assert session is not None
+        for record in records:
+            await session.update_run(record)
 
     async def _pop_item(self, shared: _shared.SharedPortal) -> TResponseInputItem | None:
-        session = await self._session(shared, create=False)
+        session = await self._session(shared, False)
         if session is None:
             return None
         popped: list[dict[str, Any]] = []
@@ -275,7 +588,7 @@ class ZidaneSession:
             return cast(TResponseInputItem, popped[-1])
 
     async def _clear(self, shared: _shared.SharedPortal) -> None:
-        session = await self._session(shared, create=False)
+        session = await self._session(shared, False)
         if session is None:
             return
         async with _lock_for(session):
@@ -284,19 +597,68 @@ class ZidaneSession:
             )
 
 
+def _turn(group: ItemGroup, placed: _Placed | None) -> SessionTurn:
+    """The turn that stores ``group``, as part of the run ``placed`` names (if any)."""
+    role, content, items = group
+    turn_id = new_id()
+    run, usage = (None, None) if placed is None else placed
+    if run is not None and role == "assistant":
+        run.turns += 1
+        if usage is not None:
+            run.usage.append(msgspec.structs.replace(usage, turn_id=turn_id))
+    return SessionTurn(
+        id=turn_id,
+        role=role,
+        content=content,
+        created_at=_now_ms(),
+        run_id=None if run is None else run.id,
+        usage=usage,
+        metadata=turn_metadata(None, role, content, items),
+    )
+
+
+def _records(call: _RunnerCall | None, runs: list[_Placed] | None) -> list[SessionRun]:
+    """The run records a write carries: its own runs first, then the others that changed."""
+    if call is None:
+        return []
+    wanted: list[_Run] = []
+    for run in [*(run for run, _ in runs or ()), call.current]:
+        if run not in wanted:
+            wanted.append(run)
+    wanted.extend(r for r in call.runs if r.id in call.changed and r not in wanted)
+    call.changed.clear()
+    tokens = None if call.hooked else call.tokens
+    return [run.record(tokens if run is call.runs[0] else None) for run in wanted]
+
+
+def _newest_items(turns: tuple[SessionTurn, ...], wanted: int | None) -> list[TResponseInputItem]:
+    """The items of the newest turns, ``wanted`` of them at most (all when ``None``)."""
+    collected: list[list[dict[str, Any]]] = []
+    count = 0
+    for turn in reversed(turns):
+        if wanted is not None and count >= wanted:
+            break
+        items = items_of_turn(turn)
+        collected.append(items)
+        count += len(items)
+    flat = [item for items in reversed(collected) for item in items]
+    if wanted is not None and len(flat) > wanted:
+        flat = flat[-wanted:]
+    return cast(list[TResponseInputItem], flat)
+
+
 def _merge(last: SessionTurn, new: SessionTurn) -> SessionTurn | None:
     """``last`` with ``new``'s items appended; ``None`` when ``last`` holds more than items."""
     before = items_of_turn(last)
     if not before or group_items(before)[0][1] != last.content:
         return None
     ((role, content, group),) = group_items([*before, *items_of_turn(new)])
-    metadata = with_native_metadata(last.metadata, role, content, group)
     return SessionTurn(
         id=last.id,
         role=last.role,
         content=content,
         created_at=last.created_at,
         run_id=last.run_id,
-        usage=last.usage,
-        metadata=metadata,
+        usage=last.usage or new.usage,
+        metadata=turn_metadata(last.metadata, role, content, group),
     )

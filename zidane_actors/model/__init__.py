@@ -17,8 +17,25 @@ from ._artifacts import (
     select_artifact_evictions,
     sort_artifacts,
 )
-from ._codec import convert, decode, decoder, encode, encode_str, to_builtins
-from ._ids import ID_MAX_LENGTH, new_id, validate_id
+from ._codec import (
+    Decoder,
+    convert,
+    decode,
+    decoder,
+    encode,
+    encode_str,
+    extra_json,
+    parse_json,
+    to_builtins,
+)
+from ._extra import ExtraFields
+from ._ids import (
+    ID_MAX_LENGTH,
+    REQUEST_ID_MAX_LENGTH,
+    new_id,
+    validate_id,
+    validate_request_id,
+)
 from ._json import MAX_JSON_DEPTH, check_json, check_model
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
@@ -37,6 +54,7 @@ from ._send_requests import (
     send_request_fingerprint,
 )
 from ._session_ops import (
+    corrupt_meta_row,
     demote_stale_running_status,
     matches_session_filter,
     merge_session_metadata,
@@ -93,6 +111,8 @@ from ._types import (
     TurnRole,
     TurnUsage,
     UpdateRunOptions,
+    call_input,
+    reasoning_text,
 )
 
 __all__ = [
@@ -106,11 +126,14 @@ __all__ = [
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
+    "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
     "SEND_REQUEST_HISTORY",
     "AppendTurnsOptions",
     "ArtifactFilter",
+    "Decoder",
     "DropPartials",
+    "ExtraFields",
     "FileBlock",
     "ImageBlock",
     "JsonValue",
@@ -153,17 +176,20 @@ __all__ = [
     "TurnRole",
     "TurnUsage",
     "UpdateRunOptions",
+    "call_input",
     "check_artifact_id_free",
     "check_json",
     "check_model",
     "check_unique_turn_ids",
     "convert",
+    "corrupt_meta_row",
     "current_run_owner",
     "decode",
     "decoder",
     "demote_stale_running_status",
     "encode",
     "encode_str",
+    "extra_json",
     "filter_artifacts",
     "fresh_turns",
     "host_id",
@@ -176,8 +202,10 @@ __all__ = [
     "new_id",
     "normalize_artifact",
     "normalize_artifact_input",
+    "parse_json",
     "patch_metadata",
     "process_started_at",
+    "reasoning_text",
     "resume_chain_run_ids",
     "run_claim_blocked",
     "same_turn",
@@ -193,4 +221,5 @@ __all__ = [
     "turn_search_text",
     "upsert_runs",
     "validate_id",
+    "validate_request_id",
 ]

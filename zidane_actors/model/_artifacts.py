@@ -22,6 +22,7 @@ __all__ = [
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
     "check_artifact_id_free",
+    "clip_artifact_label",
     "filter_artifacts",
     "matches_artifact_filter",
     "merge_artifact",
@@ -90,11 +91,13 @@ def normalize_artifact_input(raw: object) -> SessionArtifactInput | None:
             meta = UNSET
     project_root = _clean_str(raw.get("projectRoot"))
     return SessionArtifactInput(
-        kind=kind, uri=uri, label=_clipped_label(label), meta=meta, project_root=project_root
+        kind=kind, uri=uri, label=clip_artifact_label(label), meta=meta, project_root=project_root
     )
 
 
-def _clipped_label(label: str) -> str:
+def clip_artifact_label(label: str) -> str:
+    """A producer's label clipped to :data:`ARTIFACT_LABEL_MAX_CHARS` with ``…`` (as zidane's
+    ``normalizeArtifactInput``); store writes keep a label as given."""
     if len(label) > ARTIFACT_LABEL_MAX_CHARS:
         return label[: ARTIFACT_LABEL_MAX_CHARS - 1] + "…"
     return label
@@ -118,10 +121,11 @@ def normalize_artifact(artifact: SessionArtifact) -> SessionArtifact:
     The bounds of :func:`normalize_artifact_input`, for a typed artifact: a
     kind over :data:`ARTIFACT_KIND_MAX_CHARS` or a uri over
     :data:`ARTIFACT_URI_MAX_CHARS` is refused (:class:`ValidationError`: an
-    identity cannot be clipped), a label over :data:`ARTIFACT_LABEL_MAX_CHARS`
-    is clipped, and a ``meta`` whose JSON is over :data:`ARTIFACT_META_MAX_BYTES`
-    is dropped (the artifact is kept). Answers ``artifact`` itself when
-    nothing changes.
+    identity cannot be clipped) and a ``meta`` whose JSON is over
+    :data:`ARTIFACT_META_MAX_BYTES` is dropped (the artifact is kept). The
+    label is kept as given: the reference clips a producer's label
+    (:func:`clip_artifact_label`, applied by ``Session.add_artifact``), never a
+    stored one. Answers ``artifact`` itself when nothing changes.
     """
     if not isinstance(artifact, SessionArtifact):
         raise ValidationError(f"expected a SessionArtifact, got {type(artifact).__name__}")
@@ -134,11 +138,10 @@ def normalize_artifact(artifact: SessionArtifact) -> SessionArtifact:
                 f"artifact {name} is {len(value)} characters, over the {limit}-character limit",
                 path=f"$.{name}",
             )
-    label = _clipped_label(artifact.label) if isinstance(artifact.label, str) else artifact.label
     meta = _bounded_meta(artifact.meta)
-    if label is artifact.label and meta is artifact.meta:
+    if meta is artifact.meta:
         return artifact
-    return msgspec.structs.replace(artifact, label=label, meta=meta)
+    return msgspec.structs.replace(artifact, meta=meta)
 
 
 def check_artifact_id_free(artifact: SessionArtifact, holder: SessionArtifact | None) -> None:

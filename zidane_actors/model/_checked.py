@@ -8,18 +8,22 @@ accepted. A store that knows the carrier (``type(x) is CheckedTurns``,
 never ``isinstance``) writes those bytes; any other sequence, a slice or a
 copy of one is a plain tuple and validated as before. So a dict mutated
 inside a turn after the check cannot reach the store unchecked: the store
-writes what was checked.
+writes what was checked. The turns it carries are decoded from those bytes
+and :func:`~zidane_actors.model._frozen.frozen`: what a session keeps in
+memory is what the store holds (a dict given as a content block is read back
+as its block), and nobody else can change it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeVar
 
 import msgspec
 
 from ..errors import ValidationError
-from ._codec import decoder, encode
+from ._codec import decode, decoder, encode
+from ._frozen import frozen
 from ._ids import validate_id
 from ._json import check_model
 from ._turn_ids import check_unique_turn_ids
@@ -60,6 +64,11 @@ def check_values(values: Iterable[T], type_: type[T], field: str) -> tuple[T, ..
 
     Raises :class:`ValidationError` located under ``$.<field>``.
     """
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ValidationError(
+            f"{field} must be an iterable of {type_.__name__}, got {type(values).__name__}",
+            path=f"$.{field}",
+        )
     checked = tuple(values)
     for i, value in enumerate(checked):
         if not isinstance(value, type_):
@@ -88,13 +97,22 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
     error, exactly as without the carrier.
     """
     checked = check_turns(turns)
+    for i, turn in enumerate(checked):
+        if not all(isinstance(block, msgspec.Struct) for block in turn.content):
+            # Blocks given as dicts: what the store reads back is the blocks, or a refusal.
+            try:
+                decode(encode(turn), SessionTurn, what=f"turn {i}")
+            except ValidationError as exc:
+                where = f"$.turns[{i}]{(exc.path or '$')[1:]}"
+                raise ValidationError(str(exc).split(" (at ")[0], path=where) from None
     bodies = []
+    copies = []
     try:
         for turn in checked:
             validate_id(turn.id)
             body = encode(turn)
-            _TURN.decode(body)
+            copies.append(frozen(_TURN.decode(body)))
             bodies.append(body)
     except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):  # the store says why
         return checked
-    return CheckedTurns(checked, tuple(bodies), _KEY)
+    return CheckedTurns(tuple(copies), tuple(bodies), _KEY)

@@ -2,46 +2,295 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Hashable
 from functools import cache
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import msgspec
+import msgspec.inspect as mi
 
 from ..errors import ValidationError
+from ._extra import EXTRA_KEY, ExtraFields
 from ._json import MAX_JSON_DEPTH
 
 __all__ = [
+    "Decoder",
     "convert",
     "decode",
     "decoder",
     "encode",
     "encode_str",
+    "extra_json",
+    "parse_json",
     "to_builtins",
     "too_deep",
 ]
 
 T = TypeVar("T")
 
-_ENCODER = msgspec.json.Encoder()
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
+# Any escape of a UTF-16 surrogate: msgspec refuses a lone one (JavaScript writes them).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _HasExtra(Exception):
+    """Internal: the value holds ``ExtraFields``; encode it the slow way."""
+
+
+def _no_extra(value: object) -> object:
+    if type(value) is ExtraFields:
+        raise _HasExtra
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+def _extra_dict(value: object) -> object:
+    if type(value) is ExtraFields:
+        return dict(value)
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_no_extra)
+_ANY = msgspec.json.Decoder()
+
+
+def _merge(value: object, plain: Any) -> None:
+    """Put each struct's ``extra_fields`` (under ``EXTRA_KEY`` in ``plain``) back as its keys.
+
+    Walks the model value and its builtins side by side, so a free-form
+    value holding an ``EXTRA_KEY`` key of its own is left alone.
+    """
+    if isinstance(value, msgspec.Struct):
+        extra = plain.pop(EXTRA_KEY, None)
+        for field in msgspec.structs.fields(value):
+            item = getattr(value, field.name)
+            if isinstance(item, (msgspec.Struct, tuple, list)) and field.encode_name in plain:
+                _merge(item, plain[field.encode_name])
+        if extra:
+            plain.update(extra)
+    elif isinstance(value, (tuple, list)) and isinstance(plain, (tuple, list)):
+        for item, item_plain in zip(value, plain, strict=False):
+            if isinstance(item, (msgspec.Struct, tuple, list)):
+                _merge(item, item_plain)
+
+
+def _plain(value: object) -> Any:
+    """``value`` as builtins with every struct's extra fields merged back."""
+    plain = msgspec.to_builtins(value, enc_hook=_extra_dict)
+    _merge(value, plain)
+    return plain
+
+
+def _escaped_json(plain: Any) -> bytes:
+    """JSON for builtins holding lone surrogates: each written as its ``\\udXXX`` escape.
+
+    That is what JavaScript's ``JSON.stringify`` writes, and the escape keeps
+    the document valid UTF-8 (a text column, a file, an HTTP body can hold it).
+    """
+    text = json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
 
 
 def encode(value: object) -> bytes:
-    """Encode a model value (or builtins) as compact JSON bytes."""
-    return _ENCODER.encode(value)
+    """Encode a model value (or builtins) as compact JSON bytes.
+
+    Unknown fields a value keeps (``extra_fields``) are written as the
+    document's own keys; a lone surrogate in a string as its escape.
+    """
+    try:
+        return _ENCODER.encode(value)
+    except _HasExtra:
+        plain = _plain(value)
+    except UnicodeEncodeError:
+        return _escaped_json(_plain(value))
+    try:
+        return _ENCODER.encode(plain)
+    except UnicodeEncodeError:
+        return _escaped_json(plain)
+
+
+def extra_json(extra: ExtraFields | None) -> str | None:
+    """A value's ``extra_fields`` as a JSON object for a column of its own; ``None`` when none."""
+    return None if not extra else encode(dict(extra)).decode()
 
 
 def encode_str(value: object) -> str:
     """Encode as a JSON ``str`` (for text columns and JSONL lines)."""
-    return _ENCODER.encode(value).decode()
+    return encode(value).decode()
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return number
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _parse_escaped(data: Any, error: Exception) -> Any:
+    """Untyped JSON holding surrogate escapes msgspec refuses, or ``error`` when it is not that."""
+    if isinstance(data, str):
+        if not _SURROGATE_ESCAPE_TEXT.search(data) and not _SURROGATE.search(data):
+            raise error
+        text = data
+    else:
+        raw = bytes(data)
+        if not _SURROGATE_ESCAPE.search(raw):
+            raise error
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise error from None
+    try:
+        return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+    except ValueError:
+        raise error from None
+
+
+def _parse(data: Any) -> Any:
+    """Untyped JSON, lone surrogate escapes included."""
+    try:
+        return _ANY.decode(data)
+    except (msgspec.DecodeError, UnicodeEncodeError) as exc:
+        return _parse_escaped(data, msgspec.DecodeError(str(exc)))
+
+
+def _holds_structs(info: mi.Type) -> bool:
+    if isinstance(info, mi.StructType):
+        return True
+    if isinstance(info, mi.UnionType):
+        return any(_holds_structs(t) for t in info.types)
+    if isinstance(info, (mi.ListType, mi.VarTupleType)):
+        return _holds_structs(info.item_type)
+    if isinstance(info, mi.TupleType):
+        return any(_holds_structs(t) for t in info.item_types)
+    if isinstance(info, mi.DictType):
+        return _holds_structs(info.value_type)
+    return False
+
+
+def _struct_for(value: dict[str, Any], info: mi.Type) -> mi.Type | None:
+    """The member of ``info`` a JSON object decodes as (by tag among tagged structs)."""
+    members = info.types if isinstance(info, mi.UnionType) else (info,)
+    candidates = [m for m in members if isinstance(m, (mi.StructType, mi.DictType))]
+    for m in candidates:
+        if isinstance(m, mi.StructType) and m.tag_field and value.get(m.tag_field) == m.tag:
+            return m
+    untagged = [m for m in candidates if not (isinstance(m, mi.StructType) and m.tag_field)]
+    return untagged[0] if len(untagged) == 1 else None
+
+
+def _absorb(value: Any, info: mi.Type) -> Any:
+    """Decoded JSON with the unknown keys of each model object moved into its extra fields.
+
+    A new tree along struct positions; free-form values are shared, not copied.
+    """
+    if isinstance(value, dict):
+        target = _struct_for(value, info)
+        if isinstance(target, mi.DictType):
+            if not _holds_structs(target.value_type):
+                return value
+            return {k: _absorb(v, target.value_type) for k, v in value.items()}
+        if not isinstance(target, mi.StructType):
+            return value
+        fields = {f.encode_name: f.type for f in target.fields if f.encode_name != EXTRA_KEY}
+        keeps = EXTRA_KEY in {f.encode_name for f in target.fields}
+        out: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in fields:
+                out[key] = _absorb(item, fields[key])
+            elif key == target.tag_field or not keeps:
+                out[key] = item
+            else:
+                extra[key] = item
+        if extra:
+            out[EXTRA_KEY] = ExtraFields(extra)
+        return out
+    if isinstance(value, list):
+        members = info.types if isinstance(info, mi.UnionType) else (info,)
+        for m in members:
+            if isinstance(m, (mi.ListType, mi.VarTupleType)):
+                return [_absorb(item, m.item_type) for item in value]
+            if isinstance(m, mi.TupleType):
+                types = m.item_types
+                head = [_absorb(item, t) for item, t in zip(value, types, strict=False)]
+                return head + value[len(types) :]
+    return value
+
+
+def _unknown(exc: msgspec.ValidationError) -> bool:
+    """Whether msgspec refused a key the model does not know (or one spelling ``EXTRA_KEY``)."""
+    text = str(exc)
+    return "unknown field" in text or "`ExtraFields`" in text
+
+
+class Decoder(Generic[T]):
+    """A JSON decoder for one type that also reads what other writers produce.
+
+    Documents msgspec reads decode at its full speed. Two kinds take a
+    slower path: a document with fields the model does not know (kept in
+    ``extra_fields``) and one with lone UTF-16 surrogate escapes (kept as
+    such in the strings). Errors are msgspec's, as from its own decoder.
+    """
+
+    __slots__ = ("_decode", "_info", "_structs", "type")
+
+    def __init__(self, type_: Any) -> None:
+        self.type = type_
+        self._decode = msgspec.json.Decoder(type_).decode
+        self._info = mi.type_info(type_)
+        self._structs = _holds_structs(self._info)
+
+    def decode(self, data: Any) -> T:
+        """Decode ``data`` (bytes, str or a buffer) as the decoder's type."""
+        try:
+            return self._decode(data)  # type: ignore[no-any-return]
+        except msgspec.ValidationError as exc:
+            if not self._structs or not _unknown(exc):
+                raise
+            return self._convert(self._absorb(_parse(data)))
+        except (msgspec.DecodeError, UnicodeEncodeError) as exc:
+            error = exc if isinstance(exc, msgspec.DecodeError) else msgspec.DecodeError(str(exc))
+            return self._convert(self._absorb(_parse_escaped(data, error)))
+
+    def convert(self, value: Any) -> T:
+        """Convert builtins (decoded JSON) as the decoder's type, keeping unknown fields."""
+        try:
+            return msgspec.convert(value, self.type)  # type: ignore[no-any-return]
+        except msgspec.ValidationError as exc:
+            if not self._structs or not _unknown(exc):
+                raise
+        except UnicodeEncodeError:
+            pass
+        return self._convert(self._absorb(value))
+
+    def _absorb(self, value: Any) -> Any:
+        return _absorb(value, self._info) if self._structs else value
+
+    def _convert(self, value: Any) -> T:
+        try:
+            return msgspec.convert(value, self.type)  # type: ignore[no-any-return]
+        except UnicodeEncodeError as exc:  # a lone surrogate where a tag or literal is due
+            raise msgspec.ValidationError(f"invalid string: {exc.reason}") from None
 
 
 @cache
-def decoder(type_: Any) -> msgspec.json.Decoder[Any]:
+def decoder(type_: Any) -> Decoder[Any]:
     """The cached JSON decoder for ``type_`` (built once per type)."""
-    return msgspec.json.Decoder(type_)
+    return Decoder(type_)
+
+
+def parse_json(data: bytes | str) -> Any:
+    """Untyped JSON (lone surrogate escapes included) as builtins; msgspec's errors."""
+    return _parse(data)
 
 
 def _name(type_: object) -> str:
@@ -73,11 +322,12 @@ def decode(data: bytes | str, type_: type[T], *, what: str | None = None) -> T:
 def convert(obj: object, type_: type[T], *, what: str | None = None) -> T:
     """Convert untrusted builtins (dicts, lists…) into ``type_``, with located errors."""
     try:
-        return msgspec.convert(obj, type_)
+        result: T = decoder(cast(Hashable, type_)).convert(obj)
     except msgspec.ValidationError as exc:
         raise _located(exc, what or _name(type_)) from None
     except RecursionError:
         raise too_deep(what or _name(type_)) from None
+    return result
 
 
 def too_deep(what: str) -> ValidationError:
@@ -89,5 +339,8 @@ def too_deep(what: str) -> ValidationError:
 
 
 def to_builtins(value: object) -> Any:
-    """A model value as plain JSON-ready builtins (camelCase keys)."""
-    return msgspec.to_builtins(value)
+    """A model value as plain JSON-ready builtins (camelCase keys, unknown fields kept)."""
+    try:
+        return msgspec.to_builtins(value, enc_hook=_no_extra)
+    except _HasExtra:
+        return _plain(value)

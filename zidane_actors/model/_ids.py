@@ -7,7 +7,13 @@ import uuid
 
 from ..errors import InvalidNameError
 
-__all__ = ["ID_MAX_LENGTH", "new_id", "validate_id"]
+__all__ = [
+    "ID_MAX_LENGTH",
+    "REQUEST_ID_MAX_LENGTH",
+    "new_id",
+    "validate_id",
+    "validate_request_id",
+]
 
 ID_MAX_LENGTH = 200
 """Longest id accepted for sessions, runs, turns, artifacts and schedules."""
@@ -28,6 +34,31 @@ def validate_id(value: object, *, what: str = "session id") -> str:
         raise InvalidNameError(f"{what} must be 1-{ID_MAX_LENGTH} characters, got {len(value)}")
     if not _SAFE_ID.fullmatch(value) or ".." in value:
         raise InvalidNameError(f"{what} {value!r} has characters outside [A-Za-z0-9_.:@+=-]")
+    return value
+
+
+REQUEST_ID_MAX_LENGTH = 1_000
+"""Longest send ``requestId`` accepted."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def validate_request_id(value: object, *, what: str = "request id") -> str:
+    """Return ``value`` if it is a send ``requestId`` every store can hold, else raise.
+
+    A request id is the client's idempotency key, never a file name or a
+    path: any 1-:data:`REQUEST_ID_MAX_LENGTH` characters (``req#1``,
+    ``req 1``, ``a/b``), except NUL and lone surrogates, which a database
+    text column cannot hold (:class:`InvalidNameError`).
+    """
+    if not isinstance(value, str):
+        raise InvalidNameError(f"{what} must be a string, got {type(value).__name__}")
+    if not value or len(value) > REQUEST_ID_MAX_LENGTH:
+        raise InvalidNameError(
+            f"{what} must be 1-{REQUEST_ID_MAX_LENGTH} characters, got {len(value)}"
+        )
+    if "\x00" in value or _SURROGATE.search(value):
+        raise InvalidNameError(f"{what} {value!r} holds NUL or a lone surrogate")
     return value
 
 

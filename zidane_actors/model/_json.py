@@ -27,6 +27,7 @@ from typing import Any, Final
 import msgspec
 
 from ..errors import ValidationError
+from ._extra import EXTRA_KEY, ExtraFields
 
 __all__ = ["MAX_JSON_DEPTH", "check_json", "check_model"]
 
@@ -127,6 +128,7 @@ _isfinite: Final = math.isfinite
 
 
 _FIELDS: Final[dict[type, tuple[tuple[str, bool], ...]]] = {}
+_KNOWN: Final[dict[type, frozenset[str]]] = {}
 
 
 def _fields(cls: type[msgspec.Struct]) -> tuple[tuple[str, bool], ...]:
@@ -135,7 +137,23 @@ def _fields(cls: type[msgspec.Struct]) -> tuple[tuple[str, bool], ...]:
     if found is None:
         found = tuple((f.encode_name, _is_free(f.type)) for f in msgspec.structs.fields(cls))
         _FIELDS[cls] = found
+        tag_field = cls.__struct_config__.tag_field
+        known = {name for name, _ in found if name != EXTRA_KEY}
+        _KNOWN[cls] = frozenset(known | {tag_field} if tag_field else known)
     return found
+
+
+def _extra(value: object, cls: type) -> None:
+    """Check a value's ``extra_fields``: an ``ExtraFields`` of JSON values under unknown keys."""
+    if type(value) is not ExtraFields:
+        raise _Refused(f"extra_fields must be an ExtraFields, not a {type(value).__name__}")
+    known = _KNOWN[cls]
+    for key in value:
+        if type(key) is not str:
+            raise _Refused(f"extra field key {key!r} is a {type(key).__name__}, not a string")
+        if key in known:
+            raise _Refused(f"extra field `{key}` is a field of {cls.__name__}")
+    _free(dict(value), 0)
 
 
 def _typed(value: Any, depth: int) -> None:
@@ -153,6 +171,9 @@ def _typed(value: Any, depth: int) -> None:
             if item_kind in _SCALARS or item is msgspec.UNSET:
                 continue
             if item_kind is float and _isfinite(item):
+                continue
+            if json_name == EXTRA_KEY:
+                _extra(item, kind)
                 continue
             try:
                 if free:

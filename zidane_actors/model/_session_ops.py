@@ -11,6 +11,7 @@ from msgspec import UNSET
 from ._types import RunOwner, SessionData, SessionFilter, SessionMetaRow, SessionRun, SessionStatus
 
 __all__ = [
+    "corrupt_meta_row",
     "demote_stale_running_status",
     "matches_session_filter",
     "merge_session_metadata",
@@ -127,6 +128,24 @@ def matches_session_filter(
     if filter.agent_id is not None and agent_id != filter.agent_id:
         return False
     return filter.project_root is UNSET or project_root == filter.project_root
+
+
+def corrupt_meta_row(session_id: str, updated_at: int, error: Exception) -> SessionMetaRow:
+    """The row a listing answers for a session whose stored header does not decode.
+
+    One bad row (an older writer, another program, bit rot) must not make the
+    whole listing fail: the session is listed, named, with ``corrupt`` saying
+    what failed, and no other data.
+    """
+    return SessionMetaRow(
+        id=session_id,
+        metadata={},
+        run_count=0,
+        turn_count=0,
+        updated_at=updated_at,
+        user_message_count=0,
+        corrupt=str(error),
+    )
 
 
 def session_meta_row(

@@ -13,17 +13,19 @@ still a retry, while ``1`` and ``1.0`` or ``true`` differ.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
 
 from ..errors import ConflictError, ValidationError
+from ._codec import to_builtins
 from ._types import SessionTurn
 
 __all__ = ["check_unique_turn_ids", "fresh_turns", "same_turn"]
 
-_CANONICAL: Final = msgspec.json.Encoder(order="sorted")
+_CANONICAL: Final = msgspec.json.Encoder(order="sorted", enc_hook=dict)
 
 
 def check_unique_turn_ids(turns: Sequence[SessionTurn], *, path: str = "$.turns") -> None:
@@ -39,7 +41,16 @@ def check_unique_turn_ids(turns: Sequence[SessionTurn], *, path: str = "$.turns"
 
 def same_turn(a: SessionTurn, b: SessionTurn) -> bool:
     """Whether two turns are the same JSON document (object key order aside)."""
-    return a is b or _CANONICAL.encode(a) == _CANONICAL.encode(b)
+    if a is b:
+        return True
+    try:
+        return _CANONICAL.encode(a) == _CANONICAL.encode(b)
+    except UnicodeEncodeError:  # a lone surrogate: compare the documents key-sorted
+        return _sorted(a) == _sorted(b)
+
+
+def _sorted(turn: SessionTurn) -> str:
+    return json.dumps(to_builtins(turn), sort_keys=True, separators=(",", ":"))
 
 
 def fresh_turns(

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from ._extra import ExtraFields, json_name
+
 __all__ = [
     "AppendTurnsOptions",
     "ArtifactFilter",
@@ -59,7 +61,12 @@ __all__ = [
     "TurnRole",
     "TurnUsage",
     "UpdateRunOptions",
+    "call_input",
+    "reasoning_text",
 ]
+
+Number: TypeAlias = int | float
+"""A JSON number field: ``12000`` reads back as ``12000``, ``12000.0`` as ``12000.0``."""
 
 JsonValue: TypeAlias = Any
 """Any JSON value (``None``, bool, int, float, str, list, dict with str keys)."""
@@ -79,10 +86,29 @@ ThinkingLevel: TypeAlias = Literal[
 ]
 
 
-class _Value(
+class _Strict(
     msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True
 ):
-    """Base of every persisted value type."""
+    """Base of the option and filter types: an unknown field is refused (it could not be obeyed)."""
+
+
+class _Value(
+    msgspec.Struct,
+    frozen=True,
+    omit_defaults=True,
+    kw_only=True,
+    rename=json_name,
+    forbid_unknown_fields=True,
+):
+    """Base of every persisted value type.
+
+    ``extra_fields`` holds the fields of a document this version does not
+    know, kept as written (see docs/architecture.md). Decoders find them
+    where msgspec refuses an unknown field (``forbid_unknown_fields``), so
+    documents without them decode at full speed.
+    """
+
+    extra_fields: ExtraFields | None = None
 
 
 def _required(make: Callable[[], Any]) -> Any:
@@ -150,11 +176,11 @@ class FileBlock(_Block, frozen=True, tag="file"):
 
 
 class ToolCallBlock(_Block, frozen=True, tag="tool_call"):
-    """A tool call the model made; ``input`` is always a JSON object."""
+    """A tool call the model made; ``input`` is a JSON object (``UNSET`` when left out)."""
 
     id: NonEmptyStr
     name: NonEmptyStr
-    input: dict[str, JsonValue] = _required(lambda: {})
+    input: dict[str, JsonValue] | UnsetType = UNSET
     provider_data: dict[str, JsonValue] | None = None
 
 
@@ -180,7 +206,7 @@ class ToolResultBlock(_Block, frozen=True, tag="tool_result"):
 
     call_id: NonEmptyStr
     output: str | tuple[ToolResultPart, ...]
-    is_error: bool = False
+    is_error: bool | None = None
     name: str | None = None
     provider_data: dict[str, JsonValue] | None = None
 
@@ -193,12 +219,22 @@ class ReasoningBlock(_Block, frozen=True, tag="reasoning"):
     ``redactedData`` (Anthropic redacted thinking) are opaque.
     """
 
-    text: str = _required(lambda: "")
+    text: str | UnsetType = UNSET
     provider: str | None = None
     signature: str | None = None
     redacted_data: str | None = None
     id: str | None = None
     provider_data: dict[str, JsonValue] | None = None
+
+
+def call_input(block: ToolCallBlock) -> dict[str, JsonValue]:
+    """The call's ``input``: ``{}`` when the document left it out (what a provider needs)."""
+    return {} if block.input is UNSET else block.input
+
+
+def reasoning_text(block: ReasoningBlock) -> str:
+    """The reasoning's ``text``: ``""`` when the document left it out."""
+    return "" if block.text is UNSET else block.text
 
 
 SessionContentBlock: TypeAlias = (
@@ -232,7 +268,7 @@ class TurnUsage(_Value, frozen=True):
     output: Count = _required(lambda: 0)
     cache_read: Count | None = None
     cache_creation: Count | None = None
-    cost: float | None = None
+    cost: Number | None = None
     model: str | None = None
     turn_id: str | None = None
 
@@ -261,11 +297,11 @@ class RunEstimate(_Value, frozen=True):
     """A run's expected duration."""
 
     at: EpochMs
-    high_ms: float
-    initial_ms: float
+    high_ms: Number
+    initial_ms: Number
     revisions: Count
-    total_ms: float
-    calibration: float | None = None
+    total_ms: Number
+    calibration: Number | None = None
     overrun_checked: Literal[True] | None = None
 
 
@@ -280,7 +316,7 @@ class RunEstimateFailure(_Value, frozen=True):
 class RunUserWait(_Value, frozen=True):
     """Time a run spent waiting on the user."""
 
-    ms: float = _required(lambda: 0)
+    ms: Number | UnsetType = UNSET
     since: EpochMs | None = None
 
 
@@ -292,14 +328,14 @@ class RunErrorDetail(_Value, frozen=True):
     status_code: int | None = None
     code: str | None = None
     reset_at: EpochMs | None = None
-    retry_after_ms: float | None = None
+    retry_after_ms: Number | None = None
 
 
 class SessionRunRetry(_Value, frozen=True):
     """One provider stream retry of a run."""
 
     attempt: Annotated[int, Meta(ge=1)]
-    delay_ms: float
+    delay_ms: Number
     max_attempts: Annotated[int, Meta(ge=0)]
     message: str
     turn_id: str
@@ -321,9 +357,9 @@ class StoredRunBehavior(_Value, frozen=True):
 
     max_turns: int | None = None
     max_tokens: int | None = None
-    max_cost_usd: float | None = None
+    max_cost_usd: Number | None = None
     max_total_tokens: int | None = None
-    max_wall_ms: float | None = None
+    max_wall_ms: Number | None = None
     retry: dict[str, JsonValue] | None = None
     resume_on_max_tokens: bool | None = None
 
@@ -345,7 +381,7 @@ class SessionRun(_Value, frozen=True):
     started_at: EpochMs
     status: RunStatus
     agent: SessionRunAgent | None = None
-    cost: float | None = None
+    cost: Number | None = None
     depth: Count | None = None
     ended_at: EpochMs | None = None
     error: str | None = None
@@ -367,7 +403,7 @@ class SessionRun(_Value, frozen=True):
     turns: Count | None = None
     turn_usage: tuple[TurnUsage, ...] | None = None
     user_wait: RunUserWait | None = None
-    wall_ms: float | None = None
+    wall_ms: Number | None = None
 
 
 class RunOwner(_Value, frozen=True):
@@ -418,9 +454,12 @@ class SessionMetaRow(_Value, frozen=True):
     rev: Count | None = None
     run_owner: RunOwner | None = None
     status: SessionStatus | None = None
+    corrupt: str | None = None
+    """Set (to what failed) on a listed session whose stored header does not decode:
+    the listing names it instead of failing as a whole; its other fields are empty."""
 
 
-class SessionFilter(_Value, frozen=True):
+class SessionFilter(_Strict, frozen=True):
     """Filter of ``list`` / ``list_meta``; conditions AND together.
 
     ``projectRoot`` is tri-state: a string keeps that project only, ``None``
@@ -492,7 +531,7 @@ class SessionArtifact(_Value, frozen=True):
     turn_id: str | None = None
 
 
-class SessionArtifactInput(_Value, frozen=True):
+class SessionArtifactInput(_Strict, frozen=True):
     """What a producer hands to ``Session.add_artifact``."""
 
     kind: NonEmptyStr
@@ -502,7 +541,7 @@ class SessionArtifactInput(_Value, frozen=True):
     project_root: str | None = None
 
 
-class ArtifactFilter(_Value, frozen=True):
+class ArtifactFilter(_Strict, frozen=True):
     """Filter for listing artifacts; fields combine with AND.
 
     ``projectRoot`` is tri-state like :class:`SessionFilter`.
@@ -568,20 +607,20 @@ class Schedule(_Value, frozen=True):
     last_fire: ScheduleFire | None = None
 
 
-class DropPartials(_Value, frozen=True):
+class DropPartials(_Strict, frozen=True):
     """``AppendTurnsOptions.dropPartials``."""
 
     run_id: NonEmptyStr
 
 
-class PruneSteps(_Value, frozen=True):
+class PruneSteps(_Strict, frozen=True):
     """``pruneSteps``: drop run ``runId``'s step records up to ``throughTurn`` (all when unset)."""
 
     run_id: NonEmptyStr
     through_turn: Count | None = None
 
 
-class AppendTurnsOptions(_Value, frozen=True):
+class AppendTurnsOptions(_Strict, frozen=True):
     """Options of ``append_turns``; ``run`` is upserted in the same write as the turns."""
 
     drop_partials: DropPartials | None = None
@@ -589,13 +628,13 @@ class AppendTurnsOptions(_Value, frozen=True):
     run: SessionRun | None = None
 
 
-class UpdateRunOptions(_Value, frozen=True):
+class UpdateRunOptions(_Strict, frozen=True):
     """Options of ``update_run``."""
 
     prune_steps: PruneSteps | None = None
 
 
-class SaveMetaOptions(_Value, frozen=True):
+class SaveMetaOptions(_Strict, frozen=True):
     """Options of ``save_meta``: ``metaKeys`` names the metadata keys this writer changed."""
 
     meta_keys: tuple[str, ...] | None = None

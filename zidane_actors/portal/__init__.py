@@ -8,6 +8,7 @@ asyncio loop. See docs/integrations.md.
 """
 
 from ._api import (
+    TRIO_ONLY,
     AsyncHost,
     AsyncSession,
     StoreSpec,
@@ -18,6 +19,7 @@ from ._api import (
 )
 
 __all__ = [
+    "TRIO_ONLY",
     "AsyncHost",
     "AsyncSession",
     "StoreSpec",

@@ -47,9 +47,11 @@ from ..errors import (
     ValidationError,
 )
 from ..model import (
+    MAX_JSON_DEPTH,
     ArtifactFilter,
     Schedule,
     ScheduleFire,
+    SendRequestRecord,
     SessionArtifact,
     SessionData,
     SessionFilter,
@@ -60,7 +62,9 @@ from ..model import (
     decode,
     encode,
     new_id,
+    parse_json,
     validate_id,
+    validate_request_id,
 )
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
@@ -110,7 +114,7 @@ from ..stores._remote import (
 )
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
-from ._guard import Guard
+from ._guard import Guard, SecurityHeaders
 from ._limits import Admission, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
@@ -180,6 +184,13 @@ def _mapped(exc: BaseException) -> _ApiError:
         return _ApiError(503, "store_unavailable", str(exc))
     if isinstance(exc, CorruptDataError):
         return _ApiError(500, "corrupt_data", str(exc))
+    if isinstance(exc, RecursionError):  # a stored value nested past what encoders recurse
+        return _ApiError(
+            500,
+            "corrupt_data",
+            "stored data is nested deeper than JSON can be written back "
+            f"(this version writes at most {MAX_JSON_DEPTH} levels)",
+        )
     if isinstance(exc, StoreError):
         return _ApiError(500, "store_error", str(exc))
     return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
@@ -191,10 +202,19 @@ def _worth_a_traceback(error: _ApiError) -> bool:
     return error.status >= 500 and error.code != "store_unavailable"
 
 
-def _ui_error(exc: Exception) -> tuple[int, str]:
+def _ui_error(exc: Exception, session_id: str | None) -> tuple[int, str]:
     """Status and message of the browser's error page for ``exc``."""
-    error = _mapped(exc)
+    error = _named(_mapped(exc), session_id)
     return error.status, error.message
+
+
+def _named(error: _ApiError, session_id: str | None) -> _ApiError:
+    """``error`` with the session it concerns named, when its message does not say."""
+    if error.status < 500 or session_id is None or repr(session_id) in error.message:
+        return error
+    return _ApiError(
+        error.status, error.code, f"session {session_id!r}: {error.message}", error.path
+    )
 
 
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
@@ -339,7 +359,7 @@ class _Api:
         except ValidationError as exc:
             error = exc
         try:
-            value = msgspec.json.decode(raw)
+            value = parse_json(cast("bytes", raw))
         except msgspec.DecodeError:
             raise _ApiError(400, "invalid_json", str(error), error.path) from None
         except RecursionError:  # well-formed, but nested past MAX_JSON_DEPTH
@@ -664,7 +684,7 @@ class _Api:
 
     async def claim_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         claim = self._optional("claim_send_request")
         body = await self._body(request, ClaimSendRequestBody)
         async with self.locks.hold(sid):
@@ -672,15 +692,29 @@ class _Api:
 
     async def find_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         record = await self._optional("find_send_request")(sid, rid)
         if record is None:
             raise _ApiError(404, "send_request_not_found", f"no request {rid!r} in {sid!r}")
         return _json(record)
 
+    async def list_send_requests(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        return _json(await self._optional("list_send_requests")(sid))
+
+    async def put_send_request(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        rid = validate_request_id(request.path_params["requestId"])
+        put = self._optional("put_send_request")
+        record = await self._body(request, SendRequestRecord)
+        _same(rid, record.request_id, "$.requestId", "request id", validate_request_id)
+        async with self.locks.hold(sid):
+            await put(sid, record)
+        return _no_content()
+
     async def settle_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rid = _path_id(request, "requestId", "request id")
+        rid = validate_request_id(request.path_params["requestId"])
         settle = self._optional("settle_send_request")
         body = await self._body(request, SettleSendRequestBody)
         async with self.locks.hold(sid):
@@ -819,16 +853,22 @@ def _check_write_ids(write: AnyWrite, where: str) -> None:
             ids.append((write.options.run.id, "options.run.id"))
     elif isinstance(write, UpdateRunWrite):
         ids.append((write.run.id, "run.id"))
-    elif isinstance(write, SettleSendRequestWrite):
-        ids.append((write.request_id, "requestId"))
+    elif isinstance(write, SettleSendRequestWrite):  # a client's key, any text: never a path
+        validate_request_id(write.request_id, what=f"{where}.requestId")
     elif isinstance(write, DeleteArtifactWrite):
         ids.append((write.artifact_id, "artifactId"))
     for value, field in ids:
         validate_id(value, what=f"{where}.{field}")
 
 
-def _same(path_value: str, body_value: str, where: str, what: str) -> None:
-    validate_id(body_value, what=f"{what} at {where}")
+def _same(
+    path_value: str,
+    body_value: str,
+    where: str,
+    what: str,
+    check: Callable[..., str] = validate_id,
+) -> None:
+    check(body_value, what=f"{what} at {where}")
     # 409, as RFC 9110 suggests for a PUT whose representation contradicts its target.
     if path_value != body_value:
         raise _ApiError(
@@ -853,7 +893,7 @@ def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
             )
             return _error_response(400, "client_disconnected", "the client left mid-body")
         except Exception as exc:
-            error = _mapped(exc)
+            error = _named(_mapped(exc), request.path_params.get("sessionId"))
             if _worth_a_traceback(error):
                 _log.exception("%s %s failed", request.method, request.url.path)
             return _error_response(error.status, error.code, error.message, error.path)
@@ -897,16 +937,18 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}/history", "GET", api.get_history),
         ("/sessions/{sessionId}/history", "PUT", api.put_history),
         (
-            "/sessions/{sessionId}/send-requests/{requestId}/claim",
+            "/sessions/{sessionId}/send-requests/{requestId:path}/claim",
             "POST",
             api.claim_send_request,
         ),
-        ("/sessions/{sessionId}/send-requests/{requestId}", "GET", api.find_send_request),
         (
-            "/sessions/{sessionId}/send-requests/{requestId}/result",
+            "/sessions/{sessionId}/send-requests/{requestId:path}/result",
             "PUT",
             api.settle_send_request,
         ),
+        ("/sessions/{sessionId}/send-requests", "GET", api.list_send_requests),
+        ("/sessions/{sessionId}/send-requests/{requestId:path}", "GET", api.find_send_request),
+        ("/sessions/{sessionId}/send-requests/{requestId:path}", "PUT", api.put_send_request),
         ("/sessions/{sessionId}/artifacts", "PUT", api.upsert_artifact),
         ("/sessions/{sessionId}/artifacts/{artifactId}", "DELETE", api.delete_artifact),
         ("/artifacts", "GET", api.list_artifacts),
@@ -1002,4 +1044,4 @@ def create_app(
         apply_writes=_guarded(api.apply_writes, api.budget),
     )
     guarded = Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
-    return CloseUnread(app=guarded)
+    return CloseUnread(app=SecurityHeaders(app=guarded))

@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from typing import Final
 
 import attrs
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._errors import ApiError
 from ._ui import is_public_ui_path
 
-__all__ = ["Guard", "is_loopback_host"]
+__all__ = ["Guard", "SecurityHeaders", "is_loopback_host"]
 
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _AUTHORITY: Final = re.compile(
@@ -134,3 +134,34 @@ class Guard:
                     "unsupported_media_type",
                     "request bodies must be sent as Content-Type: application/json",
                 )
+
+
+_BASELINE_HEADERS: Final = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+)
+
+
+@attrs.define(eq=False)
+class SecurityHeaders:
+    """ASGI middleware: every answer (JSON, errors, redirects, 404s) carries the baseline
+    security headers; an answer that sets one itself (the browser's pages) keeps its own."""
+
+    app: ASGIApp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                present = {name.lower() for name, _ in headers}
+                headers += [(k, v) for k, v in _BASELINE_HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -114,3 +114,8 @@ def safe_image_src(media_type: str | None, data: str | None, url: str | None) ->
 def ui_path(*segments: str) -> str:
     """A path under ``/ui/`` with each segment percent-encoded."""
     return "/ui/" + "/".join(quote(s, safe="") for s in segments)
+
+
+def ui_fragment_path(*segments: str) -> str:
+    """A path under ``/ui/fragments/`` with each segment percent-encoded."""
+    return "/ui/fragments/" + "/".join(quote(s, safe="") for s in segments)

@@ -9,6 +9,8 @@ import msgspec
 
 from ..model import (
     ID_MAX_LENGTH,
+    REQUEST_ID_MAX_LENGTH,
+    ExtraFields,
     Schedule,
     ScheduleFire,
     SendRequestClaim,
@@ -19,6 +21,7 @@ from ..model import (
     SessionSearchPage,
     SessionTurn,
 )
+from ..model._extra import EXTRA_KEY
 from ..stores._remote import (
     AppendTurnsBody,
     ClaimedResult,
@@ -67,7 +70,7 @@ _ID_FIELDS: Final = {
     "UpdateRunWrite": ("sessionId",),
     "UpdateStatusWrite": ("sessionId",),
     "PatchMetaWrite": ("sessionId",),
-    "SettleSendRequestWrite": ("sessionId", "requestId"),
+    "SettleSendRequestWrite": ("sessionId",),
     "DeleteArtifactWrite": ("sessionId", "artifactId"),
 }
 
@@ -89,8 +92,22 @@ _CROSS_FIELD: Final = {
 }
 
 
+def _schema_hook(type_: type) -> dict[str, Any]:
+    if type_ is ExtraFields:
+        return {"type": "object"}
+    raise NotImplementedError
+
+
 def _tighten(components: dict[str, Any]) -> None:
-    """Add the id rule and the cross-field rules to the generated schemas."""
+    """Add the id rule and the cross-field rules to the generated schemas.
+
+    A document type keeps the fields it does not know (``extra_fields``):
+    its schema allows additional properties instead of naming that field.
+    """
+    for schema in components.values():
+        properties = schema.get("properties", {})
+        if properties.pop(EXTRA_KEY, None) is not None:
+            schema.pop("additionalProperties", None)
     for name, fields in _ID_FIELDS.items():
         properties = components.get(name, {}).get("properties", {})
         for field in fields:
@@ -258,11 +275,26 @@ _OPS: Final = (
         ok=SendRequestClaim,
     ),
     _Op(
+        "/sessions/{sessionId}/send-requests",
+        "get",
+        "Every request id the session holds, oldest claim first",
+        "list_send_requests",
+        ok=list[SendRequestRecord],
+    ),
+    _Op(
         "/sessions/{sessionId}/send-requests/{requestId}",
         "get",
         "The record of a claimed request id",
         "find_send_request",
         ok=SendRequestRecord,
+    ),
+    _Op(
+        "/sessions/{sessionId}/send-requests/{requestId}",
+        "put",
+        "Store a request id's record exactly as given (a copy or an import)",
+        "put_send_request",
+        body=SendRequestRecord,
+        ok_status=204,
     ),
     _Op(
         "/sessions/{sessionId}/send-requests/{requestId}/result",
@@ -354,14 +386,24 @@ def _error(description: str) -> dict[str, Any]:
     }
 
 
+# A send request id is the client's idempotency key, not a path: any text but NUL.
+_REQUEST_ID_SCHEMA: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": REQUEST_ID_MAX_LENGTH,
+    "pattern": "^[^\\u0000]+$",
+}
+
+
 def _path_params(path: str) -> list[dict[str, Any]]:
     names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    id_schema = {"type": "string", "pattern": _ID_PATTERN, "maxLength": ID_MAX_LENGTH}
     return [
         {
             "name": name,
             "in": "path",
             "required": True,
-            "schema": {"type": "string", "pattern": _ID_PATTERN, "maxLength": ID_MAX_LENGTH},
+            "schema": dict(_REQUEST_ID_SCHEMA if name == "requestId" else id_schema),
         }
         for name in names
     ]
@@ -388,7 +430,9 @@ def openapi_document(capabilities: frozenset[str]) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the operations served over a store with ``capabilities``."""
     ops = [op for op in _OPS if op.capability is None or op.capability in capabilities]
     types = [t for op in ops for t in (op.body, op.ok) if t is not None]
-    schemas, components = msgspec.json.schema_components([ErrorBody, *types], ref_template=_REF)
+    schemas, components = msgspec.json.schema_components(
+        [ErrorBody, *types], schema_hook=_schema_hook, ref_template=_REF
+    )
     schema_of = dict(zip([ErrorBody, *types], schemas, strict=True))
     _tighten(components)
     paths: dict[str, dict[str, Any]] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -50,17 +51,22 @@ from ._ui_render import (
     SessionPage,
     SessionsPage,
     last_page_start,
+    long_text,
     render_error,
+    render_more,
     render_schedules,
     render_session,
     render_sessions,
     session_title,
+    shown_status,
 )
 
 __all__ = ["CONTENT_SECURITY_POLICY", "is_public_ui_path", "ui_routes"]
 
 LIST_PAGE_SIZE: Final = 50
 TURN_PAGE_SIZE: Final = 100
+MORE_CHARS: Final = 1_000_000
+"""Most characters of a long text one "show all" request sends (it links to the rest)."""
 PAIRING_LOOKAHEAD: Final = 8
 """Turns read past a transcript page to find results of its last calls."""
 ARTIFACTS_SHOWN: Final = 200
@@ -86,13 +92,16 @@ _SECURITY_HEADERS: Final = {
 _STATIC: Final = {
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 _log = logging.getLogger("zidane_actors.server")
 
-ErrorOf = Callable[[Exception], tuple[int, str]]
+ErrorOf = Callable[[Exception, str | None], tuple[int, str]]
 
 
-_PUBLIC_PATH: Final = re.compile(r"/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+")
+_PUBLIC_PATH: Final = re.compile(
+    r"/|/favicon\.ico|/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+"
+)
 
 
 def is_public_ui_path(path: str) -> bool:
@@ -104,7 +113,12 @@ def _asset(name: str) -> bytes:
     return resources.files(__package__).joinpath("_ui_static", name).read_bytes()
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _html_response(body: str | bytes, status: int = 200) -> Response:
+    if isinstance(body, str):  # a lone surrogate (text JavaScript clipped) is shown as U+FFFD
+        body = _LONE_SURROGATE.sub("\ufffd", body).encode()
     return Response(
         body, status_code=status, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS
     )
@@ -121,6 +135,12 @@ def _param(request: Request, name: str, max_len: int = 500) -> str | None:
     if len(raw) > max_len:
         raise _BadQuery(f"query parameter {name!r} is longer than {max_len} characters")
     return raw
+
+
+def _path_count(raw: str, what: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+        raise _BadQuery(f"{what} must be a non-negative integer")
+    return int(raw)
 
 
 def _param_count(request: Request, name: str, default: int, minimum: int) -> int:
@@ -366,12 +386,17 @@ class _Reader:
         return out
 
 
+def _wall_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
 @attrs.define(eq=False)
 class _Ui:
     """The fragment handlers."""
 
     reader: _Reader
     error_of: ErrorOf
+    clock: Callable[[], int] = _wall_clock
 
     async def sessions(self, request: Request) -> Html:
         query = ListQuery.parse(request)
@@ -384,6 +409,7 @@ class _Ui:
                 and (skip + LIST_PAGE_SIZE < found.total or not found.total_exact),
                 page=query.page,
                 params=query.params(request),
+                now=self.clock(),
                 total=found.total,
                 total_exact=found.total_exact,
                 page_size=LIST_PAGE_SIZE,
@@ -404,6 +430,7 @@ class _Ui:
             rows=tuple(matched[skip : skip + LIST_PAGE_SIZE]),
             has_next=len(matched) > skip + LIST_PAGE_SIZE,
             page=query.page,
+            now=self.clock(),
             scanned=cap if truncated else None,
             params=query.params(request),
         )
@@ -415,7 +442,8 @@ class _Ui:
         meta = await self.reader.meta(sid)
         if meta is None:
             return 404, render_error(404, f"No session {sid!r} in this store.")
-        if "from" not in request.query_params and meta.status == "running":
+        now = self.clock()
+        if "from" not in request.query_params and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
         turns: list[SessionTurn] = await self.store_turns(sid, start)
         page = SessionPage(
@@ -426,8 +454,28 @@ class _Ui:
             page_size=TURN_PAGE_SIZE,
             runs=await self.reader.runs(meta),
             artifacts=await self.reader.artifacts(sid),
+            now=now,
+            run_filter=_param(request, "run"),
         )
         return render_session(page)
+
+    async def more(self, request: Request) -> Html | tuple[int, Html]:
+        """The next piece of one long text (a block's, a tool input's or output's)."""
+        sid = validate_id(request.path_params["sessionId"], what="session id")
+        index = _path_count(request.path_params["index"], "turn index")
+        start = _param_count(request, "from", 0, 0)
+        found = await self.reader.store.get_turns(sid, index, 1)
+        if not found:
+            return 404, render_error(404, f"Session {sid!r} has no turn #{index + 1}.")
+        text = long_text(
+            found[0],
+            _param_count(request, "block", 0, 0),
+            part=_param_count(request, "part", -1, 0) if "part" in request.query_params else None,
+            tool_input="input" in request.query_params,
+        )
+        if text is None:
+            raise _BadQuery("no text at that block of the turn")
+        return render_more(text, start, MORE_CHARS, request.url.path, dict(request.query_params))
 
     async def store_turns(self, sid: str, start: int) -> list[SessionTurn]:
         turns: list[SessionTurn] = await self.reader.store.get_turns(
@@ -445,7 +493,7 @@ class _Ui:
             except (_BadQuery, ValidationError) as exc:
                 return _html_response(render_error(400, str(exc)), 400)
             except Exception as exc:
-                status, message = self.error_of(exc)
+                status, message = self.error_of(exc, request.path_params.get("sessionId"))
                 if status >= 500 and status != 503:  # 503: the store is down, and says so
                     _log.exception("GET %s failed", request.url.path)
                 return _html_response(render_error(status, message), status)
@@ -473,8 +521,13 @@ def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
     async def home(request: Request) -> Response:
         return Response(status_code=308, headers={"location": "/ui/"})
 
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=308, headers={"location": "/ui/static/favicon.svg"})
+
     get = ["GET"]
     return [
+        Route("/", home, methods=get),
+        Route("/favicon.ico", favicon, methods=get),
         Route("/ui", home, methods=get),
         Route("/ui/", page, methods=get),
         Route("/ui/sessions/{sessionId}", page, methods=get),
@@ -482,5 +535,10 @@ def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
         Route("/ui/static/{name}", static, methods=get),
         Route("/ui/fragments/sessions", ui.fragment(ui.sessions), methods=get),
         Route("/ui/fragments/sessions/{sessionId}", ui.fragment(ui.session), methods=get),
+        Route(
+            "/ui/fragments/sessions/{sessionId}/turns/{index}/more",
+            ui.fragment(ui.more),
+            methods=get,
+        ),
         Route("/ui/fragments/schedules", ui.fragment(ui.schedules), methods=get),
     ]

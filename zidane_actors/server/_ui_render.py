@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -11,6 +12,7 @@ import attrs
 import msgspec
 
 from ..model import (
+    RUN_OWNER_HOLD_MS,
     FileBlock,
     ImageBlock,
     NativeBlock,
@@ -25,19 +27,28 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    encode,
+    parse_json,
+    reasoning_text,
+    run_claim_blocked,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from ._html import Html, Node, el, safe_image_src, safe_link, ui_path
+from ._html import Html, Node, el, safe_image_src, safe_link, ui_fragment_path, ui_path
+from ._markdown import render_markdown
 
 __all__ = [
     "SessionPage",
     "SessionsPage",
     "last_page_start",
+    "long_text",
     "render_error",
+    "render_more",
     "render_schedules",
     "render_session",
     "render_sessions",
     "session_title",
+    "shown_status",
 ]
 
 TITLE_CHARS: Final = 120
@@ -60,14 +71,16 @@ def session_title(metadata: Mapping[str, Any], first_user: SessionTurn | None) -
 # -- small pieces -------------------------------------------------------------
 
 
-def _when(ms: int | None) -> Html:
+def _when(ms: int | None, *, zone: bool = False) -> Html:
+    """An epoch-ms time in UTC; ``zone`` says so where no column header does."""
     if ms is None:
         return Html("–")
     try:
         at = datetime.fromtimestamp(ms / 1000, UTC)
     except (OverflowError, OSError, ValueError):
         return el("span", None, str(ms))
-    return el("time", {"datetime": at.isoformat()}, at.strftime("%Y-%m-%d %H:%M:%S"))
+    shown = at.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if zone else "")
+    return el("time", {"datetime": at.isoformat()}, shown)
 
 
 def _count(n: int | None) -> str:
@@ -86,13 +99,31 @@ def _duration(ms: float | None) -> str:
         return f"{seconds:.1f} s"
     minutes, seconds = divmod(int(seconds), 60)
     if minutes < 60:
-        return f"{minutes} min {seconds} s"
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def shown_status(row: SessionMetaRow, now: int) -> str:
+    """The status a reader should see: a stored ``running`` whose owner is gone is ``stale``.
+
+    The owner is judged by the claim rule (``run_claim_blocked``): on this host
+    by its pid, elsewhere by the ``RUN_OWNER_HOLD_MS`` staleness horizon.
+    """
+    status = row.status or "idle"
+    if status != "running":
+        return status
+    blocked = run_claim_blocked(
+        status, row.run_owner, row.updated_at, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+    )
+    return "running" if blocked else "stale"
 
 
 def _badge(status: str | None) -> Html:
     value = status or "idle"
+    if value == "stale":
+        title = "stored as running, but its owner is gone (the process exited or stopped writing)"
+        return el("span", {"class": "badge status-stale", "title": title}, "stale (owner gone)")
     return el("span", {"class": f"badge status-{_token(value)}"}, value)
 
 
@@ -106,7 +137,7 @@ def _token(value: str) -> str:
 
 
 def _json_text(value: object) -> str:
-    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+    return json.dumps(parse_json(encode(value)), indent=2, ensure_ascii=False)
 
 
 def _clip(text: str, n: int) -> str:
@@ -151,6 +182,8 @@ class SessionsPage:
     has_next: bool
     page: int
     params: Mapping[str, str]
+    now: int
+    """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
     scanned: int | None = None
     """Set when a filtered scan stopped after this many sessions, short of the page."""
     total: int | None = None
@@ -253,7 +286,28 @@ def _filter_form(
     )
 
 
-def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
+def _corrupt_row(row: SessionMetaRow) -> Html:
+    """A listed session whose stored header does not decode: named, marked, explained."""
+    return el(
+        "tr",
+        {"class": "session-row corrupt", "data-session-id": row.id},
+        el(
+            "td",
+            {"class": "title"},
+            _session_link(row.id, el("span", {"class": "muted"}, "(unreadable)")),
+            el("div", {"class": "sid"}, row.id),
+        ),
+        el("td", {"colspan": "2", "class": "wide corrupt-reason"}, _clip(row.corrupt or "", 300)),
+        el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
+        el("td", {"class": "num"}, "–"),
+        el("td", {"class": "num wide"}, "–"),
+        el("td", None, _when(row.updated_at)),
+    )
+
+
+def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Html:
+    if row.corrupt is not None:
+        return _corrupt_row(row)
     title = session_title(row.metadata, row.first_user_turn)
     agent: Node = (
         el("a", {"href": _list_url(params, agent=row.agent_id, page=None)}, row.agent_id)
@@ -282,11 +336,11 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str]) -> Html:
             _session_link(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
             el("div", {"class": "sid"}, row.id),
         ),
-        el("td", None, agent),
-        el("td", None, project),
-        el("td", None, _badge(row.status)),
+        el("td", {"class": "wide"}, agent),
+        el("td", {"class": "wide"}, project),
+        el("td", None, _badge(shown_status(row, now))),
         el("td", {"class": "num"}, _count(row.turn_count)),
-        el("td", {"class": "num"}, _count(row.run_count)),
+        el("td", {"class": "num wide"}, _count(row.run_count)),
         el("td", None, _when(row.updated_at)),
     )
 
@@ -349,13 +403,22 @@ def render_sessions(
 ) -> Html:
     """The session list: filters, one page of rows, page links (numbered when counted)."""
     head = ["Title", "Agent", "Project", "Status", "Turns", "Runs", "Updated (UTC)"]
+    wide = {"Agent", "Project", "Runs"}  # left out on a narrow screen
     body: Node
     if page.rows:
         body = el(
             "table",
             {"class": "sessions"},
-            el("thead", None, el("tr", None, [el("th", None, h) for h in head])),
-            el("tbody", None, [_session_row(r, page.params) for r in page.rows]),
+            el(
+                "thead",
+                None,
+                el(
+                    "tr",
+                    None,
+                    [el("th", {"class": "wide"} if h in wide else None, h) for h in head],
+                ),
+            ),
+            el("tbody", None, [_session_row(r, page.params, page.now) for r in page.rows]),
         )
     else:
         body = el("p", {"class": "empty"}, "No sessions match.")
@@ -394,6 +457,10 @@ class SessionPage:
     page_size: int
     runs: tuple[SessionRun, ...]
     artifacts: list[SessionArtifact] | None
+    now: int
+    """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
+    run_filter: str | None = None
+    """Show only the turns of this run and its subagents (``?run=``)."""
 
 
 def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
@@ -438,13 +505,113 @@ def _is_synthetic(text: str) -> bool:
     return text.startswith(SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
 
 
+SHOWN_CHARS: Final = 32_768
+"""Most characters of one text, tool input or tool output a page sends; "show all" fetches more."""
+
+
+@attrs.frozen
+class _Where:
+    """Where a block sits: its session, turn index and index in the turn (for "show all")."""
+
+    session_id: str
+    turn: int
+    block: int
+
+    def more(self, **query: int) -> str:
+        params = "&".join(f"{k}={v}" for k, v in {"block": self.block, **query}.items())
+        turn = ui_fragment_path("sessions", self.session_id, "turns", str(self.turn))
+        return f"{turn}/more?{params}"
+
+
+def _show_all(text: str, where: _Where | None, **query: int) -> Node:
+    """A "show all" link for a text cut at :data:`SHOWN_CHARS`, or nothing."""
+    if len(text) <= SHOWN_CHARS or where is None:
+        return None
+    rest = len(text) - SHOWN_CHARS
+    return el(
+        "a",
+        {
+            "class": "show-all",
+            "href": "#",
+            "data-more": where.more(**query, **{"from": SHOWN_CHARS}),
+        },
+        f"show all ({rest:,} more characters)",
+    )
+
+
+def _pretty_json(text: str) -> str:
+    """``text`` indented when it is JSON and stays within :data:`SHOWN_CHARS`, else as is."""
+    try:
+        pretty = _json_text(parse_json(text))
+    except (msgspec.DecodeError, RecursionError, TypeError):
+        return text
+    return pretty if len(pretty) <= SHOWN_CHARS else text
+
+
+def _pre(text: str, where: _Where | None, cls: str | None = None, **query: int) -> Html:
+    """Preformatted text, JSON pretty-printed when it is an object or array, capped."""
+    if len(text) <= SHOWN_CHARS and text[:1] in ("{", "[") and text.rstrip()[-1:] in ("}", "]"):
+        text = _pretty_json(text)
+    return el(
+        "div",
+        {"class": "capped"},
+        el("pre", {"class": cls} if cls else None, text[:SHOWN_CHARS]),
+        _show_all(text, where, **query),
+    )
+
+
+def _text(text: str, where: _Where | None) -> Html:
+    """A text block: Markdown, safely rendered; a long one shows its start and a link."""
+    return el(
+        "div",
+        {"class": "markdown"},
+        render_markdown(text[:SHOWN_CHARS]),
+        _show_all(text, where),
+    )
+
+
+def long_text(turn: SessionTurn, block: int, *, part: int | None, tool_input: bool) -> str | None:
+    """The whole text a capped view of ``turn.content[block]`` cut (``None``: none there)."""
+    if block >= len(turn.content):
+        return None
+    found = turn.content[block]
+    if isinstance(found, TextBlock) and part is None and not tool_input:
+        return found.text
+    if isinstance(found, ToolCallBlock) and tool_input:
+        return _json_text(call_input(found))
+    if isinstance(found, ToolResultBlock) and not tool_input:
+        if part is None:
+            return found.output if isinstance(found.output, str) else None
+        if not isinstance(found.output, str) and part < len(found.output):
+            piece = found.output[part]
+            return piece.text if isinstance(piece, TextBlock) else None
+    return None
+
+
+def render_more(text: str, start: int, size: int, path: str, query: Mapping[str, str]) -> Html:
+    """``text[start:start + size]`` as preformatted text, and a link to what follows."""
+    end = start + size
+    more: Node = None
+    if end < len(text):
+        more = el(
+            "a",
+            {
+                "class": "show-all",
+                "href": "#",
+                "data-more": f"{path}?{urlencode({**query, 'from': end})}",
+            },
+            f"show more ({len(text) - end:,} more characters)",
+        )
+    return el("div", {"class": "more"}, el("pre", None, text[start:end]), more)
+
+
 def _result_text(block: ToolResultBlock) -> str:
     if isinstance(block.output, str):
         return block.output
     return "".join(p.text or "" for p in block.output if isinstance(p, TextBlock | FileBlock))
 
 
-def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
+def _tool_result(block: ToolResultBlock, where: _Where | None, *, standalone: bool) -> Html:
     text = _result_text(block)
     marks: list[Node] = []
     if _is_synthetic(text):
@@ -455,11 +622,11 @@ def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
         marks.append(_mark("error", "the tool reported an error"))
     body: list[Node] = []
     if isinstance(block.output, str):
-        body.append(el("pre", None, block.output))
+        body.append(_pre(block.output, where))
     else:
-        for part in block.output:
+        for p, part in enumerate(block.output):
             if isinstance(part, TextBlock):
-                body.append(el("pre", None, part.text))
+                body.append(_pre(part.text, where, part=p))
             elif isinstance(part, ImageBlock):
                 body.append(_image(part, "tool result image"))
             elif isinstance(part, NativeBlock):
@@ -478,10 +645,16 @@ def _tool_result(block: ToolResultBlock, *, standalone: bool) -> Html:
     )
 
 
-def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bool) -> Html:
+def _tool_call(
+    block: ToolCallBlock,
+    where: _Where | None,
+    result: tuple[ToolResultBlock, _Where | None] | None,
+    running: bool,
+    started: Sequence[SessionRun] = (),
+) -> Html:
     after: Node
     if result is not None:
-        after = _tool_result(result, standalone=False)
+        after = _tool_result(result[0], result[1], standalone=False)
     else:
         after = el(
             "div",
@@ -490,7 +663,7 @@ def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bo
         )
     return el(
         "div",
-        {"class": "block tool-call", "data-call-id": block.id},
+        {"class": "block tool-call", "id": f"call-{block.id}", "data-call-id": block.id},
         el(
             "div",
             {"class": "block-head"},
@@ -498,21 +671,26 @@ def _tool_call(block: ToolCallBlock, result: ToolResultBlock | None, running: bo
             el("strong", None, block.name),
             " ",
             el("code", {"class": "muted"}, block.id),
+            [
+                [" → ", el("a", {"href": f"#run-{run.id}", "class": "subrun"}, _run_name(run))]
+                for run in started
+            ],
         ),
-        el("pre", {"class": "tool-input"}, _json_text(block.input)),
+        _pre(_json_text(call_input(block)), where, "tool-input", input=1),
         after,
     )
 
 
 def _reasoning(block: ReasoningBlock) -> Html:
     summary = "Reasoning"
-    if block.redacted_data is not None and not block.text:
+    text = reasoning_text(block)
+    if block.redacted_data is not None and not text:
         summary = "Reasoning (redacted)"
     return el(
         "details",
         {"class": "block reasoning"},
         el("summary", None, summary),
-        el("pre", None, block.text) if block.text else None,
+        el("pre", None, text) if text else None,
     )
 
 
@@ -528,25 +706,30 @@ def _native(block: NativeBlock) -> Html:
     )
 
 
-def _block(
-    block: SessionContentBlock,
-    results: Mapping[str, ToolResultBlock],
-    calls_here: set[str],
-    running: bool,
-) -> Node:
+@attrs.frozen
+class _Context:
+    """What rendering one page's turns needs besides the turns."""
+
+    results: Mapping[str, tuple[ToolResultBlock, _Where]]
+    calls_here: set[str]
+    running: bool
+    runs: Mapping[str, SessionRun]
+    started_by_call: Mapping[str, Sequence[SessionRun]]
+
+
+def _block(block: SessionContentBlock, where: _Where, ctx: _Context) -> Node:
     if isinstance(block, TextBlock):
-        marks = (
-            _mark("healed", "replaced by the pairing heal")
-            if block.text.startswith(_ORPHAN_MARKER)
-            else None
-        )
-        return el("div", {"class": "block text"}, marks, block.text)
+        if block.text.startswith(_ORPHAN_MARKER):
+            marks = _mark("healed", "replaced by the pairing heal")
+            return el("div", {"class": "block text"}, marks, block.text)
+        return el("div", {"class": "block text"}, _text(block.text, where))
     if isinstance(block, ToolCallBlock):
-        return _tool_call(block, results.get(block.id), running)
+        started = ctx.started_by_call.get(block.id, ())
+        return _tool_call(block, where, ctx.results.get(block.id), ctx.running, started)
     if isinstance(block, ToolResultBlock):
-        if block.call_id in calls_here:
+        if block.call_id in ctx.calls_here:
             return None  # shown under its call
-        return _tool_result(block, standalone=True)
+        return _tool_result(block, where, standalone=True)
     if isinstance(block, ReasoningBlock):
         return _reasoning(block)
     if isinstance(block, ImageBlock):
@@ -556,13 +739,8 @@ def _block(
     return _file(block)
 
 
-def _turn(
-    turn: SessionTurn,
-    index: int,
-    results: Mapping[str, ToolResultBlock],
-    calls_here: set[str],
-    running: bool,
-) -> Html:
+def _turn(turn: SessionTurn, where: _Where, ctx: _Context) -> Html:
+    index = where.turn
     marks: list[Node] = []
     meta = turn.metadata or {}
     if turn.id.endswith(_HEALED_TURN_SUFFIX) or meta.get("synthetic") is True:
@@ -578,10 +756,15 @@ def _turn(
         usage = el("span", {"class": "usage"}, " · ".join(bits))
     run: Node = None
     if turn.run_id is not None:
-        run = el("a", {"href": f"#run-{turn.run_id}", "class": "run-link"}, f"run {turn.run_id}")
-    blocks = [_block(b, results, calls_here, running) for b in turn.content]
-    if not any(b is not None for b in blocks):
-        blocks = [el("div", {"class": "muted"}, "tool results, shown under their calls")]
+        owner = ctx.runs.get(turn.run_id)
+        run = [
+            el("a", {"href": f"#run-{turn.run_id}", "class": "run-link"}, f"run {turn.run_id}"),
+            el("span", {"class": "agent"}, _run_name(owner)) if owner is not None else None,
+        ]
+    blocks = [_block(b, attrs.evolve(where, block=k), ctx) for k, b in enumerate(turn.content)]
+    if turn.content and not any(b is not None for b in blocks) and not marks:
+        # Only tool results, each shown under its call: an anchor, no empty card.
+        return el("span", {"class": "turn-folded", "id": f"turn-{index}", "data-turn-id": turn.id})
     return el(
         "article",
         {"class": f"turn role-{_token(turn.role)}", "id": f"turn-{index}", "data-turn-id": turn.id},
@@ -631,21 +814,59 @@ def _turn_pager(page: SessionPage) -> Html:
     )
 
 
+def _subtree(runs: Sequence[SessionRun], root: str) -> set[str]:
+    """``root`` and every run below it (by ``parentRunId``), cycles ignored."""
+    children: dict[str, list[str]] = {}
+    for run in runs:
+        if run.parent_run_id is not None:
+            children.setdefault(run.parent_run_id, []).append(run.id)
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def _transcript(page: SessionPage, running: bool) -> Html:
-    results: dict[str, ToolResultBlock] = {}
-    for turn in (*page.turns, *page.lookahead):
-        for block in turn.content:
+    sid = page.meta.id
+    results: dict[str, tuple[ToolResultBlock, _Where]] = {}
+    for i, turn in enumerate((*page.turns, *page.lookahead)):
+        for k, block in enumerate(turn.content):
             if isinstance(block, ToolResultBlock):
-                results.setdefault(block.call_id, block)
-    calls_here = {b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)}
+                results.setdefault(block.call_id, (block, _Where(sid, page.start + i, k)))
+    started: dict[str, list[SessionRun]] = {}
+    for run in page.runs:
+        if run.parent_call_id is not None:
+            started.setdefault(run.parent_call_id, []).append(run)
+    ctx = _Context(
+        results=results,
+        calls_here={b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)},
+        running=running,
+        runs={r.id: r for r in page.runs},
+        started_by_call=started,
+    )
+    shown = list(enumerate(page.turns))
+    notice: Node = None
+    if page.run_filter is not None:
+        keep = _subtree(page.runs, page.run_filter)
+        shown = [(i, t) for i, t in shown if t.run_id in keep]
+        notice = el(
+            "p",
+            {"class": "run-filter-notice"},
+            f"Showing the turns of run {page.run_filter} and its subagents on this page. ",
+            el("a", {"href": f"{ui_path('sessions', sid)}?from={page.start}"}, "Show every turn"),
+        )
     return el(
         "section",
         {"class": "transcript"},
         el("h2", None, "Transcript"),
+        notice,
         _turn_pager(page),
-        [_turn(t, page.start + i, results, calls_here, running) for i, t in enumerate(page.turns)],
-        el("p", {"class": "empty"}, "No turns on this page.") if not page.turns else None,
-        _turn_pager(page) if len(page.turns) > 10 else None,
+        [_turn(t, _Where(sid, page.start + i, 0), ctx) for i, t in shown],
+        el("p", {"class": "empty"}, "No turns on this page.") if not shown else None,
+        _turn_pager(page) if len(shown) > 10 else None,
     )
 
 
@@ -679,6 +900,7 @@ def _run_name(run: SessionRun) -> str:
 
 
 def _run_item(
+    sid: str,
     run: SessionRun,
     children: Mapping[str, list[SessionRun]],
     resumed_by: Mapping[str, list[SessionRun]],
@@ -706,7 +928,11 @@ def _run_item(
             )
         )
     kids = [c for c in children.get(run.id, ()) if c.id not in seen]
-    sub = el("ul", None, [_run_item(c, children, resumed_by, seen) for c in kids]) if kids else None
+    sub = (
+        el("ul", None, [_run_item(sid, c, children, resumed_by, seen) for c in kids])
+        if kids
+        else None
+    )
     return el(
         "li",
         {"class": "run", "id": f"run-{run.id}", "data-run-id": run.id},
@@ -722,13 +948,62 @@ def _run_item(
             el("span", {"class": "stat"}, f"{_count(run.turns)} turns") if run.turns else None,
             resume,
         ),
+        el(
+            "div",
+            {"class": "run-links"},
+            el(
+                "a",
+                {"href": f"#call-{run.parent_call_id}", "class": "parent-call"},
+                f"started by call {run.parent_call_id}",
+            )
+            if run.parent_call_id
+            else None,
+            el(
+                "a",
+                {
+                    "href": f"{ui_path('sessions', sid)}?{urlencode({'run': run.id})}",
+                    "class": "run-filter",
+                },
+                "its turns",
+            ),
+        ),
         el("div", {"class": "prompt"}, _clip(run.prompt, 300)) if run.prompt else None,
-        el("div", {"class": "run-error"}, run.error) if run.error else None,
+        _run_error(run),
         sub,
     )
 
 
-def _run_tree(runs: Sequence[SessionRun]) -> Html:
+def _run_error(run: SessionRun) -> Html | None:
+    """The run's error line and what its ``RunErrorDetail`` adds."""
+    detail = run.error_detail
+    if run.error is None and detail is None:
+        return None
+    facts: list[tuple[str, Node]] = []
+    if detail is not None:
+        facts = [
+            (name, value)
+            for name, value in (
+                ("status", str(detail.status_code) if detail.status_code is not None else None),
+                ("code", detail.code),
+                ("message", detail.message),
+                ("provider says", detail.provider_message),
+                (
+                    "retry after",
+                    _duration(detail.retry_after_ms) if detail.retry_after_ms is not None else None,
+                ),
+                ("resets", _when(detail.reset_at, zone=True) if detail.reset_at else None),
+            )
+            if value
+        ]
+    return el(
+        "div",
+        {"class": "run-error"},
+        run.error,
+        _facts(facts) if facts else None,
+    )
+
+
+def _run_tree(sid: str, runs: Sequence[SessionRun]) -> Html:
     ordered = sorted(runs, key=lambda r: (r.started_at, r.id))
     ids = {r.id for r in ordered}
     children: dict[str, list[SessionRun]] = {}
@@ -746,10 +1021,32 @@ def _run_tree(runs: Sequence[SessionRun]) -> Html:
         if run.resumed_from_run_id is not None:
             resumed_by.setdefault(run.resumed_from_run_id, []).append(run)
     seen: set[str] = set()
-    items = [_run_item(r, children, resumed_by, seen) for r in roots]
+    items = [_run_item(sid, r, children, resumed_by, seen) for r in roots]
     # Runs caught in a parent cycle have no root: list them flat rather than lose them.
-    items += [_run_item(r, children, resumed_by, seen) for r in ordered if r.id not in seen]
+    items += [_run_item(sid, r, children, resumed_by, seen) for r in ordered if r.id not in seen]
     return el("ul", {"class": "run-tree"}, items)
+
+
+def _totals(runs: Sequence[SessionRun]) -> Html | None:
+    """The session's tokens and cost over all its runs (subagents included)."""
+    if not runs:
+        return None
+    tokens = [_run_tokens(r) for r in runs]
+    costs = [c for c in (_run_cost(r) for r in runs) if c is not None]
+    tin = sum(t[0] or 0 for t in tokens)
+    tout = sum(t[1] or 0 for t in tokens)
+    return el(
+        "p",
+        {"class": "totals"},
+        el("strong", None, "Session total: "),
+        el("span", {"class": "key key-in"}),
+        f" {tin:,} tokens in  ",
+        el("span", {"class": "key key-out"}),
+        f" {tout:,} tokens out  ",
+        el("span", {"class": "key key-cost"}),
+        f" {_cost(sum(costs)) if costs else '–'}",
+        f" across {len(runs):,} runs",
+    )
 
 
 def _bar(cls: str, x: int, y: float, width: int, height: float) -> Html:
@@ -871,12 +1168,13 @@ def _facts(items: Iterable[tuple[str, Node]]) -> Html:
 def render_session(page: SessionPage) -> Html:
     """One session: header, run tree and chart, one page of the transcript, artifacts."""
     meta = page.meta
-    running = meta.status == "running"
+    status = shown_status(meta, page.now)
+    running = status == "running"
     title = session_title(meta.metadata, meta.first_user_turn) or meta.id
     owner = meta.run_owner
     facts: list[tuple[str, Node]] = [
         ("id", el("code", None, meta.id)),
-        ("status", _badge(meta.status)),
+        ("status", _badge(status)),
         ("agent", meta.agent_id or "–"),
         ("project", meta.project_root if meta.project_root is not None else "untagged"),
         ("created", _when(meta.created_at)),
@@ -890,8 +1188,9 @@ def render_session(page: SessionPage) -> Html:
         "section",
         {"class": "runs"},
         el("h2", None, f"Runs ({len(page.runs)})"),
+        _totals(page.runs),
         _chart(page.runs),
-        _run_tree(page.runs) if page.runs else el("p", {"class": "muted"}, "No runs."),
+        _run_tree(meta.id, page.runs) if page.runs else el("p", {"class": "muted"}, "No runs."),
     )
     return el(
         "section",
@@ -899,7 +1198,7 @@ def render_session(page: SessionPage) -> Html:
             "class": "page",
             "data-page": "session",
             "data-session-id": meta.id,
-            "data-status": meta.status or "idle",
+            "data-status": status,
             "data-poll": 2000 if running else None,
             "data-title": _clip(title, 80),
         },
@@ -935,9 +1234,9 @@ def _fire(fire: ScheduleFire) -> Html:
         {"class": "fire"},
         _badge(fire.status),
         " fired ",
-        _when(fire.fired_at),
+        _when(fire.fired_at, zone=True),
         " (due ",
-        _when(fire.due_at),
+        _when(fire.due_at, zone=True),
         ")",
         [" · ", _session_link(fire.session_id)] if fire.session_id else None,
         [
@@ -977,7 +1276,7 @@ def render_schedules(schedules: list[tuple[Schedule, list[ScheduleFire]]] | None
                     [
                         ("id", el("code", None, s.id)),
                         ("when", _every(s)),
-                        ("next fire", _when(s.next_fire_at)),
+                        ("next fire", _when(s.next_fire_at, zone=True)),
                         ("agent", s.agent_id or "–"),
                         (
                             "session",

@@ -8,7 +8,8 @@ session: writing a second session id is refused.
 
 :class:`DirectoryFileMapAdapter` keeps the map as files in a directory and
 commits each save all-or-nothing with a manifest renamed last; appends write
-only the appended bytes (see docs/file-map.md for the on-disk protocol).
+only the appended bytes. One store at a time has a directory open (a lock
+file); lines other writers append are read and kept (see docs/file-map.md).
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from ..errors import (
     ConflictError,
     CorruptDataError,
     CorruptDataWarning,
+    ExternalChangeWarning,
     InvalidNameError,
     SessionNotFoundError,
     StoreClosedError,
+    StoreLockedError,
     ValidationError,
 )
 from ..model import (
@@ -72,10 +75,11 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
-from ._validate import checked_int, json_value
+from ._validate import checked, checked_int, json_value
 
 __all__ = [
     "DirectoryFileMapAdapter",
@@ -238,6 +242,8 @@ class FileMapStore:
     def __init__(self, adapter: FileMapAdapter, options: FileMapStoreOptions | None = None):
         self._adapter = adapter
         self._options = options or FileMapStoreOptions()
+        if isinstance(adapter, DirectoryFileMapAdapter):
+            adapter._logs.add(self._options.turns_file)  # appended to, never rewritten by peers
         self._lock = trio.Lock()
         self._closed = False
         self._deleted_rev = 0
@@ -356,9 +362,15 @@ class FileMapStore:
             return Revision(meta.rev, self._written_rev)
 
     async def aclose(self) -> None:
-        """Refuse further calls (the adapter holds no handle to release). Idempotent."""
-        await trio.lowlevel.checkpoint()
+        """Refuse further calls; a directory adapter is closed too (its lock released).
+
+        Idempotent.
+        """
         self._closed = True
+        if isinstance(self._adapter, DirectoryFileMapAdapter):
+            await self._adapter.aclose()
+        else:
+            await trio.lowlevel.checkpoint()
 
     # -- required methods -------------------------------------------------------------------
 
@@ -679,7 +691,7 @@ class FileMapStore:
     ) -> SendRequestClaim:
         """Claim ``request_id`` (or answer its record), keeping the newest ids."""
         validate_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
         async with self._lock:
@@ -707,18 +719,41 @@ class FileMapStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         validate_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         held = self._requests(await self._files())
         if held is None or held.session_id != session_id:
             return None
         return next((r for r in held.records if r.request_id == request_id), None)
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        validate_id(session_id)
+        held = self._requests(await self._files())
+        if held is None or held.session_id != session_id:
+            return []
+        return sorted(held.records, key=lambda r: (r.created_at, r.request_id))
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_request_id(record.request_id, what="send request id")
+        async with self._lock:
+            files = await self._files()
+            self._check_owner(files, session_id)
+            held = self._requests(files) or _SendRequests(session_id=session_id)
+            kept = tuple(r for r in held.records if r.request_id != record.request_id)
+            evicted = set(send_request_evictions(kept, SEND_REQUEST_HISTORY))
+            records = (*(r for r in kept if r.request_id not in evicted), record)
+            self._put_requests(files, session_id, records)
+            await self._adapter.save(files)
 
     async def settle_send_request(
         self, session_id: str, request_id: str, result: JsonValue
     ) -> None:
         """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
         validate_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         value: Any = json_value(result, "send result")
         async with self._lock:
             files = await self._files()
@@ -762,12 +797,22 @@ def create_file_map_store(
 _MANIFEST = ".zidane-filemap.json"
 """The commit record of a directory: which files, how many bytes of each, pending renames."""
 
+_LOCK = ".zidane-filemap.lock"
+"""The writer lock of a directory: ``flock``-ed while a store has it open.
+
+It holds the holder's pid and, while an append is in flight, where it started
+(``{"pid": 7, "generation": 3, "appending": {"turns.jsonl": 88231}}``): bytes
+a crash left past that point are the crashed append's, not another writer's.
+"""
+
 _TEMP = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{12}\.tmp\Z")
 """The adapter's temporary files, ``.<name>.<12 hex>.tmp`` (stale ones are removed on open)."""
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _WRITE = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -805,6 +850,23 @@ class _Snapshot:
     files: dict[str, str]
     sizes: dict[str, int]
     signatures: dict[str, _Signature]
+
+
+class _LockRecord(msgspec.Struct, frozen=True):
+    """The lock file's content: its holder, and the append it has in flight."""
+
+    pid: int = 0
+    generation: int = 0
+    appending: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+def _complete_last_line(data: bytes) -> bool:
+    """Whether the last line of ``data`` is one whole JSON value (not cut mid-value)."""
+    try:
+        msgspec.json.decode(data[data.rfind(b"\n") + 1 :])
+    except msgspec.DecodeError:
+        return False
+    return True
 
 
 def _text(data: bytes, path: str) -> str:
@@ -854,6 +916,14 @@ class DirectoryFileMapAdapter:
     are refused, foreign files are left alone. Blocking I/O runs in a worker
     thread, one call at a time, under an ``flock`` of the directory.
 
+    One adapter at a time has a directory open: the first call takes its writer
+    lock (``.zidane-filemap.lock``, ``flock``-ed) and :meth:`aclose` releases
+    it; another adapter on the directory, in this process or another, gets
+    :class:`StoreLockedError`. Lines another writer (zidane itself) appended to
+    the turns log are read and kept, and a file another writer rewrote is read
+    as it is now (with an :class:`ExternalChangeWarning`); only a loss of
+    committed turn bytes is a :class:`CorruptDataError`.
+
     ``names`` are the map's file names in a directory written before the
     manifest existed (default: the store's default names).
     """
@@ -873,6 +943,17 @@ class DirectoryFileMapAdapter:
         )
         self._limiter = trio.CapacityLimiter(1)
         self._snapshot: _Snapshot | None = None
+        # Append-only logs (the store's turns file): another writer only adds lines to them.
+        self._logs = {defaults.turns_file}
+        self._lock_fd: int | None = None
+        self._lock_size = 0
+        # An append whose commit did not happen (a crash, a failed write): its bytes past the
+        # committed end are dropped, never read as another writer's lines.
+        self._in_flight: _LockRecord | None = None
+        # Lengths of the logs this adapter answered since its last commit: a save built on one
+        # of them goes on top of the lines another writer appended since.
+        self._served: dict[str, set[int]] = {}
+        self._notes: builtins.list[tuple[type[Warning], str]] = []
 
     @property
     def path(self) -> str:
@@ -901,23 +982,15 @@ class DirectoryFileMapAdapter:
             raise _not_regular(self._where(name), mode)
         return fd
 
-    def _read(
-        self, dir_fd: int, name: str, size: int | None = None
-    ) -> tuple[bytes, _Signature] | None:
-        """The file's bytes (its first ``size`` bytes when given), ``None`` when absent."""
+    def _read(self, dir_fd: int, name: str) -> tuple[bytes, _Signature] | None:
+        """The file's bytes, ``None`` when absent."""
         fd = self._open(dir_fd, name, _READ)
         if fd is None:
             return None
         try:
             st = os.fstat(fd)
-            length = st.st_size
-            if size is not None and length < size:
-                raise CorruptDataError(
-                    f"{self._where(name)} holds {length} bytes, fewer than the {size} "
-                    "its last save committed (changed outside the store)"
-                )
             chunks = []
-            left = length if size is None else size
+            left = st.st_size
             while left > 0:
                 chunk = os.read(fd, min(left, 1 << 24))
                 if not chunk:
@@ -940,21 +1013,24 @@ class DirectoryFileMapAdapter:
         finally:
             os.close(fd)
 
-    def _append(self, dir_fd: int, name: str, committed: int, data: bytes) -> _Signature:
-        """Write ``data`` at the committed end of ``name`` (dropping an uncommitted tail)."""
+    def _append(self, dir_fd: int, name: str, end: int, data: bytes) -> _Signature:
+        """Write ``data`` at ``end``, where ``name`` ended when it was read for this save."""
         fd = self._open(dir_fd, name, _WRITE)
         if fd is None:
             raise CorruptDataError(f"{self._where(name)} is missing (deleted outside the store)")
         try:
             length = os.fstat(fd).st_size
-            if length < committed:
+            if length < end:
                 raise CorruptDataError(
-                    f"{self._where(name)} holds {length} bytes, fewer than the {committed} "
+                    f"{self._where(name)} holds {length} bytes, fewer than the {end} "
                     "its last save committed (changed outside the store)"
                 )
-            if length > committed:
-                os.ftruncate(fd, committed)
-            view, offset = memoryview(data), committed
+            if length > end:  # never written over: another writer's lines
+                raise ConflictError(
+                    f"{self._where(name)} grew while this save was written (another writer "
+                    "appended to it); nothing of the save was committed: retry it"
+                )
+            view, offset = memoryview(data), end
             while view:
                 written = os.pwrite(fd, view, offset)
                 view, offset = view[written:], offset + written
@@ -979,6 +1055,101 @@ class DirectoryFileMapAdapter:
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(self._where(name), st.st_mode)
 
+    def _cut(self, dir_fd: int, name: str, length: int) -> _Signature:
+        """Truncate ``name`` to ``length`` bytes, durably."""
+        fd = self._open(dir_fd, name, _WRITE)
+        if fd is None:
+            raise FileNotFoundError(errno.ENOENT, "removed", self._where(name))
+        try:
+            os.ftruncate(fd, length)
+            os.fsync(fd)
+            return _signature(os.fstat(fd))
+        finally:
+            os.close(fd)
+
+    # -- the writer lock -------------------------------------------------------------------
+
+    def _hold(self, dir_fd: int) -> None:
+        """Take the directory's writer lock for this adapter (kept until :meth:`aclose`)."""
+        if self._lock_fd is not None:
+            return
+        for _ in range(16):
+            try:
+                try:
+                    fd: int | None = os.open(_LOCK, _LOCK_NEW, 0o600, dir_fd=dir_fd)
+                    created = True
+                except FileExistsError:
+                    fd, created = self._open(dir_fd, _LOCK, _LOCK_OPEN), False
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    return  # a directory nobody may write: read it without the lock
+                raise
+            if fd is None:
+                continue  # removed by a store closing just now: create it again
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = self._lock_record(fd).pid
+                os.close(fd)
+                holder = f" (process {pid})" if pid else ""
+                raise StoreLockedError(
+                    f"{self._path} is open by another file-map store{holder}; one store at a "
+                    "time may have a directory open: close the other one, or give each process "
+                    "its own directory"
+                ) from None
+            try:
+                here = os.stat(_LOCK, dir_fd=dir_fd, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                here = None
+            if here != os.fstat(fd).st_ino:  # unlinked by its last holder before we locked it
+                os.close(fd)
+                continue
+            record = _LockRecord() if created else self._lock_record(fd)
+            self._lock_fd, self._lock_size = fd, 0 if created else os.fstat(fd).st_size
+            if record.appending:
+                self._in_flight = record  # its holder stopped mid-append: see _committed
+            self._mark(msgspec.structs.replace(record, pid=os.getpid()))
+            if created:
+                os.fsync(dir_fd)
+            return
+        raise StoreLockedError(f"{self._where(_LOCK)} keeps being replaced; cannot lock it")
+
+    def _lock_record(self, fd: int) -> _LockRecord:
+        try:
+            return msgspec.json.decode(os.pread(fd, 1 << 16, 0).strip() or b"{}", type=_LockRecord)
+        except msgspec.DecodeError:
+            return _LockRecord()  # not ours to judge: nothing is known to be in flight
+
+    def _mark(self, record: _LockRecord) -> None:
+        """Write ``record`` to the held lock file (padded over what it held before)."""
+        assert self._lock_fd is not None
+        data = msgspec.json.encode(record).ljust(self._lock_size)
+        view, offset = memoryview(data), 0
+        while view:
+            written = os.pwrite(self._lock_fd, view, offset)
+            view, offset = view[written:], offset + written
+        self._lock_size = max(self._lock_size, len(data))
+
+    def _release(self) -> None:
+        """Give the directory up: remove the lock file unless it records an append to drop."""
+        fd, self._lock_fd = self._lock_fd, None
+        self._snapshot = None
+        self._served.clear()
+        if fd is None:
+            return
+        try:
+            if self._in_flight is None:
+                with suppress(OSError):
+                    dir_fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                    try:
+                        st = os.stat(_LOCK, dir_fd=dir_fd, follow_symlinks=False)
+                        if st.st_ino == os.fstat(fd).st_ino:
+                            os.unlink(_LOCK, dir_fd=dir_fd)
+                    finally:
+                        os.close(dir_fd)
+        finally:
+            os.close(fd)  # releases the lock
+
     # -- the save protocol -----------------------------------------------------------------
 
     @contextmanager
@@ -994,6 +1165,7 @@ class DirectoryFileMapAdapter:
             yield None
             return
         try:
+            self._hold(fd)
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
         except BaseException:
@@ -1061,6 +1233,7 @@ class DirectoryFileMapAdapter:
         self._snapshot = None
         files, sizes, signatures = {}, {}, {}
         if raw is None:
+            self._in_flight = None  # appends need a manifest: nothing of ours can be in flight
             self._clean(dir_fd)
             for name in self._names:
                 found = self._read(dir_fd, name)
@@ -1071,23 +1244,105 @@ class DirectoryFileMapAdapter:
         manifest = self._manifest(raw)
         self._apply(dir_fd, manifest)
         self._clean(dir_fd)
+        in_flight = self._in_flight
+        if in_flight is not None and in_flight.generation != manifest.generation:
+            in_flight = None  # that append committed: what lies past a committed end is not its
+        dropped = True
         for name, size in manifest.files.items():
-            found = self._read(dir_fd, name, size)
+            found = self._read(dir_fd, name)
             if found is None:
                 raise CorruptDataError(
                     f"{self._where(name)} is missing (deleted outside the store); "
                     f"{self._where(_MANIFEST)} lists it"
                 )
-            data, signatures[name] = found
-            files[name], sizes[name] = _text(data, self._where(name)), size
+            ours = None if in_flight is None else in_flight.appending.get(name)
+            data, signatures[name], done = self._committed(dir_fd, name, size, *found, ours)
+            dropped = dropped and done
+            files[name], sizes[name] = _text(data, self._where(name)), len(data)
+        if dropped and self._in_flight is not None:
+            self._in_flight = None
+            if self._lock_fd is not None:
+                self._mark(_LockRecord(pid=os.getpid()))
         self._snapshot = _Snapshot(raw, manifest.generation, files, sizes, signatures)
         return self._snapshot
+
+    def _committed(
+        self,
+        dir_fd: int,
+        name: str,
+        size: int,
+        data: bytes,
+        signature: _Signature,
+        ours: int | None,
+    ) -> tuple[bytes, _Signature, bool]:
+        """``name``'s bytes judged against the ``size`` its manifest committed.
+
+        Bytes of a log past ``ours``, where an append of ours that never
+        committed started, are cut (the flag says whether the cut is done).
+        Past that, a log longer than committed holds another writer's appended
+        lines (read); one that lost only its final newline is read; one that
+        lost more raises ``CorruptDataError``. Any other file of another length
+        was rewritten by another writer: read as it is now.
+        """
+        where, done = self._where(name), True
+        if ours is not None and size <= ours < len(data) and name in self._logs:
+            self._note(
+                CorruptDataWarning,
+                f"{where}: the {len(data) - ours} bytes an append wrote before it was cut "
+                "short by a crash were dropped",
+            )
+            data = data[:ours]
+            try:
+                signature = self._cut(dir_fd, name, ours)
+            except OSError:
+                done = False  # read-only: cut by a later writer
+        length = len(data)
+        if length == size:
+            return data, signature, done
+        if name not in self._logs:
+            self._note(
+                ExternalChangeWarning,
+                f"{where} was rewritten outside the store ({size} bytes committed, {length} "
+                "now); read as it is now",
+            )
+            return data, signature, True
+        if length > size:
+            if size and data[size - 1] != ord("\n"):
+                self._note(
+                    ExternalChangeWarning,
+                    f"{where} changed outside the store ({size} bytes committed, {length} now, "
+                    "not whole lines appended); read as it is now",
+                )
+            return data, signature, done  # another writer appended lines: ours too now
+        if length == size - 1 and not data.endswith(b"\n") and _complete_last_line(data):
+            self._note(
+                ExternalChangeWarning,
+                f"{where} lost its final newline outside the store; read as it is (the next "
+                "append writes it back)",
+            )
+            return data, signature, True
+        raise CorruptDataError(
+            f"{where} holds {length} bytes, fewer than the {size} its last save committed "
+            "(committed turns were cut outside the store)"
+        )
+
+    def _note(self, category: type[Warning], message: str) -> None:
+        self._notes.append((category, message))
+
+    def _warn(self) -> None:
+        """Issue the warnings the last calls noted (from the trio thread)."""
+        notes, self._notes = self._notes, []
+        for category, message in notes:
+            warnings.warn(category(message), stacklevel=3)
 
     def _commit(self, dir_fd: int, old: _Snapshot, files: dict[str, str]) -> None:
         """Save ``files`` over ``old``: stage, rename the manifest (the commit), apply."""
         sizes, pending, signatures = {}, {}, {}
+        appends = {}
         for name, text in files.items():
             before = old.files.get(name)
+            if before is not None and name in self._logs and not text.startswith(before):
+                text = files[name] = self._rebased(name, text, before)
             if before is not None and text == before:
                 sizes[name], signatures[name] = old.sizes[name], old.signatures[name]
             elif (
@@ -1096,15 +1351,34 @@ class DirectoryFileMapAdapter:
                 and text.startswith(before)
                 and self._only_link(dir_fd, name)
             ):
-                tail = _utf8(text[len(before) :], name)
-                signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
-                sizes[name] = old.sizes[name] + len(tail)
+                appends[name] = _utf8(text[len(before) :], name)
             else:
                 self._check_replaceable(dir_fd, name)
                 data = _utf8(text, name)
                 pending[name] = f".{name}.{secrets.token_hex(6)}.tmp"
                 signatures[name] = self._create(dir_fd, pending[name], data)
                 sizes[name] = len(data)
+        if appends:
+            # Where the appends start, durably before their bytes: what a crash leaves past it
+            # is theirs to drop, not another writer's lines to keep.
+            self._in_flight = _LockRecord(
+                pid=os.getpid(),
+                generation=old.generation,
+                appending={name: old.sizes[name] for name in appends},
+            )
+            if self._lock_fd is not None:
+                self._mark(self._in_flight)
+                os.fdatasync(self._lock_fd)
+            for name, tail in appends.items():
+                try:
+                    signatures[name] = self._append(dir_fd, name, old.sizes[name], tail)
+                except ConflictError:  # nothing written to it: what lies past its end is not ours
+                    left = {n: at for n, at in self._in_flight.appending.items() if n != name}
+                    self._in_flight = msgspec.structs.replace(self._in_flight, appending=left)
+                    if self._lock_fd is not None:
+                        self._mark(self._in_flight)
+                    raise
+                sizes[name] = old.sizes[name] + len(tail)
         removed = tuple(sorted(set(old.files) - set(files)))
         if old.manifest is not None and sizes == old.sizes and not pending and not removed:
             return  # nothing changed
@@ -1120,13 +1394,40 @@ class DirectoryFileMapAdapter:
         self._create(dir_fd, staged, raw)
         os.fsync(dir_fd)  # the staged files exist on disk before the manifest names them
         os.replace(staged, _MANIFEST, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        self._in_flight = None
+        self._served.clear()
         os.fsync(dir_fd)  # committed
         self._apply(dir_fd, manifest)
         self._snapshot = _Snapshot(raw, manifest.generation, dict(files), sizes, signatures)
 
+    def _rebased(self, name: str, text: str, current: str) -> str:
+        """``text`` put after the lines another writer appended to the log ``name``.
+
+        When ``text`` extends a version of the log this adapter answered since
+        its last commit, and ``current`` extends that version by whole lines, the
+        added part of ``text`` goes after ``current``; otherwise ``text`` as is.
+        """
+        for length in sorted(self._served.get(name, ()), reverse=True):
+            if (
+                length < len(current)
+                and length < len(text)
+                and (length == 0 or current[length - 1] == "\n")
+                and text[:length] == current[:length]
+            ):
+                return current + text[length:]
+        return text
+
     def _get(self) -> dict[str, str]:
         with self._directory(create=False) as dir_fd:
-            return {} if dir_fd is None else dict(self._current(dir_fd).files)
+            if dir_fd is None:
+                return {}
+            files = self._current(dir_fd).files
+            for name in self._logs & files.keys():
+                served = self._served.setdefault(name, set())
+                if len(served) >= 64:
+                    served.clear()
+                served.add(len(files[name]))
+            return dict(files)
 
     def _save(self, files: dict[str, str]) -> None:
         for name in files:
@@ -1148,23 +1449,53 @@ class DirectoryFileMapAdapter:
             self._snapshot = None
 
     async def get(self) -> dict[str, str]:
-        """The map's committed files (an absent directory is an empty map)."""
-        return await trio.to_thread.run_sync(self._get, limiter=self._limiter)
+        """The map's files (an absent directory is an empty map)."""
+        try:
+            return await trio.to_thread.run_sync(self._get, limiter=self._limiter)
+        finally:
+            self._warn()
 
     async def save(self, files: dict[str, str]) -> None:
         """Replace the map with ``files``, all-or-nothing and durably."""
-        await trio.to_thread.run_sync(self._save, dict(files), limiter=self._limiter)
+        try:
+            await trio.to_thread.run_sync(self._save, dict(files), limiter=self._limiter)
+        finally:
+            self._warn()
 
     async def delete(self) -> None:
         """Remove the map's files (foreign files in the directory stay)."""
-        await trio.to_thread.run_sync(self._delete, limiter=self._limiter)
+        try:
+            await trio.to_thread.run_sync(self._delete, limiter=self._limiter)
+        finally:
+            self._warn()
+
+    async def open(self) -> None:
+        """Take the directory's lock now (creating the directory), not at the first call.
+
+        Raises :class:`StoreLockedError` when another store has it open.
+        """
+        await trio.to_thread.run_sync(self._open_locked, limiter=self._limiter)
+
+    def _open_locked(self) -> None:
+        with self._directory(create=True):
+            pass
+
+    async def aclose(self) -> None:
+        """Release the directory (its lock); a later call takes it again. Idempotent."""
+        with trio.CancelScope(shield=True):  # a cancelled closer still lets the directory go
+            await trio.to_thread.run_sync(self._release, limiter=self._limiter)
 
 
 @asynccontextmanager
 async def open_directory_adapter(
     path: str | os.PathLike[str], *, names: Iterable[str] | None = None
 ) -> AsyncIterator[DirectoryFileMapAdapter]:
-    """A :class:`DirectoryFileMapAdapter` on ``path``, created (mode 0700) if missing."""
-    fspath = os.fspath(path)
-    await trio.to_thread.run_sync(lambda: os.makedirs(fspath, mode=0o700, exist_ok=True))
-    yield DirectoryFileMapAdapter(fspath, names=names)
+    """A :class:`DirectoryFileMapAdapter` on ``path``, created (mode 0700) if missing,
+    holding the directory's lock until the block exits (:class:`StoreLockedError` when
+    another store has it open)."""
+    adapter = DirectoryFileMapAdapter(path, names=names)
+    await adapter.open()
+    try:
+        yield adapter
+    finally:
+        await adapter.aclose()

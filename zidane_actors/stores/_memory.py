@@ -68,6 +68,7 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ._protocol import (
@@ -395,7 +396,7 @@ class MemoryStore:
         preserve_updated_at: bool,
     ) -> None:
         validate_id(session_id)
-        if status not in _STATUSES:
+        if not isinstance(status, str) or status not in _STATUSES:
             raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
         if owner is not None:
             owner = checked(owner, RunOwner, "run owner")
@@ -669,7 +670,7 @@ class MemoryStore:
         """
         await self._enter()
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
         records = self._send_requests.setdefault(session_id, {})
@@ -687,7 +688,7 @@ class MemoryStore:
         """The record holding ``request_id``, without claiming it."""
         await self._enter()
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         record = self._send_requests.get(session_id, {}).get(request_id)
         return None if record is None else _copy(record, SendRequestRecord)
 
@@ -700,7 +701,7 @@ class MemoryStore:
 
     def _settle_send_request(self, session_id: str, request_id: str, result: JsonValue) -> None:
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         value = json_value(result, "send result")
         records = self._send_requests.get(session_id, {})
         record = records.get(request_id)
@@ -710,6 +711,26 @@ class MemoryStore:
             del records[request_id]
         else:
             records[request_id] = msgspec.structs.replace(record, result=value)
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        await self._enter()
+        validate_id(session_id)
+        records = self._send_requests.get(session_id, {}).values()
+        ordered = sorted(records, key=lambda r: (r.created_at, r.request_id))
+        return [_copy(r, SendRequestRecord) for r in ordered]
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        await self._enter()
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_request_id(record.request_id, what="send request id")
+        records = self._send_requests.setdefault(session_id, {})
+        records.pop(record.request_id, None)
+        for evicted in send_request_evictions(builtins.list(records.values())):
+            del records[evicted]
+        records[record.request_id] = record
 
     # -- artifacts --------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from ..model import (
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -69,9 +70,11 @@ from ..model import (
     UpdateRunOptions,
     check_artifact_id_free,
     check_json,
+    corrupt_meta_row,
     current_run_owner,
     decoder,
     encode_str,
+    extra_json,
     filter_artifacts,
     fresh_turns,
     merge_artifact,
@@ -85,6 +88,7 @@ from ..model import (
     snapshot_status,
     upsert_runs,
     validate_id,
+    validate_request_id,
 )
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ..model._checked import CheckedTurns
@@ -145,6 +149,10 @@ def _json(value: object, what: str) -> str:
         return encode_str(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+def _extra(text: str, session_id: str) -> ExtraFields:
+    return ExtraFields(_decode(text, dict[str, Any], "sessions", f"{session_id!r} column extra"))
 
 
 def _checked_data(data: object) -> SessionData:
@@ -339,13 +347,14 @@ def _write_header(
     status, owner = snapshot_status(stored_status, stored_owner, data.status)
     merged = merge_session_metadata(stored_meta, metadata, keys)
     cur.execute(
-        "INSERT INTO sessions"
-        " (id, created_at, updated_at, status, agent_id, project_root, metadata, run_owner)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+        "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
+        " metadata, run_owner, extra)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
         " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
         " updated_at = excluded.updated_at, status = excluded.status,"
         " agent_id = excluded.agent_id, project_root = excluded.project_root,"
-        " metadata = excluded.metadata, run_owner = excluded.run_owner, rev = nextval('revs')",
+        " metadata = excluded.metadata, run_owner = excluded.run_owner, extra = excluded.extra,"
+        " rev = nextval('revs')",
         (
             data.id,
             data.created_at,
@@ -355,6 +364,7 @@ def _write_header(
             data.project_root,
             _json(merged, f"metadata of session {data.id!r}"),
             None if owner is None else _json(owner, "run owner"),
+            extra_json(data.extra_fields),
         ),
     )
 
@@ -703,7 +713,7 @@ def _update_status(
     preserve_updated_at: bool = False,
 ) -> Revision:
     validate_id(session_id)
-    if status not in _STATUSES:
+    if not isinstance(status, str) or status not in _STATUSES:
         raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
     if owner is not None:
         owner = checked(owner, RunOwner, "run owner")
@@ -835,7 +845,7 @@ def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
 
 def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
     validate_id(session_id)
-    validate_id(request_id, what="request id")
+    validate_request_id(request_id, what="request id")
     check_json(result, what="send result")
     if result is None:
         cur.execute(
@@ -895,6 +905,14 @@ def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
         run_owner=_owner(row[7], session_id),
         status=row[4],
     )
+
+
+def _listed_row(row: tuple[Any, ...]) -> SessionMetaRow:
+    """``_meta_row``, or the row naming a session whose header does not decode."""
+    try:
+        return _meta_row(row)
+    except CorruptDataError as exc:
+        return corrupt_meta_row(row[0], row[3], exc)
 
 
 def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
@@ -1473,7 +1491,7 @@ class PostgresStore:
                 "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
                 " run_owner::text,"
                 f" (SELECT {_AGG} FROM turns WHERE session_id = s.id),"
-                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev"
+                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev, extra"
                 " FROM sessions s WHERE id = %s",
                 (session_id,),
             )
@@ -1491,6 +1509,7 @@ class PostgresStore:
                 run_owner=_owner(row[6], session_id),
                 turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
                 runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
+                extra_fields=None if row[10] is None else _extra(row[10], session_id),
             )
             return data, int(row[9])
 
@@ -1760,7 +1779,7 @@ class PostgresStore:
     ) -> SendRequestClaim:
         """Insert the request id or answer the record holding it; keeps the newest ids only."""
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
@@ -1805,7 +1824,7 @@ class PostgresStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         validate_id(session_id)
-        validate_id(request_id, what="request id")
+        validate_request_id(request_id, what="request id")
 
         def op(cur: _Cursor) -> SendRequestRecord | None:
             cur.execute(
@@ -1823,6 +1842,54 @@ class PostgresStore:
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
         await self._write(lambda cur: _settle_send_request(cur, session_id, request_id, result))
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> builtins.list[SendRequestRecord]:
+            cur.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = %s ORDER BY created_at, request_id",
+                (session_id,),
+            )
+            return [_send_record(row[0], row[1:], session_id) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_request_id(record.request_id, what="send request id")
+        result = None if record.result is UNSET else _json(record.result, "send result")
+
+        def op(cur: _Cursor) -> None:
+            cur.execute(
+                "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
+                (session_id, record.request_id),
+            )
+            cur.execute(
+                "SELECT request_id, fingerprint, created_at FROM send_requests"
+                " WHERE session_id = %s ORDER BY seq",
+                (session_id,),
+            )
+            others = [
+                SendRequestRecord(request_id=r[0], fingerprint=r[1], created_at=r[2])
+                for r in cur.fetchall()
+            ]
+            cur.execute(
+                "DELETE FROM send_requests WHERE session_id = %s AND request_id = ANY(%s)",
+                (session_id, send_request_evictions(others)),
+            )
+            cur.execute(
+                "INSERT INTO send_requests"
+                " (session_id, request_id, fingerprint, created_at, result)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (session_id, record.request_id, record.fingerprint, record.created_at, result),
+            )
+
+        await self._write(op, idempotent=False)
 
     async def generate_session_id(self) -> str:
         """A UUID from the server's ``gen_random_uuid()``."""
@@ -1849,7 +1916,7 @@ class PostgresStore:
 
         def op(cur: _Cursor) -> builtins.list[SessionMetaRow]:
             cur.execute(_META_SELECT + tail, params)
-            return [_meta_row(row) for row in cur.fetchall()]
+            return [_listed_row(row) for row in cur.fetchall()]
 
         return await self._read(op)
 
@@ -1870,7 +1937,7 @@ class PostgresStore:
                 f' ORDER BY {order} DESC, s.id COLLATE "C"',
                 [*params, search.limit, search.offset],
             )
-            rows = tuple(_meta_row(row) for row in cur.fetchall())
+            rows = tuple(_listed_row(row) for row in cur.fetchall())
             cur.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM sessions s{where} LIMIT %s) m",
                 [*params, search.count_limit + 1],

@@ -101,13 +101,17 @@ CREATE TABLE schedule_fires (
 CREATE INDEX schedule_fires_recent ON schedule_fires (schedule_id, fired_at DESC, seq DESC);
 """
 
-# v2: full-text search. Each turn and each session header holds a tsvector of its
+# v2: the session fields a document holds that this version does not know
+# (``SessionData.extra_fields``), as a JSON object; NULL when there are none.
+_V2: Final = "ALTER TABLE sessions ADD COLUMN extra text"
+
+# v3: full-text search. Each turn and each session header holds a tsvector of its
 # words (the letters-and-digits runs, lower-cased, of a turn's text blocks and tool
 # names, of a header's id and string title), kept by BEFORE triggers on every
 # statement that writes the row, whatever code path issues it, and found through
 # GIN indexes; existing rows are filled here. A row whose JSON the server cannot
 # read (a NUL or lone-surrogate escape) gets no words instead of being refused.
-_V2: Final = r"""
+_V3: Final = r"""
 CREATE FUNCTION search_words(text text) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT array_to_tsvector(array_remove(
@@ -165,7 +169,7 @@ CREATE INDEX sessions_by_words ON sessions USING gin (words);
 CREATE INDEX sessions_created ON sessions (created_at DESC, id COLLATE "C");
 """
 
-_MIGRATIONS: Final = (_V1, _V2)
+_MIGRATIONS: Final = (_V1, _V2, _V3)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

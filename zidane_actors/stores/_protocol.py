@@ -188,10 +188,12 @@ OPTIONAL_METHODS: Final = frozenset(
         "list_meta",
         "list_schedule_fires",
         "list_schedules",
+        "list_send_requests",
         "load_versioned",
         "mutate_history",
         "mutate_turns",
         "patch_meta",
+        "put_send_request",
         "record_schedule_fire",
         "save_meta",
         "save_schedule",
@@ -351,6 +353,15 @@ class FullSessionStore(SessionStore, Protocol):
 
     async def list_schedules(self) -> builtins.list[Schedule]:
         """Every schedule with its last fire, oldest first."""
+        ...
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (copies, exports)."""
+        ...
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given, replacing its id's record, keeping the newest
+        ``SEND_REQUEST_HISTORY`` (copies and imports; a claim is ``claim_send_request``)."""
         ...
 
     async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:

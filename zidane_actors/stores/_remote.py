@@ -19,6 +19,7 @@ import ssl
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
+from urllib.parse import quote
 
 import attrs
 import httpx
@@ -29,11 +30,13 @@ from msgspec import UNSET
 
 from ..errors import (
     ConflictError,
+    CorruptDataError,
     InvalidNameError,
     RemoteStoreError,
     SessionNotFoundError,
     StaleSessionError,
     StoreClosedError,
+    StoreError,
     StoreUnavailableError,
     UnsupportedOperationError,
     ValidationError,
@@ -62,9 +65,11 @@ from ..model import (
     check_model,
     current_run_owner,
     decode,
+    decoder,
     encode,
     normalize_artifact,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ..model._types import EpochMs
@@ -77,7 +82,7 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
 )
-from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids
+from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids, checked
 
 __all__ = [
     "MAX_BATCH_WRITES",
@@ -482,6 +487,25 @@ def _seg(value: str, what: str) -> str:
     return validate_id(value, what=what)
 
 
+DEFAULT_MAX_ANSWER_BYTES: Final = 256 * 1024 * 1024
+"""Largest answer body the remote client reads (``max_answer_bytes``)."""
+
+
+def _too_big(url: str, what: str, limit: int) -> StoreError:
+    return StoreError(f"the answer of {what} from {url} is over {limit} bytes (max_answer_bytes)")
+
+
+def _same_id(got: str, asked: str, what: str) -> None:
+    """Refuse an answer about another record than the one asked for."""
+    if got != asked:
+        raise CorruptDataError(f"the answer of {what} is about {got!r}, not {asked!r}")
+
+
+def _request_seg(value: str) -> str:
+    """A send request id as one URL path segment: any text, percent-encoded."""
+    return quote(validate_request_id(value), safe="")
+
+
 def _typed(value: object, type_: type[T], what: str) -> T:
     """``value`` if it is a ``type_``, else a :class:`ValidationError` naming ``what``."""
     if not isinstance(value, type_):
@@ -641,7 +665,7 @@ def _settle_send_request_write(
 ) -> SettleSendRequestWrite:
     return SettleSendRequestWrite(
         session_id=_seg(session_id, "session id"),
-        request_id=_seg(request_id, "request id"),
+        request_id=validate_request_id(request_id),
         result=result,
     )
 
@@ -712,6 +736,7 @@ class RemoteStore:
     _client: httpx.AsyncClient
     timeout_ms: int
     retries: int
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     _closed: bool = attrs.field(default=False, init=False)
     _n_requests: int = attrs.field(default=0, init=False)
     _n_retries: int = attrs.field(default=0, init=False)
@@ -774,9 +799,10 @@ class RemoteStore:
             self._n_requests += 1
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
-                    response = await self._client.request(
+                    request = self._client.build_request(
                         method, path, content=content, params=params, headers=sent or None
                     )
+                    response = await self._read(request, f"{method} {path}")
             except (httpx.TransportError, trio.TooSlowError) as exc:
                 if isinstance(exc, (httpx.TimeoutException, trio.TooSlowError)):
                     self._n_timeouts += 1
@@ -803,6 +829,30 @@ class RemoteStore:
             ) from last
         assert last is not None
         raise last
+
+    async def _read(self, request: httpx.Request, what: str) -> httpx.Response:
+        """Send ``request`` and read its answer, refusing one over ``max_answer_bytes``."""
+        limit = self.max_answer_bytes
+        streamed = await self._client.send(request, stream=True)
+        try:
+            declared = streamed.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _too_big(self.url, what, limit)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in streamed.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_big(self.url, what, limit)
+                chunks.append(chunk)
+        finally:
+            await streamed.aclose()
+        return httpx.Response(
+            streamed.status_code,
+            headers=streamed.headers,
+            content=b"".join(chunks),
+            request=request,
+        )
 
     async def _json(
         self,
@@ -832,7 +882,9 @@ class RemoteStore:
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, SessionData, what=f"answer of GET {path}")
+        data = decode(response.content, SessionData, what=f"answer of GET {path}")
+        _same_id(data.id, session_id, f"GET {path}")
+        return data
 
     async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
         """The session and the ``rev`` the server read it at, or ``None``.
@@ -992,7 +1044,7 @@ class RemoteStore:
         """Claim a request id atomically on the server (never retried)."""
         path = (
             f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_seg(request_id, 'request id')}/claim"
+            f"/send-requests/{_request_seg(request_id)}/claim"
         )
         return await self._json(
             SendRequestClaim,
@@ -1018,13 +1070,28 @@ class RemoteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         path = (
-            f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_seg(request_id, 'request id')}"
+            f"/sessions/{_seg(session_id, 'session id')}/send-requests/{_request_seg(request_id)}"
         )
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
+        record = decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
+        _same_id(record.request_id, request_id, f"GET {path}")
+        return record
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first."""
+        path = f"/sessions/{_seg(session_id, 'session id')}/send-requests"
+        return await self._json(builtins.list[SendRequestRecord], "GET", path, retry=True)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (idempotent, so retried)."""
+        record = checked(record, SendRequestRecord, "send request")
+        path = (
+            f"/sessions/{_seg(session_id, 'session id')}"
+            f"/send-requests/{_request_seg(record.request_id)}"
+        )
+        await self._request("PUT", path, body=record, retry=True)
 
     async def generate_session_id(self) -> str:
         """A new session id issued by the server's store."""
@@ -1040,7 +1107,9 @@ class RemoteStore:
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
+        row = decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
+        _same_id(row.id, session_id, f"GET {path}")
+        return row
 
     async def list_artifacts(
         self, filter: ArtifactFilter | None = None
@@ -1240,7 +1309,7 @@ class RemoteStore:
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim."""
         write = _settle_send_request_write(session_id, request_id, result)
-        path = f"/sessions/{write.session_id}/send-requests/{write.request_id}/result"
+        path = f"/sessions/{write.session_id}/send-requests/{_request_seg(write.request_id)}/result"
         body = SettleSendRequestBody(result=write.result)
         await self._request("PUT", path, body=body, retry=True)
 
@@ -1335,7 +1404,7 @@ def _error(response: httpx.Response, method: str, path: str) -> Exception:
     """The library exception for an error answer."""
     detail: ErrorDetail | None
     try:
-        detail = msgspec.json.decode(response.content, type=ErrorBody).error
+        detail = decoder(ErrorBody).decode(response.content).error
     except msgspec.MsgspecError:
         detail = None
     text = response.text[:200] or response.reason_phrase
@@ -1376,12 +1445,15 @@ def create_remote_store(
     headers: Mapping[str, str] | None = None,
     timeout_ms: int = 30_000,
     retries: int = 3,
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> RemoteStore:
     """A store over the REST session API at ``url``.
 
     ``headers`` go with every request (e.g. ``{"authorization": "Bearer …"}``);
     ``timeout_ms`` bounds each attempt; ``retries`` is how many times an
-    idempotent call is repeated after a transport error, timeout or 5xx.
+    idempotent call is repeated after a transport error, timeout or 5xx;
+    an answer over ``max_answer_bytes`` is refused (:class:`StoreError`)
+    instead of read whole.
     """
     if not url.startswith(("http://", "https://")):
         raise ValidationError(f"remote store url must start with http:// or https://, got {url!r}")
@@ -1389,6 +1461,8 @@ def create_remote_store(
         raise ValidationError(f"timeout_ms must be positive, got {timeout_ms}")
     if retries < 0:
         raise ValidationError(f"retries must be >= 0, got {retries}")
+    if max_answer_bytes <= 0:
+        raise ValidationError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
     base = url.rstrip("/")
     client = httpx.AsyncClient(
         base_url=base,
@@ -1396,4 +1470,10 @@ def create_remote_store(
         timeout=timeout_ms / 1000,
         verify=_tls_context(),
     )
-    return RemoteStore(url=base, client=client, timeout_ms=timeout_ms, retries=retries)
+    return RemoteStore(
+        url=base,
+        client=client,
+        timeout_ms=timeout_ms,
+        retries=retries,
+        max_answer_bytes=max_answer_bytes,
+    )

@@ -41,6 +41,7 @@ from ..model import (
     FIRE_HISTORY,
     AppendTurnsOptions,
     ArtifactFilter,
+    ExtraFields,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -63,16 +64,19 @@ from ..model import (
     check_json,
     check_model,
     check_unique_turn_ids,
+    corrupt_meta_row,
     current_run_owner,
     decode,
     decoder,
     encode,
+    extra_json,
     filter_artifacts,
     fresh_turns,
     merge_artifact,
     merge_session_metadata,
     new_id,
     normalize_artifact,
+    parse_json,
     patch_metadata,
     run_claim_blocked,
     search_words,
@@ -80,6 +84,7 @@ from ..model import (
     send_request_evictions,
     snapshot_status,
     validate_id,
+    validate_request_id,
 )
 from ..model._checked import CheckedTurns
 from ._protocol import (
@@ -93,12 +98,13 @@ from ._protocol import (
     TurnsMutation,
     stale,
 )
-from ._sqlite_schema import migrate
+from ._sqlite_schema import migrate, refuse_foreign
 from ._thread import WorkerThread, start_worker_thread
 from ._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
     check_fire_ids,
+    checked,
     checked_int,
 )
 
@@ -196,6 +202,14 @@ def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
     return metadata
 
 
+def _decode_extra(raw: str | None, session_id: str) -> ExtraFields | None:
+    if raw is None:
+        return None
+    return ExtraFields(
+        _decode_row(raw.encode(), dict[str, Any], "sessions", session_id, "column extra")
+    )
+
+
 def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
     if raw is None:
         return None
@@ -231,7 +245,7 @@ def _valid_header(data: object) -> SessionData:
     if not isinstance(data, SessionData):
         raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
     validate_id(data.id)
-    metadata = msgspec.json.decode(_metadata_json(data.metadata))
+    metadata = parse_json(_metadata_json(data.metadata))
     header = msgspec.structs.replace(data, metadata=metadata, turns=(), runs=())
     _valid_body(header, SessionData, "session data")
     return data
@@ -376,7 +390,7 @@ class SQLiteStore:
     def _header(conn: _Conn, session_id: str) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = conn.execute(
             "SELECT agent_id, project_root, status, metadata, created_at, updated_at,"
-            " run_owner, run_epoch, rev FROM sessions WHERE id = ?",
+            " run_owner, run_epoch, rev, extra FROM sessions WHERE id = ?",
             (session_id,),
         ).fetchone()
         return row
@@ -463,13 +477,13 @@ class SQLiteStore:
         status, owner = snapshot_status(stored_status, stored_owner, data.status)
         conn.execute(
             "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
-            " updated_at, run_owner, rev)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
+            " updated_at, run_owner, extra, rev)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
             " ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id,"
             " project_root = excluded.project_root, status = excluded.status,"
             " metadata = excluded.metadata, created_at = excluded.created_at,"
             " updated_at = excluded.updated_at, run_owner = excluded.run_owner,"
-            " rev = sessions.rev + 1",
+            " extra = excluded.extra, rev = sessions.rev + 1",
             (
                 data.id,
                 data.agent_id,
@@ -479,6 +493,7 @@ class SQLiteStore:
                 data.created_at,
                 data.updated_at,
                 None if owner is None else _owner_json(owner),
+                extra_json(data.extra_fields),
             ),
         )
 
@@ -497,7 +512,18 @@ class SQLiteStore:
             head = self._header(conn, session_id)
             if head is None:
                 return None
-            agent_id, project_root, status, metadata, created_at, updated_at, owner, _, rev = head
+            (
+                agent_id,
+                project_root,
+                status,
+                metadata,
+                created_at,
+                updated_at,
+                owner,
+                _,
+                rev,
+                extra,
+            ) = head
             data = SessionData(
                 id=session_id,
                 created_at=created_at,
@@ -509,6 +535,7 @@ class SQLiteStore:
                 agent_id=agent_id,
                 project_root=project_root,
                 run_owner=_decode_owner(owner, session_id),
+                extra_fields=_decode_extra(extra, session_id),
             )
             return data, int(rev)
 
@@ -655,10 +682,9 @@ class SQLiteStore:
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_`` (0-based) onward, at most ``limit``, oldest first."""
         _session_id(session_id)
-        if from_ < 0 or (limit is not None and limit < 0):
-            raise ValidationError(
-                f"get_turns needs from_ >= 0 and limit >= 0, got {from_}, {limit}"
-            )
+        checked_int(from_, "from_")
+        if limit is not None:
+            checked_int(limit, "limit")
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
             rows = conn.execute(
@@ -790,7 +816,8 @@ class SQLiteStore:
     _META_SELECT: Final = (
         "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
         " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
-        " s.artifact_count, CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+        " s.artifact_count, CASE WHEN NOT json_valid(s.metadata) THEN NULL"
+        " WHEN json_type(s.metadata, '$.title') IS NULL THEN"
         "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.seq = s.first_user_seq)"
         " END FROM sessions s"
     )
@@ -819,6 +846,14 @@ class SQLiteStore:
             status=status,
         )
 
+    @classmethod
+    def _listed_row(cls, row: tuple[Any, ...]) -> SessionMetaRow:
+        """``_meta_row``, or the row naming a session whose header does not decode."""
+        try:
+            return cls._meta_row(row)
+        except CorruptDataError as exc:
+            return corrupt_meta_row(row[0], row[6], exc)
+
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One header row with its counts, without reading the turns."""
         _session_id(session_id)
@@ -837,7 +872,7 @@ class SQLiteStore:
             rows = conn.execute(
                 f"{self._META_SELECT}{where} ORDER BY s.updated_at DESC, s.id{limit}", params
             ).fetchall()
-            return [self._meta_row(r) for r in rows]
+            return [self._listed_row(r) for r in rows]
 
         return await self._read(op)
 
@@ -897,7 +932,7 @@ class SQLiteStore:
                 [*params, search.count_limit + 1],
             ).fetchone()
             return SessionSearchPage(
-                rows=tuple(self._meta_row(r) for r in rows),
+                rows=tuple(self._listed_row(r) for r in rows),
                 total=min(found, search.count_limit),
                 total_exact=found <= search.count_limit,
             )
@@ -1280,7 +1315,7 @@ class SQLiteStore:
     ) -> SendRequestClaim:
         """Claim ``request_id`` in one insert-or-detect step, keeping the newest ids per session."""
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
@@ -1310,7 +1345,7 @@ class SQLiteStore:
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
 
         def op(conn: _Conn) -> SendRequestRecord | None:
             row = conn.execute(
@@ -1326,7 +1361,7 @@ class SQLiteStore:
         self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
     ) -> None:
         _session_id(session_id)
-        validate_id(request_id, what="send request id")
+        validate_request_id(request_id, what="send request id")
         check_json(result, what="send result")
         try:
             encoded = encode(result)
@@ -1350,6 +1385,50 @@ class SQLiteStore:
         await self._write(
             lambda conn: self._op_settle_send_request(conn, session_id, request_id, result)
         )
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> builtins.list[SendRequestRecord]:
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ? ORDER BY created_at, request_id",
+                (session_id,),
+            ).fetchall()
+            return [self._send_record(r, session_id) for r in rows]
+
+        return await self._read(op)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        _session_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_request_id(record.request_id, what="send request id")
+        result = None if record.result is UNSET else encode(record.result)
+
+        def op(conn: _Conn) -> None:
+            conn.execute(
+                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                (session_id, record.request_id),
+            )
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+            records = [self._send_record(r, session_id) for r in rows]
+            conn.executemany(
+                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                [(session_id, rid) for rid in send_request_evictions(records)],
+            )
+            conn.execute(
+                "INSERT INTO send_requests"
+                " (session_id, request_id, fingerprint, created_at, result) VALUES (?, ?, ?, ?, ?)",
+                (session_id, record.request_id, record.fingerprint, record.created_at, result),
+            )
+
+        await self._write(op)
 
     # -- schedules -------------------------------------------------------------------------------
 
@@ -1601,6 +1680,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        refuse_foreign(conn, path)  # before WAL: another program's file stays untouched
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal" and path != ":memory:":
             raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")

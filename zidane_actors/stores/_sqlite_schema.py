@@ -8,16 +8,15 @@ newer version of the library is refused rather than guessed at.
 from __future__ import annotations
 
 import sqlite3
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias
 
-import msgspec
-
 from ..errors import MigrationWarning, StoreError
-from ..model import ID_MAX_LENGTH
+from ..model import ID_MAX_LENGTH, encode, parse_json
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate", "refuse_foreign"]
 
 Migration: TypeAlias = str | Callable[[sqlite3.Connection], None]
 """One migration step: an SQL script, or a function run on the connection."""
@@ -144,11 +143,11 @@ def _merge_duplicate_turns(conn: sqlite3.Connection) -> None:
                 seen.add(body)
                 new_id = _renamed(turn_id, seq, used)
                 used.add(new_id)
-                turn = msgspec.json.decode(body)
+                turn = parse_json(body)
                 turn["id"] = new_id
                 conn.execute(
                     "UPDATE turns SET id = ?, body = ? WHERE rowid = ?",
-                    (new_id, msgspec.json.encode(turn), rowid),
+                    (new_id, encode(turn), rowid),
                 )
                 renamed += 1
         # Dense seqs again, order kept (negated first, so no step collides).
@@ -282,6 +281,12 @@ CREATE TRIGGER turns_uncounted AFTER DELETE ON turns BEGIN
 END;
 """
 
+# v6: the session fields a document holds that this version does not know
+# (``SessionData.extra_fields``), as a JSON object; NULL when there are none.
+_V6: Final = """
+ALTER TABLE sessions ADD COLUMN extra TEXT;
+"""
+
 
 def _turn_text(body: str) -> str:
     """SQL: the searchable text of the turn whose JSON is ``body`` (its text blocks and the
@@ -304,13 +309,13 @@ def _session_text(id_: str, metadata: str) -> str:
     )
 
 
-# v6: full-text search (FTS5). One document per turn (rowid = the turn's rowid)
+# v7: full-text search (FTS5). One document per turn (rowid = the turn's rowid)
 # and one per session header (rowid = minus the session's rowid), each holding its
 # session id; triggers keep the index exact in the transaction of every statement
 # that inserts, deletes or rewrites a turn or a header, whatever code path issues
 # it, and the existing rows are indexed here. Plus an index for the newest-created
 # order of search_meta.
-_V6: Final = f"""
+_V7: Final = f"""
 CREATE VIRTUAL TABLE search USING fts5(
     session_id UNINDEXED, text, tokenize = 'unicode61 remove_diacritics 0'
 );
@@ -354,12 +359,27 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V4,
     _V5,
     _V6,
+    _V7,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The ``user_version`` this library writes and reads."""
+
+
+_REV_FLOOR_VERSION: Final = 3
+"""The version that started recording the revs of deleted sessions (``rev_floor``)."""
+
+
+def _lift_rev_floor(conn: sqlite3.Connection) -> None:
+    """Put the floor past any rev a session deleted before v3 can have reached.
+
+    Those revs were not recorded; each was at most the number of writes to
+    its session, far under the clock in milliseconds, so a session re-created
+    under an old id still gets a higher rev than any copy of it.
+    """
+    conn.execute("UPDATE rev_floor SET rev = MAX(rev, ?)", (time.time_ns() // 1_000_000,))
 
 
 def _statements(script: str) -> list[str]:
@@ -388,8 +408,19 @@ def _run_step(conn: sqlite3.Connection, step: Migration | Sequence[Migration]) -
             _run_step(conn, part)
 
 
-def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a database at ``user_version`` 0 that already holds tables: not ours to migrate."""
+# The tables every zidane_actors schema version has had since v1.
+_OUR_TABLES: Final = frozenset(
+    {"sessions", "turns", "runs", "artifacts", "send_requests", "schedules", "schedule_fires"}
+)
+
+
+def refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database another program wrote, by reading it only (the file is not touched).
+
+    Foreign: tables at ``user_version`` 0, or a ``user_version`` this library
+    uses without the tables its schema has.
+    """
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     tables = [
         row[0]
         for row in conn.execute(
@@ -397,12 +428,19 @@ def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
             " ORDER BY name"
         )
     ]
-    if tables:
+    if version == 0 and tables:
         listed = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
         raise StoreError(
             f"SQLite database {path} holds tables ({listed}) but no zidane_actors schema "
             "(user_version 0): it belongs to another program, so it is not migrated; "
             "open a new file instead"
+        )
+    missing = sorted(_OUR_TABLES - set(tables))
+    if 0 < version <= len(MIGRATIONS) and missing:
+        raise StoreError(
+            f"SQLite database {path} has user_version {version} but not the zidane_actors "
+            f"tables ({', '.join(missing)} missing): it belongs to another program, so it "
+            "is not opened; open a new file instead"
         )
 
 
@@ -427,11 +465,14 @@ def migrate(
                 f"{target} this version of zidane_actors supports; upgrade zidane_actors"
             )
         if version == 0:
-            _refuse_foreign(conn, path)
+            refuse_foreign(conn, path)
+        start = version
         while version < target:
             _run_step(conn, migrations[version])
             version += 1
             conn.execute(f"PRAGMA user_version = {version}")
+        if migrations is MIGRATIONS and 0 < start < _REV_FLOOR_VERSION:
+            _lift_rev_floor(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

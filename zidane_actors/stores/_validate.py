@@ -10,7 +10,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-import msgspec
 from msgspec import UNSET
 
 from ..errors import ValidationError
@@ -26,6 +25,7 @@ from ..model import (
     check_unique_turn_ids,
     decode,
     encode,
+    parse_json,
     validate_id,
 )
 
@@ -144,4 +144,4 @@ def checked_meta_patch(patch: object) -> dict[str, Any]:
 def json_value(value: object, what: str) -> Any:
     """A copy of the free-form JSON ``value``, refused when JSON cannot carry it exactly."""
     check_json(value, what=what)
-    return msgspec.json.decode(encode(value))
+    return parse_json(encode(value))

@@ -22,6 +22,8 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    reasoning_text,
 )
 from ._common import (
     as_list,
@@ -129,7 +131,7 @@ def _tool_result_from(block: Mapping[str, Any], path: str) -> ToolResultBlock:
         is_error = False
     if not isinstance(is_error, bool):
         fail("expected a boolean", f"{path}.is_error")
-    return ToolResultBlock(call_id=call_id, output=output, is_error=is_error)
+    return ToolResultBlock(call_id=call_id, output=output, is_error=is_error or None)
 
 
 def _neutral_from(block: Mapping[str, Any], kind: str, path: str) -> SessionContentBlock | None:
@@ -290,7 +292,7 @@ def _bare(exc: WireFormatError) -> str:
 
 def _candidate(call_id: str, widen: int) -> str:
     stem = _INVALID_CHAR.sub("_", call_id)[:48]
-    digest = hashlib.sha256(call_id.encode()).hexdigest()
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     if widen < 52:
         return f"{stem}_{digest[: 12 + widen]}"
     return f"{stem}_{digest}_{widen}"
@@ -380,7 +382,7 @@ def _emit(block: SessionContentBlock, path: str = "$") -> dict[str, Any]:
     if isinstance(block, TextBlock | ImageBlock | FileBlock | NativeBlock):
         return _emit_part(block, path)
     if isinstance(block, ToolCallBlock):
-        tool_input = copy_json_object(block.input, f"{path}.input")
+        tool_input = copy_json_object(call_input(block), f"{path}.input")
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
     if isinstance(block, ToolResultBlock):
         content: str | list[dict[str, Any]]
@@ -400,7 +402,7 @@ def _emit(block: SessionContentBlock, path: str = "$") -> dict[str, Any]:
         return out
     if block.redacted_data:
         return {"type": "redacted_thinking", "data": block.redacted_data}
-    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    return {"type": "thinking", "thinking": reasoning_text(block), "signature": block.signature}
 
 
 def _finish(block: SessionContentBlock, out: dict[str, Any]) -> dict[str, Any]:
@@ -436,17 +438,18 @@ def _part_to(part: ToolResultPart, path: str, ctx: ConvertContext) -> dict[str, 
         if not part.text.strip():
             return None
     out = _finish(part, _emit_part(part, path))
-    _check_media(out, path)
+    if not _accepted_media(out):
+        ctx.report(path, "dropped", "image")  # e.g. a BMP: Anthropic takes none
+        return None
     return out
 
 
-def _check_media(out: Mapping[str, Any], path: str) -> None:
+def _accepted_media(out: Mapping[str, Any]) -> bool:
+    """Whether Anthropic takes ``out``'s inline image media type (other blocks: yes)."""
     source = out.get("source")
     if not (out.get("type") == "image" and isinstance(source, Mapping)):
-        return
-    media_type = source.get("media_type")
-    if source.get("type") == "base64" and media_type not in ANTHROPIC_IMAGE_MEDIA_TYPES:
-        fail(f"Anthropic does not accept image media type {media_type!r}", f"{path}.mediaType")
+        return True
+    return source.get("type") != "base64" or source.get("media_type") in ANTHROPIC_IMAGE_MEDIA_TYPES
 
 
 def _block_to(
@@ -477,6 +480,7 @@ def _block_to(
         out["tool_use_id"] = ctx.ids.get(block.call_id, block.call_id)
         return out
     if reasoning_wire_action(block, "anthropic") == "drop":
+        ctx.report(path, "dropped", "reasoning")
         return None
     return _finish(block, _emit(block, path))
 

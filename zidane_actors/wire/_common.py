@@ -13,7 +13,6 @@ from ..model import check_json
 __all__ = [
     "RAW_ARGUMENTS_KEY",
     "arguments_from_json",
-    "arguments_to_json",
     "as_list",
     "as_mapping",
     "fail",
@@ -104,15 +103,6 @@ def arguments_from_json(arguments: str) -> dict[str, Any]:
     """
     parsed = _exact_object(arguments)
     return {RAW_ARGUMENTS_KEY: arguments} if parsed is None else parsed
-
-
-def arguments_to_json(tool_input: Mapping[str, Any]) -> str:
-    """The neutral input object as compact JSON arguments text.
-
-    Always the object itself, so an input that really has a ``_raw`` key
-    reaches the tool as it is.
-    """
-    return json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"))
 
 
 def _exact_object(text: str) -> dict[str, Any] | None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
 
 from ..model import NativeBlock
+from ._json import json_text
 from ._provider_data import ANTHROPIC, CHAT, RESPONSES
 
 __all__ = [
@@ -73,11 +73,13 @@ def _execution(label: str, content: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _anthropic_text(data: Mapping[str, Any]) -> str | None:
+def _anthropic_text(data: Mapping[str, Any], path: str) -> str | None:
     kind = data.get("type")
     content = data.get("content")
     if kind == "server_tool_use":
-        arguments = json.dumps(data.get("input", {}), ensure_ascii=False, sort_keys=True)
+        arguments = json_text(
+            data.get("input", {}), f"{path}.data.input", compact=False, sort_keys=True
+        )
         return f"[{data.get('name')} {arguments}]"
     if kind == "web_search_tool_result":
         if isinstance(content, Mapping):
@@ -130,6 +132,16 @@ def _anthropic_text(data: Mapping[str, Any]) -> str | None:
         if isinstance(source, Mapping) and source.get("type") == "content":
             return "\n".join(_texts(source.get("content"))) or None
         return None
+    if kind == "mcp_tool_use":
+        arguments = json_text(
+            data.get("input", {}), f"{path}.data.input", compact=False, sort_keys=True
+        )
+        server = _str(data.get("server_name"))
+        return f"[{server + '.' if server else ''}{_str(data.get('name'))} {arguments}]"
+    if kind == "mcp_tool_result":
+        label = "MCP tool failed" if data.get("is_error") else "MCP tool result"
+        body = "\n".join(_texts_any(content))
+        return f"{label}:\n{body}" if body else f"{label}."
     if kind == "tool_reference":
         return f"Tool: {_str(data.get('tool_name'))}"
     if kind == "browser_state":
@@ -167,6 +179,22 @@ def _responses_text(data: Mapping[str, Any]) -> str | None:
             if isinstance(o, Mapping) and o.get("type") == "logs"
         ]
         return "\n".join([f"Code:\n{_str(data.get('code'))}", *logs])
+    if kind == "local_shell_call":
+        action = data.get("action")
+        command = action.get("command") if isinstance(action, Mapping) else None
+        words = [w for w in command if isinstance(w, str)] if isinstance(command, list) else []
+        return f"[local shell {' '.join(words)}]" if words else None
+    if kind == "local_shell_call_output":
+        output = _str(data.get("output"))
+        return f"Local shell output:\n{output}" if output else None
+    if kind == "file_search_call":
+        queries = [q for q in data.get("queries") or [] if isinstance(q, str)]
+        lines = [f"[file search {'; '.join(queries)}]"]
+        for result in data.get("results") or []:
+            if isinstance(result, Mapping):
+                name = _str(result.get("filename")) or _str(result.get("file_id"))
+                lines.append(f"- {name}: {_str(result.get('text'))}".rstrip(": "))
+        return "\n".join(lines)
     if kind == "message":
         return "\n".join(_texts_any(data.get("content"))) or None
     return None
@@ -179,14 +207,19 @@ def _texts_any(content: object) -> list[str]:
         return []
     out: list[str] = []
     for part in content:
-        if isinstance(part, Mapping):
-            text = part.get("text", part.get("refusal"))
-            if isinstance(text, str):
-                out.append(text)
+        if not isinstance(part, Mapping):
+            continue
+        text = part.get("text", part.get("refusal"))
+        if isinstance(text, str):
+            out.append(text)
+        elif isinstance(part.get("file_url"), str):  # a document by URL: readable anywhere
+            out.append(f"[file {_str(part.get('filename'))} {part['file_url']}]".replace("  ", " "))
+        elif isinstance(part.get("image_url"), str) and not part["image_url"].startswith("data:"):
+            out.append(f"[image {part['image_url']}]")
     return out
 
 
-def native_text(block: NativeBlock) -> str | None:
+def native_text(block: NativeBlock, path: str = "$") -> str | None:
     """The text another provider gets for ``block``, or ``None`` when it is dropped.
 
     Server-tool calls and results, search results and similar blocks become
@@ -194,7 +227,7 @@ def native_text(block: NativeBlock) -> str | None:
     (file ids, audio ids, container uploads, encrypted items) are dropped.
     """
     if block.provider == ANTHROPIC:
-        text = _anthropic_text(block.data)
+        text = _anthropic_text(block.data, path)
     elif block.provider == CHAT:
         text = _chat_text(block.data)
     elif block.provider == RESPONSES:
@@ -233,6 +266,6 @@ CANONICAL = ConvertContext({}, 0, None)
 
 def foreign_text(block: NativeBlock, path: str, ctx: ConvertContext) -> str | None:
     """``block``'s text for another provider, or ``None``; either way reported to ``ctx``."""
-    text = native_text(block)
+    text = native_text(block, path)
     ctx.report(path, "dropped" if text is None else "converted", native_type(block))
     return text

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from ._common import fail
 
-__all__ = ["copy_json_object", "copy_json_value"]
+__all__ = ["arguments_to_json", "copy_json_object", "copy_json_value", "json_text"]
 
 
 def _copy(value: object, path: str, depth: int) -> Any:
@@ -41,3 +42,29 @@ def copy_json_object(value: object, path: str) -> dict[str, Any]:
 def copy_json_value(value: object, path: str) -> Any:
     """A deep copy of the JSON value ``value``, or a located error if it is not one."""
     return _copy(value, path, 0)
+
+
+def json_text(value: object, path: str, *, compact: bool = True, sort_keys: bool = False) -> str:
+    """``value`` as JSON text; what JSON cannot carry is a located error.
+
+    The happy path is one ``json.dumps``; only a value it refuses (nested
+    past what it recurses through, ``NaN``, a non-JSON type) is walked again
+    to name where (``$.content[0].input.a[3]``), never a ``RecursionError``.
+    """
+    separators = (",", ":") if compact else (", ", ": ")
+    try:
+        return json.dumps(
+            value, ensure_ascii=False, separators=separators, sort_keys=sort_keys, allow_nan=False
+        )
+    except (RecursionError, ValueError, TypeError):
+        copy_json_value(value, path)  # raises the located error when the walk finds it
+        raise
+
+
+def arguments_to_json(tool_input: Mapping[str, Any], path: str) -> str:
+    """The neutral input object as compact JSON arguments text.
+
+    Always the object itself, so an input that really has a ``_raw`` key
+    reaches the tool as it is.
+    """
+    return json_text(tool_input, f"{path}.input")

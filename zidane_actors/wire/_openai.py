@@ -19,11 +19,12 @@ from ..model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    call_input,
+    reasoning_text,
 )
 from ._anthropic import refusal_text, tool_ids
 from ._common import (
     arguments_from_json,
-    arguments_to_json,
     as_list,
     as_mapping,
     fail,
@@ -35,7 +36,7 @@ from ._common import (
     to_data_url,
 )
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
-from ._json import copy_json_object
+from ._json import arguments_to_json, copy_json_object
 from ._provider_data import (
     CHAT,
     RESPONSES,
@@ -73,11 +74,12 @@ _DEFAULT_FILE_MEDIA_TYPE = "application/pdf"
 
 
 def _short_id(call_id: str, widen: int) -> str:
-    digest = hashlib.sha256(call_id.encode()).hexdigest()
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     size = 16 + widen
     if size <= OPENAI_TOOL_ID_MAX_LENGTH - 1:
         return f"{call_id[: OPENAI_TOOL_ID_MAX_LENGTH - 1 - size]}_{digest[:size]}"
-    return hashlib.sha256(f"{call_id}#{widen}".encode()).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
+    text = f"{call_id}#{widen}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
 
 
 def openai_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
@@ -257,11 +259,11 @@ def _tool_message(
     return out, moved
 
 
-def _chat_tool_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]:
+def _chat_tool_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
     out = {
         "id": block.id,
         "type": "function",
-        "function": {"name": block.name, "arguments": arguments_to_json(block.input)},
+        "function": {"name": block.name, "arguments": arguments_to_json(call_input(block), path)},
     }
     out = _patched(out, block, CHAT)
     out["id"] = ctx.ids.get(block.id, block.id)
@@ -286,7 +288,8 @@ def _chat_user(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, Any]]
                 parts.append(part)
         elif isinstance(block, ToolCallBlock):
             fail("tool_call blocks belong in assistant messages", path)
-        # reasoning never reaches a user message
+        else:  # reasoning never reaches a user message
+            ctx.report(path, "dropped", "reasoning")
     data = data_for(msg.provider_data, CHAT)
     if moved or parts or data:
         user = {"role": "user", "content": _form(moved + parts, content_form(msg, CHAT), "list")}
@@ -318,10 +321,12 @@ def _chat_assistant(msg: SessionMessage, ctx: ConvertContext) -> list[dict[str, 
             if part is not None:
                 parts.append(part)
         elif isinstance(block, ToolCallBlock):
-            calls.append(_chat_tool_call(block, ctx))
+            calls.append(_chat_tool_call(block, path, ctx))
         elif isinstance(block, ReasoningBlock):
             if block.provider == CHAT:
-                reasoning.append(block.text)
+                reasoning.append(reasoning_text(block))
+            else:
+                ctx.report(path, "dropped", "reasoning")
         else:
             fail("tool_result blocks belong in user messages", path)
     data = data_for(msg.provider_data, CHAT)
@@ -447,7 +452,7 @@ def _chat_tool_call_from(value: object, path: str) -> ToolCallBlock:
         )
     else:
         fail(f"unsupported tool call type {kind!r}", f"{path}.type")
-    return _with_data(block, _chat_tool_call(block, CANONICAL), call, CHAT, path)  # type: ignore[no-any-return]
+    return _with_data(block, _chat_tool_call(block, path, CANONICAL), call, CHAT, path)  # type: ignore[no-any-return]
 
 
 def _chat_content(content: object, path: str, role: str) -> tuple[SessionContentBlock, ...]:
@@ -709,12 +714,12 @@ def _responses_tool_output(
     return out
 
 
-def _responses_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]:
+def _responses_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
     out = {
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
-        "arguments": arguments_to_json(block.input),
+        "arguments": arguments_to_json(call_input(block), path),
     }
     out = _patched(out, block, RESPONSES)
     out["call_id"] = ctx.ids.get(block.id, block.id)
@@ -722,7 +727,8 @@ def _responses_call(block: ToolCallBlock, ctx: ConvertContext) -> dict[str, Any]
 
 
 def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
-    summary = [{"type": "summary_text", "text": block.text}] if block.text else []
+    text = reasoning_text(block)
+    summary = [{"type": "summary_text", "text": text}] if text else []
     out = {
         "type": "reasoning",
         "id": block.id,
@@ -732,7 +738,9 @@ def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
     return _patched(out, block, RESPONSES)
 
 
-def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext) -> None:
+def _responses_message(
+    msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext, *, store: bool = True
+) -> None:
     role = msg.role
     hint = role != "assistant" and written_as_string(msg)
     chat_set = data_for(msg.provider_data, CHAT).get("set") or {}
@@ -760,11 +768,16 @@ def _responses_message(msg: SessionMessage, items: _Items, index: int, ctx: Conv
             if role != "assistant":
                 fail(f"ToolCallBlock does not belong in a {role} message", path)
             items.flush()
-            items.add(_responses_call(block, ctx), index)
+            items.add(_responses_call(block, path, ctx), index)
         elif isinstance(block, ReasoningBlock):
-            if role == "assistant" and reasoning_wire_action(block, "openai") == "keep":
+            if (
+                role == "assistant"
+                and reasoning_wire_action(block, "openai", store=store) == "keep"
+            ):
                 items.flush()
                 items.add(_responses_reasoning(block), index)
+            else:
+                ctx.report(path, "dropped", "reasoning")
         else:
             if role == "assistant" and isinstance(block, ImageBlock | FileBlock):
                 ctx.report(path, "dropped", "image" if isinstance(block, ImageBlock) else "file")
@@ -793,7 +806,10 @@ def _follows(items: list[dict[str, Any]], i: int) -> bool:
 
 
 def to_openai_responses(
-    messages: Sequence[SessionMessage], *, on_downgrade: DowngradeSink | None = None
+    messages: Sequence[SessionMessage],
+    *,
+    on_downgrade: DowngradeSink | None = None,
+    store: bool = True,
 ) -> list[dict[str, Any]]:
     """Convert neutral messages to Responses API input items.
 
@@ -804,12 +820,16 @@ def to_openai_responses(
     ``function_call`` items, OpenAI reasoning a ``reasoning`` item (other
     reasoning is dropped); a reasoning item is only sent when the item it
     belongs to follows it. Tool ids over 40 characters are remapped.
+    ``store=False`` is for a request sent with ``store: false``: the API
+    keeps no items then, so reasoning known only by its id (no
+    ``encrypted_content``) is dropped and reported instead of replayed.
     """
     ids = openai_tool_id_map(messages)
     items = _Items()
     for index, message in enumerate(messages):
         try:
-            _responses_message(message, items, index, ConvertContext(ids, index, on_downgrade))
+            ctx = ConvertContext(ids, index, on_downgrade)
+            _responses_message(message, items, index, ctx, store=store)
         except WireFormatError as exc:
             raise reindex(exc, index) from None
     out: list[dict[str, Any]] = []
@@ -917,7 +937,7 @@ def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionC
             tool_input = {"input": get_str(item, "input", path)}
         call = ToolCallBlock(id=call_id, name=name, input=tool_input)
         return "assistant", (
-            _with_data(call, _responses_call(call, CANONICAL), item, RESPONSES, path),
+            _with_data(call, _responses_call(call, path, CANONICAL), item, RESPONSES, path),
         )
     if kind in ("function_call_output", "custom_tool_call_output") and item.get("call_id"):
         raw = item.get("output")

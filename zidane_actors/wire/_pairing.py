@@ -42,6 +42,7 @@ PairingRepairKind: TypeAlias = Literal[
     "displaced-tool-result",
     "duplicate-tool-call",
     "misplaced-tool-call",
+    "empty-message",
 ]
 
 T = TypeVar("T", SessionTurn, SessionMessage)
@@ -94,7 +95,7 @@ def ensure_tool_result_pairing(
     """Make every tool call and result pair up the way providers require.
 
     Wire-only: it fabricates content, so its output must never be persisted.
-    The six repairs (``on_repair`` is called once per repair, in order):
+    The repairs (``on_repair`` is called once per repair, in order):
 
     1. ``synthetic-tool-result`` — an assistant tool call with no result gets
        a synthetic error result whose output starts with
@@ -112,6 +113,10 @@ def ensure_tool_result_pairing(
     6. Grouping — the results of one assistant message's calls (parallel
        calls) all open ONE user message, in call order, before any other
        content; a user message is inserted when the next message is not one.
+
+    7. ``empty-message`` — a message with no content at all (an OpenAI Chat
+       ``{"role": "assistant", "content": null}`` without tool calls, which
+       the API refuses) is left out.
 
     Messages emptied by the repair are left out. Pure and idempotent.
     """
@@ -195,7 +200,10 @@ def ensure_tool_result_pairing(
             body = lead + body
             changed = True
         if not changed:
-            out.append(message)
+            if message.content:
+                out.append(message)
+            else:
+                repairs.append(PairingRepair(i, "empty-message"))
         elif body:
             out.append(msgspec.structs.replace(message, content=tuple(body)))
         if i in inserted:

@@ -18,14 +18,17 @@ def provider_family(provider: str) -> str:
     return name
 
 
-def reasoning_wire_action(block: ReasoningBlock, provider: str) -> Literal["keep", "drop"]:
+def reasoning_wire_action(
+    block: ReasoningBlock, provider: str, *, store: bool = True
+) -> Literal["keep", "drop"]:
     """Whether ``block`` is replayed to ``provider`` or dropped.
 
     Reasoning is only ever replayed to the provider that produced it, and
     only with the opaque payload that provider needs to accept it:
     Anthropic needs a thinking ``signature`` or ``redactedData``; OpenAI
     (Responses API) needs the item ``id`` (with its ``encrypted_content``,
-    kept in ``signature``, or without it for an item the API stored).
+    kept in ``signature``, or without it for an item the API stored: not
+    when the request is sent with ``store=False``, which keeps no items).
     Anything else is dropped, never turned into text the model would read
     as its own words.
     """
@@ -34,6 +37,6 @@ def reasoning_wire_action(block: ReasoningBlock, provider: str) -> Literal["keep
         return "drop"
     if family == "anthropic" and (block.signature or block.redacted_data):
         return "keep"
-    if family == "openai" and block.id:
+    if family == "openai" and block.id and (store or block.signature):
         return "keep"
     return "drop"

@@ -75,7 +75,15 @@
     return open;
   }
 
+  function newestTurnInView() {
+    var turns = main.querySelectorAll(".turn");
+    if (!turns.length) return true;
+    var box = turns[turns.length - 1].getBoundingClientRect();
+    return box.top < window.innerHeight && box.bottom > 0;
+  }
+
   function show(text) {
+    var following = lastText === null || newestTurnInView();
     var open = openDetails();
     var doc = new DOMParser().parseFromString(text, "text/html");
     main.replaceChildren.apply(main, Array.prototype.slice.call(doc.body.childNodes));
@@ -84,6 +92,11 @@
       if (open[(turn ? turn.getAttribute("data-turn-id") : "") + "#" + index]) d.open = true;
     });
     var root = main.firstElementChild;
+    if (following && root && root.getAttribute("data-poll") && !location.hash) {
+      // A live tail: a running session follows its newest turn unless the reader scrolled up.
+      var turns = main.querySelectorAll(".turn");
+      if (turns.length) turns[turns.length - 1].scrollIntoView({ block: "end" });
+    }
     var title = root && root.getAttribute("data-title");
     document.title = title ? title + " · zidane-actors" : "zidane-actors";
     if (location.hash && !lastText) {
@@ -161,6 +174,25 @@
         schedule();
       });
   }
+
+  // "show all" / "show more": fetch the rest of a long text (with the token) in place.
+  main.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("a.show-all[data-more]");
+    if (!link) return;
+    event.preventDefault();
+    var headers = { Accept: "text/html" };
+    var token = sessionStorage.getItem(KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    link.textContent = "loading…";
+    fetch(link.getAttribute("data-more"), { headers: headers, credentials: "omit" })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (text) {
+        if (text === null) { link.textContent = "could not load the rest"; return; }
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        link.replaceWith.apply(link, Array.prototype.slice.call(doc.body.childNodes));
+      })
+      .catch(function () { link.textContent = "could not load the rest"; });
+  });
 
   load(false);
 })();

@@ -1,0 +1,244 @@
+"""google-adk session services at 100 concurrent sessions: ours against ADK's own, in one run.
+
+Each session plays what ADK's ``Runner`` asks of its session service for two
+invocations: ``get_session``, then four ``append_event`` calls (the user's
+message, the model's function call with token usage, the function response,
+the model's answer with an ``output_key`` state delta, and on the first
+invocation a ``user:`` delta too). Event texts are realistic (1-4 KB, seeded,
+see ``_realistic.py``). All sessions run at once in one asyncio loop.
+
+Variants, alternating within each round (fresh database files every round):
+
+- ``ZidaneSessionService(store="sqlite:…")``: a durable commit per write
+  (WAL, ``synchronous=FULL``).
+- ADK's ``DatabaseSessionService("sqlite+aiosqlite:///…")``: its defaults.
+- ADK's ``InMemorySessionService``: no storage at all, the ceiling.
+
+Every call that raises is an error (counted, the session goes on with a
+fresh ``get_session``); after each run every session is read back and each
+missing or altered event counts as an error too. Figures are medians over
+rounds: appends per second (``get_session`` time included), process CPU
+time per append, and each variant's ratio to ADK's database service and to
+its in-memory service; the verdict is the median of each round's own ratio
+of ours to the database service (both measured back to back).
+
+Run: ``.venv/bin/python benchmarks/bench_adk.py [--sessions 100] [--rounds 5]``
+(needs the ``bench`` extra: google-adk, sqlalchemy[asyncio], aiosqlite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+from _realistic import _text  # the seeded word soup the other benchmarks write
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions import BaseSessionService, InMemorySessionService
+from google.adk.sessions.database_session_service import DatabaseSessionService
+from google.genai import types
+
+from zidane_actors.integrations.adk import ZidaneSessionService
+
+INVOCATIONS = 2
+TARGET = 20.0  # x DatabaseSessionService at 100 concurrent sessions, with 0 errors
+
+
+@attrs.frozen
+class Run:
+    appends_per_s: float
+    cpu_us: float  # process CPU time (all threads) per append, get_session included
+    errors: int
+
+
+def invocation(session: int, n: int) -> list[Event]:
+    """One invocation's four events, realistic sizes, seeded by session and invocation."""
+    rng = random.Random(session * 1_000_003 + n)
+    call_id = f"adk-call-{session}-{n}"
+    args = {
+        "query": _text(rng, 60),
+        "paths": [f"src/module_{rng.randint(0, 99)}.py" for _ in range(8)],
+        "options": {"regex": False, "max_results": 50, "context_lines": 3},
+    }
+    answer = _text(rng, rng.randint(600, 1400))
+    delta: dict[str, Any] = {"last_answer": answer[:200]}
+    if n == 0:
+        delta["user:last_topic"] = args["query"]
+    common = {"invocation_id": f"inv-{session}-{n}"}
+    return [
+        Event(
+            author="user",
+            content=types.Content(
+                role="user", parts=[types.Part(text=_text(rng, rng.randint(1100, 3400)))]
+            ),
+            **common,
+        ),
+        Event(
+            author="coder",
+            content=types.Content(
+                role="model",
+                parts=[
+                    types.Part(text=_text(rng, rng.randint(300, 700))),
+                    types.Part(
+                        function_call=types.FunctionCall(id=call_id, name="search_files", args=args)
+                    ),
+                ],
+            ),
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=rng.randint(1000, 9000),
+                candidates_token_count=rng.randint(50, 900),
+                total_token_count=10_000,
+            ),
+            model_version="gemini-2.5-flash",
+            **common,
+        ),
+        Event(
+            author="coder",
+            content=types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(
+                            id=call_id,
+                            name="search_files",
+                            response={"result": _text(rng, rng.randint(1100, 3600))},
+                        )
+                    )
+                ],
+            ),
+            **common,
+        ),
+        Event(
+            author="coder",
+            content=types.Content(role="model", parts=[types.Part(text=answer)]),
+            actions=EventActions(state_delta=delta),
+            **common,
+        ),
+    ]
+
+
+async def play(service: BaseSessionService, sessions: int) -> Run:
+    ids = [f"s{s}" for s in range(sessions)]
+    for sid in ids:
+        await service.create_session(app_name="bench", user_id="u", session_id=sid)
+    scripts = [[invocation(s, n) for n in range(INVOCATIONS)] for s in range(sessions)]
+    errors = 0
+
+    async def one(s: int) -> None:
+        nonlocal errors
+        for events in scripts[s]:
+            session = None
+            for event in events:
+                try:
+                    if session is None:
+                        session = await service.get_session(
+                            app_name="bench", user_id="u", session_id=ids[s]
+                        )
+                        assert session is not None
+                    await service.append_event(session, event.model_copy(deep=True))
+                except Exception:
+                    errors += 1
+                    session = None
+
+    started, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(one(s) for s in range(sessions)))
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    for s in range(sessions):
+        got = await service.get_session(app_name="bench", user_id="u", session_id=ids[s])
+        want = [e for events in scripts[s] for e in events]
+        stored = got.events if got is not None else []
+        errors += sum(
+            1 for a, b in zip(stored, want, strict=False) if a.content != b.content
+        ) + abs(len(stored) - len(want))
+    appends = sessions * INVOCATIONS * 4
+    return Run(appends / wall, cpu / appends * 1e6, errors)
+
+
+async def close(service: BaseSessionService) -> None:
+    if isinstance(service, ZidaneSessionService):
+        await service.aclose()
+    elif isinstance(service, DatabaseSessionService):
+        await service.close()
+
+
+VARIANTS: dict[str, Callable[[Path], BaseSessionService]] = {
+    "zidane (sqlite)": lambda d: ZidaneSessionService(store=f"sqlite:{d / 'zidane.db'}"),
+    "adk DatabaseSessionService": lambda d: DatabaseSessionService(
+        f"sqlite+aiosqlite:///{d / 'adk.db'}"
+    ),
+    "adk InMemorySessionService": lambda d: InMemorySessionService(),
+}
+
+
+async def one_round(sessions: int) -> dict[str, Run]:
+    runs: dict[str, Run] = {}
+    for name, make in VARIANTS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            service = make(Path(tmp))
+            try:
+                runs[name] = await play(service, sessions)
+            finally:
+                await close(service)
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    gc.freeze()  # google-adk's imports track ~200k objects: keep them out of every collection
+    by_variant: dict[str, list[Run]] = {name: [] for name in VARIANTS}
+    for r in range(args.rounds):
+        runs = asyncio.run(one_round(args.sessions))
+        for name, run in runs.items():
+            by_variant[name].append(run)
+        print(
+            f"round {r + 1}: "
+            + ", ".join(
+                f"{n} {x.appends_per_s:,.0f}/s ({x.errors} errors)" for n, x in runs.items()
+            )
+        )
+    rate = {n: statistics.median(x.appends_per_s for x in rs) for n, rs in by_variant.items()}
+    cpu = {n: statistics.median(x.cpu_us for x in rs) for n, rs in by_variant.items()}
+    errors = {n: sum(x.errors for x in rs) for n, rs in by_variant.items()}
+    database = rate["adk DatabaseSessionService"]
+    memory = rate["adk InMemorySessionService"]
+    print(
+        f"\n{args.sessions} concurrent sessions, {INVOCATIONS} invocations x 4 events each,"
+        f" median of {args.rounds} rounds:"
+    )
+    for name in VARIANTS:
+        print(
+            f"  {name:28} {rate[name]:>9,.0f} appends/s  {rate[name] / database:7.2f}x database"
+            f"  {rate[name] / memory:6.2f}x in-memory  {cpu[name]:6.0f} µs CPU/append"
+            f"  errors {errors[name]}"
+        )
+    paired = sorted(
+        z.appends_per_s / d.appends_per_s
+        for z, d in zip(
+            by_variant["zidane (sqlite)"], by_variant["adk DatabaseSessionService"], strict=True
+        )
+    )
+    ratio = statistics.median(paired)
+    ok = ratio >= TARGET and errors["zidane (sqlite)"] == 0
+    print(
+        f"\nzidane vs DatabaseSessionService, median of the rounds' ratios: {ratio:.1f}x"
+        f" (rounds {paired[0]:.1f}x-{paired[-1]:.1f}x; target >= {TARGET:.0f}x, 0 errors)"
+    )
+    if not ok:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Values nobody else can change: what a session keeps in memory.
+
+Model values are frozen, but their free-form JSON (a tool ``input``,
+``metadata``, ``providerData``) is plain dicts and lists: a caller holding
+one could change a session's memory after the store acknowledged it. A
+session keeps :func:`frozen` copies instead: every dict is a
+:class:`FrozenDict` and every list a :class:`FrozenList`, equal to (and
+encoded like) the plain ones, refusing changes with ``TypeError`` as a
+tuple does. :class:`FrozenView` keeps such a copy of a session's memory
+up to date as it changes.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Final, NoReturn, TypeVar
+
+import msgspec
+
+from ._extra import ExtraFields
+from ._types import SessionData, SessionTurn
+
+__all__ = ["FrozenDict", "FrozenList", "FrozenView", "frozen", "frozen_json"]
+
+T = TypeVar("T")
+
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"a session's {type(self).__name__} cannot be changed (copy it first)")
+
+
+class FrozenDict(dict[str, Any]):
+    """A JSON object that refuses changes; ``dict(x)`` is a changeable copy."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        raise TypeError("unhashable type: 'FrozenDict'")
+
+    def __reduce__(self) -> tuple[type[dict[str, Any]], tuple[dict[str, Any]]]:
+        return dict, (dict(self),)
+
+
+class FrozenList(list[Any]):
+    """A JSON array that refuses changes; ``list(x)`` is a changeable copy."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = clear = extend = insert = pop = remove = reverse = sort = _refuse
+
+    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[Any]]]:
+        return list, (list(self),)
+
+
+def frozen_json(value: Any) -> Any:
+    """A deep copy of a JSON value with every dict and list frozen (scalars shared)."""
+    kind = type(value)
+    if kind is dict or kind is FrozenDict or (kind is not list and isinstance(value, dict)):
+        return FrozenDict({k: frozen_json(v) for k, v in value.items()})
+    if kind is list or kind is FrozenList or isinstance(value, list):
+        return FrozenList([frozen_json(v) for v in value])
+    if kind is tuple:
+        return tuple(frozen_json(v) for v in value)
+    return value
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+_NAMES: Final[dict[type, tuple[str, ...]]] = {}
+
+
+def _names(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = tuple(f.name for f in msgspec.structs.fields(cls))
+        _NAMES[cls] = names
+    return names
+
+
+def frozen(value: T) -> T:
+    """``value`` (a model value or a tuple of them) with its free-form JSON frozen.
+
+    Structs without a dict or list inside are returned as they are (no copy).
+    """
+    if isinstance(value, tuple):
+        items = [frozen(item) for item in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items) if type(value) is tuple else tuple(items)  # type: ignore[return-value]
+    if not isinstance(value, msgspec.Struct):
+        return value
+    changes: dict[str, Any] = {}
+    for name in _NAMES.get(type(value)) or _names(type(value)):
+        item = getattr(value, name)
+        kind = type(item)
+        if kind in _SCALARS or kind is FrozenDict or kind is FrozenList:
+            continue
+        new: Any
+        if isinstance(item, (msgspec.Struct, tuple)):
+            new = frozen(item)
+        elif kind is ExtraFields:
+            new = ExtraFields({k: frozen_json(v) for k, v in item.items()})
+        elif isinstance(item, (dict, list)):
+            new = frozen_json(item)
+        else:
+            continue
+        if new is not item:
+            changes[name] = new
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+class FrozenView:
+    """A frozen copy of a changing ``SessionData``, kept up to date at little cost.
+
+    :meth:`of` answers ``data`` with its free-form JSON frozen, reusing what
+    it froze for the previous value: turns appended since are the only ones
+    frozen again, and unchanged runs or metadata are reused as they are. So
+    memory loads at full speed, and what a session hands out costs a walk of
+    each turn once.
+    """
+
+    __slots__ = ("_source", "_view")
+
+    def __init__(self) -> None:
+        self._source: SessionData | None = None
+        self._view: SessionData | None = None
+
+    def of(self, data: SessionData) -> SessionData:
+        """``data``, frozen (the same object each call while ``data`` is unchanged)."""
+        source, view = self._source, self._view
+        if source is data and view is not None:
+            return view
+        if source is None or view is None:
+            turns, runs, metadata = frozen(data.turns), frozen(data.runs), None
+        else:
+            turns = _extended(source.turns, view.turns, data.turns)
+            runs = view.runs if data.runs is source.runs else frozen(data.runs)
+            metadata = view.metadata if data.metadata is source.metadata else None
+        extra = data.extra_fields
+        view = msgspec.structs.replace(
+            data,
+            turns=turns,
+            runs=runs,
+            metadata=frozen_json(data.metadata) if metadata is None else metadata,
+            extra_fields=None if extra is None else ExtraFields(frozen_json(dict(extra))),
+        )
+        self._source, self._view = data, view
+        return view
+
+
+def _extended(
+    old: tuple[SessionTurn, ...], old_view: tuple[SessionTurn, ...], new: tuple[SessionTurn, ...]
+) -> tuple[SessionTurn, ...]:
+    """``new`` frozen, reusing ``old_view`` when ``new`` starts with the very turns of ``old``."""
+    if new is old:
+        return old_view
+    n = len(old)
+    if len(new) >= n and all(map(operator.is_, old, new[:n])):
+        return old_view + frozen(new[n:])
+    return frozen(new)
