@@ -86,6 +86,7 @@ from zidane_actors.model import (
     SessionRun,
     SessionRunAgent,
     SessionRunRetry,
+    SessionSearch,
     SessionTurn,
     StoredRunBehavior,
     StoredRunOptions,
@@ -98,6 +99,7 @@ from zidane_actors.model import (
     decode,
     encode,
     host_id,
+    search_page,
     validate_id,
 )
 from zidane_actors.model._checked import CheckedTurns, checked_turns
@@ -144,6 +146,13 @@ def make_run(run_id: str, status: str = "completed", **fields: Any) -> SessionRu
         started_at=1_000,
         status=status,  # type: ignore[arg-type]
         **fields,
+    )
+
+
+def _bare_row(data: SessionData) -> SessionMetaRow:
+    """A row naming ``data`` only (what a search compares is the order of the ids)."""
+    return SessionMetaRow(
+        id=data.id, metadata={}, run_count=0, turn_count=0, updated_at=0, user_message_count=0
     )
 
 
@@ -1078,6 +1087,116 @@ class StoreContract:
             assert [r.id for r in rows] == await full.list(session_filter)
             for row in rows:
                 assert row == await full.get_meta(row.id)
+
+    # -- search_meta ------------------------------------------------------------------------
+
+    @staticmethod
+    def search_turn(n: int, text: str, tool: str | None = None) -> SessionTurn:
+        content: tuple[Any, ...] = (TextBlock(text),)
+        if tool is not None:
+            content += (ToolCallBlock(id=f"c{n}", name=tool, input={"q": "unindexedinput"}),)
+        role = "user" if n % 2 == 0 else "assistant"
+        return SessionTurn(id=f"t{n}", role=role, content=content, created_at=1_000 + n)
+
+    async def check_search(self, store: Any, searches: list[SessionSearch]) -> None:
+        """Each search answers what ``search_page`` answers over the loaded sessions."""
+        sessions = [await store.load(sid) for sid in await store.list()]
+        for search in searches:
+            page = await store.search_meta(search)
+            want = search_page(sessions, search, _bare_row)
+            assert [r.id for r in page.rows] == [r.id for r in want.rows], search
+            assert (page.total, page.total_exact) == (want.total, want.total_exact), search
+            for row in page.rows:
+                assert row == await store.get_meta(row.id)
+
+    async def test_search_meta_words_filters_order_and_pages(self, store: SessionStore) -> None:
+        full = self.need(store, "search_meta", "get_meta")
+        texts = [
+            ("Weather in Paris, please", "get_weather"),
+            ("Deploy the frontend to staging", "run_shell"),
+            ("Café crème et croissants", None),
+            ("deployment failed: disk full", "read_file"),
+        ]
+        for i, (text, tool) in enumerate(texts):
+            await full.save(
+                make_session(
+                    f"sess-{i}",
+                    created_at=1_000 + 10 * (i % 3),
+                    updated_at=5_000 - 100 * i,
+                    agent_id="a" if i % 2 else "b",
+                    project_root="/p" if i < 2 else None,
+                    status="error" if i == 3 else "idle",
+                    metadata={"title": "Quarterly report"} if i == 2 else {},
+                    turns=(self.search_turn(0, "hello there"), self.search_turn(1, text, tool)),
+                )
+            )
+        found = await full.search_meta(SessionSearch(text="PARIS"))
+        assert [r.id for r in found.rows] == ["sess-0"] and found.total == 1 and found.total_exact
+        assert [r.id for r in (await full.search_meta(SessionSearch(text="weath"))).rows] == [
+            "sess-0"
+        ]
+        await self.check_search(
+            full,
+            [
+                SessionSearch(),
+                SessionSearch(text="deploy"),
+                SessionSearch(text="deploy staging"),
+                SessionSearch(text="deploy nowhere"),
+                SessionSearch(text="get_weather"),
+                SessionSearch(text="read"),
+                SessionSearch(text="café"),
+                SessionSearch(text="quarterly"),
+                SessionSearch(text="sess 2"),
+                SessionSearch(text="unindexedinput"),
+                SessionSearch(text="hello", limit=2, offset=1),
+                SessionSearch(text="hello", order="created"),
+                SessionSearch(text="hello", count_limit=2),
+                SessionSearch(text="  ,;  "),
+                SessionSearch(agent_id="a"),
+                SessionSearch(project_root=None),
+                SessionSearch(project_root="/p", text="hello"),
+                SessionSearch(status="error"),
+                SessionSearch(created_from=1_010, created_to=1_020),
+                SessionSearch(updated_from=4_800, updated_to=5_000, order="created"),
+                SessionSearch(limit=0),
+                SessionSearch(offset=10),
+                SessionSearch(count_limit=0),
+            ],
+        )
+
+    async def test_search_meta_index_follows_every_write(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        full = self.need(store, "search_meta", "get_meta")
+        await full.save(make_session("s1", turns=(self.search_turn(0, "alpha beta"),)))
+
+        async def hits(text: str) -> list[str]:
+            return [r.id for r in (await full.search_meta(SessionSearch(text=text))).rows]
+
+        assert await hits("alpha") == ["s1"]
+        await full.append_turns("s1", [self.search_turn(1, "gamma", "lookup_tool")])
+        assert await hits("gamma") == await hits("lookup") == ["s1"]
+        await full.save(make_session("s1", turns=(self.search_turn(5, "delta"),)))
+        assert await hits("alpha") == await hits("gamma") == []
+        assert await hits("delta") == ["s1"]
+        if "mutate_history" in store_capabilities(full):
+
+            def rewrite(history: SessionHistory) -> SessionHistory:
+                return SessionHistory(turns=(self.search_turn(7, "epsilon"),), runs=())
+
+            assert await full.mutate_history("s1", rewrite) == "ok"
+            assert await hits("delta") == []
+            assert await hits("epsilon") == ["s1"]
+        if "patch_meta" in store_capabilities(full):
+            await full.patch_meta("s1", {"title": "Zeta title"})
+            assert await hits("zeta") == ["s1"]
+            await full.patch_meta("s1", {"title": UNSET})
+            assert await hits("zeta") == []
+        full = await reopen()
+        await full.delete("s1")
+        assert await hits("s1") == []
+        await full.save(make_session("s1"))
+        assert await hits("epsilon") == []
 
     # -- patch_meta -------------------------------------------------------------------------
 
@@ -2059,6 +2178,10 @@ SESSION_OPERATIONS: list[st.SearchStrategy[tuple[Any, ...]]] = [
     st.tuples(st.just("list"), _FILTERS),
     st.tuples(st.just("list_meta"), _FILTERS),
     st.tuples(
+        st.just("search_meta"),
+        st.sampled_from(["turn", "TURN 1", "ünï", "日本", "s1", "s2 turn", "t", "absent", ""]),
+    ),
+    st.tuples(
         st.just("claim_send_request"), _SESSION_IDS, _REQUEST_IDS, st.sampled_from(["f0", "f1"])
     ),
     st.tuples(st.just("find_send_request"), _SESSION_IDS, _REQUEST_IDS),
@@ -2132,6 +2255,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "demote_stale_run": ("demote_stale_run",),
     "get_meta": ("get_meta",),
     "list_meta": ("list_meta",),
+    "search_meta": ("search_meta",),
     "claim_send_request": ("claim_send_request",),
     "find_send_request": ("find_send_request",),
     "settle_send_request": ("settle_send_request",),
@@ -2196,7 +2320,7 @@ def _retarget(op: tuple[Any, ...], session_ids: tuple[str, ...]) -> tuple[Any, .
         return (name, replace(op[1], id=fix(op[1].id)), *op[2:])
     if name == "list_artifacts":
         return (name, fix(op[1]), *op[2:])
-    if name in ("reopen", "list", "list_meta", "generate_ids") or "schedule" in name:
+    if name in ("reopen", "list", "list_meta", "search_meta", "generate_ids") or "schedule" in name:
         return op
     return (name, fix(op[1]), *op[2:])
 
@@ -2267,6 +2391,8 @@ async def _call(store: Any, op: tuple[Any, ...]) -> Any:
         return await store.upsert_artifact(artifact)
     if name == "list_artifacts":
         return await store.list_artifacts(ArtifactFilter(session_id=args[0], kind=args[1]))
+    if name == "search_meta":
+        return await store.search_meta(SessionSearch(text=args[0], limit=1000))
     if name == "save_schedule":
         schedule_id, enabled, next_fire_at, keep = args
         schedule = make_schedule(schedule_id, enabled=enabled, next_fire_at=next_fire_at)
@@ -2351,6 +2477,8 @@ class _Differential:
         if kind == "error":
             return outcome
         name = op[0]
+        if name == "search_meta":  # the store's own clock orders stamped sessions
+            return sorted(r.id for r in value.rows), value.total, value.total_exact
         if name in ("list", "list_meta"):
             ids = [v if isinstance(v, str) else v.id for v in value]
             rows = sorted(value, key=lambda v: v if isinstance(v, str) else v.id)

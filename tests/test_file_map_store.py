@@ -28,6 +28,7 @@ from zidane_actors.model import (
     SessionData,
     SessionFilter,
     SessionHistory,
+    SessionSearch,
     SessionTurn,
     TextBlock,
     decode,
@@ -52,6 +53,7 @@ FILE_MAP_CAPABILITIES = frozenset(
         "generate_session_id",
         "generate_turn_id",
         "get_meta",
+        "search_meta",
         "get_rev",
         "list_meta",
         "list_send_requests",
@@ -148,6 +150,23 @@ class _SingleSessionContract(StoreContract):
             for row in rows:
                 assert row == await full.get_meta(row.id)
                 assert (row.turn_count, row.user_message_count) == (2, 1)
+
+    async def test_search_meta_words_filters_order_and_pages(self, store: SessionStore) -> None:
+        full: Any = store
+        turns = (self.search_turn(0, "hello there"), self.search_turn(1, "Deploy it", "run_sh"))
+        await store.save(session("s1", turns=turns, agent_id="a", status="error"))
+        await self.check_search(
+            full,
+            [
+                SessionSearch(),
+                SessionSearch(text="deploy run"),
+                SessionSearch(text="deploy nowhere"),
+                SessionSearch(agent_id="b"),
+                SessionSearch(status="error", created_from=1, updated_to=10**9),
+                SessionSearch(offset=1),
+                SessionSearch(count_limit=0),
+            ],
+        )
 
     async def test_send_request_lifecycle(self, store: SessionStore, reopen: Reopen) -> None:
         full: Any = store

@@ -35,8 +35,10 @@ from zidane_actors.model import (
     SessionData,
     SessionHistory,
     SessionRun,
+    SessionSearch,
     SessionTurn,
     TextBlock,
+    encode_str,
     host_id,
 )
 from zidane_actors.stores import (
@@ -46,7 +48,7 @@ from zidane_actors.stores import (
     open_memory_store,
     open_postgres_store,
 )
-from zidane_actors.stores._postgres_schema import SCHEMA_VERSION
+from zidane_actors.stores._postgres_schema import _V1, SCHEMA_VERSION
 
 DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 FAST_DSN = DSN + " options='-c synchronous_commit=off'"
@@ -136,6 +138,43 @@ async def test_schema_version_recorded(schema: str, store: PostgresStore) -> Non
     assert admin(schema, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
 
 
+async def test_v1_schema_is_migrated_with_its_rows_searchable(schema: str) -> None:
+    """A schema at version 1 gets the words of its stored turns and titles on open; a row
+    whose JSON the server cannot read (a NUL escape ``text`` keeps) gets none, and stays."""
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute(_V1.encode())
+        conn.execute(
+            "CREATE TABLE schema_version (version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, status, metadata, turn_count,"
+            " user_turn_count) VALUES ('a', 1, 2, 'idle', '{\"title\":\"Quarterly plan\"}', 1, 1),"
+            " ('b', 1, 3, 'idle', '{}', 1, 1)"
+        )
+        nul = turn(1, "user", "nul \x00 inside")
+        for sid, seq, t in (("a", 0, turn(0, text="weather in Oslo")), ("b", 0, nul)):
+            conn.execute(
+                "INSERT INTO turns (session_id, seq, id, role, body) VALUES (%s, %s, %s, %s, %s)",
+                (sid, seq, t.id, t.role, encode_str(t)),
+            )
+    async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
+
+        async def hits(text: str) -> list[str]:
+            return [r.id for r in (await store.search_meta(SessionSearch(text=text))).rows]
+
+        assert await hits("quarter") == await hits("oslo weather") == ["a"]
+        assert await hits("nul") == []
+        assert await hits("b") == ["b"]  # its id, from the header
+        assert await store.get_turns("b") == [nul]
+        await store.append_turns("b", [turn(2, text="later words")])
+        assert await hits("later") == ["b"]
+    assert admin(schema, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
 async def test_hosts_opening_at_once_migrate_once(schema: str) -> None:
     async def open_one() -> None:
         async with open_postgres_store(DSN, schema=schema, pool_size=1) as opened:
@@ -151,7 +190,9 @@ async def test_hosts_opening_at_once_migrate_once(schema: str) -> None:
 
 async def test_newer_schema_version_is_refused(schema: str, store: PostgresStore) -> None:
     admin(schema, "INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
-    with pytest.raises(StoreError, match=r"version 3, newer than the version 2"):
+    with pytest.raises(
+        StoreError, match=rf"version {SCHEMA_VERSION + 1}, newer than the version {SCHEMA_VERSION}"
+    ):
         async with open_postgres_store(DSN, schema=schema, pool_size=1):
             pass
 

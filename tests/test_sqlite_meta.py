@@ -9,6 +9,7 @@ answered, and that a v3 file is migrated with its aggregates computed.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import warnings
 from contextlib import closing
@@ -31,8 +32,13 @@ from zidane_actors.model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
     SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    decode,
     encode,
+    turn_search_text,
 )
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
 from zidane_actors.stores._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, migrate
@@ -284,7 +290,7 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             c = await store.get_meta("c")
             assert c is not None and c.first_user_turn == make_turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert conn.execute(_STORED).fetchall() == [
             ("a", 3, 2, 2, 0, 1),
             ("c", 3, 2, 0, 0, 1),
@@ -323,7 +329,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
             assert meta is not None and meta.first_user_turn == make_turn(3)
             assert meta.user_message_count == 2
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
@@ -361,3 +367,89 @@ async def test_any_statement_on_child_rows_keeps_aggregates(tmp_path: Path) -> N
             assert conn.execute(_STORED).fetchall() == conn.execute(_RECOMPUTED).fetchall()
         final = [("a", 1, 0, 1, 1, None), ("b", 0, 0, 0, 0, None)]
         assert conn.execute(_STORED).fetchall() == final
+
+
+def _search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """The search index's documents: (rowid, session id, text), in rowid order."""
+    return conn.execute("SELECT rowid, session_id, text FROM search ORDER BY rowid").fetchall()
+
+
+def _expected_search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """The documents the index must hold, recomputed from the rows with the model's rule."""
+    rows: list[tuple[Any, ...]] = []
+    for sid, metadata in conn.execute("SELECT id, metadata FROM sessions"):
+        title = json.loads(metadata).get("title")
+        text = sid + " " + (title if isinstance(title, str) else "")
+        rows.append(
+            (
+                -conn.execute("SELECT rowid FROM sessions WHERE id = ?", (sid,)).fetchone()[0],
+                sid,
+                text,
+            )
+        )
+    for rowid, sid, body in conn.execute("SELECT rowid, session_id, body FROM turns"):
+        rows.append((rowid, sid, turn_search_text(decode(body, SessionTurn))))
+    return sorted(rows)
+
+
+async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> None:
+    """A v5 file opens at v7 with every stored turn and title in the FTS5 index; the index
+    then stays equal to the rows through appends, rewrites, header edits and deletes, by
+    any path (the store's methods or another program's SQL)."""
+    db = tmp_path / "v5.db"
+    conn = _old_file(
+        db, 5, "('a', 'idle', '{\"title\":\"Quarterly plan\"}', 1, 2), ('b', 'idle', '{}', 1, 1)"
+    )
+    tool = SessionTurn(
+        id="c",
+        role="assistant",
+        created_at=1,
+        content=(
+            TextBlock("calling"),
+            ToolCallBlock(id="c1", name="get_weather", input={"city": "Oslo"}),
+        ),
+    )
+    conn.executemany(
+        "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+        [
+            ("a", 0, "t0", "user", encode(make_turn(0))),
+            ("b", 0, "c", "assistant", encode(tool)),
+            ("b", 1, "bad", "assistant", b"not json"),
+        ],
+    )
+    conn.close()
+    async with open_sqlite_store(db) as store:
+
+        async def hits(text: str) -> list[str]:
+            return [r.id for r in (await store.search_meta(SessionSearch(text=text))).rows]
+
+        assert await hits("quarterly") == ["a"]
+        assert await hits("weather") == await hits("get_weather calling") == ["b"]
+        assert await hits("oslo") == []  # tool inputs are not indexed
+        assert await hits("turn 0") == ["a"]
+        with closing(sqlite3.connect(db, isolation_level=None)) as raw:
+            assert _search_rows(raw) == [
+                (-2, "b", "b "),
+                (-1, "a", "a Quarterly plan"),
+                (1, "a", turn_search_text(make_turn(0))),
+                (2, "b", "calling get_weather"),
+                (3, "b", ""),
+            ]
+            raw.execute("DELETE FROM turns WHERE id = 'bad'")
+        await store.append_turns("a", [make_turn(1), make_turn(2, "assistant")])
+        await store.patch_meta("a", {"title": "Yearly plan"})
+        assert await hits("quarterly") == [] and await hits("yearly") == ["a"]
+        assert await store.mutate_history("a", _mutation(0, 1)) == "ok"
+        await store.save(SessionData(id="b", created_at=1, updated_at=5, turns=(make_turn(7),)))
+        assert await hits("weather") == []
+        await store.delete("a")
+        assert await hits("plan") == []
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert _search_rows(conn) == _expected_search_rows(conn)
+        conn.execute("INSERT INTO search (search) VALUES ('integrity-check')")
+        conn.execute("UPDATE sessions SET id = 'b2' WHERE id = 'b'")  # another program's edits
+        conn.execute(
+            "UPDATE turns SET session_id = 'b2', body = ? WHERE session_id = 'b'", (encode(tool),)
+        )
+        assert _search_rows(conn) == _expected_search_rows(conn)

@@ -7,9 +7,11 @@ fragments are fetched through httpx's ASGI transport on trio.
 from __future__ import annotations
 
 import html.parser
+import re
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from test_postgres_store import DSN, fresh_schema
 from test_server_e2e import ServerProcess
 
+from zidane_actors.errors import UnsupportedOperationError
 from zidane_actors.model import (
     ImageBlock,
     Schedule,
@@ -427,6 +430,8 @@ class _Counting:
         self.limits: list[int | None] = []
 
     def __getattr__(self, name: str) -> Any:
+        if name == "search_meta":  # the list's fallback: list_meta read in batches
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     async def list_meta(self, filter: SessionFilter | None = None) -> list[SessionMetaRow]:
@@ -477,6 +482,79 @@ async def test_list_reads_only_what_the_page_needs() -> None:
             assert 'data-session-id="s007"' in r.text
 
 
+def _talk(sid: str, i: int, text: str, tool: str) -> SessionData:
+    turns = (
+        SessionTurn(id="u", role="user", content=(TextBlock(text=text),), created_at=T0),
+        SessionTurn(
+            id="a",
+            role="assistant",
+            content=(ToolCallBlock(id="c1", name=tool, input={}),),
+            created_at=T0,
+        ),
+    )
+    day = 86_400_000
+    return SessionData(
+        id=sid, created_at=T0 + day * (i % 7), updated_at=T0 + day * 10 + i, turns=turns
+    )
+
+
+@pytest.mark.parametrize("name", ["memory", "sqlite"])
+async def test_the_list_searches_messages_and_tools_and_counts_pages(name: str) -> None:
+    async with STORES[name]() as store:
+        for i in range(120):
+            tool = "get_weather" if i % 40 == 0 else "read_file"
+            await store.save(_talk(f"s{i:03d}", i, f"message {i} about topic{i % 3}", tool))
+        async with _client(store) as client:
+            r = await client.get("/ui/fragments/sessions")
+            assert r.text.count('class="session-row"') == 50
+            assert "120 sessions" in r.text and 'href="/ui/?page=3"' in r.text
+            r = await client.get("/ui/fragments/sessions?page=3")
+            assert r.text.count('class="session-row"') == 20 and 'rel="next"' not in r.text
+            assert 'aria-current="page">3<' in r.text
+            r = await client.get("/ui/fragments/sessions?q=weather")
+            rows = re.findall(r'data-session-id="([^"]+)"', r.text)
+            assert rows == ["s080", "s040", "s000"] and "3 sessions" in r.text
+            r = await client.get("/ui/fragments/sessions?q=TOPIC2+message")
+            assert r.text.count('class="session-row"') == 40 and "40 sessions" in r.text
+            r = await client.get("/ui/fragments/sessions?q=message+117")
+            assert re.findall(r'data-session-id="([^"]+)"', r.text) == ["s117"]
+            r = await client.get("/ui/fragments/sessions?sort=created&q=weather")
+            assert re.findall(r'data-session-id="([^"]+)"', r.text) == ["s040", "s080", "s000"]
+            # 2025-06-15 is T0's day: created that day, 0 or 7 days in.
+            day0 = datetime.fromtimestamp(T0 / 1000, UTC).date()
+            r = await client.get(f"/ui/fragments/sessions?dates=created&from={day0}&to={day0}")
+            assert "18 sessions" in r.text
+            r = await client.get(f"/ui/fragments/sessions?dates=created&to={day0}&from=2000-01-01")
+            assert "18 sessions" in r.text
+            r = await client.get("/ui/fragments/sessions?from=2999-01-01")
+            assert "No sessions match." in r.text and "0 sessions" in r.text
+
+
+class _SearchRefused:
+    """A memory store whose ``search_meta`` is refused (a remote store whose server lacks it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def search_meta(self, search: Any) -> Any:
+        raise UnsupportedOperationError("the backing store does not implement search_meta")
+
+
+async def test_a_refused_search_falls_back_to_listing() -> None:
+    async with open_memory_store() as inner:
+        for i in range(60):
+            await inner.save(_session(f"s{i:02d}", updated_at=T0 + i, metadata={}))
+        async with _client(_SearchRefused(inner)) as client:  # type: ignore[arg-type]
+            r = await client.get("/ui/fragments/sessions?q=s05")
+            assert r.status_code == 200 and 'data-session-id="s05"' in r.text
+            assert r.text.count('class="session-row"') == 1 and " sessions</span>" not in r.text
+            r = await client.get("/ui/fragments/sessions?sort=created")
+            assert r.status_code == 400 and "update time only" in r.text
+
+
 class _RequiredOnly:
     """A store with only the protocol's required methods (no ``list_meta``, ``get_meta``...)."""
 
@@ -509,7 +587,8 @@ async def test_a_store_with_only_the_required_methods_is_browsable() -> None:
         async with open_memory_store() as ref_store:
             for i in range(60):
                 await ref_store.save(_session(f"s{i:02d}", updated_at=T0 + i, metadata={}))
-            async with _client(ref_store) as client:
+            # The reference lists through list_meta too (no search_meta: no count, no offset).
+            async with _client(_Counting(ref_store)) as client:  # type: ignore[arg-type]
                 expected = [
                     (await client.get(u)).text
                     for u in ("/ui/fragments/sessions?page=2&q=hi", "/ui/fragments/sessions/s07")

@@ -430,6 +430,36 @@ def test_list_filters_and_search(browser: WebDriver, server: ServerProcess) -> N
     assert _session_ids(browser) == ["tree"]  # case-insensitive, on the stored title
 
 
+def test_search_finds_message_text_and_page_numbers_navigate(
+    browser: WebDriver, server: ServerProcess
+) -> None:
+    _open(browser, f"{server.url}/ui/", "sessions")
+    pager = browser.find_element(By.CSS_SELECTOR, "nav.pager")
+    assert f"{LIST_SESSIONS + 4} sessions" in pager.text
+    assert pager.find_element(By.CSS_SELECTOR, "[aria-current=page]").text == "1"
+    pager.find_element(By.LINK_TEXT, "3").click()
+    _until(browser, lambda d: "page=3" in d.current_url)
+    _shown(browser, "sessions")
+    assert _session_ids(browser) == [f"s{i:03d}" for i in range(23, -1, -1)]
+    browser.find_element(By.CSS_SELECTOR, "nav.pager").find_element(By.LINK_TEXT, "2").click()
+    _until(browser, lambda d: "page=2" in d.current_url)
+    _shown(browser, "sessions")
+    assert _session_ids(browser)[0] == "s073"
+
+    # A word of an assistant turn (not the title), then a tool name.
+    _open(browser, f"{server.url}/ui/", "sessions")
+    browser.find_element(By.NAME, "q").send_keys("Changelog")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    _until(browser, lambda d: "q=Changelog" in d.current_url)
+    _shown(browser, "sessions")
+    assert _session_ids(browser) == ["tree"]
+    assert "1 session" in browser.find_element(By.CSS_SELECTOR, "nav.pager").text
+    _open(browser, f"{server.url}/ui/?q=open_file", "sessions")
+    assert _session_ids(browser) == ["tree"]
+    _open(browser, f"{server.url}/ui/?q=report+please&sort=created", "sessions")
+    assert _session_ids(browser)[:2] == ["s119", "s118"]
+
+
 # -- one session ----------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "SaveMetaOptions",
     "Schedule",
     "ScheduleFire",
+    "SearchOrder",
     "SendRequestClaim",
     "SendRequestRecord",
     "SessionArtifact",
@@ -48,6 +49,8 @@ __all__ = [
     "SessionRun",
     "SessionRunAgent",
     "SessionRunRetry",
+    "SessionSearch",
+    "SessionSearchPage",
     "SessionStatus",
     "SessionTurn",
     "StoredRunBehavior",
@@ -466,6 +469,50 @@ class SessionFilter(_Strict, frozen=True):
     agent_id: str | None = None
     limit: Annotated[int, Meta(ge=0)] | None = None
     project_root: str | UnsetType | None = UNSET
+
+
+SearchOrder: TypeAlias = Literal["updated", "created"]
+
+
+class SessionSearch(_Value, frozen=True):
+    """Query of ``search_meta``: words, filters, order and page; conditions AND together.
+
+    ``text`` matches a session when every word in it (a run of letters and
+    digits, case-insensitive) is a prefix of a word of the session's id,
+    ``metadata.title``, the text of its text blocks or the name of a tool it
+    called (see :func:`~zidane_actors.model.search_words`); text without a
+    word matches every session. ``projectRoot`` is tri-state as in
+    :class:`SessionFilter`. The ``*From`` bounds are inclusive and the
+    ``*To`` bounds exclusive (epoch ms). Rows come newest first by
+    ``order`` (``updatedAt`` or ``createdAt``), ties by id, from ``offset``.
+    ``total`` counts the matches up to ``countLimit``.
+    """
+
+    text: str | None = None
+    agent_id: str | None = None
+    project_root: str | UnsetType | None = UNSET
+    status: SessionStatus | None = None
+    created_from: EpochMs | None = None
+    created_to: EpochMs | None = None
+    updated_from: EpochMs | None = None
+    updated_to: EpochMs | None = None
+    order: SearchOrder = "updated"
+    limit: Annotated[int, Meta(ge=0, le=1000)] = 50
+    offset: Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)] = 0
+    count_limit: Annotated[int, Meta(ge=0, le=1_000_000)] = 10_000
+
+
+class SessionSearchPage(_Value, frozen=True):
+    """What ``search_meta`` answers: one page of rows and the count of matches.
+
+    ``total`` is the number of matching sessions when ``totalExact``; when
+    more than the query's ``countLimit`` match, it is ``countLimit`` and
+    ``totalExact`` is false.
+    """
+
+    rows: tuple[SessionMetaRow, ...]
+    total: Count
+    total_exact: bool
 
 
 class SessionArtifact(_Value, frozen=True):

@@ -56,6 +56,8 @@ from ..model import (
     SessionData,
     SessionFilter,
     SessionHistory,
+    SessionSearch,
+    SessionSearchPage,
     convert,
     decode,
     encode,
@@ -253,6 +255,18 @@ def _project_root(request: Request) -> str | msgspec.UnsetType | None:
     return root if root is not None else UNSET
 
 
+_SEARCH_INTS: Final = (
+    "createdFrom",
+    "createdTo",
+    "updatedFrom",
+    "updatedTo",
+    "limit",
+    "offset",
+    "countLimit",
+)
+"""The integer query parameters of ``GET /session-search``."""
+
+
 def _session_filter(request: Request) -> SessionFilter:
     return SessionFilter(
         agent_id=request.query_params.get("agentId"),
@@ -378,6 +392,26 @@ class _Api:
         except _NoMatch:
             return _json([])
         return _json(await list_meta(filter))
+
+    async def search_meta(self, request: Request) -> Response:
+        search_meta = self._optional("search_meta")
+        try:
+            root = _project_root(request)
+        except _NoMatch:
+            return _json(SessionSearchPage(rows=(), total=0, total_exact=True))
+        fields: dict[str, Any] = {
+            name: request.query_params[name]
+            for name in ("text", "agentId", "status", "order")
+            if name in request.query_params
+        }
+        for name in _SEARCH_INTS:
+            value = _param_int(request, name)
+            if value is not None:
+                fields[name] = value
+        if root is not UNSET:
+            fields["projectRoot"] = root
+        search = convert(fields, SessionSearch, what="session search")
+        return _json(await search_meta(search))
 
     async def generate_session_id(self, request: Request) -> Response:
         make = getattr(self.store, "generate_session_id", None)
@@ -884,6 +918,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/writes", "POST", api.apply_writes),
         ("/sessions", "GET", api.list_sessions),
         ("/session-meta", "GET", api.list_meta),
+        ("/session-search", "GET", api.search_meta),
         ("/session-ids", "POST", api.generate_session_id),
         ("/turn-ids", "POST", api.generate_turn_id),
         ("/sessions/{sessionId}", "GET", api.load),

@@ -18,6 +18,7 @@ from ..model import (
     SessionArtifact,
     SessionData,
     SessionMetaRow,
+    SessionSearchPage,
     SessionTurn,
 )
 from ..model._extra import EXTRA_KEY
@@ -153,6 +154,29 @@ _OPS: Final = (
         "list_meta",
         ok=list[SessionMetaRow],
         query=_FILTER,
+    ),
+    _Op(
+        "/session-search",
+        "get",
+        "Sessions whose words match text (prefixes of words in messages, tool names, titles,"
+        " ids), filtered, one page of summaries and the count of matches",
+        "search_meta",
+        ok=SessionSearchPage,
+        query=(
+            ("text", "string"),
+            ("agentId", "string"),
+            ("projectRoot", "string"),
+            ("untaggedOnly", "boolean"),
+            ("status", "enum:idle,running,completed,error"),
+            ("createdFrom", "integer"),
+            ("createdTo", "integer"),
+            ("updatedFrom", "integer"),
+            ("updatedTo", "integer"),
+            ("order", "enum:updated,created"),
+            ("limit", "integer:1000"),
+            ("offset", "integer"),
+            ("countLimit", "integer:1000000"),
+        ),
     ),
     _Op("/session-ids", "post", "Generate a session id", ok=IdResult),
     _Op("/turn-ids", "post", "Generate a turn id", ok=IdResult),
@@ -394,6 +418,10 @@ def _query_params(query: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
         if kind == "integer":
             schema["minimum"] = 0
             schema["maximum"] = 10**15 - 1
+        if kind.startswith("integer:"):  # a tighter maximum than the default
+            schema = {"type": "integer", "minimum": 0, "maximum": int(kind.split(":")[1])}
+        if kind.startswith("enum:"):
+            schema = {"type": "string", "enum": kind.removeprefix("enum:").split(",")}
         params.append({"name": name, "in": "query", "required": False, "schema": schema})
     return params
 

@@ -19,6 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, Final
 
@@ -29,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import ValidationError
+from ..errors import UnsupportedOperationError, ValidationError
 from ..model import (
     ArtifactFilter,
     Schedule,
@@ -38,6 +39,8 @@ from ..model import (
     SessionFilter,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionTurn,
     session_meta_row,
     validate_id,
@@ -71,6 +74,9 @@ FIRES_SHOWN: Final = 10
 STATUSES: Final = ("idle", "running", "completed", "error")
 DEFAULT_SCAN: Final = 20_000
 """Most sessions one filtered list request reads (status and title search filter the rows)."""
+COUNT_LIMIT: Final = 10_000
+"""Matches a ``search_meta`` list counts exactly; past it the page says "10,000+"."""
+SORTS: Final = ("updated", "created")
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -146,9 +152,28 @@ def _param_count(request: Request, name: str, default: int, minimum: int) -> int
     return int(raw)
 
 
+def _param_day(request: Request, name: str) -> datetime | None:
+    raw = _param(request, name, 10)
+    if raw is None:
+        return None
+    try:
+        return datetime.strptime(raw, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise _BadQuery(f"query parameter {name!r} must be a date, YYYY-MM-DD") from None
+
+
+def _ms(at: datetime | None) -> int | None:
+    return None if at is None else int(at.timestamp() * 1000)
+
+
 @attrs.frozen
 class ListQuery:
-    """The session list's filters and page, parsed from the query string."""
+    """The session list's filters, order and page, parsed from the query string.
+
+    ``start`` and ``end`` bound the ``dates`` field (``created`` or
+    ``updated``) in epoch ms, ``end`` exclusive: the ``to`` date's whole day
+    is in the range.
+    """
 
     q: str | None = None
     agent: str | None = None
@@ -156,6 +181,10 @@ class ListQuery:
     untagged: bool = False
     status: str | None = None
     page: int = 1
+    sort: str = "updated"
+    dates: str = "updated"
+    start: int | None = None
+    end: int | None = None
 
     @classmethod
     def parse(cls, request: Request) -> ListQuery:
@@ -166,6 +195,13 @@ class ListQuery:
         project = _param(request, "project", 4096)
         if untagged is not None and project is not None:
             raise _BadQuery("give a project root or untagged, not both")
+        sort = _param(request, "sort") or "updated"
+        dates = _param(request, "dates") or "updated"
+        if sort not in SORTS or dates not in SORTS:
+            raise _BadQuery(f"sort and dates must be one of {', '.join(SORTS)}")
+        start, last = _param_day(request, "from"), _param_day(request, "to")
+        if start is not None and last is not None and last < start:
+            raise _BadQuery("the 'to' date is before the 'from' date")
         return cls(
             q=_param(request, "q"),
             agent=_param(request, "agent"),
@@ -173,20 +209,48 @@ class ListQuery:
             untagged=untagged is not None,
             status=status,
             page=_param_count(request, "page", 1, 1),
+            sort=sort,
+            dates=dates,
+            start=_ms(start),
+            end=_ms(None if last is None else last + timedelta(days=1)),
         )
 
-    def store_filter(self) -> SessionFilter:
-        root: str | msgspec.UnsetType | None = UNSET
+    def _root(self) -> str | msgspec.UnsetType | None:
         if self.untagged:
-            root = None
-        elif self.project is not None:
-            root = self.project
-        return SessionFilter(agent_id=self.agent, project_root=root)
+            return None
+        return UNSET if self.project is None else self.project
+
+    def store_filter(self) -> SessionFilter:
+        return SessionFilter(agent_id=self.agent, project_root=self._root())
+
+    def search(self, offset: int, limit: int) -> SessionSearch:
+        """The ``search_meta`` query of this page: every filter goes to the store."""
+        created = self.dates == "created"
+        return SessionSearch(
+            text=self.q,
+            agent_id=self.agent,
+            project_root=self._root(),
+            status=self.status,  # type: ignore[arg-type]
+            order=self.sort,  # type: ignore[arg-type]
+            limit=limit,
+            offset=offset,
+            count_limit=COUNT_LIMIT,
+            created_from=self.start if created else None,
+            created_to=self.end if created else None,
+            updated_from=None if created else self.start,
+            updated_to=None if created else self.end,
+        )
 
     def keeps(self, row: SessionMetaRow) -> bool:
-        """The filters the store cannot apply: status and the title search."""
+        """The filters ``list_meta`` cannot apply: status, dates and the title search."""
         if self.status is not None and (row.status or "idle") != self.status:
             return False
+        if self.start is not None or self.end is not None:
+            at = row.created_at if self.dates == "created" else row.updated_at
+            if at is None or (self.start is not None and at < self.start):
+                return False
+            if self.end is not None and at >= self.end:
+                return False
         if self.q is not None:
             needle = self.q.casefold()
             title = session_title(row.metadata, row.first_user_turn)
@@ -196,7 +260,28 @@ class ListQuery:
 
     @property
     def post_filtered(self) -> bool:
-        return self.status is not None or self.q is not None
+        return (
+            self.status is not None
+            or self.q is not None
+            or self.start is not None
+            or self.end is not None
+        )
+
+    def params(self, request: Request) -> dict[str, str]:
+        """The query parameters that make this list (for its links), page aside."""
+        raw = {
+            "q": self.q,
+            "agent": self.agent,
+            "project": self.project,
+            "untagged": "1" if self.untagged else None,
+            "status": self.status,
+            "sort": None if self.sort == "updated" else self.sort,
+            "dates": None if self.dates == "updated" else self.dates,
+            "from": _param(request, "from", 10),
+            "to": _param(request, "to", 10),
+            "scan": request.query_params.get("scan") if self.post_filtered else None,
+        }
+        return {k: v for k, v in raw.items() if v is not None}
 
 
 @attrs.define(eq=False)
@@ -250,6 +335,17 @@ class _Reader:
             if limit >= cap:
                 return matched, True
             limit = min(limit * 4, cap)
+
+    async def search(self, search: SessionSearch) -> SessionSearchPage | None:
+        """``search_meta``'s answer; ``None`` when the store cannot search (a remote
+        store's server may lack it: then it says so, and the list falls back)."""
+        if not self._has("search_meta"):
+            return None
+        try:
+            found: SessionSearchPage = await self.store.search_meta(search)  # type: ignore[attr-defined]
+        except UnsupportedOperationError:
+            return None
+        return found
 
     async def meta(self, sid: str) -> SessionMetaRow | None:
         if self._has("get_meta"):
@@ -305,6 +401,22 @@ class _Ui:
     async def sessions(self, request: Request) -> Html:
         query = ListQuery.parse(request)
         skip = (query.page - 1) * LIST_PAGE_SIZE
+        found = await self.reader.search(query.search(skip, LIST_PAGE_SIZE))
+        if found is not None:
+            page = SessionsPage(
+                rows=found.rows,
+                has_next=len(found.rows) == LIST_PAGE_SIZE
+                and (skip + LIST_PAGE_SIZE < found.total or not found.total_exact),
+                page=query.page,
+                params=query.params(request),
+                now=self.clock(),
+                total=found.total,
+                total_exact=found.total_exact,
+                page_size=LIST_PAGE_SIZE,
+            )
+            return render_sessions(page, STATUSES, searchable=True)
+        if query.sort != "updated":
+            raise _BadQuery("this store lists sessions by update time only (no search_meta)")
         want = skip + LIST_PAGE_SIZE + 1
         if query.post_filtered:
             cap = max(_param_count(request, "scan", DEFAULT_SCAN, 1), want)
@@ -320,20 +432,9 @@ class _Ui:
             page=query.page,
             now=self.clock(),
             scanned=cap if truncated else None,
-            params={
-                k: v
-                for k, v in {
-                    "q": query.q,
-                    "agent": query.agent,
-                    "project": query.project,
-                    "untagged": "1" if query.untagged else None,
-                    "status": query.status,
-                    "scan": request.query_params.get("scan") if query.post_filtered else None,
-                }.items()
-                if v is not None
-            },
+            params=query.params(request),
         )
-        return render_sessions(page, STATUSES)
+        return render_sessions(page, STATUSES, searchable=False)
 
     async def session(self, request: Request) -> Html | tuple[int, Html]:
         sid = validate_id(request.path_params["sessionId"], what="session id")

@@ -186,6 +186,11 @@ class SessionsPage:
     """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
     scanned: int | None = None
     """Set when a filtered scan stopped after this many sessions, short of the page."""
+    total: int | None = None
+    """How many sessions match (from ``search_meta``); ``None`` when the store cannot count."""
+    total_exact: bool = True
+    """False when more than ``total`` match (the store stopped counting there)."""
+    page_size: int = 50
 
 
 def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
@@ -194,8 +199,23 @@ def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
     return "/ui/" + (f"?{query}" if query else "")
 
 
-def _filter_form(params: Mapping[str, str], statuses: Sequence[str]) -> Html:
-    def field(name: str, label: str, placeholder: str) -> Html:
+def _choice(name: str, label: str, options: Sequence[tuple[str, str]], chosen: str | None) -> Html:
+    return el(
+        "label",
+        None,
+        label,
+        el(
+            "select",
+            {"name": name},
+            [el("option", {"value": v, "selected": v == chosen}, text) for v, text in options],
+        ),
+    )
+
+
+def _filter_form(
+    params: Mapping[str, str], statuses: Sequence[str], *, searchable: bool = False
+) -> Html:
+    def field(name: str, label: str, placeholder: str, kind: str = "text") -> Html:
         return el(
             "label",
             None,
@@ -203,7 +223,7 @@ def _filter_form(params: Mapping[str, str], statuses: Sequence[str]) -> Html:
             el(
                 "input",
                 {
-                    "type": "search" if name == "q" else "text",
+                    "type": "search" if name == "q" else kind,
                     "name": name,
                     "value": params.get(name, ""),
                     "placeholder": placeholder,
@@ -215,7 +235,9 @@ def _filter_form(params: Mapping[str, str], statuses: Sequence[str]) -> Html:
     return el(
         "form",
         {"class": "filters", "method": "get", "action": "/ui/", "role": "search"},
-        field("q", "Search", "title or id"),
+        field(
+            "q", "Search", "words in messages, tools, titles, ids" if searchable else "title or id"
+        ),
         field("agent", "Agent", "agent id"),
         field("project", "Project", "project root"),
         el(
@@ -243,6 +265,22 @@ def _filter_form(params: Mapping[str, str], statuses: Sequence[str]) -> Html:
                 [el("option", {"value": s, "selected": s == status}, s) for s in statuses],
             ),
         ),
+        _choice(
+            "dates",
+            "Dates",
+            [("updated", "updated"), ("created", "created")],
+            params.get("dates", "updated"),
+        ),
+        field("from", "from", "YYYY-MM-DD", "date"),
+        field("to", "to", "YYYY-MM-DD", "date"),
+        _choice(
+            "sort",
+            "Sort",
+            [("updated", "newest updated"), ("created", "newest created")],
+            params.get("sort", "updated"),
+        )
+        if searchable
+        else None,
         el("button", {"type": "submit"}, "Filter"),
         el("a", {"href": "/ui/", "class": "clear"}, "Clear"),
     )
@@ -307,8 +345,63 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Ht
     )
 
 
-def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
-    """The session list: filters, one page of rows, previous/next links."""
+def _page_numbers(current: int, last: int) -> list[int | None]:
+    """Pages to link: the first, the last and two either side of ``current``; ``None`` is a gap."""
+    shown = sorted({1, last, *range(max(1, current - 2), min(last, current + 2) + 1)})
+    out: list[int | None] = []
+    for n in shown:
+        if out and n - (out[-1] or 0) > 1:
+            out.append(None)
+        out.append(n)
+    return out
+
+
+def _pager(page: SessionsPage) -> Html:
+    prev = (
+        el("a", {"href": _list_url(page.params, page=str(page.page - 1)), "rel": "prev"}, "← Newer")
+        if page.page > 1
+        else None
+    )
+    nxt = (
+        el("a", {"href": _list_url(page.params, page=str(page.page + 1)), "rel": "next"}, "Older →")
+        if page.has_next
+        else None
+    )
+    if page.total is None:
+        return el("nav", {"class": "pager"}, prev, el("span", None, f"Page {page.page}"), nxt)
+    last = max(1, -(-page.total // page.page_size), page.page)
+    numbers: list[Node] = []
+    for n in _page_numbers(page.page, last):
+        if n is None:
+            numbers.append(el("span", {"class": "gap"}, "…"))
+        elif n == page.page:
+            numbers.append(el("span", {"class": "current", "aria-current": "page"}, str(n)))
+        else:
+            numbers.append(
+                el(
+                    "a",
+                    {"href": _list_url(page.params, page=str(n)), "class": "page-number"},
+                    str(n),
+                )
+            )
+    if not page.total_exact:
+        numbers.append(el("span", {"class": "gap"}, "…"))
+    count = f"{page.total:,}{'' if page.total_exact else '+'} session"
+    count += "" if page.total == 1 and page.total_exact else "s"
+    return el(
+        "nav",
+        {"class": "pager"},
+        prev,
+        el("span", {"class": "pages"}, numbers),
+        nxt,
+        el("span", {"class": "total"}, count),
+    )
+
+
+def render_sessions(
+    page: SessionsPage, statuses: Sequence[str], *, searchable: bool = False
+) -> Html:
+    """The session list: filters, one page of rows, page links (numbered when counted)."""
     head = ["Title", "Agent", "Project", "Status", "Turns", "Runs", "Updated (UTC)"]
     wide = {"Agent", "Project", "Runs"}  # left out on a narrow screen
     body: Node
@@ -329,16 +422,6 @@ def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
         )
     else:
         body = el("p", {"class": "empty"}, "No sessions match.")
-    prev = (
-        el("a", {"href": _list_url(page.params, page=str(page.page - 1)), "rel": "prev"}, "← Newer")
-        if page.page > 1
-        else None
-    )
-    nxt = (
-        el("a", {"href": _list_url(page.params, page=str(page.page + 1)), "rel": "next"}, "Older →")
-        if page.has_next
-        else None
-    )
     more: Node = None
     if page.scanned is not None:
         further = str(page.scanned * 4)
@@ -353,10 +436,10 @@ def render_sessions(page: SessionsPage, statuses: Sequence[str]) -> Html:
         {"class": "page", "data-page": "sessions", "data-title": "Sessions"},
         _nav("sessions"),
         el("h1", None, "Sessions"),
-        _filter_form(page.params, statuses),
+        _filter_form(page.params, statuses, searchable=searchable),
         body,
         more,
-        el("nav", {"class": "pager"}, prev, el("span", None, f"Page {page.page}"), nxt),
+        _pager(page),
     )
 
 

@@ -54,6 +54,8 @@ from ..model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
@@ -67,6 +69,7 @@ from ..model import (
     new_id,
     patch_metadata,
     run_claim_blocked,
+    search_page,
     send_request_evictions,
     session_meta_row,
     snapshot_status,
@@ -591,6 +594,15 @@ class FileMapStore:
         if filter is not None and filter.limit == 0:
             return []
         return [self._row(files, meta)]
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """The one session when it matches ``search`` (read and matched like ``search_page``)."""
+        _valid_body(search, SessionSearch, "session search")
+        files = await self._files()
+        meta = self._meta(files)
+        found = [] if meta is None else [self._data(meta, self._turns(files))]
+        rev = 0 if meta is None else meta.rev
+        return search_page(found, search, lambda d: session_meta_row(d, rev=rev))
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
         """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""

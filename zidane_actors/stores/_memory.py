@@ -42,6 +42,8 @@ from ..model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
@@ -59,6 +61,7 @@ from ..model import (
     normalize_artifact,
     patch_metadata,
     run_claim_blocked,
+    search_page,
     select_artifact_evictions,
     send_request_evictions,
     session_meta_row,
@@ -511,6 +514,12 @@ class MemoryStore:
         """Summary rows in :meth:`list` order, filtered the same way."""
         await self._enter()
         return [self._meta_row(d) for d in self._ordered(filter)]
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """Sessions matching ``search``, found by reading every one (``search_page``)."""
+        await self._enter()
+        search = checked(search, SessionSearch, "session search")
+        return search_page(self._sessions.values(), search, self._meta_row)
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
         """Merge ``patch`` into the metadata (``UNSET`` removes); status and ``updatedAt`` stay."""

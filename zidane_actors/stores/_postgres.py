@@ -63,6 +63,8 @@ from ..model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
@@ -80,6 +82,7 @@ from ..model import (
     normalize_artifact,
     patch_metadata,
     run_claim_blocked,
+    search_words,
     select_artifact_evictions,
     send_request_evictions,
     snapshot_status,
@@ -931,6 +934,46 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
         order += " LIMIT %s"
         params.append(filter.limit)
     return where + order, params
+
+
+def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``search`` over ``sessions s``: words through the GIN indexes."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    words = search_words(search.text or "")
+    if words:
+        # Each word is a prefix of a word of the session's header or of one of its turns;
+        # the session ids are intersected. Words are letters and digits only.
+        hits = " INTERSECT ".join(
+            "(SELECT t.session_id FROM turns t WHERE t.words @@ %s::tsquery"
+            " UNION SELECT h.id FROM sessions h WHERE h.words @@ %s::tsquery)"
+            for _ in words
+        )
+        clauses.append(f"s.id IN ({hits})")
+        for word in words:
+            params += [f"'{word}':*"] * 2
+    if search.agent_id is not None:
+        clauses.append("s.agent_id = %s")
+        params.append(search.agent_id)
+    if search.project_root is None:
+        clauses.append("s.project_root IS NULL")
+    elif search.project_root is not UNSET:
+        clauses.append("s.project_root = %s")
+        params.append(search.project_root)
+    if search.status is not None:
+        clauses.append("s.status = %s")
+        params.append(search.status)
+    for column, low, high in (
+        ("created_at", search.created_from, search.created_to),
+        ("updated_at", search.updated_from, search.updated_to),
+    ):
+        if low is not None:
+            clauses.append(f"s.{column} >= %s")
+            params.append(low)
+        if high is not None:
+            clauses.append(f"s.{column} < %s")
+            params.append(high)
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
 _AGG: Final = "count(*) || ':' || string_agg(body, ',' ORDER BY seq)"
@@ -1874,6 +1917,38 @@ class PostgresStore:
         def op(cur: _Cursor) -> builtins.list[SessionMetaRow]:
             cur.execute(_META_SELECT + tail, params)
             return [_listed_row(row) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """Sessions matching ``search`` (words found through GIN indexes), a page and a count.
+
+        The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
+        """
+        search = checked(search, SessionSearch, "session search")
+        where, params = _search_where(search)
+        order = "s.created_at" if search.order == "created" else "s.updated_at"
+
+        def op(cur: _Cursor) -> SessionSearchPage:
+            # The page's ids first, so the per-row subqueries run for its rows only.
+            cur.execute(
+                f"{_META_SELECT} WHERE s.id IN (SELECT s.id FROM sessions s{where}"
+                f' ORDER BY {order} DESC, s.id COLLATE "C" LIMIT %s OFFSET %s)'
+                f' ORDER BY {order} DESC, s.id COLLATE "C"',
+                [*params, search.limit, search.offset],
+            )
+            rows = tuple(_listed_row(row) for row in cur.fetchall())
+            cur.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM sessions s{where} LIMIT %s) m",
+                [*params, search.count_limit + 1],
+            )
+            counted = cur.fetchone()
+            found = int(counted[0]) if counted is not None else 0
+            return SessionSearchPage(
+                rows=rows,
+                total=min(found, search.count_limit),
+                total_exact=found <= search.count_limit,
+            )
 
         return await self._read(op)
 

@@ -105,7 +105,71 @@ CREATE INDEX schedule_fires_recent ON schedule_fires (schedule_id, fired_at DESC
 # (``SessionData.extra_fields``), as a JSON object; NULL when there are none.
 _V2: Final = "ALTER TABLE sessions ADD COLUMN extra text"
 
-_MIGRATIONS: Final = (_V1, _V2)
+# v3: full-text search. Each turn and each session header holds a tsvector of its
+# words (the letters-and-digits runs, lower-cased, of a turn's text blocks and tool
+# names, of a header's id and string title), kept by BEFORE triggers on every
+# statement that writes the row, whatever code path issues it, and found through
+# GIN indexes; existing rows are filled here. A row whose JSON the server cannot
+# read (a NUL or lone-surrogate escape) gets no words instead of being refused.
+_V3: Final = r"""
+CREATE FUNCTION search_words(text text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT array_to_tsvector(array_remove(
+        regexp_split_to_array(lower(coalesce(text, '')), '[^[:alnum:]]+'), ''))
+$$;
+
+CREATE FUNCTION turn_words(body text) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN search_words((
+        SELECT string_agg(
+            CASE b ->> 'type' WHEN 'text' THEN b ->> 'text' ELSE b ->> 'name' END, ' ')
+        FROM json_array_elements(CASE json_typeof(body::json -> 'content')
+            WHEN 'array' THEN body::json -> 'content' ELSE '[]' END) b
+        WHERE b ->> 'type' IN ('text', 'tool_call', 'tool_result')));
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION header_words(id text, metadata text) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN search_words(id || ' ' || coalesce(CASE json_typeof(metadata::json -> 'title')
+        WHEN 'string' THEN metadata::json ->> 'title' END, ''));
+EXCEPTION WHEN others THEN
+    RETURN search_words(id);
+END
+$$;
+
+CREATE FUNCTION turns_set_words() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.words := turn_words(NEW.body);
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION sessions_set_words() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.words := header_words(NEW.id, NEW.metadata);
+    RETURN NEW;
+END
+$$;
+
+ALTER TABLE turns ADD COLUMN words tsvector;
+ALTER TABLE sessions ADD COLUMN words tsvector;
+UPDATE turns SET words = turn_words(body);
+UPDATE sessions SET words = header_words(id, metadata);
+CREATE TRIGGER turns_words BEFORE INSERT OR UPDATE OF body ON turns
+    FOR EACH ROW EXECUTE FUNCTION turns_set_words();
+CREATE TRIGGER sessions_words BEFORE INSERT OR UPDATE OF id, metadata ON sessions
+    FOR EACH ROW EXECUTE FUNCTION sessions_set_words();
+CREATE INDEX turns_by_words ON turns USING gin (words);
+CREATE INDEX sessions_by_words ON sessions USING gin (words);
+CREATE INDEX sessions_created ON sessions (created_at DESC, id COLLATE "C");
+"""
+
+_MIGRATIONS: Final = (_V1, _V2, _V3)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

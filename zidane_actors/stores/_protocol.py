@@ -30,6 +30,8 @@ from ..model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
@@ -195,6 +197,7 @@ OPTIONAL_METHODS: Final = frozenset(
         "record_schedule_fire",
         "save_meta",
         "save_schedule",
+        "search_meta",
         "settle_send_request",
         "upsert_artifact",
     }
@@ -389,6 +392,14 @@ class FullSessionStore(SessionStore, Protocol):
 
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule (its ``lastFire`` is not stored)."""
+        ...
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """One page of the sessions matching ``search``'s words and filters, and their count.
+
+        Every store answers as :func:`~zidane_actors.model.search_page` would
+        over its sessions; an indexed store finds the words without reading them.
+        """
         ...
 
     async def settle_send_request(

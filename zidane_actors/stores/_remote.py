@@ -57,6 +57,8 @@ from ..model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
@@ -1132,6 +1134,19 @@ class RemoteStore:
             retry=True,
         )
         return builtins.list(result)
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """Sessions matching ``search``, as the server's store answers ``GET /session-search``."""
+        search = _typed(search, SessionSearch, "search")
+        fields = msgspec.to_builtins(search)
+        params = {k: str(v) for k, v in fields.items() if k != "projectRoot"}
+        if "projectRoot" in fields:
+            root = fields["projectRoot"]
+            params["projectRoot" if root is not None else "untaggedOnly"] = root or "true"
+        result: SessionSearchPage = await self._json(
+            SessionSearchPage, "GET", "/session-search", params=params, retry=True
+        )
+        return result
 
     async def list_schedule_fires(
         self, schedule_id: str, limit: int

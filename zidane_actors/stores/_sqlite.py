@@ -55,6 +55,8 @@ from ..model import (
     SessionHistory,
     SessionMetaRow,
     SessionRun,
+    SessionSearch,
+    SessionSearchPage,
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
@@ -77,6 +79,7 @@ from ..model import (
     parse_json,
     patch_metadata,
     run_claim_blocked,
+    search_words,
     select_artifact_evictions,
     send_request_evictions,
     snapshot_status,
@@ -870,6 +873,69 @@ class SQLiteStore:
                 f"{self._META_SELECT}{where} ORDER BY s.updated_at DESC, s.id{limit}", params
             ).fetchall()
             return [self._listed_row(r) for r in rows]
+
+        return await self._read(op)
+
+    @staticmethod
+    def _search_where(search: SessionSearch) -> tuple[str, builtins.list[Any]]:
+        """The WHERE clause of ``search`` over ``sessions s``: words through the FTS5 index."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        words = search_words(search.text or "")
+        if words:
+            # Each word is a prefix of a word somewhere in the session: one index lookup per
+            # word, the session ids intersected. Words are letters and digits only.
+            hits = " INTERSECT ".join(
+                "SELECT session_id FROM search WHERE search MATCH ?" for _ in words
+            )
+            clauses.append(f"s.id IN ({hits})")
+            params.extend(f'text : "{w}"*' for w in words)
+        if search.agent_id is not None:
+            clauses.append("s.agent_id = ?")
+            params.append(search.agent_id)
+        if search.project_root is None:
+            clauses.append("s.project_root IS NULL")
+        elif search.project_root is not UNSET:
+            clauses.append("s.project_root = ?")
+            params.append(search.project_root)
+        if search.status is not None:
+            clauses.append("s.status = ?")
+            params.append(search.status)
+        for column, low, high in (
+            ("created_at", search.created_from, search.created_to),
+            ("updated_at", search.updated_from, search.updated_to),
+        ):
+            if low is not None:
+                clauses.append(f"s.{column} >= ?")
+                params.append(low)
+            if high is not None:
+                clauses.append(f"s.{column} < ?")
+                params.append(high)
+        return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """Sessions matching ``search`` (words found in the FTS5 index), one page and a count.
+
+        The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
+        """
+        _valid_body(search, SessionSearch, "session search")
+        where, params = self._search_where(search)
+        order = "s.created_at" if search.order == "created" else "s.updated_at"
+
+        def op(conn: _Conn) -> SessionSearchPage:
+            rows = conn.execute(
+                f"{self._META_SELECT}{where} ORDER BY {order} DESC, s.id LIMIT ? OFFSET ?",
+                [*params, search.limit, search.offset],
+            ).fetchall()
+            (found,) = conn.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM sessions s{where} LIMIT ?)",
+                [*params, search.count_limit + 1],
+            ).fetchone()
+            return SessionSearchPage(
+                rows=tuple(self._listed_row(r) for r in rows),
+                total=min(found, search.count_limit),
+                total_exact=found <= search.count_limit,
+            )
 
         return await self._read(op)
 

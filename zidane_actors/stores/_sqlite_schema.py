@@ -287,6 +287,71 @@ _V6: Final = """
 ALTER TABLE sessions ADD COLUMN extra TEXT;
 """
 
+
+def _turn_text(body: str) -> str:
+    """SQL: the searchable text of the turn whose JSON is ``body`` (its text blocks and the
+    tool names it holds, as ``turn_search_text``); empty for a body that is not JSON."""
+    doc = f"CAST({body} AS TEXT)"
+    return (
+        "coalesce((SELECT group_concat(json_extract(b.value, CASE json_extract(b.value, '$.type')"
+        " WHEN 'text' THEN '$.text' ELSE '$.name' END), ' ')"
+        f" FROM json_each(CASE WHEN json_valid({doc}) THEN {doc} ELSE '{{}}' END, '$.content') b"
+        " WHERE json_extract(b.value, '$.type') IN ('text', 'tool_call', 'tool_result')), '')"
+    )
+
+
+def _session_text(id_: str, metadata: str) -> str:
+    """SQL: the searchable text of a session's header: its id and its string ``title``."""
+    return (
+        f"{id_} || ' ' || coalesce(CASE WHEN json_valid({metadata})"
+        f" AND json_type({metadata}, '$.title') = 'text'"
+        f" THEN json_extract({metadata}, '$.title') END, '')"
+    )
+
+
+# v7: full-text search (FTS5). One document per turn (rowid = the turn's rowid)
+# and one per session header (rowid = minus the session's rowid), each holding its
+# session id; triggers keep the index exact in the transaction of every statement
+# that inserts, deletes or rewrites a turn or a header, whatever code path issues
+# it, and the existing rows are indexed here. Plus an index for the newest-created
+# order of search_meta.
+_V7: Final = f"""
+CREATE VIRTUAL TABLE search USING fts5(
+    session_id UNINDEXED, text, tokenize = 'unicode61 remove_diacritics 0'
+);
+INSERT INTO search (rowid, session_id, text)
+    SELECT rowid, session_id, {_turn_text("body")} FROM turns;
+INSERT INTO search (rowid, session_id, text)
+    SELECT -rowid, id, {_session_text("id", "metadata")} FROM sessions;
+CREATE TRIGGER turns_indexed AFTER INSERT ON turns BEGIN
+    INSERT INTO search (rowid, session_id, text)
+        VALUES (NEW.rowid, NEW.session_id, {_turn_text("NEW.body")});
+END;
+CREATE TRIGGER turns_unindexed AFTER DELETE ON turns BEGIN
+    DELETE FROM search WHERE rowid = OLD.rowid;
+END;
+CREATE TRIGGER turns_reindexed AFTER UPDATE OF session_id, body ON turns BEGIN
+    DELETE FROM search WHERE rowid = OLD.rowid;
+    INSERT INTO search (rowid, session_id, text)
+        VALUES (NEW.rowid, NEW.session_id, {_turn_text("NEW.body")});
+END;
+CREATE TRIGGER sessions_indexed AFTER INSERT ON sessions BEGIN
+    INSERT INTO search (rowid, session_id, text)
+        VALUES (-NEW.rowid, NEW.id, {_session_text("NEW.id", "NEW.metadata")});
+END;
+CREATE TRIGGER sessions_unindexed AFTER DELETE ON sessions BEGIN
+    DELETE FROM search WHERE rowid = -OLD.rowid;
+END;
+CREATE TRIGGER sessions_reindexed AFTER UPDATE OF id, metadata ON sessions
+    WHEN {_session_text("OLD.id", "OLD.metadata")} IS NOT {_session_text("NEW.id", "NEW.metadata")}
+BEGIN
+    DELETE FROM search WHERE rowid = -OLD.rowid;
+    INSERT INTO search (rowid, session_id, text)
+        VALUES (-NEW.rowid, NEW.id, {_session_text("NEW.id", "NEW.metadata")});
+END;
+CREATE INDEX sessions_by_created ON sessions (created_at DESC, id);
+"""
+
 MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V1,
     _V2,
@@ -294,6 +359,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V4,
     _V5,
     _V6,
+    _V7,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
