@@ -13,10 +13,7 @@ SQLite: one file in a temporary directory. PostgreSQL: a fresh database at
 127.0.0.1:5432 (dropped afterwards).
 
 Run: ``.venv/bin/python benchmarks/soak_history.py [--store sqlite|postgres|both]
-[--processes 6] [--steps 1000] [--sessions 3] [--rounds 1] [--seed 1] [--skip hold]``.
-The ``hold`` step (a run claimed on a shared session and held across steps)
-finds ``double-claim`` today: a host that loaded the session during another's
-run saves its memory's ``idle`` over the marker; ``--skip hold`` leaves it out.
+[--processes 6] [--steps 1000] [--sessions 3] [--rounds 1] [--seed 1] [--skip KINDS]``.
 """
 
 from __future__ import annotations

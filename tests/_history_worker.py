@@ -276,6 +276,8 @@ class Program:
             sid = self.rng.choice([s for s in sessions if s != self.holding] or sessions)
             await self.step(name, sid)
             await self.store_read(sid)
+        if self.holding is not None:  # a claim ends with its process: say so in the history
+            await self.hold(self.holding)
 
     def close(self) -> None:
         for zs in self.zidane.values():

@@ -36,9 +36,6 @@ PROCESSES = 3
 STEPS = 80
 SEED = 21
 ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
-# Runs held across steps on shared sessions are left out: another host's save
-# drops their marker (test_a_save_keeps_another_hosts_run_claim, below).
-SKIP = ("hold",)
 
 
 def summary(anomalies: list[Anomaly], run: HistoryRun) -> str:
@@ -95,22 +92,15 @@ def test_sqlite_file_shared_by_three_hosts(tmp_path: Path) -> None:
         processes=PROCESSES,
         steps=STEPS,
         seed=SEED,
-        skip=SKIP,
     )
     assert_consistent(run)
 
 
 def test_postgres_database_shared_by_three_hosts(tmp_path: Path, pg_database: str) -> None:
-    run = run_processes(
-        pg_database, tmp_path, processes=PROCESSES, steps=STEPS, seed=SEED, skip=SKIP
-    )
+    run = run_processes(pg_database, tmp_path, processes=PROCESSES, steps=STEPS, seed=SEED)
     assert_consistent(run)
 
 
-@pytest.mark.xfail(
-    reason="a loaded session shows another host's live run as idle, and its save writes that",
-    strict=True,
-)
 async def test_a_save_keeps_another_hosts_run_claim(tmp_path: Path) -> None:
     # What the "hold" step finds (double-claim): a host loads a session while a
     # host elsewhere runs it, saves a metadata change, and the run marker is gone,

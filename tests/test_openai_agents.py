@@ -657,10 +657,16 @@ def until(db: str, session_id: str, ready: Callable[[SessionData], bool]) -> Ses
     import gc
     import time
 
+    async def stored() -> SessionData | None:
+        # The store's own record: a load would show a run still being closed as
+        # "aborted" (a loaded session demotes every "running" run).
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+            return await store.load(session_id)
+
     deadline = time.monotonic() + 10
     while True:
         gc.collect()
-        data = read_back(db, session_id)
+        data = trio.run(stored)
         if data is not None and ready(data):
             return data
         assert time.monotonic() < deadline, f"never ready: {data}"

@@ -129,3 +129,37 @@ async def test_persist_heal_false_writes_nothing(opener: Opener) -> None:
         session = await load_session(reader_side, "s", persist_heal=False)
         assert session is not None and session.status == "idle"
         assert (await owner_side.load("s")).status == "running"
+
+
+@pytest.mark.parametrize("entry", ["load_session", "host"])
+@pytest.mark.parametrize("bulk", [False, True], ids=["save_meta", "bulk save"])
+async def test_a_readers_save_leaves_a_live_owners_marker_and_runs(
+    opener: Opener, entry: str, bulk: bool
+) -> None:
+    """Memory shows the demotion; a save of that view writes the stored marker back as it is."""
+    async with (
+        two_handles(opener) as (owner_side, reader_side),
+        open_session_host(reader_side) as host,
+    ):
+        await seed_running(owner_side, LIVE_ELSEWHERE)
+        loaded = (
+            await host.load_session("s")
+            if entry == "host"
+            else await load_session(reader_side, "s")
+        )
+        assert loaded is not None
+        assert (loaded.status, loaded.runs[0].status) == ("idle", "aborted")
+        await loaded.set_meta("note", "read while it ran")
+        if bulk:
+            await loaded.set_turns([*loaded.turns, make_turn(2)])
+        await loaded.save()
+        stored = await owner_side.load("s")
+        assert stored.metadata["note"] == "read while it ran"
+        assert len(stored.turns) == (2 if bulk else 1)
+        assert (stored.status, stored.run_owner) == ("running", LIVE_ELSEWHERE)
+        assert stored.runs[0].status == "running"
+        claim = await reader_side.claim_run("s", stale_at=now_ms() - RUN_OWNER_HOLD_MS)
+        assert not claim.claimed
+        # What the reader sets itself is written: its own status change settles it.
+        await loaded.update_status("idle")
+        assert (await owner_side.load("s")).status == "idle"

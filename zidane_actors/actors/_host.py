@@ -206,7 +206,7 @@ class SessionHost:
             )
             if loaded is None:
                 return None
-            data, bulk, rev = loaded
+            data, bulk, rev, held = loaded
             session = Session(
                 data,
                 store=self._store,
@@ -215,6 +215,7 @@ class SessionHost:
                 bulk=bulk,
                 caps=self._caps,
                 rev=rev,
+                held=held,
             )
             self._sessions[session_id] = session
             pending.session = session

@@ -513,6 +513,7 @@ class Session:
         "_changed",
         "_crash",
         "_data",
+        "_held",
         "_indexed",
         "_inflight",
         "_last_active",
@@ -539,8 +540,10 @@ class Session:
         bulk: bool = False,
         caps: frozenset[str] | None = None,
         rev: int | None = None,
+        held: _HeldMarker | None = None,
     ) -> None:
         self._data = data
+        self._held = held
         # What the session hands out: its memory frozen, so no caller can change it.
         self._view = FrozenView()
         self._store = store
@@ -1200,6 +1203,7 @@ class Session:
                     metadata.pop(key, None)
             data = msgspec.structs.replace(data, metadata=metadata)
         self._commit(data)
+        self._held = None  # memory shows the stored marker as it is
         self._rev = rev
         self._stale = False
 
@@ -1213,6 +1217,19 @@ class Session:
         if rev != self._rev or self._stale:
             await self._call(_Refresh())
         return True
+
+    def _snapshot(self) -> SessionData:
+        """Memory as a save writes it: a load-time demotion the store did not take stays unwritten.
+
+        The load shows another writer's live ``running`` marker as ``idle`` and
+        its running runs as ``aborted`` (the spec's stale-running demotion), but
+        that view is not this session's to persist: while memory still shows
+        exactly that, the save sends the stored values back (a snapshot's
+        ``running`` keeps the stored status and owner), so it never settles a
+        run going on elsewhere.
+        """
+        held, data = self._held, self._data
+        return data if held is None else held.restore(data)
 
     def _full(self) -> FullSessionStore:
         return cast(FullSessionStore, self._store)
@@ -1280,7 +1297,7 @@ class Session:
         ``save_meta`` with the keys changed since the last save, unless the
         history was replaced (a bulk save) or the store has no ``save_meta``.
         """
-        data = self._data
+        data = self._snapshot()
         expect = {} if self._rev is None else {"expected_rev": self._rev}
         if "save_meta" in self._caps and (keys is not None or not self._bulk):
             saved = tuple(sorted(self._changed)) if keys is None else keys
@@ -1369,6 +1386,8 @@ class Session:
     def _status_plan(self, status: SessionStatus) -> _Plan[None]:
         def finish(result: object) -> None:
             owner = current_run_owner() if status == "running" else None
+            if self._held is not None:
+                self._held = self._held.settled()
             self._commit(
                 msgspec.structs.replace(
                     self._data, status=status, run_owner=owner, updated_at=self._now()
@@ -1462,7 +1481,7 @@ class Session:
             if "mutate_history" in self._caps:
                 await self._persist_heal()
             elif len(await self._store.get_turns(self.id)) == len(before.turns):
-                await self._store.save(self._data)
+                await self._store.save(self._snapshot())
         except Exception:  # best-effort by contract: the in-memory heal stands
             return True
         return True
@@ -1559,8 +1578,9 @@ async def _loaded_session_data(
     persist_heal: bool,
     on_pairing_drop: Callable[[PairingDrop], None] | None,
     clock: Clock,
-) -> tuple[SessionData, bool, int | None] | None:
-    """The stored data with load-time heals applied, whether a bulk save is armed, and its rev.
+) -> tuple[SessionData, bool, int | None, _HeldMarker | None] | None:
+    """The stored data with load-time heals applied, whether a bulk save is armed, its rev,
+    and the run marker memory shows demoted while the store keeps it.
 
     Memory always shows the stale-running demotion; the store gets it only
     through ``demote_stale_run``, which writes when the marker is stale by the
@@ -1586,6 +1606,7 @@ async def _loaded_session_data(
                 return None
             raw = found
         data = demote_stale_running_status(raw)
+        demotion = data is not raw
         bulk = False
         healed = drop_invalid_tool_pairings(
             data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
@@ -1605,14 +1626,16 @@ async def _loaded_session_data(
                     rev = revision.after if type(revision) is Revision else None
             else:
                 bulk = True
-        if data is not raw and persist_heal and "demote_stale_run" in caps:
+        if demotion and persist_heal and "demote_stale_run" in caps:
             now = clock()
             demoted = await cast(FullSessionStore, store).demote_stale_run(
                 session_id, stale_at=now - RUN_OWNER_HOLD_MS, now=now
             )
-            if demoted and versioned:
-                continue  # read the demoted state back with its rev
-        return data, bulk, rev
+            if demoted:
+                if versioned:
+                    continue  # read the demoted state back with its rev
+                demotion = False  # the store holds what memory shows
+        return data, bulk, rev, (_HeldMarker.of(raw, data) if demotion else None)
     raise StaleSessionError(
         f"session {session_id!r} kept changing while it was loaded", expected=None, actual=None
     )
@@ -1632,6 +1655,34 @@ async def _run_after(previous: Actor[Any] | None, actor: Actor[Any]) -> None:
 def _close_actor(session: Session) -> None:
     if session._actor is not None:
         session._actor.close()
+
+
+@attrs.frozen
+class _HeldMarker:
+    """The stored run marker a load showed demoted while the store kept it."""
+
+    status: bool  # memory's settled status stands for a stored ``running``
+    runs: Mapping[str, tuple[SessionRun, SessionRun]]  # id: (shown demoted, stored)
+
+    @classmethod
+    def of(cls, stored: SessionData, shown: SessionData) -> _HeldMarker:
+        runs = {a.id: (b, a) for a, b in zip(stored.runs, shown.runs, strict=True) if a is not b}
+        return cls(stored.status == "running" and shown.status != "running", runs)
+
+    def settled(self) -> _HeldMarker:
+        """After this session set its status itself."""
+        return _HeldMarker(False, self.runs)
+
+    def restore(self, data: SessionData) -> SessionData:
+        """``data`` with what still shows the demotion put back as stored."""
+        changes: dict[str, Any] = {}
+        if self.status and data.status == "idle" and data.run_owner is None:
+            changes["status"] = "running"
+        if self.runs and any(self.runs.get(r.id, (None,))[0] is r for r in data.runs):
+            changes["runs"] = tuple(
+                self.runs[r.id][1] if self.runs.get(r.id, (None,))[0] is r else r for r in data.runs
+            )
+        return msgspec.structs.replace(data, **changes) if changes else data
 
 
 @attrs.define
@@ -1708,5 +1759,7 @@ async def load_session(
     )
     if loaded is None:
         return None
-    data, bulk, rev = loaded
-    return Session(data, store=store, runner=_StandaloneRunner(), clock=now, bulk=bulk, rev=rev)
+    data, bulk, rev, held = loaded
+    return Session(
+        data, store=store, runner=_StandaloneRunner(), clock=now, bulk=bulk, rev=rev, held=held
+    )
