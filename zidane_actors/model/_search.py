@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final
+from typing import Any, Final
 
 from msgspec import UNSET
 
@@ -19,7 +19,7 @@ from ._types import (
     ToolResultBlock,
 )
 
-__all__ = ["search_page", "search_words", "turn_search_text"]
+__all__ = ["search_header_filters", "search_page", "search_words", "turn_search_text"]
 
 _WORD: Final = re.compile(r"[^\W_]+")
 
@@ -59,18 +59,44 @@ def _has_words(data: SessionData, wanted: list[str]) -> bool:
     return False
 
 
-def _passes(data: SessionData, search: SessionSearch, wanted: list[str]) -> bool:
-    if search.agent_id is not None and data.agent_id != search.agent_id:
-        return False
-    if search.project_root is not UNSET and data.project_root != search.project_root:
-        return False
-    if search.status is not None and data.status != search.status:
-        return False
-    for value, low, high in (
-        (data.created_at, search.created_from, search.created_to),
-        (data.updated_at, search.updated_from, search.updated_to),
+def search_header_filters(search: SessionSearch) -> list[tuple[str, str, Any]]:
+    """The header conditions of ``search``, as ``(column, operator, value)`` in order.
+
+    ``operator`` is ``=``, ``>=`` or ``<``, or ``IS NULL`` (value ``None``) for
+    "no project root". The SQL stores render these; :func:`search_page`
+    applies them to the sessions it scans: one rule for every store.
+    """
+    found: list[tuple[str, str, Any]] = []
+    if search.agent_id is not None:
+        found.append(("agent_id", "=", search.agent_id))
+    if search.project_root is None:
+        found.append(("project_root", "IS NULL", None))
+    elif search.project_root is not UNSET:
+        found.append(("project_root", "=", search.project_root))
+    if search.status is not None:
+        found.append(("status", "=", search.status))
+    for column, low, high in (
+        ("created_at", search.created_from, search.created_to),
+        ("updated_at", search.updated_from, search.updated_to),
     ):
-        if (low is not None and value < low) or (high is not None and value >= high):
+        if low is not None:
+            found.append((column, ">=", low))
+        if high is not None:
+            found.append((column, "<", high))
+    return found
+
+
+_HOLDS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "=": lambda a, b: bool(a == b),
+    ">=": lambda a, b: bool(a >= b),
+    "<": lambda a, b: bool(a < b),
+    "IS NULL": lambda a, _: a is None,
+}
+
+
+def _passes(data: SessionData, search: SessionSearch, wanted: list[str]) -> bool:
+    for column, operator, value in search_header_filters(search):
+        if not _HOLDS[operator](getattr(data, column), value):
             return False
     return not wanted or _has_words(data, wanted)
 

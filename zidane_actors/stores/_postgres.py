@@ -82,6 +82,7 @@ from ..model import (
     normalize_artifact,
     patch_metadata,
     run_claim_blocked,
+    search_header_filters,
     search_words,
     select_artifact_evictions,
     send_request_evictions,
@@ -952,27 +953,12 @@ def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
         clauses.append(f"s.id IN ({hits})")
         for word in words:
             params += [f"'{word}':*"] * 2
-    if search.agent_id is not None:
-        clauses.append("s.agent_id = %s")
-        params.append(search.agent_id)
-    if search.project_root is None:
-        clauses.append("s.project_root IS NULL")
-    elif search.project_root is not UNSET:
-        clauses.append("s.project_root = %s")
-        params.append(search.project_root)
-    if search.status is not None:
-        clauses.append("s.status = %s")
-        params.append(search.status)
-    for column, low, high in (
-        ("created_at", search.created_from, search.created_to),
-        ("updated_at", search.updated_from, search.updated_to),
-    ):
-        if low is not None:
-            clauses.append(f"s.{column} >= %s")
-            params.append(low)
-        if high is not None:
-            clauses.append(f"s.{column} < %s")
-            params.append(high)
+    for column, operator, value in search_header_filters(search):
+        if value is None:
+            clauses.append(f"s.{column} {operator}")
+        else:
+            clauses.append(f"s.{column} {operator} %s")
+            params.append(value)
     return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 

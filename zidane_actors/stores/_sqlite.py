@@ -79,6 +79,7 @@ from ..model import (
     parse_json,
     patch_metadata,
     run_claim_blocked,
+    search_header_filters,
     search_words,
     select_artifact_evictions,
     send_request_evictions,
@@ -890,27 +891,12 @@ class SQLiteStore:
             )
             clauses.append(f"s.id IN ({hits})")
             params.extend(f'text : "{w}"*' for w in words)
-        if search.agent_id is not None:
-            clauses.append("s.agent_id = ?")
-            params.append(search.agent_id)
-        if search.project_root is None:
-            clauses.append("s.project_root IS NULL")
-        elif search.project_root is not UNSET:
-            clauses.append("s.project_root = ?")
-            params.append(search.project_root)
-        if search.status is not None:
-            clauses.append("s.status = ?")
-            params.append(search.status)
-        for column, low, high in (
-            ("created_at", search.created_from, search.created_to),
-            ("updated_at", search.updated_from, search.updated_to),
-        ):
-            if low is not None:
-                clauses.append(f"s.{column} >= ?")
-                params.append(low)
-            if high is not None:
-                clauses.append(f"s.{column} < ?")
-                params.append(high)
+        for column, operator, value in search_header_filters(search):
+            if value is None:
+                clauses.append(f"s.{column} {operator}")
+            else:
+                clauses.append(f"s.{column} {operator} ?")
+                params.append(value)
         return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
     async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
