@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 import trio
 from test_server_e2e import SERVE_MEMORY, ServerProcess
 
 from zidane_actors.errors import StoreUnavailableError, ValidationError
-from zidane_actors.model import SessionData
+from zidane_actors.model import SessionData, SessionTurn
 from zidane_actors.server import ServerLimits, serve
 from zidane_actors.stores import create_memory_store, create_remote_store, open_sqlite_store
 
@@ -321,6 +322,51 @@ async def test_bodies_in_flight_stay_within_the_memory_budget() -> None:
             big = SessionData(id="s3", created_at=1, updated_at=1, metadata={"x": "y" * 90_000})
             await remote.save(big)
             assert await remote.load("s3") == big
+    finally:
+        server.stop()
+
+
+async def test_answers_count_against_the_same_memory_budget() -> None:
+    """A big answer waits its turn like a big body; one larger than the budget goes alone."""
+    server = ServerProcess(
+        "memory",
+        args=["--max-body-bytes", "100000", "--max-body-bytes-in-flight", "250000"],
+    )
+    server.start()
+    try:
+        port = server.port
+        text = "x" * 30_000
+        async with create_remote_store(server.url) as remote:
+            for sid, turns in (("mid", 4), ("huge", 9)):  # answers of ~120 KB and ~270 KB
+                await remote.save(SessionData(id=sid, created_at=1, updated_at=1))
+                for i in range(turns):
+                    turn = {"id": f"t{i}", "role": "user", "createdAt": 1}
+                    turn["content"] = [{"type": "text", "text": text}]
+                    await remote.append_turns(sid, [msgspec.convert(turn, SessionTurn)])
+            mid = await remote.load("mid")
+        async with httpx.AsyncClient(base_url=server.url, headers=JSON) as client:
+            alone = await client.get("/sessions/huge")  # past the whole budget, but alone
+            assert alone.status_code == 200 and len(alone.content) > 250_000
+            head = (
+                f"PUT /sessions/big HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+                "content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+            ).encode()
+            holders = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+            for holder in holders:
+                await holder.send_all(head + b"{")
+            # Once both bodies are being read, 2 x 100000 are held: the ~120 KB answer
+            # would pass 250000 and is refused, with nothing of it sent.
+            for _ in range(100):
+                r = await client.get("/sessions/mid")
+                if r.status_code == 503:
+                    break
+            assert r.status_code == 503
+            assert (r.headers["retry-after"], r.json()["error"]["code"]) == ("1", "busy")
+            assert (await client.get("/sessions")).status_code == 200  # a small answer fits
+            for holder in holders:
+                await holder.aclose()
+        async with create_remote_store(server.url, retries=6) as remote:
+            assert await remote.load("mid") == mid  # the budget is free again
     finally:
         server.stop()
 

@@ -115,7 +115,7 @@ from ..stores._remote import (
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
 from ._guard import Guard, SecurityHeaders
-from ._limits import Admission, BodyBudget, CloseUnread, ServerLimits, read_body
+from ._limits import Admission, AnswerBudget, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 from ._ui import ui_routes
@@ -1043,5 +1043,6 @@ def create_app(
         append_turns=_guarded(api.append_turns, api.budget),
         apply_writes=_guarded(api.apply_writes, api.budget),
     )
-    guarded = Guard(app=Admission(app=hot, max_requests=limits.max_requests), token=token)
+    budgeted = AnswerBudget(app=hot, budget=api.budget)
+    guarded = Guard(app=Admission(app=budgeted, max_requests=limits.max_requests), token=token)
     return CloseUnread(app=SecurityHeaders(app=guarded))

@@ -3,8 +3,9 @@
 A slow or hostile client must not hold the server: every request counts
 against ``max_requests`` (503 with ``Retry-After`` beyond it), a body must
 arrive whole within ``body_timeout_s`` (408 otherwise), and the bytes of all
-bodies being read or served at once stay within ``max_body_bytes_in_flight``
-(503 with ``Retry-After`` when a body would pass it).
+request bodies being read or served and of all answers being sent stay
+within ``max_body_bytes_in_flight`` (503 with ``Retry-After`` when one would
+pass it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "RETRY_AFTER_S",
     "Admission",
+    "AnswerBudget",
     "BodyBudget",
     "CloseUnread",
     "ServerLimits",
@@ -173,6 +175,68 @@ class Admission:
             await self.app(scope, receive, send)
         finally:
             self.active -= 1
+
+
+@attrs.define(eq=False)
+class AnswerBudget:
+    """ASGI middleware: an answer's bytes count against the body budget until sent.
+
+    Request bodies and answers share one budget, so a few huge answers (a
+    session of 50 MB turns read by many clients at once, or by slow ones)
+    cannot pile up in memory: an answer whose first bytes would pass the
+    budget is replaced by a 503 ``busy`` (its headers are held until then),
+    and what is reserved is given back as soon as each chunk is sent or the
+    client left. An answer larger than the whole budget goes out when it is
+    alone (nothing else held), so no stored session becomes unreadable.
+    """
+
+    app: ASGIApp
+    budget: BodyBudget
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        refused = False
+
+        async def budgeted_send(message: Message) -> None:
+            nonlocal start, refused
+            if refused:
+                return  # the 503 went instead: drop the rest of the answer
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            size = len(message.get("body", b""))
+            if start is not None:
+                try:
+                    if size > self.budget.limit and not self.budget.held:
+                        self.budget.held += size  # alone, an answer past the budget still goes
+                    else:
+                        self.budget.reserve(size)
+                except ApiError as exc:
+                    refused = True
+                    await exc.response()(scope, receive, send)
+                    return
+                first, start = start, None
+                try:
+                    await send(first)
+                    await send(message)
+                finally:
+                    self.budget.release(size)
+                return
+            self.budget.held += size  # a stream's later chunk: counted, never refused
+            try:
+                await send(message)
+            finally:
+                self.budget.release(size)
+
+        await self.app(scope, receive, budgeted_send)
+        if start is not None and not refused:  # an answer with no body message
+            await send(start)
 
 
 @attrs.define(eq=False)
