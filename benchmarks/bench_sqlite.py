@@ -27,6 +27,10 @@ results; see ``_realistic.py``) and every commit is durable
 4. ``list_meta`` over 10k sessions vs a bare header ``SELECT`` (and, for scale,
    vs that SELECT plus the untitled sessions' first user turns looked up and decoded).
 5. One durable append at 10k turns vs at 0 (append is O(1) of the history).
+6. Search: the SQL of appending 10k turns in 1000-row commits, with the index
+   queued (schema v8) vs indexed at once (v7's trigger, put back for the
+   comparison), and the first ``search_meta`` for words after them (which
+   indexes the queue) vs the next one.
 
 Run: ``.venv/bin/python benchmarks/bench_sqlite.py [--rounds N]`` (a few minutes).
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import importlib.util
 import json
@@ -619,6 +624,63 @@ async def many_sessions(tmp: Path) -> None:
     )
 
 
+async def search(tmp: Path) -> None:
+    from zidane_actors.model import SessionSearch
+    from zidane_actors.stores._sqlite_schema import _turn_text
+
+    turns = [step_turn(i % 100, i) for i in range(10_000)]
+    rows = [(f"s{i % 100:03d}", i, t.id, t.role, encode(t)) for i, t in enumerate(turns)]
+    eager = (
+        "CREATE TRIGGER turns_indexed AFTER INSERT ON turns BEGIN"
+        " INSERT INTO search (rowid, session_id, text)"
+        f" VALUES (NEW.rowid, NEW.session_id, {_turn_text('NEW.body')}); END"
+    )
+
+    def appends(db: Path, at_once: bool) -> float:
+        with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+            if at_once:
+                conn.execute("DROP TRIGGER turns_indexed")
+                conn.execute(eager)
+            start = time.process_time()
+            for at in range(0, len(rows), 1000):
+                conn.execute("BEGIN")
+                conn.executemany(
+                    "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+                    rows[at : at + 1000],
+                )
+                conn.execute("COMMIT")
+            return time.process_time() - start
+
+    times: dict[str, list[float]] = {"queued": [], "at once": []}
+    first: list[float] = []
+    second: list[float] = []
+    for r in range(3):
+        for kind in ("queued", "at once") if r % 2 == 0 else ("at once", "queued"):
+            db = tmp / f"search-{r}-{kind.replace(' ', '')}.db"
+            async with open_sqlite_store(db) as store:
+                for i in range(100):
+                    await store.save(header(f"s{i:03d}"))
+            times[kind].append(appends(db, kind == "at once"))
+            if kind == "queued":
+                async with open_sqlite_store(db) as store:
+                    query = SessionSearch(text="the")
+                    for sink in (first, second):
+                        start = time.perf_counter()
+                        await store.search_meta(query)
+                        sink.append(time.perf_counter() - start)
+    queued = statistics.median(times["queued"])
+    at_once = statistics.median(times["at once"])
+    print("\n6. search: 10k realistic turns appended in 1000-row commits (SQL alone, CPU)")
+    print(
+        f"   queued for the index (v8): {queued / 1e-3 / 10:6.1f} us/turn   indexed at once"
+        f" (v7): {at_once / 1e-3 / 10:6.1f} us/turn   ratio {queued / at_once:.2f}x"
+    )
+    print(
+        f"   first search after them (indexes the 10k): {statistics.median(first) * 1e3:7.1f} ms"
+        f"   the next: {statistics.median(second) * 1e3:6.1f} ms"
+    )
+
+
 async def main(rounds: int, only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -630,6 +692,8 @@ async def main(rounds: int, only: set[str]) -> None:
             await big_session(tmp)
         if not only or "list_meta" in only:
             await many_sessions(tmp)
+        if not only or "search" in only:
+            await search(tmp)
 
 
 if __name__ == "__main__":
@@ -639,7 +703,7 @@ if __name__ == "__main__":
         "--only",
         action="append",
         default=[],
-        choices=["throughput", "latency", "load", "list_meta"],
+        choices=["throughput", "latency", "load", "list_meta", "search"],
         help="run only these parts (repeatable)",
     )
     parser.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)

@@ -41,7 +41,12 @@ from zidane_actors.model import (
     turn_search_text,
 )
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
-from zidane_actors.stores._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, migrate
+from zidane_actors.stores._sqlite_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SEARCH_CATCH_UP,
+    migrate,
+)
 
 # What list_meta answered before schema v4, from the child tables on every call.
 _RECOMPUTED_ROWS = (
@@ -290,7 +295,7 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             c = await store.get_meta("c")
             assert c is not None and c.first_user_turn == make_turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert conn.execute(_STORED).fetchall() == [
             ("a", 3, 2, 2, 0, 1),
             ("c", 3, 2, 0, 0, 1),
@@ -329,7 +334,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
             assert meta is not None and meta.first_user_turn == make_turn(3)
             assert meta.user_message_count == 2
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
@@ -370,8 +375,17 @@ async def test_any_statement_on_child_rows_keeps_aggregates(tmp_path: Path) -> N
 
 
 def _search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-    """The search index's documents: (rowid, session id, text), in rowid order."""
-    return conn.execute("SELECT rowid, session_id, text FROM search ORDER BY rowid").fetchall()
+    """The search index's documents once its queue is indexed (as a search does first):
+    (rowid, session id, text), in rowid order. The index and the queue never overlap."""
+    indexed = {r for (r,) in conn.execute("SELECT rowid FROM search WHERE rowid > 0")}
+    queued = {r for (r,) in conn.execute("SELECT turn FROM search_pending")}
+    assert not indexed & queued
+    conn.execute("BEGIN")
+    for statement in SEARCH_CATCH_UP:
+        conn.execute(statement)
+    rows = conn.execute("SELECT rowid, session_id, text FROM search ORDER BY rowid").fetchall()
+    conn.execute("ROLLBACK")
+    return rows
 
 
 def _expected_search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -445,7 +459,7 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
         await store.delete("a")
         assert await hits("plan") == []
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert _search_rows(conn) == _expected_search_rows(conn)
         conn.execute("INSERT INTO search (search) VALUES ('integrity-check')")
         conn.execute("UPDATE sessions SET id = 'b2' WHERE id = 'b'")  # another program's edits
@@ -453,3 +467,38 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
             "UPDATE turns SET session_id = 'b2', body = ? WHERE session_id = 'b'", (encode(tool),)
         )
         assert _search_rows(conn) == _expected_search_rows(conn)
+
+
+async def test_appends_queue_their_turns_and_a_search_indexes_them(tmp_path: Path) -> None:
+    """An append only queues its turns for the index; the next search for words indexes
+    the queue in its own transaction and finds them, and the queue is empty after."""
+    db = tmp_path / "queued.db"
+    async with open_sqlite_store(db) as store:
+        await store.save(SessionData(id="a", created_at=1, updated_at=1))
+        turn = SessionTurn(
+            id="q", role="user", created_at=1, content=(TextBlock("zebra crossing"),)
+        )
+        await store.append_turns("a", [turn])
+        with closing(sqlite3.connect(db, isolation_level=None)) as raw:
+            assert raw.execute("SELECT count(*) FROM search WHERE rowid > 0").fetchone() == (0,)
+            assert raw.execute("SELECT count(*) FROM search_pending").fetchone() == (1,)
+        page = await store.search_meta(SessionSearch(text="zebra"))
+        assert [r.id for r in page.rows] == ["a"]
+        with closing(sqlite3.connect(db, isolation_level=None)) as raw:
+            assert raw.execute("SELECT count(*) FROM search_pending").fetchone() == (0,)
+            assert _search_rows(raw) == _expected_search_rows(raw)
+        # A rewrite takes the turn out of the index and queues it again; a delete drops both.
+        rewritten = SessionData(
+            id="a",
+            created_at=1,
+            updated_at=2,
+            turns=(SessionTurn(id="q", role="user", created_at=1, content=(TextBlock("okapi"),)),),
+        )
+        await store.save(rewritten)
+        assert (await store.search_meta(SessionSearch(text="zebra"))).rows == ()
+        assert [r.id for r in (await store.search_meta(SessionSearch(text="okapi"))).rows] == ["a"]
+        await store.append_turns("a", [make_turn(5)])
+        await store.delete("a")
+        with closing(sqlite3.connect(db, isolation_level=None)) as raw:
+            assert raw.execute("SELECT count(*) FROM search_pending").fetchone() == (0,)
+            assert raw.execute("SELECT count(*) FROM search").fetchone() == (0,)

@@ -99,7 +99,7 @@ from ._protocol import (
     TurnsMutation,
     stale,
 )
-from ._sqlite_schema import migrate, refuse_foreign
+from ._sqlite_schema import SEARCH_CATCH_UP, migrate, refuse_foreign
 from ._thread import WorkerThread, start_worker_thread
 from ._validate import (
     check_artifact_filter_ids,
@@ -903,12 +903,18 @@ class SQLiteStore:
         """Sessions matching ``search`` (words found in the FTS5 index), one page and a count.
 
         The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
+        A search for words first indexes the turns written since the last one (in its
+        own transaction: appends only queue their turns), so it sees every stored turn.
         """
         _valid_body(search, SessionSearch, "session search")
         where, params = self._search_where(search)
         order = "s.created_at" if search.order == "created" else "s.updated_at"
+        words = bool(search_words(search.text or ""))
 
         def op(conn: _Conn) -> SessionSearchPage:
+            if words:
+                for statement in SEARCH_CATCH_UP:
+                    conn.execute(statement)
             rows = conn.execute(
                 f"{self._META_SELECT}{where} ORDER BY {order} DESC, s.id LIMIT ? OFFSET ?",
                 [*params, search.limit, search.offset],
@@ -923,7 +929,7 @@ class SQLiteStore:
                 total_exact=found <= search.count_limit,
             )
 
-        return await self._read(op)
+        return await (self._write(op) if words else self._read(op))
 
     async def run_epoch(self, session_id: str) -> int | None:
         """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""
