@@ -462,3 +462,7 @@ async def test_an_answer_about_another_record_is_refused() -> None:
     async with canned_server(_answer(row)) as url, create_remote_store(url, retries=0) as store:
         with pytest.raises(CorruptDataError):
             await store.get_meta("s1")
+    versioned = _answer(other).replace(b"connection: close", b"zidane-rev: 3\r\nconnection: close")
+    async with canned_server(versioned) as url, create_remote_store(url, retries=0) as store:
+        with pytest.raises(CorruptDataError, match="'other', not 's1'"):
+            await store.load_versioned("s1")

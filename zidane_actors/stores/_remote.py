@@ -898,7 +898,9 @@ class RemoteStore:
         rev = response.headers.get(REV_HEADER)
         if rev is None or not rev.isdigit():
             raise UnsupportedOperationError(f"GET {path}: the server's store keeps no versions")
-        return decode(response.content, SessionData, what=f"answer of GET {path}"), int(rev)
+        data = decode(response.content, SessionData, what=f"answer of GET {path}")
+        _same_id(data.id, session_id, f"GET {path}")
+        return data, int(rev)
 
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (``GET /sessions/{id}/rev``), or ``None`` when absent."""
