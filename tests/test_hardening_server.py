@@ -288,21 +288,32 @@ async def test_slow_bodies_are_cut_off_and_do_not_lock_others_out() -> None:
         server.stop()
 
 
-async def test_bodies_in_flight_stay_within_the_memory_budget() -> None:
+def _small_budget() -> ServerProcess:
+    """A server taking bodies of 100000 bytes at most, 250000 in flight."""
     server = ServerProcess(
         "memory",
         args=["--max-body-bytes", "100000", "--max-body-bytes-in-flight", "250000"],
     )
     server.start()
+    return server
+
+
+async def _hold_two_bodies(port: int) -> list[trio.SocketStream]:
+    """Two connections that declared 100000-byte bodies and sent one byte of each."""
+    head = (
+        f"PUT /sessions/big HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+        "content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+    ).encode()
+    holders = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+    for holder in holders:
+        await holder.send_all(head + b"{")
+    return holders
+
+
+async def test_bodies_in_flight_stay_within_the_memory_budget() -> None:
+    server = _small_budget()
     try:
-        port = server.port
-        head = (
-            f"PUT /sessions/big HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
-            "content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
-        ).encode()
-        holders = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
-        for holder in holders:
-            await holder.send_all(head + b"{")
+        holders = await _hold_two_bodies(server.port)
         async with httpx.AsyncClient(base_url=server.url, headers=JSON) as client:
             # Once both are being read, 2 x 100000 are held: a third 100000 would pass 250000.
             third = b" " * 100_000
@@ -328,13 +339,8 @@ async def test_bodies_in_flight_stay_within_the_memory_budget() -> None:
 
 async def test_answers_count_against_the_same_memory_budget() -> None:
     """A big answer waits its turn like a big body; one larger than the budget goes alone."""
-    server = ServerProcess(
-        "memory",
-        args=["--max-body-bytes", "100000", "--max-body-bytes-in-flight", "250000"],
-    )
-    server.start()
+    server = _small_budget()
     try:
-        port = server.port
         text = "x" * 30_000
         async with create_remote_store(server.url) as remote:
             for sid, turns in (("mid", 4), ("huge", 9)):  # answers of ~120 KB and ~270 KB
@@ -347,13 +353,7 @@ async def test_answers_count_against_the_same_memory_budget() -> None:
         async with httpx.AsyncClient(base_url=server.url, headers=JSON) as client:
             alone = await client.get("/sessions/huge")  # past the whole budget, but alone
             assert alone.status_code == 200 and len(alone.content) > 250_000
-            head = (
-                f"PUT /sessions/big HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
-                "content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
-            ).encode()
-            holders = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
-            for holder in holders:
-                await holder.send_all(head + b"{")
+            holders = await _hold_two_bodies(server.port)
             # Once both bodies are being read, 2 x 100000 are held: the ~120 KB answer
             # would pass 250000 and is refused, with nothing of it sent.
             for _ in range(100):

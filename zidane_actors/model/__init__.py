@@ -46,7 +46,13 @@ from ._run_owner import (
     process_started_at,
     run_claim_blocked,
 )
-from ._search import search_header_filters, search_page, search_words, turn_search_text
+from ._search import (
+    search_header_filters,
+    search_header_sql,
+    search_page,
+    search_words,
+    turn_search_text,
+)
 from ._send_requests import (
     FIRE_HISTORY,
     SEND_REQUEST_HISTORY,
@@ -210,6 +216,7 @@ __all__ = [
     "run_claim_blocked",
     "same_turn",
     "search_header_filters",
+    "search_header_sql",
     "search_page",
     "search_words",
     "select_artifact_evictions",

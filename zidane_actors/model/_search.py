@@ -19,7 +19,13 @@ from ._types import (
     ToolResultBlock,
 )
 
-__all__ = ["search_header_filters", "search_page", "search_words", "turn_search_text"]
+__all__ = [
+    "search_header_filters",
+    "search_header_sql",
+    "search_page",
+    "search_words",
+    "turn_search_text",
+]
 
 _WORD: Final = re.compile(r"[^\W_]+")
 
@@ -84,6 +90,22 @@ def search_header_filters(search: SessionSearch) -> list[tuple[str, str, Any]]:
         if high is not None:
             found.append((column, "<", high))
     return found
+
+
+def search_header_sql(search: SessionSearch, placeholder: str) -> tuple[list[str], list[Any]]:
+    """:func:`search_header_filters` as SQL conditions over ``sessions s``, and their values.
+
+    ``placeholder`` is the driver's parameter mark (``?`` for SQLite, ``%s`` for psycopg).
+    """
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, operator, value in search_header_filters(search):
+        if value is None:
+            clauses.append(f"s.{column} {operator}")
+        else:
+            clauses.append(f"s.{column} {operator} {placeholder}")
+            params.append(value)
+    return clauses, params
 
 
 _HOLDS: Final[dict[str, Callable[[Any, Any], bool]]] = {

@@ -82,7 +82,7 @@ from ..model import (
     normalize_artifact,
     patch_metadata,
     run_claim_blocked,
-    search_header_filters,
+    search_header_sql,
     search_words,
     select_artifact_evictions,
     send_request_evictions,
@@ -953,12 +953,9 @@ def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
         clauses.append(f"s.id IN ({hits})")
         for word in words:
             params += [f"'{word}':*"] * 2
-    for column, operator, value in search_header_filters(search):
-        if value is None:
-            clauses.append(f"s.{column} {operator}")
-        else:
-            clauses.append(f"s.{column} {operator} %s")
-            params.append(value)
+    header, values = search_header_sql(search, "%s")
+    clauses += header
+    params += values
     return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 

@@ -79,7 +79,7 @@ from ..model import (
     parse_json,
     patch_metadata,
     run_claim_blocked,
-    search_header_filters,
+    search_header_sql,
     search_words,
     select_artifact_evictions,
     send_request_evictions,
@@ -891,12 +891,9 @@ class SQLiteStore:
             )
             clauses.append(f"s.id IN ({hits})")
             params.extend(f'text : "{w}"*' for w in words)
-        for column, operator, value in search_header_filters(search):
-            if value is None:
-                clauses.append(f"s.{column} {operator}")
-            else:
-                clauses.append(f"s.{column} {operator} ?")
-                params.append(value)
+        header, values = search_header_sql(search, "?")
+        clauses += header
+        params += values
         return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
     async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
