@@ -407,9 +407,9 @@ def _expected_search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
 
 
 async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> None:
-    """A v5 file opens at the current version with every stored turn and title in the FTS5 index; the index
-    then stays equal to the rows through appends, rewrites, header edits and deletes, by
-    any path (the store's methods or another program's SQL)."""
+    """A v5 file opens at the current version with every stored turn and title searchable;
+    the index then stays equal to the rows through appends, rewrites, header edits and
+    deletes, by any path (the store's methods or another program's SQL)."""
     db = tmp_path / "v5.db"
     conn = _old_file(
         db, 5, "('a', 'idle', '{\"title\":\"Quarterly plan\"}', 1, 2), ('b', 'idle', '{}', 1, 1)"
