@@ -751,6 +751,25 @@ def test_without_hooks_each_runner_call_is_still_a_run(make: SessionFactory, db:
     assert all(t.run_id == recorded.id for t in data.turns)
 
 
+def test_a_session_deleted_by_another_writer_is_created_again(
+    make: SessionFactory, db: str
+) -> None:
+    # The held handle appends without a rev read; a session deleted in the store
+    # meanwhile is not written to through it, but loaded or created again.
+    session = make("gone")
+    run(session.add_items([msg("user", "first")]))
+
+    async def delete() -> None:
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+            await store.delete("gone")
+
+    trio.run(delete)
+    run(session.add_items([msg("user", "second")]))
+    assert run(session.get_items()) == [msg("user", "second")]
+    data = read_back(db, "gone")
+    assert data is not None and len(data.turns) == 1
+
+
 def test_items_added_outside_a_runner_have_no_run(make: SessionFactory, db: str) -> None:
     session = make("manual")
     run(session.add_items([msg("user", "hi")]))
