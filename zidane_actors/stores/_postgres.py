@@ -93,7 +93,7 @@ from ..model import (
 )
 from ..model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ..model._checked import CheckedTurns
-from ._postgres_schema import migrate
+from ._postgres_schema import SEARCH_CATCH_UP, migrate
 from ._protocol import (
     HistoryMutation,
     MutateResult,
@@ -1907,10 +1907,14 @@ class PostgresStore:
         """Sessions matching ``search`` (words found through GIN indexes), a page and a count.
 
         The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
+        A search for words first computes the words of the turns written since the last
+        one (writes leave them to it), so it finds every turn stored before it began,
+        but for one being rewritten or deleted at that very moment.
         """
         search = checked(search, SessionSearch, "session search")
         where, params = _search_where(search)
         order = "s.created_at" if search.order == "created" else "s.updated_at"
+        words = bool(search_words(search.text or ""))
 
         def op(cur: _Cursor) -> SessionSearchPage:
             # The page's ids first, so the per-row subqueries run for its rows only.
@@ -1933,6 +1937,8 @@ class PostgresStore:
                 total_exact=found <= search.count_limit,
             )
 
+        if words:
+            await self._write(lambda cur: cur.execute(SEARCH_CATCH_UP))
         return await self._read(op)
 
     async def save_meta(
