@@ -147,6 +147,7 @@ class SessionHost:
                 metadata=metadata,
                 project_root=project_root,
                 clock=self._clock,
+                caps=self._caps,
             )
             if data.id in self._sessions or (id is None and data.id in self._loading):
                 raise ConflictError(f"session {data.id!r} is already open in this host")
@@ -203,6 +204,7 @@ class SessionHost:
                 persist_heal=persist_heal,
                 on_pairing_drop=on_pairing_drop,
                 clock=clock or self._clock,
+                caps=self._caps,
             )
             if loaded is None:
                 return None

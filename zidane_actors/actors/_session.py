@@ -1536,9 +1536,14 @@ async def _new_session_data(
     metadata: Mapping[str, JsonValue] | None,
     project_root: str | None,
     clock: Clock,
+    caps: frozenset[str] | None = None,
 ) -> tuple[SessionData, int | None]:
-    """A fresh session's data, persisted (header only) when there is a store, and its rev."""
-    caps = store_capabilities(store) if store is not None else frozenset()
+    """A fresh session's data, persisted (header only) when there is a store, and its rev.
+
+    ``caps`` are the store's capabilities when the caller knows them already (a host).
+    """
+    if caps is None:
+        caps = store_capabilities(store) if store is not None else frozenset()
     if id is None:
         if "generate_session_id" in caps:
             id = await cast(FullSessionStore, store).generate_session_id()
@@ -1578,6 +1583,7 @@ async def _loaded_session_data(
     persist_heal: bool,
     on_pairing_drop: Callable[[PairingDrop], None] | None,
     clock: Clock,
+    caps: frozenset[str] | None = None,
 ) -> tuple[SessionData, bool, int | None, _HeldMarker | None] | None:
     """The stored data with load-time heals applied, whether a bulk save is armed, its rev,
     and the run marker memory shows demoted while the store keeps it.
@@ -1591,7 +1597,8 @@ async def _loaded_session_data(
     demotion is read back, so the rev answered is the one memory reflects.
     """
     validate_id(session_id)
-    caps = store_capabilities(store)
+    if caps is None:
+        caps = store_capabilities(store)
     versioned = is_versioned(caps)
     for _ in range(8):
         rev: int | None = None
