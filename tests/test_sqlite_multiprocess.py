@@ -162,3 +162,26 @@ def test_killed_writer_loses_no_acknowledged_turn(tmp_path: Path) -> None:
         assert meta.run_owner.pid == os.getpid()
 
     with_store(db, check)
+
+
+def test_a_store_opening_a_new_file_another_connection_holds_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """Another process holding a new file's write lock (it is switching the file to WAL
+    or migrating it) makes SQLite refuse the switch to WAL at once, without its busy
+    handler: the opening store waits and tries again instead of failing."""
+    import sqlite3
+    import threading
+
+    db = tmp_path / "new.db"
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # a rollback-journal write lock, as a new file has
+    released = threading.Timer(0.5, lambda: holder.execute("ROLLBACK"))
+    released.start()
+    try:
+        started = time.monotonic()
+        assert with_store(db, lambda store: store.load("absent")) is None
+        assert time.monotonic() - started >= 0.4  # it waited for the lock
+    finally:
+        released.join()
+        holder.close()

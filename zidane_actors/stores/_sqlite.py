@@ -1658,6 +1658,35 @@ class SQLiteStore:
             return [outcome.Error(exc) for _ in writes]
 
 
+def _prepare(conn: _Conn, path: str, durability: Durability, deadline: float) -> None:
+    """Check, switch to WAL and migrate the file ``conn`` opened, until ``deadline`` if busy.
+
+    Two processes opening one new file at once race for the switch to WAL,
+    which SQLite answers "database is locked" at once, without its busy
+    handler: the loser tries again (each step is idempotent) rather than fail.
+    """
+    delay = 0.005
+    while True:
+        try:
+            refuse_foreign(conn, path)  # before WAL: another program's file stays untouched
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal" and path != ":memory:":
+                raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")
+            conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
+            conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate(conn, path)
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES
+            if not busy or time.monotonic() + delay > deadline:
+                raise
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        time.sleep(delay)  # in the connection's own thread, before it serves anything
+        delay = min(delay * 2, 0.1)
+
+
 def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
     try:
         conn = sqlite3.connect(
@@ -1669,14 +1698,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        refuse_foreign(conn, path)  # before WAL: another program's file stays untouched
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal" and path != ":memory:":
-            raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")
-        conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
-        conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        migrate(conn, path)
+        _prepare(conn, path, durability, time.monotonic() + busy_timeout_ms / 1000)
     except sqlite3.DatabaseError as exc:
         conn.close()
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
