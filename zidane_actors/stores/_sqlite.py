@@ -129,6 +129,7 @@ _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 
 _Conn: TypeAlias = sqlite3.Connection
+
 _AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRun | None]
 
 _BUMP: Final = "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?"
@@ -139,6 +140,11 @@ _APPEND_TURN: Final = (
     " (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM turns WHERE session_id = ?1), ?2, ?3, ?4)"
     " ON CONFLICT (session_id, id) DO NOTHING"
 )
+
+
+def _primary_code(exc: sqlite3.Error) -> int:
+    """The primary result code of ``exc`` (``SQLITE_BUSY`` for ``SQLITE_BUSY_RECOVERY``…)."""
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF
 
 
 def _now() -> int:
@@ -345,7 +351,7 @@ class SQLiteStore:
         return result
 
     def _translate(self, exc: sqlite3.Error) -> Exception:
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        code = _primary_code(exc)
         if code in _BUSY_CODES or "locked" in str(exc):
             return _Busy(str(exc))
         if code in _CORRUPT_CODES:
@@ -1678,7 +1684,7 @@ def _prepare(conn: _Conn, path: str, durability: Durability, deadline: float) ->
             migrate(conn, path)
             return
         except sqlite3.OperationalError as exc:
-            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES
+            busy = _primary_code(exc) in _BUSY_CODES
             if not busy or time.monotonic() + delay > deadline:
                 raise
         if conn.in_transaction:
@@ -1701,7 +1707,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
         _prepare(conn, path, durability, time.monotonic() + busy_timeout_ms / 1000)
     except sqlite3.DatabaseError as exc:
         conn.close()
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        code = _primary_code(exc)
         if code in _CORRUPT_CODES:
             raise CorruptDataError(f"{path} is not a usable SQLite database: {exc}") from exc
         if code in _BUSY_CODES:
