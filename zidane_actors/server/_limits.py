@@ -104,8 +104,20 @@ class BodyBudget:
             raise busy("the server holds too many request bodies at once; retry later")
         self.held += size
 
+    def reserve_answer(self, size: int) -> None:
+        """:meth:`reserve` for a built answer: one larger than the whole limit is still
+        taken when nothing else is held (it could never go out otherwise)."""
+        if size > self.limit and not self.held:
+            self.held += size
+        else:
+            self.reserve(size)
+
+    def take(self, size: int) -> None:
+        """Count ``size`` bytes without the limit check (bytes already being sent)."""
+        self.held += size
+
     def release(self, size: int) -> None:
-        """Give back bytes taken by :meth:`reserve`."""
+        """Give back bytes taken by :meth:`reserve`, :meth:`reserve_answer` or :meth:`take`."""
         self.held -= size
 
 
@@ -213,10 +225,7 @@ class AnswerBudget:
             size = len(message.get("body", b""))
             if start is not None:
                 try:
-                    if size > self.budget.limit and not self.budget.held:
-                        self.budget.held += size  # alone, an answer past the budget still goes
-                    else:
-                        self.budget.reserve(size)
+                    self.budget.reserve_answer(size)
                 except ApiError as exc:
                     refused = True
                     await exc.response()(scope, receive, send)
@@ -228,7 +237,7 @@ class AnswerBudget:
                 finally:
                     self.budget.release(size)
                 return
-            self.budget.held += size  # a stream's later chunk: counted, never refused
+            self.budget.take(size)  # a stream's later chunk: counted, never refused
             try:
                 await send(message)
             finally:
