@@ -40,7 +40,7 @@ from agents.memory.session_settings import (
 from openai.types.responses import ResponseFunctionToolCall
 
 from ..actors import Session
-from ..errors import ActorClosed, ConflictError, SessionNotFoundError
+from ..errors import ActorClosed, ConflictError
 from ..model import (
     AppendTurnsOptions,
     RunStatus,
@@ -517,22 +517,8 @@ class ZidaneSession:
     async def _append(
         self, shared: _shared.SharedPortal, turns: list[SessionTurn], records: list[SessionRun]
     ) -> None:
-        # An append needs no rev read first: the held handle's append folds in what other
-        # writers appended since (and the merge below runs on the stored history). A
-        # session deleted elsewhere is loaded, or created, again.
-        session = self._handle
-        if session is not None:
-            try:
-                return await self._append_to(session, turns, records)
-            except SessionNotFoundError:
-                self._handle = None
         session = await self._session(shared, True)
         assert session is not None
-        await self._append_to(session, turns, records)
-
-    async def _append_to(
-        self, session: Session, turns: list[SessionTurn], records: list[SessionRun]
-    ) -> None:
         async with _lock_for(session):
             last = session.turns[-1] if session.turns else None
             if last is None or last.role != "assistant" or turns[0].role != "assistant":
