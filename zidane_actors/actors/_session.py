@@ -1685,11 +1685,16 @@ class _HeldMarker:
         changes: dict[str, Any] = {}
         if self.status and data.status == "idle" and data.run_owner is None:
             changes["status"] = "running"
-        if self.runs and any(self.runs.get(r.id, (None,))[0] is r for r in data.runs):
-            changes["runs"] = tuple(
-                self.runs[r.id][1] if self.runs.get(r.id, (None,))[0] is r else r for r in data.runs
-            )
+        if self.runs:
+            runs = tuple(self._stored(r) for r in data.runs)
+            if any(a is not b for a, b in zip(runs, data.runs, strict=True)):
+                changes["runs"] = runs
         return msgspec.structs.replace(data, **changes) if changes else data
+
+    def _stored(self, run: SessionRun) -> SessionRun:
+        """The stored record of ``run`` while it is still the demoted one the load showed."""
+        pair = self.runs.get(run.id)
+        return pair[1] if pair is not None and pair[0] is run else run
 
 
 @attrs.define
