@@ -754,8 +754,8 @@ def test_without_hooks_each_runner_call_is_still_a_run(make: SessionFactory, db:
 def test_a_session_deleted_by_another_writer_is_created_again(
     make: SessionFactory, db: str
 ) -> None:
-    # The held handle appends without a rev read; a session deleted in the store
-    # meanwhile is not written to through it, but loaded or created again.
+    # A session deleted in the store meanwhile is not written to through the handle
+    # this worker holds, but created again.
     session = make("gone")
     run(session.add_items([msg("user", "first")]))
 
