@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import msgspec
 import trio
 from _realistic import step_turn, turn_item, turn_size
 
@@ -505,9 +506,7 @@ async def big_session(tmp: Path) -> None:
         loaded = await store.load("big")
         assert loaded is not None and loaded.turns == turns
 
-        with sqlite3.connect(db) as conn:
-            bodies = [r[0] for r in conn.execute("SELECT body FROM turns ORDER BY seq")]
-        array = b"[" + b",".join(bodies) + b"]"
+        array = msgspec.json.encode(turns)  # the turns' JSON (rows leave out id and role)
         turns_decoder = decoder(tuple[SessionTurn, ...])
 
         async def floor() -> None:
@@ -584,20 +583,21 @@ async def many_sessions(tmp: Path) -> None:
                 ).fetchall()
 
         turn_decoder = decoder(SessionTurn)
+        untitled = [msgspec.json.encode(step_turn(i, 0)) for i in range(0, 10_000, 2)]
 
         def bare_select_and_turns() -> None:
             """The bare SELECT plus what list_meta cannot skip: the untitled sessions'
-            first user turns, looked up and decoded (a floor, not a target)."""
+            first user turns, looked up, and their JSON decoded (a floor, not a target)."""
             with sqlite3.connect(db) as conn:
                 conn.execute(
                     "SELECT id, agent_id, project_root, status, metadata, created_at, updated_at,"
                     " run_owner, rev FROM sessions ORDER BY updated_at DESC, id"
                 ).fetchall()
-                bodies = conn.execute(
+                conn.execute(
                     "SELECT (SELECT t.body FROM turns t WHERE t.session_id = s.id"
                     " AND t.seq = 0) FROM sessions s WHERE json_type(s.metadata, '$.title') IS NULL"
                 ).fetchall()
-            for (body,) in bodies:
+            for body in untitled:
                 turn_decoder.decode(body)
 
         async def bare() -> None:

@@ -41,6 +41,7 @@ from zidane_actors.model import (
     turn_search_text,
 )
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
+from zidane_actors.stores._sqlite import _turn_json
 from zidane_actors.stores._sqlite_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -56,10 +57,11 @@ _RECOMPUTED_ROWS = (
     " (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id AND t.role = 'user'),"
     " (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id),"
     " (SELECT COUNT(*) FROM artifacts a WHERE a.session_id = s.id),"
-    " CASE WHEN json_type(s.metadata, '$.title') IS NULL THEN"
-    "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
-    "   ORDER BY t.seq LIMIT 1) END"
-    " FROM sessions s ORDER BY s.updated_at DESC, s.id"
+    " t.id, t.role, t.body FROM sessions s LEFT JOIN turns t ON t.rowid = CASE"
+    " WHEN json_type(s.metadata, '$.title') IS NULL THEN"
+    "  (SELECT u.rowid FROM turns u WHERE u.session_id = s.id AND u.role = 'user'"
+    "   ORDER BY u.seq LIMIT 1) END"
+    " ORDER BY s.updated_at DESC, s.id"
 )
 _STORED = (
     "SELECT id, turn_count, user_turn_count, run_count, artifact_count, first_user_seq"
@@ -295,7 +297,7 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             c = await store.get_meta("c")
             assert c is not None and c.first_user_turn == make_turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         assert conn.execute(_STORED).fetchall() == [
             ("a", 3, 2, 2, 0, 1),
             ("c", 3, 2, 0, 0, 1),
@@ -334,7 +336,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
             assert meta is not None and meta.first_user_turn == make_turn(3)
             assert meta.user_message_count == 2
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
@@ -401,8 +403,12 @@ def _expected_search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
                 text,
             )
         )
-    for rowid, sid, body in conn.execute("SELECT rowid, session_id, body FROM turns"):
-        rows.append((rowid, sid, turn_search_text(decode(body, SessionTurn))))
+    for rowid, sid, tid, role, body in conn.execute(
+        "SELECT rowid, session_id, id, role, body FROM turns"
+    ):
+        rows.append(
+            (rowid, sid, turn_search_text(decode(_turn_json(tid, role, body), SessionTurn)))
+        )
     return sorted(rows)
 
 
@@ -459,7 +465,7 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
         await store.delete("a")
         assert await hits("plan") == []
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         assert _search_rows(conn) == _expected_search_rows(conn)
         conn.execute("INSERT INTO search (search) VALUES ('integrity-check')")
         conn.execute("UPDATE sessions SET id = 'b2' WHERE id = 'b'")  # another program's edits

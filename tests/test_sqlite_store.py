@@ -420,6 +420,61 @@ async def test_schedules_claim_once(tmp_path: Path) -> None:
         assert not await store.delete_schedule("d")
 
 
+async def test_turn_rows_keep_id_and_role_in_their_columns_only(tmp_path: Path) -> None:
+    """A turn row's body leaves out the id and role its columns hold (schema v9); rows
+    stored whole (written before v9) read back as they are, beside new ones, through
+    every read (load, get_turns, list_meta's first user turn), a retried append and an edit."""
+    db = tmp_path / "rows.db"
+    first = SessionTurn(
+        id="u:1@x+=", role="user", content=(TextBlock(text="first"),), created_at=7,
+        metadata={"id": "not the turn's", "role": 1},
+    )  # fmt: skip
+    async with open_sqlite_store(db) as store:
+        await store.save(session("new", turns=(first, turn(1, "assistant"))))
+        await store.append_turns("new", [turn(2)])
+        await store.save(session("old"))
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT id, role, body FROM turns WHERE session_id = 'new' ORDER BY seq"
+        ).fetchall()
+        for tid, _, body in rows:
+            assert body.startswith(b'{"content":') and tid.encode() not in body[:40]
+        assert (
+            rows[0][2]
+            == b"{" + msgspec.json.encode(first)[len(b'{"id":"u:1@x+=","role":"user",') :]
+        )
+        # Rows stored whole, as v8 wrote them, in one session and beside compact rows.
+        whole = [turn(0), turn(1, "assistant")]
+        conn.executemany(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('old', ?, ?, ?, ?)",
+            [(i, t.id, t.role, msgspec.json.encode(t)) for i, t in enumerate(whole)],
+        )
+    async with open_sqlite_store(db) as store:
+        new = await store.load("new")
+        assert new is not None and new.turns == (first, turn(1, "assistant"), turn(2))
+        await store.append_turns("old", [turn(2)])
+        old = await store.load("old")
+        assert old is not None and old.turns == (*whole, turn(2))
+        assert await store.get_turns("old", 1) == [turn(1, "assistant"), turn(2)]
+        # A retried append of a turn stored whole is recognised as the same turn.
+        await store.append_turns("old", [turn(0)])
+        with pytest.raises(ConflictError):
+            await store.append_turns("old", [turn(0, "assistant")])
+        rows = {r.id: r.first_user_turn for r in await store.list_meta()}
+        assert rows == {"new": first, "old": turn(0)}
+        edit = lambda h: msgspec.structs.replace(h, turns=(h.turns[0], turn(3)))  # noqa: E731
+        assert await store.mutate_history("old", edit) == "ok"
+        old = await store.load("old")
+        assert old is not None and old.turns == (turn(0), turn(3))
+    with sqlite3.connect(db) as conn:
+        bodies = [
+            r[0]
+            for r in conn.execute("SELECT body FROM turns WHERE session_id = 'old' ORDER BY seq")
+        ]
+        assert bodies[0] == msgspec.json.encode(turn(0))  # kept whole: the edit left it
+        assert bodies[1].startswith(b'{"content":')
+
+
 async def test_migrations(tmp_path: Path) -> None:
     empty = tmp_path / "v0.db"
     sqlite3.connect(empty).close()  # a v0 database: no tables, user_version 0
@@ -428,10 +483,10 @@ async def test_migrations(tmp_path: Path) -> None:
     with sqlite3.connect(empty) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
-    newer = tmp_path / "v9.db"
+    newer = tmp_path / "newer.db"
     with sqlite3.connect(newer) as conn:
-        conn.execute("PRAGMA user_version = 9")
-    with pytest.raises(StoreError, match="schema version 9, newer"):
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer"):
         async with open_sqlite_store(newer):
             pass
 
@@ -467,7 +522,7 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
         meta = await store.get_meta("b")
         assert meta is not None and meta.turn_count == 3
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         with pytest.raises(sqlite3.IntegrityError):

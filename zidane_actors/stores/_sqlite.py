@@ -183,19 +183,55 @@ def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, w
     return value
 
 
-def _decode_turns(session_id: str, rows: Sequence[tuple[int, bytes]]) -> tuple[SessionTurn, ...]:
-    """Decode turn bodies straight from the rows (no joined copy); name a bad row's seq.
+# A turn row holds the turn's id and role in its columns only: its body is the rest of
+# the turn's JSON, ``{"content":…}`` (schema v9). A body that starts with the id is a whole
+# turn: a row written before v9, or a turn whose JSON does not start with its id and role.
+_WHOLE: Final = b'{"id":'
+_json_text: Final = msgspec.json.Encoder().encode
+
+
+def _row_body(body: bytes, turn_id: str, role: str) -> bytes:
+    """The body a row stores for the turn whose JSON is ``body``: without its id and role."""
+    head = b'{"id":%s,"role":%s,' % (_json_text(turn_id), _json_text(role))
+    return b"{" + body[len(head) :] if body.startswith(head) else body
+
+
+def _turn_json(turn_id: str, role: str, body: bytes | str) -> bytes:
+    """The whole JSON of the turn a row holds (a body given as text is read as UTF-8)."""
+    if type(body) is not bytes:  # another program's value: text is read, anything else refused
+        body = body.encode() if isinstance(body, str) else b""
+    if body.startswith(_WHOLE):
+        return body
+    return b'{"id":%s,"role":%s,%s' % (_json_text(turn_id), _json_text(role), body[1:])
+
+
+def _decode_turns(
+    session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
+) -> tuple[SessionTurn, ...]:
+    """Decode turn rows (``seq, id, role, body``); name a bad row's seq.
 
     Each body is decoded as its own document, so a row holding two
     (``{...},{...}``) is refused rather than read as two turns.
     """
     decode_turn = _TURN.decode
     try:
-        return tuple([decode_turn(body) for _, body in rows])
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return tuple(
+            [
+                decode_turn(body if body.startswith(_WHOLE) else _turn_json(tid, role, body))
+                for _, tid, role, body in rows
+            ]
+        )
+    except (
+        msgspec.ValidationError,
+        msgspec.DecodeError,
+        RecursionError,
+        TypeError,
+        AttributeError,
+    ):
         pass
     return tuple(
-        _decode_row(body, SessionTurn, "turns", session_id, f"seq {seq}") for seq, body in rows
+        _decode_row(_turn_json(tid, role, body), SessionTurn, "turns", session_id, f"seq {seq}")
+        for seq, tid, role, body in rows
     )
 
 
@@ -403,9 +439,10 @@ class SQLiteStore:
         return row
 
     @staticmethod
-    def _turn_rows(conn: _Conn, session_id: str) -> builtins.list[tuple[int, bytes]]:
+    def _turn_rows(conn: _Conn, session_id: str) -> builtins.list[tuple[int, str, str, bytes]]:
         return conn.execute(
-            "SELECT seq, body FROM turns WHERE session_id = ? ORDER BY seq", (session_id,)
+            "SELECT seq, id, role, body FROM turns WHERE session_id = ? ORDER BY seq",
+            (session_id,),
         ).fetchall()
 
     @staticmethod
@@ -450,7 +487,10 @@ class SQLiteStore:
     ) -> None:
         conn.executemany(
             "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
-            [(session_id, *row) for row in rows],
+            [
+                (session_id, seq, tid, role, _row_body(body, tid, role))
+                for seq, tid, role, body in rows
+            ],
         )
 
     @staticmethod
@@ -585,7 +625,10 @@ class SQLiteStore:
     ) -> _AppendPlan:
         """The validated ``(session id, insert parameters, run)`` of one append."""
         _session_id(session_id)
-        values = [(session_id, tid, role, body) for _, tid, role, body in _turn_rows_of(turns, 0)]
+        values = [
+            (session_id, tid, role, _row_body(body, tid, role))
+            for _, tid, role, body in _turn_rows_of(turns, 0)
+        ]
         run = None
         if options is not None:
             _valid_body(options, AppendTurnsOptions, "append options")
@@ -637,14 +680,18 @@ class SQLiteStore:
         the insert skipped some: a retried append costs nothing more.
         """
         held = {}
-        for _, tid, _, body in values:
-            stored = conn.execute(
-                "SELECT body FROM turns WHERE session_id = ? AND id = ?", (session_id, tid)
-            ).fetchone()[0]
-            if stored != body:
-                held[tid] = _decode_row(stored, SessionTurn, "turns", session_id, f"id {tid!r}")
+        for _, tid, role, body in values:
+            stored_role, stored = conn.execute(
+                "SELECT role, body FROM turns WHERE session_id = ? AND id = ?", (session_id, tid)
+            ).fetchone()
+            theirs = _turn_json(tid, stored_role, stored)
+            if theirs != _turn_json(tid, role, body):
+                held[tid] = _decode_row(theirs, SessionTurn, "turns", session_id, f"id {tid!r}")
         if held:
-            incoming = [_decode_row(v[3], SessionTurn, "turns", session_id, "") for v in values]
+            incoming = [
+                _decode_row(_turn_json(*v[1:]), SessionTurn, "turns", session_id, "")
+                for v in values
+            ]
             fresh_turns(session_id, incoming, held)
 
     def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> builtins.list[Revision]:
@@ -695,7 +742,7 @@ class SQLiteStore:
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
             rows = conn.execute(
-                "SELECT seq, body FROM turns WHERE session_id = ? AND seq >= ?"
+                "SELECT seq, id, role, body FROM turns WHERE session_id = ? AND seq >= ?"
                 " ORDER BY seq LIMIT ?",
                 (session_id, from_, -1 if limit is None else limit),
             ).fetchall()
@@ -819,23 +866,25 @@ class SQLiteStore:
     # -- header reads ---------------------------------------------------------------
 
     # The counts and the first user turn's seq are kept in the row by triggers
-    # (schema v4), so a listed session costs one body lookup at most.
+    # (schema v4), so a listed session costs one turn lookup at most: its first user
+    # turn, joined when the metadata holds no title.
     _META_SELECT: Final = (
         "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
         " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
-        " s.artifact_count, CASE WHEN NOT json_valid(s.metadata) THEN NULL"
-        " WHEN json_type(s.metadata, '$.title') IS NULL THEN"
-        "  (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.seq = s.first_user_seq)"
-        " END FROM sessions s"
+        " s.artifact_count, t.id, t.role, t.body FROM sessions s"
+        " LEFT JOIN turns t ON t.session_id = s.id AND t.seq = CASE"
+        " WHEN NOT json_valid(s.metadata) THEN NULL"
+        " WHEN json_type(s.metadata, '$.title') IS NULL THEN s.first_user_seq END"
     )
 
     @staticmethod
     def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
         (sid, agent_id, project_root, status, metadata, created_at, updated_at, owner, rev,
-         turns, users, runs, artifacts, first_body) = row  # fmt: skip
+         turns, users, runs, artifacts, first_id, first_role, first_body) = row  # fmt: skip
         first = None
         if first_body is not None:
-            first = _decode_row(first_body, SessionTurn, "turns", sid, "its first user turn")
+            first_json = _turn_json(first_id, first_role, first_body)
+            first = _decode_row(first_json, SessionTurn, "turns", sid, "its first user turn")
         return SessionMetaRow(
             id=sid,
             metadata=_decode_metadata(metadata, sid),
@@ -1128,11 +1177,10 @@ class SQLiteStore:
                 )
             if result.turns is not turns:
                 new_rows = _turn_rows_of(result.turns, 0, "$.turns")
-                bodies = [r[3] for r in new_rows]
                 keep = 0
-                for (_, old), new in zip(rows, bodies, strict=False):
-                    if old != new:
-                        break
+                for (_, tid, role, old), (_, *new) in zip(rows, new_rows, strict=False):
+                    if [tid, role, _turn_json(tid, role, old)] != new:
+                        break  # another id, role or turn: rewritten from here on
                     keep += 1
                 conn.execute(
                     "DELETE FROM turns WHERE session_id = ? AND seq >= ?", (session_id, keep)

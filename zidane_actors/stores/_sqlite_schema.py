@@ -383,6 +383,13 @@ CREATE TRIGGER turns_reindexed AFTER UPDATE OF session_id, body ON turns BEGIN
 END;
 """
 
+# v9: a turn row's body leaves out the turn's id and role, which its columns hold: the
+# body is ``{"content":…}``, the rest of the turn's JSON, and reads put the two back in
+# front. Rows written before stay whole (a body starting with ``{"id":``) and are read
+# as they are, so nothing is rewritten; the version only keeps older libraries, which
+# would read such a body as a turn without an id, from opening the file.
+_V9: Final = ""
+
 SEARCH_CATCH_UP: Final = (
     "INSERT INTO search (rowid, session_id, text)"
     f" SELECT t.rowid, t.session_id, {_turn_text('t.body')}"
@@ -400,6 +407,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V6,
     _V7,
     _V8,
+    _V9,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
