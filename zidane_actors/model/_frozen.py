@@ -54,19 +54,22 @@ class FrozenList(list[Any]):
         return list, (list(self),)
 
 
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
 def frozen_json(value: Any) -> Any:
     """A deep copy of a JSON value with every dict and list frozen (scalars shared)."""
     kind = type(value)
+    # Scalars are most of a value's nodes: they are taken as they are, without a call each.
     if kind is dict or kind is FrozenDict or (kind is not list and isinstance(value, dict)):
-        return FrozenDict({k: frozen_json(v) for k, v in value.items()})
+        return FrozenDict(
+            {k: v if type(v) in _SCALARS else frozen_json(v) for k, v in value.items()}
+        )
     if kind is list or kind is FrozenList or isinstance(value, list):
-        return FrozenList([frozen_json(v) for v in value])
+        return FrozenList([v if type(v) in _SCALARS else frozen_json(v) for v in value])
     if kind is tuple:
         return tuple(frozen_json(v) for v in value)
     return value
-
-
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 _NAMES: Final[dict[type, tuple[str, ...]]] = {}
 
 
