@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from agents import Agent, Runner, function_tool, set_tracing_disabled
@@ -27,6 +28,7 @@ from zidane_actors.integrations.openai_agents import ZidaneSession
 from zidane_actors.model import (
     NativeBlock,
     SessionData,
+    SessionHistory,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -815,3 +817,43 @@ def test_a_streamed_run_is_recorded_like_the_others(make: SessionFactory, db: st
     agents = sorted((r.agent.id, r.status) for r in data.runs if r.agent is not None)
     assert agents == [("billing", "completed"), ("triage", "completed")]
     assert sum(r.tokens_in or 0 for r in data.runs) == 140
+
+
+def test_repeated_get_items_answer_fresh_copies_that_follow_every_change(
+    make: SessionFactory, db: str
+) -> None:
+    """An open session answers a repeated get_items from the JSON of the items it last
+    converted: every answer is a fresh copy (changing one changes no later answer), a
+    turn another writer changed is converted again, and only answered turns are kept."""
+    items: list[Any] = [
+        msg("user", "q1"),
+        {"arguments": '{"a": [1, 2.5]}', "call_id": "c1", "name": "f", "type": "function_call"},
+        {"call_id": "c1", "output": "1", "type": "function_call_output"},
+        msg("user", "q2"),
+    ]
+    session = make()
+    run(session.add_items(items))
+    for _ in range(3):
+        answer = run(session.get_items())
+        assert json.dumps(answer) == json.dumps(items)
+        answer[0]["content"] = "changed"
+        answer[1]["arguments"] = "{}"
+        answer.append(msg("user", "extra"))
+
+    async def edit_elsewhere() -> None:  # another connection rewrites the first turn
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+
+            def first_text(history: SessionHistory) -> SessionHistory:
+                (block,) = history.turns[0].content
+                block = msgspec.structs.replace(block, text="q0")
+                first = msgspec.structs.replace(history.turns[0], content=(block,))
+                return msgspec.structs.replace(history, turns=(first, *history.turns[1:]))
+
+            assert await store.mutate_history("conv", first_text) == "ok"
+
+    trio.run(edit_elsewhere)
+    assert json.dumps(run(session.get_items())) == json.dumps([msg("user", "q0"), *items[1:]])
+    assert run(session.pop_item()) == items[-1]
+    assert json.dumps(run(session.get_items(1))) == json.dumps([items[-2]])
+    assert len(session._items_json) == 1  # the turns of the last answer only
+    assert json.dumps(run(session.get_items())) == json.dumps([msg("user", "q0"), *items[1:-1]])

@@ -19,6 +19,7 @@ child runs, and how the call ended. Requires the ``openai-agents`` extra.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -314,6 +315,7 @@ class ZidaneSession:
         self.hooks = _Hooks(self)
         self._shared: _shared.SharedPortal | None = _shared.acquire(store)
         self._handle: Session | None = None
+        self._items_json: dict[str, tuple[SessionTurn, bytes]] = {}
         self._calls: dict[int, tuple[weakref.ref[Any], _RunnerCall]] = {}
         self._calls_lock = threading.RLock()  # a finalizer may run inside a hold
 
@@ -342,7 +344,7 @@ class ZidaneSession:
         # An open session is read through load_session: its rev check folds in what
         # another worker wrote since.
         session = await self._call(self._session, False)
-        return [] if session is None else _newest_items(session.turns, wanted)
+        return [] if session is None else _newest_items(session.turns, wanted, self._items_json)
 
     async def add_items(
         self, items: list[TResponseInputItem], wrapper: RunContextWrapper[Any] | None = None
@@ -631,16 +633,45 @@ def _records(call: _RunnerCall | None, runs: list[_Placed] | None) -> list[Sessi
     return [run.record(tokens if run is call.runs[0] else None) for run in wanted]
 
 
-def _newest_items(turns: tuple[SessionTurn, ...], wanted: int | None) -> list[TResponseInputItem]:
-    """The items of the newest turns, ``wanted`` of them at most (all when ``None``)."""
+_encode_items: Final = msgspec.json.Encoder().encode
+_decode_items: Final = msgspec.json.Decoder(list[dict[str, Any]]).decode
+
+
+def _newest_items(
+    turns: tuple[SessionTurn, ...],
+    wanted: int | None,
+    memo: dict[str, tuple[SessionTurn, bytes]] | None = None,
+) -> list[TResponseInputItem]:
+    """The items of the newest turns, ``wanted`` of them at most (all when ``None``).
+
+    ``memo`` (an open session's) keeps the JSON of the items of the turns the
+    last call answered, each with the very turn it was converted from: a turn
+    of the session memory is immutable, so while the session still holds that
+    object its items are decoded from the JSON (fresh, changeable copies)
+    instead of converted again. Turns no longer answered leave the memo.
+    """
     collected: list[list[dict[str, Any]]] = []
+    kept: dict[str, tuple[SessionTurn, bytes]] = {}
     count = 0
     for turn in reversed(turns):
         if wanted is not None and count >= wanted:
             break
-        items = items_of_turn(turn)
+        held = memo.get(turn.id) if memo is not None else None
+        if held is not None and held[0] is turn:
+            items = _decode_items(held[1])
+            kept[turn.id] = held
+        else:
+            items = items_of_turn(turn)
+            if memo is not None:
+                with contextlib.suppress(TypeError, ValueError, msgspec.MsgspecError):
+                    encoded = _encode_items(items)
+                    if _decode_items(encoded) == items:  # the same values, of the same types
+                        kept[turn.id] = (turn, encoded)
         collected.append(items)
         count += len(items)
+    if memo is not None:
+        memo.clear()
+        memo.update(kept)
     flat = [item for items in reversed(collected) for item in items]
     if wanted is not None and len(flat) > wanted:
         flat = flat[-wanted:]
