@@ -9,6 +9,7 @@ from typing import Any
 import outcome
 import pytest
 import trio
+import trio.testing
 
 from zidane_actors.actors import open_store_actor
 from zidane_actors.errors import SessionNotFoundError
@@ -151,3 +152,101 @@ async def test_a_failing_write_in_a_batch_fails_alone() -> None:
     assert any(len(b) == 2 for b in store.batches)
     data = await store.load("ok")
     assert data is not None and len(data.turns) == 1
+
+
+class GatedStore(MemoryStore):
+    """A memory store that logs when each load, get_meta and save starts and ends.
+
+    A load of ``"gate"`` waits for ``gate``; the other reads wait until every
+    read of their wave has started (so reads made one at a time would hang).
+    """
+
+    def __init__(self, wave: int) -> None:
+        super().__init__()
+        self.log: list[str] = []
+        self.gate = trio.Event()
+        self.wave = wave
+        self.started = 0
+        self.all_started = trio.Event()
+
+    async def _logged(self, name: str, call: Any) -> Any:
+        self.log.append(f"start {name}")
+        try:
+            return await call
+        finally:
+            self.log.append(f"end {name}")
+
+    async def _wave(self) -> None:
+        self.started += 1
+        if self.started == self.wave:
+            self.all_started.set()
+        with trio.fail_after(5):
+            await self.all_started.wait()
+
+    async def load(self, session_id: str) -> SessionData | None:
+        if session_id == "gate":
+            await self.gate.wait()
+            return None
+        self.log.append(f"start load {session_id}")
+        await self._wave()
+        self.log.append(f"end load {session_id}")
+        return await super().load(session_id)
+
+    async def get_meta(self, session_id: str) -> Any:
+        self.log.append(f"start get_meta {session_id}")
+        await self._wave()
+        self.log.append(f"end get_meta {session_id}")
+        if session_id == "missing":
+            raise SessionNotFoundError("no such session")
+        return await super().get_meta(session_id)
+
+    async def save(self, data: SessionData, **kwargs: Any) -> Any:
+        return await self._logged(f"save {data.id}", super().save(data, **kwargs))
+
+
+async def test_queued_reads_run_at_once_and_keep_their_place_among_writes() -> None:
+    store = GatedStore(wave=3)
+    await store.save(SessionData(id="a", created_at=1, updated_at=1))
+    store.log.clear()
+    async with open_store_actor(store) as handle:
+        answers: dict[str, Any] = {}
+
+        async def call(name: str, method: str, *args: Any) -> None:
+            try:
+                answers[name] = await getattr(handle, method)(*args)
+            except SessionNotFoundError as exc:
+                answers[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "gate", "load", "gate")
+            await trio.testing.wait_all_tasks_blocked()  # the actor holds the gate's load
+            steps = [
+                ("1", "load", "a"),
+                ("2", "get_meta", "a"),
+                ("3", "get_meta", "missing"),
+                ("4", "save", SessionData(id="b", created_at=1, updated_at=2)),
+                ("5", "load", "b"),
+            ]
+            for name, method, arg in steps:
+                nursery.start_soon(call, name, method, arg)
+                await trio.testing.wait_all_tasks_blocked()  # queued in this order
+            store.gate.set()
+            # The three reads queued before the save made one wave: each waited for the
+            # others to start. The read after the save must not join it (a wave of one).
+            await trio.testing.wait_all_tasks_blocked()
+            store.started, store.wave, store.all_started = 0, 1, trio.Event()
+        stats = handle.statistics()
+    reads = store.log[: store.log.index("start save b")]
+    assert sorted(reads) == sorted(
+        f"{edge} {read}"
+        for edge in ("start", "end")
+        for read in ("load a", "get_meta a", "get_meta missing")
+    )
+    assert all(r.startswith("start") for r in reads[:3])  # all started before any ended
+    assert store.log[store.log.index("start save b") :] == [
+        "start save b", "end save b", "start load b", "end load b"
+    ]  # fmt: skip
+    assert answers["1"].id == "a" and answers["2"].id == "a"
+    assert isinstance(answers["3"], SessionNotFoundError)
+    assert answers["5"].id == "b" and answers["gate"] is None
+    assert stats.read_waves == 1

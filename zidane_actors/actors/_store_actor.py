@@ -3,7 +3,10 @@
 Its handle satisfies ``SessionStore`` and exposes exactly the optional methods
 the wrapped store has. When the store is a ``BatchingStore``, a queued run of
 writes (from any number of sessions) goes to ``apply_writes`` in one call: the
-run keeps mailbox order, so no session's writes are ever reordered.
+run keeps mailbox order, so no session's writes are ever reordered. A queued
+run of reads (``READ_METHODS``) runs at once: reads change nothing, so among
+themselves their order cannot matter, and each still runs after every write
+queued before it and before every write queued after it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..model import (
     UpdateRunOptions,
 )
 from ..stores._protocol import (
+    READ_METHODS,
     WRITE_METHODS,
     BatchingStore,
     Revision,
@@ -57,6 +61,8 @@ class StoreActorStatistics:
     """``apply_writes`` calls made."""
     batched_writes: int
     """Writes that went through ``apply_writes``."""
+    read_waves: int
+    """Runs of two or more queued reads made at once."""
 
     @property
     def avg_batch_size(self) -> float:
@@ -81,6 +87,7 @@ class StoreActor:
         self._calls = 0
         self._batches = 0
         self._batched_writes = 0
+        self._read_waves = 0
         self._actor: Actor[_StoreCall] = Actor(
             handle_batch=self._handle_batch,
             mailbox_size=mailbox_size,
@@ -100,6 +107,7 @@ class StoreActor:
             calls=self._calls,
             batches=self._batches,
             batched_writes=self._batched_writes,
+            read_waves=self._read_waves,
         )
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
@@ -135,11 +143,33 @@ class StoreActor:
                 results.extend(await self._apply_writes([c.write for c in batch[i:end]]))
                 i = end
                 continue
+            end = i
+            while end < len(batch) and batch[end].write.method in READ_METHODS:
+                end += 1
+            if end - i > 1:
+                results.extend(await self._read_at_once([c.write for c in batch[i:end]]))
+                i = end
+                continue
             call = batch[i].write
             method = getattr(self._store, call.method)
             results.append(await outcome.acapture(method, *call.args, **call.kwargs))
             i += 1
         self._calls += len(batch)
+        return results
+
+    async def _read_at_once(self, reads: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
+        """Make ``reads`` at the same time; their outcomes in their order."""
+        self._read_waves += 1
+        results: list[outcome.Outcome[Any]] = []
+
+        async def read(index: int, call: StoreWrite) -> None:
+            method = getattr(self._store, call.method)
+            results[index] = await outcome.acapture(method, *call.args, **call.kwargs)
+
+        results.extend(outcome.Value(None) for _ in reads)  # each replaced by its own
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(reads):
+                nursery.start_soon(read, index, call)
         return results
 
     async def _apply_writes(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:

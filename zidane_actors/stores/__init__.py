@@ -13,6 +13,7 @@ from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_sto
 from ._protocol import (
     OPTIONAL_METHODS,
     VERSIONED_WRITES,
+    READ_METHODS,
     WRITE_METHODS,
     BatchingStore,
     FullSessionStore,
@@ -32,6 +33,7 @@ from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite
 __all__ = [
     "OPTIONAL_METHODS",
     "VERSIONED_WRITES",
+    "READ_METHODS",
     "WRITE_METHODS",
     "BatchingStore",
     "DirectoryFileMapAdapter",

@@ -39,6 +39,7 @@ from ..model import (
 
 __all__ = [
     "OPTIONAL_METHODS",
+    "READ_METHODS",
     "VERSIONED_WRITES",
     "WRITE_METHODS",
     "BatchingStore",
@@ -219,6 +220,25 @@ WRITE_METHODS: Final = frozenset(
     }
 )
 """Writes a :class:`BatchingStore` may group into one transaction."""
+
+READ_METHODS: Final = frozenset(
+    {
+        "find_send_request",
+        "get_meta",
+        "get_rev",
+        "get_turns",
+        "list",
+        "list_artifacts",
+        "list_meta",
+        "list_schedule_fires",
+        "list_schedules",
+        "list_send_requests",
+        "load",
+        "load_versioned",
+        "search_meta",
+    }
+)
+"""Reads: they change nothing a caller can see, so reads queued together may run at once."""
 
 
 VERSIONED_WRITES: Final = frozenset(
