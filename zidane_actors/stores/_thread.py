@@ -7,7 +7,9 @@ resource is only ever touched by its own thread. The thread answers a lone
 caller (the usual case: one job in flight) through a socket that caller waits
 on, so the run loop reschedules it as soon as it sees the byte; callers
 queued meanwhile are answered through the run's ``TrioToken``, which takes
-one more pass of the loop (about two thirds of ``to_thread.run_sync``).
+one more pass of the loop (about two thirds of ``to_thread.run_sync``): the
+answers ready before that pass runs ride along with the first, one wake-up
+for all of them.
 Semantics are those of ``to_thread.run_sync`` behind a ``CapacityLimiter(1)``:
 
 * jobs run one at a time, in the order they were submitted;
@@ -96,6 +98,10 @@ class WorkerThread(Generic[R]):
         self._signal_in, self._signal_out = socket.socketpair()
         self._signal_in.setblocking(False)
         self._signalled = False
+        # Outcomes for the other callers, handed over by one ``run_sync_soon`` for all
+        # that arrive before the trio thread takes them (one wake-up, not one each).
+        self._answers: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
+        self._answers_lock = threading.Lock()
         # The creating task waits for the opening (see start_worker_thread).
         self._thread = threading.Thread(
             target=self._serve, args=(trio.lowlevel.current_task(),), name=name, daemon=True
@@ -205,9 +211,20 @@ class WorkerThread(Generic[R]):
     # -- the thread ----------------------------------------------------------
 
     def _answer(self, task: trio.lowlevel.Task, result: outcome.Outcome[Any]) -> None:
+        with self._answers_lock:
+            self._answers.append((task, result))
+            if len(self._answers) > 1:
+                return  # the hand-over already asked for rides along
         # When the run has ended under its waiter, there is nobody to answer.
         with contextlib.suppress(trio.RunFinishedError):
-            self._token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+            self._token.run_sync_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """Reschedule every caller answered so far (runs in the trio thread)."""
+        with self._answers_lock:
+            answers, self._answers = self._answers, []
+        for task, result in answers:
+            trio.lowlevel.reschedule(task, result)
 
     def _answer_job(self, job: _Job, result: outcome.Outcome[Any]) -> None:
         if job.task is not None:
