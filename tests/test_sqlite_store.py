@@ -880,3 +880,38 @@ async def test_a_session_deleted_before_v3_is_recreated_with_a_higher_rev(tmp_pa
         await store.save(make_session("gone"))
         meta = await store.get_meta("gone")
         assert meta is not None and meta.rev is not None and meta.rev > 41
+
+
+async def test_apply_reads_answers_each_read_in_order_from_one_transaction(
+    tmp_path: Path,
+) -> None:
+    """Reads made together: each answers what the read alone would (errors in their
+    own slot), header, rev, turn and session reads in one read transaction."""
+    async with open_sqlite_store(tmp_path / "r.db") as store:
+        await store.save(session("a", turns=(turn(0), turn(1, "assistant"))))
+        reads = [
+            StoreWrite("get_meta", ("a",)),
+            StoreWrite("get_rev", ("a",)),
+            StoreWrite("get_rev", ("missing",)),
+            StoreWrite("get_turns", ("a", 1)),
+            StoreWrite("load", ("a",)),
+            StoreWrite("load_versioned", ("missing",)),
+            StoreWrite("get_meta", ("../bad",)),
+            StoreWrite("list_meta", ()),
+            StoreWrite("get_turns", ("a",), {"limit": -1}),
+        ]
+        before = store.statistics().transactions
+        answers = await store.apply_reads(reads)
+        assert store.statistics().transactions - before == 2  # the batch, then list_meta
+        alone = [
+            await outcome.acapture(getattr(store, r.method), *r.args, **r.kwargs) for r in reads
+        ]
+    assert [type(a) for a in answers] == [type(a) for a in alone]
+    for mine, theirs in zip(answers, alone, strict=True):
+        if isinstance(mine, outcome.Error):
+            assert isinstance(theirs, outcome.Error)
+            assert type(mine.error) is type(theirs.error) and str(mine.error) == str(theirs.error)
+        else:
+            assert mine == theirs
+    assert isinstance(answers[6], outcome.Error) and isinstance(answers[6].error, InvalidNameError)
+    assert answers[2] == outcome.Value(None) and answers[3] == outcome.Value([turn(1, "assistant")])

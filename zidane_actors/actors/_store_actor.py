@@ -34,6 +34,7 @@ from ..stores._protocol import (
     READ_METHODS,
     WRITE_METHODS,
     BatchingStore,
+    ReadBatchingStore,
     Revision,
     SessionStore,
     StoreWrite,
@@ -158,8 +159,17 @@ class StoreActor:
         return results
 
     async def _read_at_once(self, reads: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
-        """Make ``reads`` at the same time; their outcomes in their order."""
+        """Make ``reads`` at the same time (``apply_reads`` when the store has it); in order."""
         self._read_waves += 1
+        if isinstance(self._store, ReadBatchingStore):
+            try:
+                answers = await self._store.apply_reads(reads)
+            except BaseException as exc:  # shielded by the actor: never a Cancelled
+                return [outcome.Error(exc) for _ in reads]
+            if len(answers) != len(reads):
+                err = RuntimeError(f"apply_reads answered {len(answers)} outcomes for {len(reads)}")
+                return [outcome.Error(err) for _ in reads]
+            return list(answers)
         results: list[outcome.Outcome[Any]] = []
 
         async def read(index: int, call: StoreWrite) -> None:

@@ -12,13 +12,14 @@ from ._memory import MemoryStore, create_memory_store, open_memory_store
 from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
 from ._protocol import (
     OPTIONAL_METHODS,
-    VERSIONED_WRITES,
     READ_METHODS,
+    VERSIONED_WRITES,
     WRITE_METHODS,
     BatchingStore,
     FullSessionStore,
     HistoryMutation,
     MutateResult,
+    ReadBatchingStore,
     Revision,
     RunClaim,
     SessionStore,
@@ -32,8 +33,8 @@ from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite
 
 __all__ = [
     "OPTIONAL_METHODS",
-    "VERSIONED_WRITES",
     "READ_METHODS",
+    "VERSIONED_WRITES",
     "WRITE_METHODS",
     "BatchingStore",
     "DirectoryFileMapAdapter",
@@ -47,6 +48,7 @@ __all__ = [
     "MutateResult",
     "PostgresStore",
     "PostgresStoreStatistics",
+    "ReadBatchingStore",
     "RemoteStore",
     "RemoteStoreStatistics",
     "Revision",

@@ -46,6 +46,7 @@ __all__ = [
     "FullSessionStore",
     "HistoryMutation",
     "MutateResult",
+    "ReadBatchingStore",
     "Revision",
     "RevisionSink",
     "RunClaim",
@@ -168,6 +169,19 @@ class BatchingStore(Protocol):
         self, writes: Sequence[StoreWrite]
     ) -> builtins.list[outcome.Outcome[Any]]:
         """Apply ``writes`` in one transaction; one outcome per write, in order."""
+        ...
+
+
+@runtime_checkable
+class ReadBatchingStore(Protocol):
+    """A store that makes many queued reads together (one trip to its database).
+
+    ``apply_reads`` takes calls of :data:`READ_METHODS` and answers one
+    outcome per read, in order: each read's own answer or error.
+    """
+
+    async def apply_reads(self, reads: Sequence[StoreWrite]) -> builtins.list[outcome.Outcome[Any]]:
+        """Make ``reads``; one outcome per read, in order."""
         ...
 
 

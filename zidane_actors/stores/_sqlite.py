@@ -553,6 +553,9 @@ class SQLiteStore:
 
     async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
         """The whole session and its ``rev``, read in one transaction; ``None`` when absent."""
+        return await self._read(self._load_op(session_id))
+
+    def _load_op(self, session_id: str) -> Callable[[_Conn], tuple[SessionData, int] | None]:
         _session_id(session_id)
 
         def op(conn: _Conn) -> tuple[SessionData, int] | None:
@@ -586,17 +589,20 @@ class SQLiteStore:
             )
             return data, int(rev)
 
-        return await self._read(op)
+        return op
 
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (one indexed read), or ``None`` when absent."""
+        return await self._read(self._get_rev_op(session_id))
+
+    def _get_rev_op(self, session_id: str) -> Callable[[_Conn], int | None]:
         _session_id(session_id)
 
         def op(conn: _Conn) -> int | None:
             rev = self._rev(conn, session_id)
             return rev or None
 
-        return await self._read(op)
+        return op
 
     def _op_save(
         self, conn: _Conn, data: SessionData, *, expected_rev: int | None = None
@@ -735,6 +741,11 @@ class SQLiteStore:
         self, session_id: str, from_: int = 0, limit: int | None = None
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_`` (0-based) onward, at most ``limit``, oldest first."""
+        return await self._read(self._get_turns_op(session_id, from_, limit))
+
+    def _get_turns_op(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> Callable[[_Conn], builtins.list[SessionTurn]]:
         _session_id(session_id)
         checked_int(from_, "from_")
         if limit is not None:
@@ -748,7 +759,7 @@ class SQLiteStore:
             ).fetchall()
             return list(_decode_turns(session_id, rows))
 
-        return await self._read(op)
+        return op
 
     def _op_update_run(
         self,
@@ -912,13 +923,16 @@ class SQLiteStore:
 
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One header row with its counts, without reading the turns."""
+        return await self._read(self._get_meta_op(session_id))
+
+    def _get_meta_op(self, session_id: str) -> Callable[[_Conn], SessionMetaRow | None]:
         _session_id(session_id)
 
         def op(conn: _Conn) -> SessionMetaRow | None:
             row = conn.execute(f"{self._META_SELECT} WHERE s.id = ?", (session_id,)).fetchone()
             return None if row is None else self._meta_row(row)
 
-        return await self._read(op)
+        return op
 
     async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
         """Header rows with SQL aggregates, most recently updated first, in one query."""
@@ -1655,6 +1669,70 @@ class SQLiteStore:
             )
         except Exception as exc:
             return outcome.Error(exc)
+
+    def _read_op(self, read: StoreWrite) -> Callable[[_Conn], Any] | None:
+        """The op of one read ``apply_reads`` can make in its transaction (``None``: it can't)."""
+        method = read.method
+        if method == "get_meta":
+            return self._get_meta_op(*read.args, **read.kwargs)
+        if method == "get_rev":
+            return self._get_rev_op(*read.args, **read.kwargs)
+        if method == "get_turns":
+            return self._get_turns_op(*read.args, **read.kwargs)
+        if method == "load_versioned":
+            return self._load_op(*read.args, **read.kwargs)
+        if method == "load":
+            op = self._load_op(*read.args, **read.kwargs)
+            return lambda conn: None if (loaded := op(conn)) is None else loaded[0]
+        return None
+
+    def _each(self, ops: Sequence[Callable[[_Conn], Any]], conn: _Conn) -> builtins.list[Any]:
+        """Run ``ops`` in the open transaction: one outcome each (a busy database fails all)."""
+        answers: builtins.list[outcome.Outcome[Any]] = []
+        for op in ops:
+            try:
+                answers.append(outcome.Value(op(conn)))
+            except sqlite3.Error as exc:
+                error = self._translate(exc)
+                if isinstance(error, _Busy):
+                    raise  # the whole transaction is tried again
+                answers.append(outcome.Error(error))
+            except Exception as exc:
+                answers.append(outcome.Error(exc))
+        return answers
+
+    async def apply_reads(self, reads: Sequence[StoreWrite]) -> builtins.list[outcome.Outcome[Any]]:
+        """Make ``reads`` (calls of ``READ_METHODS``); one outcome per read, in order.
+
+        The header, rev, turn and whole-session reads run in ONE read transaction,
+        so they see one snapshot and reach the connection's thread together;
+        other reads are made one by one after them (reads do not depend on
+        each other's order).
+        """
+        results: builtins.list[outcome.Outcome[Any] | None] = [None] * len(reads)
+        placed: builtins.list[int] = []
+        ops: builtins.list[Callable[[_Conn], Any]] = []
+        for index, read in enumerate(reads):
+            try:
+                op = self._read_op(read)
+            except Exception as exc:  # the arguments are refused: the read's own error
+                results[index] = outcome.Error(exc)
+                continue
+            if op is not None:
+                placed.append(index)
+                ops.append(op)
+        if ops:
+            try:
+                answers = await self._read(functools.partial(self._each, ops))
+            except Exception as exc:
+                answers = [outcome.Error(exc) for _ in ops]
+            for index, answer in zip(placed, answers, strict=True):
+                results[index] = answer
+        for index, read in enumerate(reads):
+            if results[index] is None:
+                method = getattr(self, read.method)
+                results[index] = await outcome.acapture(method, *read.args, **read.kwargs)
+        return cast(builtins.list[outcome.Outcome[Any]], results)
 
     async def apply_writes(
         self, writes: Sequence[StoreWrite]
