@@ -250,3 +250,25 @@ async def test_queued_reads_run_at_once_and_keep_their_place_among_writes() -> N
     assert isinstance(answers["3"], SessionNotFoundError)
     assert answers["5"].id == "b" and answers["gate"] is None
     assert stats.read_waves == 1
+
+
+async def test_calls_queued_together_from_one_task_keep_their_order_and_read_in_one_wave() -> None:
+    store = GatedStore(wave=2)
+    await store.save(SessionData(id="a", created_at=1, updated_at=1))
+    store.log.clear()
+    async with open_store_actor(store) as handle:
+        answers = await handle.call_together(
+            [
+                StoreWrite("load", ("a",)),
+                StoreWrite("get_meta", ("missing",)),
+                StoreWrite("save", (SessionData(id="b", created_at=1, updated_at=2),)),
+                StoreWrite("get_meta", ("b",)),
+            ]
+        )
+        stats = handle.statistics()
+    assert store.log[:2] == ["start load a", "start get_meta missing"]  # one wave of two
+    assert store.log[4:] == ["start save b", "end save b", "start get_meta b", "end get_meta b"]
+    loaded, missing, saved, meta = answers
+    assert loaded.unwrap().id == "a" and saved.unwrap().after > 0
+    assert isinstance(missing, outcome.Error) and isinstance(missing.error, SessionNotFoundError)
+    assert meta.unwrap().id == "b" and stats.read_waves == 1

@@ -125,6 +125,20 @@ class StoreActor:
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
         return self._actor.call(_StoreCall(StoreWrite(method, args, kwargs)))
 
+    async def call_together(self, calls: Sequence[StoreWrite]) -> list[outcome.Outcome[Any]]:
+        """Queue ``calls`` one after another (nothing between them) and answer each outcome.
+
+        Without a task each: reads among them are made in one wave (see the module
+        docstring), writes grouped as always. Cancelled while queueing, none of the
+        calls not yet queued is made; once all are queued their outcomes are waited
+        for whatever happens.
+        """
+        replies = [await self._actor.send(_StoreCall(call)) for call in calls]
+        results: list[outcome.Outcome[Any]] = []
+        for reply in replies:
+            results.append(await outcome.acapture(reply.wait_shielded))
+        return results
+
     async def _send(self, write: StoreWrite, reply: Reply[Any]) -> None:
         """Enqueue ``write`` answering ``reply`` (whose ``on_resolve`` sees the verdict first)."""
         await self._actor.send(_StoreCall(write, reply=reply))

@@ -59,6 +59,7 @@ from ..model import (
     SessionContentBlock,
     SessionFilter,
     SessionHistory,
+    SessionMetaRow,
     SessionTurn,
     TextBlock,
     ToolCallBlock,
@@ -68,7 +69,7 @@ from ..model import (
     validate_id,
 )
 from ..portal._thread import wait_future
-from ..stores._protocol import FullSessionStore, VersionedStore, store_capabilities
+from ..stores._protocol import FullSessionStore, StoreWrite, VersionedStore, store_capabilities
 from . import _shared
 
 __all__ = ["DEFAULT_STORE", "ZidaneSessionService"]
@@ -673,6 +674,10 @@ async def _scope_state(host: SessionHost, zid: str, key: str) -> dict[str, Any]:
     else:
         data = await store.load(zid)
         meta = data.metadata if data is not None else None
+    return _state_in(meta, key)
+
+
+def _state_in(meta: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     state = meta.get(key) if meta is not None else None
     return cast(dict[str, Any], state) if isinstance(state, dict) else {}
 
@@ -681,15 +686,20 @@ async def _scopes(
     host: SessionHost, app_name: str, user_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``app:`` and ``user:`` state of an ADK session, as stored now (read at once)."""
-    app: list[dict[str, Any]] = []
-
-    async def read_app() -> None:
-        app.append(await _scope_state(host, _app_scope_id(app_name), "adkAppState"))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(read_app)
-        user = await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState")
-    return app[0], user
+    app_id, user_id_ = _app_scope_id(app_name), _user_scope_id(app_name, user_id)
+    if "get_meta" in _capabilities(host):  # both reads queued together: one wave
+        rows = await host.store.call_together(
+            [StoreWrite("get_meta", (app_id,)), StoreWrite("get_meta", (user_id_,))]
+        )
+        app_row, user_row = (cast(SessionMetaRow | None, row.unwrap()) for row in rows)
+        return (
+            _state_in(app_row.metadata if app_row is not None else None, "adkAppState"),
+            _state_in(user_row.metadata if user_row is not None else None, "adkUserState"),
+        )
+    return (
+        await _scope_state(host, app_id, "adkAppState"),
+        await _scope_state(host, user_id_, "adkUserState"),
+    )
 
 
 async def _update_scopes(
