@@ -9,10 +9,14 @@ equal the rows it makes by checking the same turns itself.
 from __future__ import annotations
 
 import copy
+import datetime
+import decimal
+import enum
 import math
 import pickle
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,15 +26,60 @@ from store_contract import make_turn, rich_turns
 
 from zidane_actors.errors import InvalidNameError, ValidationError
 from zidane_actors.model import SessionTurn, TextBlock, ToolCallBlock, TurnUsage, encode
-from zidane_actors.model._checked import CheckedTurns, check_turns, checked_turns
+from zidane_actors.model._checked import (
+    CheckedTurns,
+    _checked_walked,
+    check_turns,
+    check_values,
+    checked_turns,
+)
+from zidane_actors.model._json import MAX_JSON_DEPTH
 from zidane_actors.stores._sqlite import _turn_rows_of
 
 _BAD_VALUES = st.sampled_from([math.nan, math.inf, b"x", {1, 2}, {1: "int key"}])
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# Values a turn may hold that read back changed, refused, or equal in another type:
+# each must take the whole check (the skipped walk is only for what reads back equal).
+_ODD: list[Any] = [
+    math.nan,
+    -math.inf,
+    b"x",
+    bytearray(b"x"),
+    frozenset({1}),
+    {True: 1},
+    {1.5: "float key"},
+    (1, [2, (3,)]),
+    _Color.RED,
+    {"k": _Color.RED},
+    -0.0,
+    2**70,
+    datetime.datetime(2026, 1, 1),
+    decimal.Decimal("1.5"),
+    TextBlock("a model value"),
+    msgspec.UNSET,
+    _nested(MAX_JSON_DEPTH - 2),
+    _nested(MAX_JSON_DEPTH + 5),
+    {"deep": _nested(MAX_JSON_DEPTH - 1)},
+    "{[" * 80,
+]
+_ODD_VALUES = st.sampled_from(_ODD)
 _IDS = st.sampled_from(["t1", "t2", "t3", "../x", "a b", "ok.id"])
 
 
 @st.composite
-def turns(draw: st.DrawFn) -> list[Any]:
+def turns(draw: st.DrawFn, odd: bool = False) -> list[Any]:
     """Turns with random ids (some unsafe or repeated), times (some negative), metadata and
     tool inputs (some holding what JSON cannot carry), usage (some out of range), and
     sometimes a value that is not a turn at all."""
@@ -42,6 +91,8 @@ def turns(draw: st.DrawFn) -> list[Any]:
         metadata = draw(st.none() | json_object)
         if metadata is not None and draw(st.integers(0, 5)) == 0:
             metadata["bad"] = draw(_BAD_VALUES)
+        if odd and metadata is not None and draw(st.integers(0, 2)) == 0:
+            metadata["odd"] = draw(_ODD_VALUES)
         tool_input = draw(json_object)
         if draw(st.integers(0, 7)) == 0:
             tool_input["bad"] = draw(_BAD_VALUES)
@@ -78,6 +129,42 @@ def test_the_carrier_holds_exactly_what_the_slow_path_writes(drawn: list[Any]) -
     assert type(checked) is CheckedTurns
     assert checked.bodies == tuple(encode(t) for t in drawn)
     assert _turn_rows_of(checked, 3) == rows
+
+
+def _odd_turn(value: Any) -> list[Any]:
+    return [replace(make_turn(1), metadata={"odd": value})]
+
+
+@settings(max_examples=500, deadline=None)
+@given(turns(odd=True))
+def test_skipping_the_walk_changes_no_answer(drawn: list[Any]) -> None:
+    """``checked_turns`` answers what the whole walk of every turn answers: the same
+    error at the same path, or the same turns with the same bodies."""
+    _same_answer(drawn)
+
+
+@pytest.mark.parametrize("value", _ODD, ids=[type(v).__name__ for v in _ODD])
+def test_each_odd_value_gets_the_answer_of_the_whole_walk(value: Any) -> None:
+    _same_answer(_odd_turn(value))
+
+
+def _same_answer(drawn: list[Any]) -> None:
+    try:
+        walked: Any = _checked_walked(check_values(drawn, SessionTurn, "turns", walk=False))
+    except ValidationError as exc:
+        walked = exc
+    try:
+        fast: Any = checked_turns(drawn)
+    except ValidationError as exc:
+        fast = exc
+    if isinstance(walked, ValidationError):
+        assert type(fast) is type(walked) and str(fast) == str(walked)
+        assert fast.path == walked.path
+        return
+    assert type(fast) is type(walked) and fast == walked
+    assert [type(t) for t in fast] == [type(t) for t in walked]
+    if type(fast) is CheckedTurns:
+        assert fast.bodies == walked.bodies
 
 
 def test_a_carrier_is_built_by_checked_turns_only() -> None:

@@ -25,7 +25,7 @@ from ..errors import ValidationError
 from ._codec import decode, decoder, encode
 from ._frozen import frozen
 from ._ids import validate_id
-from ._json import check_model
+from ._json import MAX_JSON_DEPTH, check_model
 from ._turn_ids import check_unique_turn_ids
 from ._types import SessionTurn
 
@@ -59,10 +59,13 @@ class CheckedTurns(tuple[SessionTurn, ...]):
         return tuple, (tuple(self),)
 
 
-def check_values(values: Iterable[T], type_: type[T], field: str) -> tuple[T, ...]:
+def check_values(
+    values: Iterable[T], type_: type[T], field: str, *, walk: bool = True
+) -> tuple[T, ...]:
     """``values`` as a tuple of ``type_`` values JSON carries exactly.
 
-    Raises :class:`ValidationError` located under ``$.<field>``.
+    Raises :class:`ValidationError` located under ``$.<field>``. With
+    ``walk=False`` only the container and the values' types are checked.
     """
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise ValidationError(
@@ -75,7 +78,8 @@ def check_values(values: Iterable[T], type_: type[T], field: str) -> tuple[T, ..
             raise ValidationError(
                 f"expected a {type_.__name__}, got {type(value).__name__}", path=f"$.{field}[{i}]"
             )
-    check_model(checked, what=field, path=f"$.{field}")
+    if walk:
+        check_model(checked, what=field, path=f"$.{field}")
     return checked
 
 
@@ -95,8 +99,45 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
     A turn a store refuses (an unsafe id, a constraint only decoding
     enforces) leaves a plain tuple: the store then raises its own located
     error, exactly as without the carrier.
+
+    The encoding and decoding back the carrier needs also answer most of the
+    check: a turn whose copy read back from its JSON equals it, with fewer
+    arrays and objects in that JSON than :data:`MAX_JSON_DEPTH` (so none can
+    nest deeper) and no unknown fields, holds nothing JSON would change
+    (``NaN``, ``bytes``, a set, a non-string key or a model value in a
+    free-form field all read back different), so its walk is skipped. Any
+    other turn gets the whole check, with its located error.
     """
-    checked = check_turns(turns)
+    given = check_values(turns, SessionTurn, "turns", walk=False)
+    bodies = []
+    copies = []
+    try:
+        for turn in given:
+            body = encode(turn)
+            copy = _TURN.decode(body)
+            if (
+                turn.extra_fields is not None
+                or body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH
+                or copy != turn
+            ):
+                break
+            bodies.append(body)
+            copies.append(copy)
+        else:
+            check_unique_turn_ids(given, path="$.turns")
+            for turn in given:
+                validate_id(turn.id)
+            return CheckedTurns(tuple(frozen(c) for c in copies), tuple(bodies), _KEY)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
+        pass
+    return _checked_walked(given)
+
+
+def _checked_walked(given: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
+    """:func:`checked_turns` with the whole check of every value walked."""
+    check_model(given, what="turns", path="$.turns")
+    check_unique_turn_ids(given, path="$.turns")
+    checked = given
     for i, turn in enumerate(checked):
         if not all(isinstance(block, msgspec.Struct) for block in turn.content):
             # Blocks given as dicts: what the store reads back is the blocks, or a refusal.
