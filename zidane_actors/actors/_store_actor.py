@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import outcome
@@ -85,6 +85,7 @@ class StoreActor:
         self._store = store
         self._capabilities = store_capabilities(store)
         self._batching = isinstance(store, BatchingStore) and (max_batch is None or max_batch > 1)
+        self._read_batching = isinstance(store, ReadBatchingStore)
         self._calls = 0
         self._batches = 0
         self._batched_writes = 0
@@ -175,9 +176,9 @@ class StoreActor:
     async def _read_at_once(self, reads: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
         """Make ``reads`` at the same time (``apply_reads`` when the store has it); in order."""
         self._read_waves += 1
-        if isinstance(self._store, ReadBatchingStore):
+        if self._read_batching:
             try:
-                answers = await self._store.apply_reads(reads)
+                answers = await cast(ReadBatchingStore, self._store).apply_reads(reads)
             except BaseException as exc:  # shielded by the actor: never a Cancelled
                 return [outcome.Error(exc) for _ in reads]
             if len(answers) != len(reads):
@@ -197,11 +198,10 @@ class StoreActor:
         return results
 
     async def _apply_writes(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
-        assert isinstance(self._store, BatchingStore)
         self._batches += 1
         self._batched_writes += len(writes)
         try:
-            results = await self._store.apply_writes(writes)
+            results = await cast(BatchingStore, self._store).apply_writes(writes)
         except BaseException as exc:  # shielded by the actor: never a Cancelled
             return [outcome.Error(exc) for _ in writes]
         if len(results) != len(writes):
