@@ -76,6 +76,22 @@ def _never_fatal(exc: BaseException) -> bool:
     return False
 
 
+async def _one_outcome_each(
+    apply: Callable[[Sequence[StoreWrite]], Awaitable[Sequence[outcome.Outcome[Any]]]],
+    calls: list[StoreWrite],
+) -> list[outcome.Outcome[Any]]:
+    """``apply(calls)``'s outcomes; its error, or a wrong count, as every call's outcome."""
+    try:
+        results = await apply(calls)
+    except BaseException as exc:  # shielded by the actor: never a Cancelled
+        return [outcome.Error(exc) for _ in calls]
+    if len(results) != len(calls):
+        name = getattr(apply, "__name__", "the store")
+        err = RuntimeError(f"{name} answered {len(results)} outcomes for {len(calls)}")
+        return [outcome.Error(err) for _ in calls]
+    return list(results)
+
+
 class StoreActor:
     """A ``SessionStore`` whose calls run one at a time in a dedicated task."""
 
@@ -177,14 +193,8 @@ class StoreActor:
         """Make ``reads`` at the same time (``apply_reads`` when the store has it); in order."""
         self._read_waves += 1
         if self._read_batching:
-            try:
-                answers = await cast(ReadBatchingStore, self._store).apply_reads(reads)
-            except BaseException as exc:  # shielded by the actor: never a Cancelled
-                return [outcome.Error(exc) for _ in reads]
-            if len(answers) != len(reads):
-                err = RuntimeError(f"apply_reads answered {len(answers)} outcomes for {len(reads)}")
-                return [outcome.Error(err) for _ in reads]
-            return list(answers)
+            apply_reads = cast(ReadBatchingStore, self._store).apply_reads
+            return await _one_outcome_each(apply_reads, reads)
         results: list[outcome.Outcome[Any]] = []
 
         async def read(index: int, call: StoreWrite) -> None:
@@ -200,14 +210,7 @@ class StoreActor:
     async def _apply_writes(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
         self._batches += 1
         self._batched_writes += len(writes)
-        try:
-            results = await cast(BatchingStore, self._store).apply_writes(writes)
-        except BaseException as exc:  # shielded by the actor: never a Cancelled
-            return [outcome.Error(exc) for _ in writes]
-        if len(results) != len(writes):
-            err = RuntimeError(f"apply_writes answered {len(results)} outcomes for {len(writes)}")
-            return [outcome.Error(err) for _ in writes]
-        return list(results)
+        return await _one_outcome_each(cast(BatchingStore, self._store).apply_writes, writes)
 
     # -- SessionStore (required methods) -------------------------------------
 
