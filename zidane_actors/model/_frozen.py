@@ -92,28 +92,39 @@ def _names(cls: type[msgspec.Struct]) -> tuple[str, ...]:
     return names
 
 
+_SKIPPED: Final = _SCALARS | {FrozenDict, FrozenList}
+_astuple: Final = msgspec.structs.astuple
+
+
 def frozen(value: T) -> T:
     """``value`` (a model value or a tuple of them) with its free-form JSON frozen.
 
     Structs without a dict or list inside are returned as they are (no copy).
     """
     if isinstance(value, tuple):
-        items = [frozen(item) for item in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
+        items = []
+        changed = False
+        for item in value:
+            new_item = frozen(item)
+            changed = changed or new_item is not item
+            items.append(new_item)
+        if not changed:
             return value
         return type(value)(items) if type(value) is tuple else tuple(items)  # type: ignore[return-value]
     if not isinstance(value, msgspec.Struct):
         return value
     changes: dict[str, Any] = {}
-    for name in _NAMES.get(type(value)) or _names(type(value)):
-        item = getattr(value, name)
-        kind = type(item)
-        if kind in _SCALARS or kind is FrozenDict or kind is FrozenList:
+    kind = type(value)
+    # The field values in one call (astuple), the names beside them: most are skipped
+    # on their type alone.
+    for name, item in zip(_NAMES.get(kind) or _names(kind), _astuple(value), strict=True):
+        item_kind = type(item)
+        if item_kind in _SKIPPED:
             continue
         new: Any
         if isinstance(item, (msgspec.Struct, tuple)):
             new = frozen(item)
-        elif kind is ExtraFields:
+        elif item_kind is ExtraFields:
             new = ExtraFields({k: frozen_json(v) for k, v in item.items()})
         elif isinstance(item, (dict, list)):
             new = frozen_json(item)
