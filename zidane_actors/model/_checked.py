@@ -135,9 +135,7 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
 
 def _checked_walked(given: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
     """:func:`checked_turns` with the whole check of every value walked."""
-    check_model(given, what="turns", path="$.turns")
-    check_unique_turn_ids(given, path="$.turns")
-    checked = given
+    checked = check_turns(given)
     for i, turn in enumerate(checked):
         if not all(isinstance(block, msgspec.Struct) for block in turn.content):
             # Blocks given as dicts: what the store reads back is the blocks, or a refusal.
