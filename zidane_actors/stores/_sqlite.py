@@ -1686,7 +1686,9 @@ class SQLiteStore:
             return lambda conn: None if (loaded := op(conn)) is None else loaded[0]
         return None
 
-    def _each(self, ops: Sequence[Callable[[_Conn], Any]], conn: _Conn) -> builtins.list[Any]:
+    def _each(
+        self, ops: Sequence[Callable[[_Conn], Any]], conn: _Conn
+    ) -> builtins.list[outcome.Outcome[Any]]:
         """Run ``ops`` in the open transaction: one outcome each (a busy database fails all)."""
         answers: builtins.list[outcome.Outcome[Any]] = []
         for op in ops:
