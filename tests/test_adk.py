@@ -7,7 +7,9 @@ DatabaseSessionService too, so each rule is checked where ADK defines it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,9 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
+from zidane_actors.actors import Session, SessionHost
 from zidane_actors.errors import ValidationError
+from zidane_actors.integrations import _shared
 from zidane_actors.integrations.adk import ZidaneSessionService
 from zidane_actors.model import TextBlock, ToolCallBlock, ToolResultBlock
 from zidane_actors.portal import start_host
@@ -729,3 +733,38 @@ def test_a_closed_service_refuses_calls() -> None:
             await service.create_session(app_name="app", user_id="u")
 
     run(main())
+
+
+@pytest.mark.parametrize("last", ["service", "another share"])
+def test_a_closed_service_frees_its_host_and_every_session_it_kept(
+    tmp_path: Path, last: str
+) -> None:
+    """A kept handle holds its host: closing must let both go (no growth per service)."""
+    url = f"sqlite:{tmp_path / 'adk.db'}"
+
+    async def main() -> tuple[weakref.ref[SessionHost], weakref.ref[Session]]:
+        other = _shared.acquire(url)  # another integration's share of the same portal
+        service = ZidaneSessionService(store=url)
+        session = await service.create_session(app_name="app", user_id="u", session_id="s")
+        await service.append_event(session, user_says("hello"))
+        assert (await service.get_session(app_name="app", user_id="u", session_id="s")) is not None
+        host = other.portal.host
+        zid = next(s for s in host._sessions.values() if s.metadata.get("adkSessionId") == "s")
+        refs = weakref.ref(host), weakref.ref(zid)
+        if last == "service":
+            _shared.release(other)
+            await service.aclose()
+        else:
+            await service.aclose()
+            stopped = _shared.release(other)
+            assert stopped is not None
+            stopped.result()
+            # the next service to keep handles drops the closed host's
+            async with ZidaneSessionService(store="memory:") as again:
+                await again.create_session(app_name="app", user_id="u")
+        return refs
+
+    host, zid = run(main())
+    gc.collect()
+    assert host() is None
+    assert zid() is None

@@ -440,6 +440,7 @@ class ZidaneSessionService(BaseSessionService):
             stopped = _shared.release(shared)
             if stopped is not None:
                 await wait_future(stopped)
+                _drop_closed_hosts()
 
     async def __aenter__(self) -> Self:
         return self
@@ -606,11 +607,27 @@ _kept: weakref.WeakKeyDictionary[SessionHost, OrderedDict[str, Session]] = (
 )
 
 
+def _drop_closed_hosts() -> None:
+    """Forget the handles of closed hosts.
+
+    A kept session holds its host, so ``_kept``'s weak keys alone would
+    never let a closed host (and every session it kept) go: its entry is
+    dropped here, by the service that closed it or when another host starts
+    keeping handles.
+    """
+    for host in list(_kept):
+        try:
+            host.check_open()
+        except ActorClosed:
+            del _kept[host]
+
+
 def _keep(host: SessionHost, session: Session | None) -> Session | None:
     """``session``, kept alive (the host holds idle sessions only weakly)."""
     if session is not None:
         kept = _kept.get(host)
         if kept is None:
+            _drop_closed_hosts()
             kept = _kept[host] = OrderedDict()
         kept[session.id] = session
         kept.move_to_end(session.id)
