@@ -7,7 +7,9 @@ the model's answer with an ``output_key`` state delta, and on the first
 invocation a ``user:`` delta too). Event texts are realistic (1-4 KB, seeded,
 see ``_realistic.py``). All sessions run at once in one asyncio loop.
 
-Variants, alternating within each round (fresh database files every round):
+Variants, their order rotating from round to round (fresh database files every
+round; a full garbage collection before each, so no variant's timed run pays
+for the objects another one left):
 
 - ``ZidaneSessionService(store="sqlite:…")``: a durable commit per write
   (WAL, ``synchronous=FULL``).
@@ -180,9 +182,12 @@ VARIANTS: dict[str, Callable[[Path], BaseSessionService]] = {
 }
 
 
-async def one_round(sessions: int) -> dict[str, Run]:
+async def one_round(sessions: int, first: int) -> dict[str, Run]:
     runs: dict[str, Run] = {}
-    for name, make in VARIANTS.items():
+    names = list(VARIANTS)
+    for name in names[first:] + names[:first]:
+        make = VARIANTS[name]
+        gc.collect()
         with tempfile.TemporaryDirectory() as tmp:
             service = make(Path(tmp))
             try:
@@ -200,7 +205,7 @@ def main() -> None:
     gc.freeze()  # google-adk's imports track ~200k objects: keep them out of every collection
     by_variant: dict[str, list[Run]] = {name: [] for name in VARIANTS}
     for r in range(args.rounds):
-        runs = asyncio.run(one_round(args.sessions))
+        runs = asyncio.run(one_round(args.sessions, r % len(VARIANTS)))
         for name, run in runs.items():
             by_variant[name].append(run)
         print(
