@@ -620,6 +620,24 @@ async def test_memory_cannot_be_changed_through_the_callers_values() -> None:
     assert stored.metadata == {"deep": {"x": [1]}}
 
 
+async def test_empty_objects_and_arrays_in_memory_refuse_changes_too() -> None:
+    """Empty ones are shared by every session: a change to one would reach them all."""
+    turn = SessionTurn(id="t1", role="user", content=(), created_at=1, metadata={"o": {}, "a": []})
+    async with open_session_host(create_memory_store()) as host:
+        first, second = await host.create_session(), await host.create_session()
+        await first.append_turns([turn])
+        await second.append_turns([turn])
+        for session in (first, second):
+            held = session.turns[0].metadata
+            assert held == {"o": {}, "a": []}
+            with pytest.raises(TypeError):
+                held["o"]["x"] = 1
+            with pytest.raises(TypeError):
+                held["a"].append(1)
+            assert dict(held["o"]) == {} and list(held["a"]) == []
+        assert second.turns[0].metadata == {"o": {}, "a": []}
+
+
 def call_as_written() -> SessionTurn:
     return SessionTurn(
         id="t1",

@@ -63,12 +63,16 @@ def frozen_json(value: Any) -> Any:
     # Copied whole at C speed, then each nested container replaced by its frozen copy
     # (through the base class: the copy refuses changes): scalars cost no call each.
     if kind is dict or kind is FrozenDict or (kind is not list and isinstance(value, dict)):
+        if not value:
+            return _EMPTY_DICT
         frozen_dict = FrozenDict(value)
         for key, item in value.items():
             if type(item) not in _SCALARS:
                 _set_item(frozen_dict, key, frozen_json(item))
         return frozen_dict
     if kind is list or kind is FrozenList or isinstance(value, list):
+        if not value:
+            return _EMPTY_LIST
         frozen_list = FrozenList(value)
         for index, item in enumerate(value):
             if type(item) not in _SCALARS:
@@ -79,6 +83,10 @@ def frozen_json(value: Any) -> Any:
     return value
 
 
+# Empty ones are shared: nothing can change them, and each one less is one object
+# less for the garbage collector to track (ADK events hold several per turn).
+_EMPTY_DICT: Final = FrozenDict()
+_EMPTY_LIST: Final = FrozenList()
 _set_item: Final = dict.__setitem__
 _set_index: Final = list.__setitem__
 _NAMES: Final[dict[type, tuple[str, ...]]] = {}
