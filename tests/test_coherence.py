@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from store_contract import make_turn
 from test_postgres_store import DSN, fresh_schema
 from test_server_e2e import ServerProcess
@@ -305,6 +306,83 @@ def test_a_response_split_over_two_workers_is_merged_in_the_store(tmp_path: Path
         two.close()
     expected = [user, *calls, {"role": "user", "content": "more"}]
     assert seen_one == expected == seen_two
+
+
+def test_workers_holding_stale_handles_append_in_store_order_and_merge_on_the_stored_turn(
+    tmp_path: Path,
+) -> None:
+    """Two workers, each handle made stale by the other: nothing lost, order kept, splits merged."""
+    import asyncio
+
+    from zidane_actors.integrations.openai_agents import ZidaneSession
+    from zidane_actors.stores import open_sqlite_store
+
+    one_url, two_url = two_worker_urls(tmp_path)
+    one = ZidaneSession("held", store=one_url)
+    two = ZidaneSession("held", store=two_url)
+
+    def said(text: str) -> Any:
+        return {"role": "user", "content": text}
+
+    def called(n: int) -> Any:
+        return {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"}
+
+    def output(n: int) -> Any:
+        return {"type": "function_call_output", "call_id": f"c{n}", "output": "ok"}
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        await one.add_items([said("a")])
+        assert await two.get_items() == [said("a")]  # two now holds a handle
+        await one.add_items([said("b")])
+        await two.add_items([said("c")])  # two's handle is stale: c lands after b
+        await one.add_items([called(1)])
+        await two.add_items([called(2)])  # merged into one's stored assistant turn
+        await one.add_items([called(3)])  # and so is this one, after two's
+        await two.add_items([output(1), output(2), output(3)])
+        return await one.get_items(), await two.get_items()
+
+    try:
+        seen_one, seen_two = asyncio.run(main())
+    finally:
+        one.close()
+        two.close()
+    expected = [said("a"), said("b"), said("c"), called(1), called(2), called(3)]
+    expected += [output(1), output(2), output(3)]
+    assert seen_one == expected == seen_two
+
+    # The three calls share one assistant turn, so every output keeps its call on load.
+    async def stored_roles() -> list[str]:
+        async with open_sqlite_store(tmp_path / "agents.db") as store:
+            data = await store.load("held")
+            assert data is not None
+            return [turn.role for turn in data.turns]
+
+    assert trio.run(stored_roles) == ["user", "user", "user", "assistant", "user"]
+
+
+def test_a_held_session_deleted_by_another_worker_is_created_again(tmp_path: Path) -> None:
+    import asyncio
+
+    from zidane_actors.integrations.openai_agents import ZidaneSession
+    from zidane_actors.stores import open_sqlite_store
+
+    url, _ = two_worker_urls(tmp_path)
+    worker = ZidaneSession("gone", store=url)
+
+    async def delete() -> None:
+        async with open_sqlite_store(tmp_path / "agents.db") as store:
+            await store.delete("gone")
+
+    async def main() -> list[Any]:
+        await worker.add_items([{"role": "user", "content": "first"}])
+        await asyncio.to_thread(trio.run, delete)
+        await worker.add_items([{"role": "user", "content": "again"}])
+        return await worker.get_items()
+
+    try:
+        assert asyncio.run(main()) == [{"role": "user", "content": "again"}]
+    finally:
+        worker.close()
 
 
 # -- PostgreSQL change notifications ------------------------------------------------------
