@@ -10,10 +10,10 @@ two hosts share one store object.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
@@ -237,6 +237,9 @@ async def test_the_cache_answers_without_a_reload_when_nobody_else_wrote(pair: P
 # -- framework sessions: two workers on one session id ------------------------------------
 
 
+T = TypeVar("T")
+
+
 def two_worker_urls(tmp_path: Path) -> tuple[str, str]:
     """One SQLite file under two paths (a symlinked directory): two portals, hosts and stores,
     as two worker processes would have."""
@@ -244,20 +247,31 @@ def two_worker_urls(tmp_path: Path) -> tuple[str, str]:
     return f"sqlite:{tmp_path / 'agents.db'}", f"sqlite:{tmp_path / 'via' / 'agents.db'}"
 
 
-def test_two_openai_agents_workers_never_erase_each_others_items(tmp_path: Path) -> None:
-    """One worker adds items while another pops: every item is kept or popped, once."""
+def with_two_workers(
+    tmp_path: Path, session_id: str, play: Callable[[Any, Any], Coroutine[Any, Any, T]]
+) -> T:
+    """``play(one, two)`` over two ``ZidaneSession``s of one session, as two workers hold them."""
     import asyncio
 
     from zidane_actors.integrations.openai_agents import ZidaneSession
 
-    adder_url, popper_url = two_worker_urls(tmp_path)
-    adder = ZidaneSession("shared", store=adder_url)
-    popper = ZidaneSession("shared", store=popper_url)
+    one_url, two_url = two_worker_urls(tmp_path)
+    one = ZidaneSession(session_id, store=one_url)
+    two = ZidaneSession(session_id, store=two_url)
+    try:
+        return asyncio.run(play(one, two))
+    finally:
+        one.close()
+        two.close()
+
+
+def test_two_openai_agents_workers_never_erase_each_others_items(tmp_path: Path) -> None:
+    """One worker adds items while another pops: every item is kept or popped, once."""
 
     def item(n: int) -> Any:
         return {"role": "user", "content": f"item {n}"}
 
-    async def main() -> tuple[list[Any], list[Any]]:
+    async def main(adder: Any, popper: Any) -> tuple[list[Any], list[Any]]:
         popped: list[Any] = []
         for n in range(25):
             await adder.add_items([item(n)])
@@ -268,42 +282,27 @@ def test_two_openai_agents_workers_never_erase_each_others_items(tmp_path: Path)
         assert await popper.get_items() == await adder.get_items()  # each sees the other
         return await adder.get_items(), popped
 
-    try:
-        kept, popped = asyncio.run(main())
-    finally:
-        adder.close()
-        popper.close()
+    kept, popped = with_two_workers(tmp_path, "shared", main)
     added = [item(n) for n in range(25)]
     assert popped == [item(n) for n in range(2, 25, 3)]  # always the newest item
     assert kept == [i for i in added if i not in popped]  # nothing else lost, order kept
 
 
 def test_a_response_split_over_two_workers_is_merged_in_the_store(tmp_path: Path) -> None:
-    import asyncio
-
-    from zidane_actors.integrations.openai_agents import ZidaneSession
-
-    one_url, two_url = two_worker_urls(tmp_path)
-    one = ZidaneSession("split", store=one_url)
-    two = ZidaneSession("split", store=two_url)
     calls: list[Any] = [
         {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"}
         for i in (1, 2)
     ]
     user: Any = {"role": "user", "content": "go"}
 
-    async def main() -> tuple[list[Any], list[Any]]:
+    async def main(one: Any, two: Any) -> tuple[list[Any], list[Any]]:
         await one.add_items([user])
         await one.add_items(calls[:1])
         await two.add_items(calls[1:])  # the other worker's view has the first call
         await one.add_items([{"role": "user", "content": "more"}])
         return await one.get_items(), await two.get_items()
 
-    try:
-        seen_one, seen_two = asyncio.run(main())
-    finally:
-        one.close()
-        two.close()
+    seen_one, seen_two = with_two_workers(tmp_path, "split", main)
     expected = [user, *calls, {"role": "user", "content": "more"}]
     assert seen_one == expected == seen_two
 
@@ -312,14 +311,7 @@ def test_workers_holding_stale_handles_append_in_store_order_and_merge_on_the_st
     tmp_path: Path,
 ) -> None:
     """Two workers, each handle made stale by the other: nothing lost, order kept, splits merged."""
-    import asyncio
-
-    from zidane_actors.integrations.openai_agents import ZidaneSession
     from zidane_actors.stores import open_sqlite_store
-
-    one_url, two_url = two_worker_urls(tmp_path)
-    one = ZidaneSession("held", store=one_url)
-    two = ZidaneSession("held", store=two_url)
 
     def said(text: str) -> Any:
         return {"role": "user", "content": text}
@@ -330,7 +322,7 @@ def test_workers_holding_stale_handles_append_in_store_order_and_merge_on_the_st
     def output(n: int) -> Any:
         return {"type": "function_call_output", "call_id": f"c{n}", "output": "ok"}
 
-    async def main() -> tuple[list[Any], list[Any]]:
+    async def main(one: Any, two: Any) -> tuple[list[Any], list[Any]]:
         await one.add_items([said("a")])
         assert await two.get_items() == [said("a")]  # two now holds a handle
         await one.add_items([said("b")])
@@ -341,11 +333,7 @@ def test_workers_holding_stale_handles_append_in_store_order_and_merge_on_the_st
         await two.add_items([output(1), output(2), output(3)])
         return await one.get_items(), await two.get_items()
 
-    try:
-        seen_one, seen_two = asyncio.run(main())
-    finally:
-        one.close()
-        two.close()
+    seen_one, seen_two = with_two_workers(tmp_path, "held", main)
     expected = [said("a"), said("b"), said("c"), called(1), called(2), called(3)]
     expected += [output(1), output(2), output(3)]
     assert seen_one == expected == seen_two
