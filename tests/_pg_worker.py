@@ -12,6 +12,10 @@ answers one JSON line on stdout for each JSON command line on stdin:
   (with the same content);
   with ``"batched": true`` both copies go in one ``apply_writes`` batch;
   answers ``{"appended": n}``
+- ``{"op": "extension_state", "session": id, "worker": w, "count": n, "at": epoch_s}``
+  loads the session on a host over the store and sets the extension state
+  ``("race", "w{w}-{i}")`` to ``i`` for each ``i < n``, one after another;
+  answers ``{"set": n}``
 - ``{"op": "quit"}`` closes the store and exits.
 
 ``at`` is a wall-clock start time shared by every host, so their calls race.
@@ -27,6 +31,7 @@ from typing import Any
 
 import trio
 
+from zidane_actors.actors import open_session_host, set_extension_session_state
 from zidane_actors.model import SessionTurn, TextBlock
 from zidane_actors.stores import PostgresStore, StoreWrite, open_postgres_store
 
@@ -75,7 +80,21 @@ async def _handle(store: PostgresStore, cmd: dict[str, Any]) -> dict[str, Any]:
                 await store.append_turns(cmd["session"], turns)
                 await store.append_turns(cmd["session"], turns)
         return {"appended": count}
+    if op == "extension_state":
+        async with open_session_host(store) as host:
+            held = await host.load_session(cmd["session"])
+            assert held is not None
+            await _start_at(cmd["at"])
+            for i in range(cmd["count"]):
+                await set_extension_session_state(held, "race", f"w{cmd['worker']}-{i}", i)
+        return {"set": cmd["count"]}
     raise ValueError(f"unknown command {op!r}")
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _reply(message: dict[str, Any]) -> None:
@@ -96,7 +115,7 @@ async def main(dsn: str, schema: str) -> None:
             try:
                 _reply(await _handle(store, cmd))
             except Exception as exc:
-                _reply({"error": f"{type(exc).__name__}: {exc}"})
+                _reply({"error": "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(exc))})
 
 
 if __name__ == "__main__":

@@ -183,3 +183,17 @@ async def test_concurrent_appends_lose_and_duplicate_nothing(
     assert [s for (s,) in seqs] == list(range(len(ids)))
     meta = await store.get_meta(sid)
     assert meta is not None and meta.turn_count == meta.user_message_count == len(ids)
+
+
+async def test_extension_state_set_by_every_host_at_once_keeps_every_key(
+    hosts: list[Host], store: PostgresStore
+) -> None:
+    """Each write lands over the rev it was computed from; a loser computes it again."""
+    count, sid = 12, "extension-race"
+    await store.save(session(sid))
+    replies = await everyone(hosts, op="extension_state", session=sid, count=count)
+    assert all(r["set"] == count for r in replies)
+    data = await store.load(sid)
+    assert data is not None
+    want = {f"w{w}-{i}": i for w in range(len(hosts)) for i in range(count)}
+    assert data.metadata["extensions"] == {"race": want}

@@ -19,6 +19,7 @@ import msgspec
 
 from ..errors import ExtensionStateError, StaleSessionError
 from ..model import JsonValue, check_json, encode, parse_json
+from ._contention import STALE_ATTEMPTS, back_off
 from ._session import Session
 
 __all__ = [
@@ -124,17 +125,13 @@ def _namespaces(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
-_STALE_RETRIES: Final = 8
-"""Attempts of an extension-state write racing other writers of the session."""
-
-
 async def _read_modify_write(session: Session, update: Callable[[Any], Any]) -> None:
     """Apply ``update`` to the extension state and save it over the rev it was computed from.
 
     A save that lost to another writer refreshed the session: the update is
     computed again from the stored state, so no other writer's state is lost.
     """
-    for attempt in range(_STALE_RETRIES):
+    for attempt in range(STALE_ATTEMPTS):
         await session._update_meta(EXTENSION_STATE_METADATA_KEY, update)
         if session.store is None:
             return
@@ -142,8 +139,9 @@ async def _read_modify_write(session: Session, update: Callable[[Any], Any]) -> 
             # Not retried as is: the value was computed from the state memory held.
             full = await session._save((EXTENSION_STATE_METADATA_KEY,), retry=False)
         except StaleSessionError:
-            if attempt == _STALE_RETRIES - 1:
+            if attempt == STALE_ATTEMPTS - 1:
                 raise
+            await back_off(attempt)
         else:
             if full:  # a store without save_meta: it was a save()
                 await session._run_saved_listeners()

@@ -86,6 +86,7 @@ from ..wire import (
     to_wire_messages,
 )
 from ._actor import Actor, Command, Reply
+from ._contention import STALE_ATTEMPTS, back_off
 from ._store_actor import StoreActor
 
 __all__ = [
@@ -111,8 +112,6 @@ SavedListener = Callable[[], Awaitable[None] | None]
 """An ``on_saved`` listener, awaited by ``save()`` when it returns an awaitable."""
 
 _STATUSES: Final = frozenset({"error", "running", "completed", "idle"})
-_STALE_RETRIES: Final = 8
-"""Attempts of a header save racing other writers before ``StaleSessionError`` stands."""
 
 
 def _wall_clock() -> int:
@@ -899,14 +898,15 @@ class Session:
         was computed from memory) is refused: memory becomes the store's
         state, unsaved changes dropped, and ``StaleSessionError`` raised.
         """
-        for attempt in range(_STALE_RETRIES):
+        for attempt in range(STALE_ATTEMPTS):
             header_only = "save_meta" in self._caps and (keys is not None or not self._bulk)
             try:
                 return await self._call(_Save(keys))
             except StaleSessionError:
-                if not (retry and header_only) or attempt == _STALE_RETRIES - 1:
+                if not (retry and header_only) or attempt == STALE_ATTEMPTS - 1:
                     await self._call(_Refresh(reset=True))
                     raise
+                await back_off(attempt)
                 await self._call(_Refresh())
         raise AssertionError("unreachable")
 
@@ -1446,7 +1446,7 @@ class Session:
         if self._rev is None:
             await self._full().mutate_history(self.id, _heal_history)
             return
-        for _ in range(_STALE_RETRIES):
+        for attempt in range(STALE_ATTEMPTS):
             told: list[Revision] = []
             try:
                 await self._full().mutate_history(
@@ -1456,7 +1456,10 @@ class Session:
                     on_revision=told.append,
                 )
             except StaleSessionError:
-                await self._fold()
+                await back_off(attempt)
+                await self._fold()  # memory is the store's state again, unhealed
+                if attempt == STALE_ATTEMPTS - 1:
+                    raise
                 healed = close_interrupted_tool_calls(self._data.turns)
                 if healed is None:
                     return

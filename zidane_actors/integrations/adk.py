@@ -49,6 +49,7 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from ..actors import Session, SessionHost
+from ..actors._contention import STALE_ATTEMPTS, back_off
 from ..errors import ActorClosed, ConflictError, InvalidNameError, ValidationError
 from ..errors import SessionNotFoundError as ZidaneNotFound
 from ..errors import StaleSessionError as StoreStaleError
@@ -722,21 +723,31 @@ async def _scopes(
 async def _update_scopes(
     host: SessionHost, app_name: str, user_id: str, app: dict[str, Any], user: dict[str, Any]
 ) -> None:
-    """Apply ``app:`` and ``user:`` deltas to their scope sessions, both writes at once."""
+    """Apply ``app:`` and ``user:`` deltas to their scope sessions, both writes at once.
+
+    Each write runs to its end whatever the other's fate; the first error is
+    raised as itself (never wrapped in a group).
+    """
+    errors: list[Exception] = []
+
+    async def update(zid: str, names: dict[str, JsonValue], key: str, delta: Any) -> None:
+        try:
+            await _update_state(host, zid, names, key, delta)
+        except Exception as exc:  # a cancellation goes through
+            errors.append(exc)
+
     async with trio.open_nursery() as nursery:
         if app:
-            names: dict[str, JsonValue] = {"adkApp": app_name}
             nursery.start_soon(
-                _update_state, host, _app_scope_id(app_name), names, "adkAppState", app
+                update, _app_scope_id(app_name), {"adkApp": app_name}, "adkAppState", app
             )
         if user:
             names = {"adkApp": app_name, "adkUser": user_id}
-            zid = _user_scope_id(app_name, user_id)
-            nursery.start_soon(_update_state, host, zid, names, "adkUserState", user)
-
-
-SCOPE_RETRIES: Final = 8
-"""Attempts of a scope-state write racing other processes' writes of that scope."""
+            nursery.start_soon(
+                update, _user_scope_id(app_name, user_id), names, "adkUserState", user
+            )
+    if errors:
+        raise errors[0]
 
 
 @attrs.define
@@ -805,13 +816,13 @@ async def _merge_state(
     """
     store = cast(FullSessionStore, host.store)
     versioned = cast(VersionedStore, store)
-    for attempt in range(SCOPE_RETRIES):
+    for attempt in range(STALE_ATTEMPTS):
         got = await versioned.load_versioned(zid)
         if got is None:
             try:
                 await host.create_session(id=zid, metadata={**names, key: delta})
             except ConflictError:
-                continue  # created meanwhile: merge into it
+                continue  # created meanwhile: merge into it at once
             return
         data, rev = got
         current = data.metadata.get(key)
@@ -824,11 +835,12 @@ async def _merge_state(
                 expected_rev=rev,
             )
         except StoreStaleError:
-            if attempt == SCOPE_RETRIES - 1:
+            if attempt == STALE_ATTEMPTS - 1:
                 raise
+            await back_off(attempt)
         else:
             return
-    raise ConflictError(f"scope session {zid!r} could not be written: {SCOPE_RETRIES} races lost")
+    raise ConflictError(f"scope session {zid!r} could not be written: {STALE_ATTEMPTS} races lost")
 
 
 async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:
