@@ -134,11 +134,14 @@ async def play(service: BaseSessionService, sessions: int) -> Run:
     for sid in ids:
         await service.create_session(app_name="bench", user_id="u", session_id=sid)
     scripts = [[invocation(s, n) for n in range(INVOCATIONS)] for s in range(sessions)]
+    # The events a Runner would hand over, made before the clock starts (making them is the
+    # agent's work, not the session service's); ``scripts`` keeps the originals to check.
+    sent = [[[e.model_copy(deep=True) for e in events] for events in script] for script in scripts]
     errors = 0
 
     async def one(s: int) -> None:
         nonlocal errors
-        for events in scripts[s]:
+        for events in sent[s]:
             session = None
             for event in events:
                 try:
@@ -147,7 +150,7 @@ async def play(service: BaseSessionService, sessions: int) -> Run:
                             app_name="bench", user_id="u", session_id=ids[s]
                         )
                         assert session is not None
-                    await service.append_event(session, event.model_copy(deep=True))
+                    await service.append_event(session, event)
                 except Exception:
                     errors += 1
                     session = None
