@@ -3,23 +3,42 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
 
 import msgspec
 import pytest
 import trio
 import trio.testing
+from test_postgres_store import DSN, fresh_schema
 
-from zidane_actors.actors import Actor, RunStats, Session, open_session_host
-from zidane_actors.errors import ActorClosed, ActorCrashed, ConflictError, ValidationError
+from zidane_actors.actors import (
+    Actor,
+    RunStats,
+    Session,
+    open_actor,
+    open_session_host,
+    open_store_actor,
+)
+from zidane_actors.errors import (
+    ActorClosed,
+    ActorCrashed,
+    ConflictError,
+    ValidationError,
+)
 from zidane_actors.model import (
     AppendTurnsOptions,
     SessionArtifactInput,
     SessionTurn,
     TextBlock,
 )
-from zidane_actors.stores import MemoryStore, Revision, create_memory_store
+from zidane_actors.stores import (
+    MemoryStore,
+    Revision,
+    create_memory_store,
+    open_postgres_store,
+)
 
 
 def text_turn(tid: str) -> SessionTurn:
@@ -332,3 +351,35 @@ async def test_host_on_sqlite_group_commits_and_reloads_equal(tmp_path: Any) -> 
             assert loaded is not None
             assert loaded.turns == session.turns
             assert loaded.metadata == {"step": 3}
+
+
+async def _ignore(_: object) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+def _opener(kind: str, stack: AsyncExitStack) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    if kind == "actor":
+        return lambda: open_actor(_ignore)
+    if kind == "store actor":
+        return lambda: open_store_actor(create_memory_store())
+    if kind == "host":
+        return lambda: open_session_host(create_memory_store())
+    schema = stack.enter_context(fresh_schema())
+    return lambda: open_postgres_store(DSN, schema=schema, listen=True)
+
+
+@pytest.mark.parametrize("kind", ["actor", "store actor", "host", "postgres listening"])
+async def test_an_error_of_the_body_comes_out_as_itself_with_its_cause(kind: str) -> None:
+    """``except ConflictError`` around an ``open_*`` block catches what its body raised."""
+    async with AsyncExitStack() as stack:
+        opener = _opener(kind, stack)
+        cause = ValueError("the cause")
+        with pytest.raises(ConflictError, match="in the body") as raised:
+            async with opener():
+                raise ConflictError("raised in the body") from cause
+        assert raised.value.__cause__ is cause
+        # A cancellation of the block's own scope is caught by that scope, as trio does.
+        with trio.move_on_after(0.001) as scope:
+            async with opener():
+                await trio.sleep_forever()
+        assert scope.cancelled_caught

@@ -462,6 +462,35 @@ class Actor(Generic[C]):
 
 
 @asynccontextmanager
+async def open_service_nursery() -> AsyncIterator[trio.Nursery]:
+    """A nursery for the tasks that serve an ``async with`` body (``open_*`` managers).
+
+    Under trio's strict exception groups an error of the body would come out
+    wrapped in one group per nursery it crosses, and ``except
+    StaleSessionError`` around the block would miss it. When the body's
+    error is the only one, it comes out as itself (its own cause and context
+    kept); errors of the serving tasks still come in a group.
+    """
+    raised: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                yield nursery
+            except BaseException as exc:
+                raised = exc
+                raise
+    except BaseExceptionGroup as group:
+        if raised is None or len(group.exceptions) != 1 or group.exceptions[0] is not raised:
+            raise
+        context = raised.__context__
+        try:
+            raise raised  # the body's own error, not one raised while handling
+        finally:
+            raised.__context__ = context
+            del raised
+
+
+@asynccontextmanager
 async def open_actor(
     handle: Callable[[C], Awaitable[Any]],
     *,
@@ -471,7 +500,7 @@ async def open_actor(
 ) -> AsyncIterator[Actor[C]]:
     """Run an :class:`Actor` for the ``async with`` body, closing it on exit."""
     actor: Actor[C] = Actor(handle, mailbox_size=mailbox_size, fatal=fatal, on_crash=on_crash)
-    async with trio.open_nursery() as nursery:
+    async with open_service_nursery() as nursery:
         nursery.start_soon(actor.run)
         try:
             yield actor

@@ -23,7 +23,7 @@ from ..errors import ActorClosed, ConflictError
 from ..model import JsonValue
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
-from ._actor import Actor
+from ._actor import Actor, open_service_nursery
 from ._session import (
     Clock,
     Session,
@@ -387,7 +387,7 @@ async def open_session_host(
         raise ValueError("max_live_sessions must be >= 1 and idle_seconds > 0")
     async with (
         open_store_actor(store, mailbox_size=store_mailbox_size, max_batch=max_batch) as actor,
-        trio.open_nursery() as nursery,
+        open_service_nursery() as nursery,
     ):
         host = SessionHost(
             actor,

@@ -40,7 +40,7 @@ from ..stores._protocol import (
     StoreWrite,
     store_capabilities,
 )
-from ._actor import Actor, ActorStatistics, Command, Reply
+from ._actor import Actor, ActorStatistics, Command, Reply, open_service_nursery
 
 __all__ = ["StoreActor", "StoreActorStatistics", "open_store_actor"]
 
@@ -287,7 +287,7 @@ async def open_store_actor(
     it closes it.
     """
     handle = StoreActor(store, mailbox_size=mailbox_size, max_batch=max_batch)
-    async with trio.open_nursery() as nursery:
+    async with open_service_nursery() as nursery:
         nursery.start_soon(handle._actor.run)
         try:
             yield handle

@@ -49,6 +49,7 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from ..actors import Session, SessionHost
+from ..actors._actor import open_service_nursery
 from ..actors._contention import STALE_ATTEMPTS, back_off
 from ..errors import ActorClosed, ConflictError, InvalidNameError, ValidationError
 from ..errors import SessionNotFoundError as ZidaneNotFound
@@ -887,12 +888,15 @@ async def _read(
     recent: int | None,
     after: float | None,
 ) -> tuple[bytes, bytes, float, str] | None:
-    scopes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    scopes: list[outcome.Outcome[tuple[dict[str, Any], dict[str, Any]]]] = []
 
     async def read_scopes() -> None:
-        scopes.append(await _scopes(host, app_name, user_id))
+        try:
+            scopes.append(outcome.Value(await _scopes(host, app_name, user_id)))
+        except Exception as exc:  # raised below as itself; a cancellation goes through
+            scopes.append(outcome.Error(exc))
 
-    async with trio.open_nursery() as nursery:  # the three reads at once
+    async with open_service_nursery() as nursery:  # the three reads at once
         nursery.start_soon(read_scopes)
         session = await _adk_session(host, app_name, user_id, session_id)
     if session is None:
@@ -905,7 +909,7 @@ async def _read(
                 events.append(_event_of(turn))
         if recent is not None:
             events = events[-recent:]
-    merged = _merged(*scopes[0], _session_state(session))
+    merged = _merged(*scopes[0].unwrap(), _session_state(session))
     return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
 
 

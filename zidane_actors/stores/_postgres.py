@@ -32,6 +32,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from ..actors._actor import open_service_nursery
 from ..errors import (
     ConflictError,
     CorruptDataError,
@@ -2268,7 +2269,7 @@ async def open_postgres_store(
     try:
         await store._write(lambda cur: cur.execute(_NOTIFY_SQL.encode()), idempotent=True)
         store._feed = feed
-        async with trio.open_nursery() as nursery:
+        async with open_service_nursery() as nursery:
             nursery.start_soon(functools.partial(trio.to_thread.run_sync, feed.run))
             try:
                 yield store
