@@ -34,7 +34,7 @@ from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
 from zidane_actors.actors import Session, SessionHost
-from zidane_actors.errors import ValidationError
+from zidane_actors.errors import ActorClosed, ValidationError
 from zidane_actors.integrations import _shared
 from zidane_actors.integrations.adk import ZidaneSessionService
 from zidane_actors.model import TextBlock, ToolCallBlock, ToolResultBlock
@@ -729,8 +729,19 @@ def test_a_closed_service_refuses_calls() -> None:
         service = ZidaneSessionService(store="memory:")
         await service.aclose()
         await service.aclose()  # idempotent
-        with pytest.raises(Exception, match="closed"):
-            await service.create_session(app_name="app", user_id="u")
+        held = AdkSession(id="s", app_name="app", user_id="u")
+        calls = [
+            service.create_session(app_name="app", user_id="u"),
+            service.get_session(app_name="app", user_id="u", session_id="s"),
+            service.list_sessions(app_name="app"),
+            service.delete_session(app_name="app", user_id="u", session_id="s"),
+            service.get_user_state(app_name="app", user_id="u"),
+            service.append_event(held, Event(author="user")),
+            service.append_event(held, Event(author="user", partial=True)),
+        ]
+        for call in calls:  # a partial event too, though it would not be stored
+            with pytest.raises(ActorClosed, match="closed"):
+                await call
 
     run(main())
 

@@ -572,8 +572,11 @@ def test_a_closed_session_refuses_calls_and_the_last_close_stops_the_portal(
     assert shared is not None and shared is two._shared
     run(one.add_items([msg("user", "x")]))
     one.close()
-    with pytest.raises(ActorClosed):
-        run(one.get_items())
+    calls = [one.get_items, one.pop_item, one.clear_session]
+    calls += [lambda: one.add_items([msg("user", "y")]), lambda: one.add_items([])]
+    for call in calls:  # an empty add_items too: the check comes before any shortcut
+        with pytest.raises(ActorClosed):
+            run(call())
     assert run(two.get_items()) == []  # the portal lives on for the other session
     run(two.aclose())
     assert shared.portal.stopped.done()

@@ -463,11 +463,15 @@ class ZidaneSessionService(BaseSessionService):
         trio side runs to its verdict even when its caller is cancelled
         meanwhile (then ``CancelledError`` is raised).
         """
+        shared = self._open()
+        await wait_future(shared.ready)
+        return await shared.portal.call_async(fn, shared.portal.host, *args)
+
+    def _open(self) -> _shared.SharedPortal:
         shared = self._shared
         if shared is None:
             raise ActorClosed(f"{self!r} is closed")
-        await wait_future(shared.ready)
-        return await shared.portal.call_async(fn, shared.portal.host, *args)
+        return shared
 
     # -- BaseSessionService -----------------------------------------------------
 
@@ -558,6 +562,7 @@ class ZidaneSessionService(BaseSessionService):
         this service are serialized, so parallel branches sharing one
         ``Session`` object never see each other as stale.
         """
+        self._open()  # a closed service refuses even an event it would not store
         if event.partial:
             return event
         key = _session_id(session.app_name, session.user_id, session.id)

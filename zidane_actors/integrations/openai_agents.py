@@ -335,8 +335,7 @@ class ZidaneSession:
         """
         resolved = resolve_session_limit(limit, self.session_settings)
         wanted = None if resolved is None or resolved < 0 else resolved
-        if self._shared is None:
-            raise ActorClosed(f"{self!r} is closed")
+        self._open()
         if wanted == 0:
             return []
         if self._handle is None and wanted is not None:
@@ -357,6 +356,7 @@ class ZidaneSession:
         call's run.
         """
         if not items:
+            self._open()  # a closed session refuses even an empty call
             return
         groups = group_items(cast(list[dict[str, Any]], items))
         call = None if wrapper is None else self._runner_call(wrapper.usage, _prompt(groups))
@@ -475,10 +475,14 @@ class ZidaneSession:
 
     # -- the trio side ----------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def _open(self) -> _shared.SharedPortal:
         shared = self._shared
         if shared is None:
             raise ActorClosed(f"{self!r} is closed")
+        return shared
+
+    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        shared = self._open()
         await wait_future(shared.ready)
         return await shared.portal.call_async(fn, shared, *args)
 
