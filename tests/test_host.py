@@ -378,8 +378,9 @@ async def test_an_error_of_the_body_comes_out_as_itself_with_its_cause(kind: str
             async with opener():
                 raise ConflictError("raised in the body") from cause
         assert raised.value.__cause__ is cause
-        # A cancellation of the block's own scope is caught by that scope, as trio does.
-        with trio.move_on_after(0.001) as scope:
+        # A cancellation of the scope around the block, from its body, is caught by that scope.
+        with trio.CancelScope() as scope:
             async with opener():
+                scope.cancel()
                 await trio.sleep_forever()
         assert scope.cancelled_caught
