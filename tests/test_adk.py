@@ -324,6 +324,34 @@ def test_bytes_and_rich_fields_read_back_equal(make: ServiceFactory) -> None:
     scenario(make, body)
 
 
+def test_tool_values_of_every_json_kind_read_back_equal(make: ServiceFactory) -> None:
+    """A function call's args and its response, held as JSON text in the turn, come back equal."""
+    values: dict[str, Any] = {
+        "floats": [1.5, -0.0, 1e16, 1.0000000000000002e-300, 123456789.125],
+        "ints": [0, -1, 2**63 - 1, 2**70, -(2**64)],
+        "text": "é ✓ 𝄞 \u2028 \x00 \t \" \\ /",
+        "nested": {"a": [{"b": None, "c": True}, []], "": {}},
+    }
+    call = types.FunctionCall(id="c1", name="probe", args=values)
+    reply = types.FunctionResponse(id="c1", name="probe", response={"result": values})
+    odd = types.FunctionResponse(id="c2", name="probe", response={"result": 1, "extra": values})
+
+    async def body(service: BaseSessionService) -> None:
+        session = await service.create_session(app_name="app", user_id="u")
+        for role, part in (
+            ("model", types.Part(function_call=call)),
+            ("user", types.Part(function_response=reply)),
+            ("user", types.Part(function_response=odd)),
+        ):
+            content = types.Content(role=role, parts=[part])
+            await service.append_event(session, Event(author="agent", content=content))
+        got = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+        assert got is not None and got == session
+        assert got.events[1].content.parts[0].function_response.response == {"result": values}
+
+    scenario(make, body)
+
+
 def test_last_update_time_follows_the_event(make: ServiceFactory) -> None:
     async def body(service: BaseSessionService) -> None:
         session = await service.create_session(app_name="app", user_id="u")

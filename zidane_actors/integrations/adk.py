@@ -311,8 +311,12 @@ def _part_of(blocks: tuple[SessionContentBlock, ...], index: Any) -> dict[str, A
     return None
 
 
+_encode_json: Final = msgspec.json.Encoder().encode
+
+
 def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text of an event's JSON-mode value (read back with ``json.loads``)."""
+    return _encode_json(value).decode()
 
 
 class _Pairing:
