@@ -5,7 +5,8 @@ invocations: ``get_session``, then four ``append_event`` calls (the user's
 message, the model's function call with token usage, the function response,
 the model's answer with an ``output_key`` state delta, and on the first
 invocation a ``user:`` delta too). Event texts are realistic (1-4 KB, seeded,
-see ``_realistic.py``). All sessions run at once in one asyncio loop.
+see ``_realistic.py``) and made before the clock starts, as a Runner hands
+over events its model made. All sessions run at once in one asyncio loop.
 
 Variants, their order rotating from round to round (fresh database files every
 round; a full garbage collection before each, so no variant's timed run pays
