@@ -710,6 +710,23 @@ def _state_in(meta: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     return cast(dict[str, Any], state) if isinstance(state, dict) else {}
 
 
+async def _settle(
+    verdicts: dict[str, outcome.Outcome[Any]],
+    name: str,
+    fn: Callable[..., Awaitable[Any]],
+    *args: Any,
+) -> None:
+    """``verdicts[name]`` = the outcome of ``await fn(*args)``, for a task of a nursery.
+
+    Its error is kept to be raised as itself, never wrapped in a group by the
+    nursery; a cancellation goes through.
+    """
+    try:
+        verdicts[name] = outcome.Value(await fn(*args))
+    except Exception as exc:
+        verdicts[name] = outcome.Error(exc)
+
+
 async def _scopes(
     host: SessionHost, app_name: str, user_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -735,29 +752,24 @@ async def _update_scopes(
 ) -> None:
     """Apply ``app:`` and ``user:`` deltas to their scope sessions, both writes at once.
 
-    Each write runs to its end whatever the other's fate; the first error is
-    raised as itself (never wrapped in a group).
+    Each write runs to its end whatever the other's fate; the first error is raised.
     """
-    errors: list[Exception] = []
-
-    async def update(zid: str, names: dict[str, JsonValue], key: str, delta: Any) -> None:
-        try:
-            await _update_state(host, zid, names, key, delta)
-        except Exception as exc:  # a cancellation goes through
-            errors.append(exc)
-
+    verdicts: dict[str, outcome.Outcome[None]] = {}
     async with trio.open_nursery() as nursery:
         if app:
+            names: dict[str, JsonValue] = {"adkApp": app_name}
+            zid = _app_scope_id(app_name)
             nursery.start_soon(
-                update, _app_scope_id(app_name), {"adkApp": app_name}, "adkAppState", app
+                _settle, verdicts, "app", _update_state, host, zid, names, "adkAppState", app
             )
         if user:
             names = {"adkApp": app_name, "adkUser": user_id}
+            zid = _user_scope_id(app_name, user_id)
             nursery.start_soon(
-                update, _user_scope_id(app_name, user_id), names, "adkUserState", user
+                _settle, verdicts, "user", _update_state, host, zid, names, "adkUserState", user
             )
-    if errors:
-        raise errors[0]
+    for verdict in verdicts.values():
+        verdict.unwrap()
 
 
 @attrs.define
@@ -897,16 +909,9 @@ async def _read(
     recent: int | None,
     after: float | None,
 ) -> tuple[bytes, bytes, float, str] | None:
-    scopes: list[outcome.Outcome[tuple[dict[str, Any], dict[str, Any]]]] = []
-
-    async def read_scopes() -> None:
-        try:
-            scopes.append(outcome.Value(await _scopes(host, app_name, user_id)))
-        except Exception as exc:  # raised below as itself; a cancellation goes through
-            scopes.append(outcome.Error(exc))
-
+    scopes: dict[str, outcome.Outcome[tuple[dict[str, Any], dict[str, Any]]]] = {}
     async with open_service_nursery() as nursery:  # the three reads at once
-        nursery.start_soon(read_scopes)
+        nursery.start_soon(_settle, scopes, "scopes", _scopes, host, app_name, user_id)
         session = await _adk_session(host, app_name, user_id, session_id)
     if session is None:
         return None
@@ -918,7 +923,7 @@ async def _read(
                 events.append(_event_of(turn))
         if recent is not None:
             events = events[-recent:]
-    merged = _merged(*scopes[0].unwrap(), _session_state(session))
+    merged = _merged(*scopes["scopes"].unwrap(), _session_state(session))
     return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
 
 
@@ -1040,23 +1045,16 @@ async def _append(
         # The turn and, when one is due, a state checkpoint of the turns before it (valid
         # whether or not the turn lands): written at once, so they share the store's commits.
         verdicts: dict[str, outcome.Outcome[None]] = {}
-
-        async def write(name: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-            try:
-                await fn(*args)
-            except Exception as exc:  # a cancellation goes through
-                verdicts[name] = outcome.Error(exc)
-            else:
-                verdicts[name] = outcome.Value(None)
-
         folded = cast(int, session.metadata.get("adkStateTurns") or 0)
         if len(session.turns) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(write, "turn", session.append_turns, [turn])
-                nursery.start_soon(write, "checkpoint", _checkpoint, session, state, len(turns))
+                nursery.start_soon(_settle, verdicts, "turn", session.append_turns, [turn])
+                nursery.start_soon(
+                    _settle, verdicts, "checkpoint", _checkpoint, session, state, len(turns)
+                )
         else:
-            await write("turn", session.append_turns, [turn])
+            await _settle(verdicts, "turn", session.append_turns, [turn])
         try:
             verdicts["turn"].unwrap()
         except ZidaneNotFound as exc:
