@@ -329,7 +329,7 @@ def test_tool_values_of_every_json_kind_read_back_equal(make: ServiceFactory) ->
     values: dict[str, Any] = {
         "floats": [1.5, -0.0, 1e16, 1.0000000000000002e-300, 123456789.125],
         "ints": [0, -1, 2**63 - 1, 2**70, -(2**64)],
-        "text": "é ✓ 𝄞 \u2028 \x00 \t \" \\ /",
+        "text": 'é ✓ 𝄞 \u2028 \x00 \t " \\ /',
         "nested": {"a": [{"b": None, "c": True}, []], "": {}},
     }
     call = types.FunctionCall(id="c1", name="probe", args=values)
