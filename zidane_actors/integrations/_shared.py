@@ -17,10 +17,11 @@ import threading
 
 import attrs
 
+from ..errors import ActorClosed
 from ..portal._api import host_opener
 from ..portal._thread import Portal
 
-__all__ = ["SharedPortal", "acquire", "release"]
+__all__ = ["SharedPortal", "acquire", "held", "release"]
 
 
 @attrs.define(eq=False)
@@ -66,6 +67,13 @@ def acquire(url: str) -> SharedPortal:
                 _atexit_registered = True
         shared.refs += 1
         return shared
+
+
+def held(shared: SharedPortal | None, owner: object) -> SharedPortal:
+    """``owner``'s share of a portal; ``ActorClosed`` once ``owner`` released it."""
+    if shared is None:
+        raise ActorClosed(f"{owner!r} is closed")
+    return shared
 
 
 def _forget_failed(shared: SharedPortal, ready: cf.Future[None]) -> None:

@@ -472,10 +472,7 @@ class ZidaneSessionService(BaseSessionService):
         return await shared.portal.call_async(fn, shared.portal.host, *args)
 
     def _open(self) -> _shared.SharedPortal:
-        shared = self._shared
-        if shared is None:
-            raise ActorClosed(f"{self!r} is closed")
-        return shared
+        return _shared.held(self._shared, self)
 
     # -- BaseSessionService -----------------------------------------------------
 

@@ -476,10 +476,7 @@ class ZidaneSession:
     # -- the trio side ----------------------------------------------------------
 
     def _open(self) -> _shared.SharedPortal:
-        shared = self._shared
-        if shared is None:
-            raise ActorClosed(f"{self!r} is closed")
-        return shared
+        return _shared.held(self._shared, self)
 
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         shared = self._open()
