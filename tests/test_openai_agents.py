@@ -577,6 +577,8 @@ def test_a_closed_session_refuses_calls_and_the_last_close_stops_the_portal(
     for call in calls:  # an empty add_items too: the check comes before any shortcut
         with pytest.raises(ActorClosed):
             run(call())
+    with pytest.raises(RuntimeError, match="closed"):  # as a closed SQLiteSession answers
+        run(one.add_items([]))
     assert run(two.get_items()) == []  # the portal lives on for the other session
     run(two.aclose())
     assert shared.portal.stopped.done()

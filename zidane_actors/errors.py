@@ -3,7 +3,8 @@
 Every error the library raises on purpose is a :class:`ZidaneActorsError`.
 Bad input is a :class:`ValidationError` (also a :class:`ValueError`) whose
 message says what was wrong and where (``path`` is a JSONPath-like locator
-such as ``$.turns[3].content[0].type`` when one is known).
+such as ``$.turns[3].content[0].type`` when one is known). A closed or
+crashed actor is an :class:`ActorError` (also a :class:`RuntimeError`).
 """
 
 from __future__ import annotations
@@ -140,8 +141,13 @@ class NoStoreError(ZidaneActorsError):
     """A session without a store was asked to persist."""
 
 
-class ActorError(ZidaneActorsError):
-    """Base class of actor runtime failures."""
+class ActorError(ZidaneActorsError, RuntimeError):
+    """Base class of actor runtime failures.
+
+    Also a :class:`RuntimeError`, as Python's own "is closed" errors are: code
+    written against another session (openai-agents' ``SQLiteSession`` raises
+    ``RuntimeError`` once closed) catches a closed one the same way.
+    """
 
 
 class ActorClosed(ActorError):
