@@ -378,8 +378,6 @@ def test_a_held_session_deleted_by_another_worker_is_created_again(tmp_path: Pat
 
 async def test_postgres_notifications_refresh_a_held_session_without_a_load() -> None:
     """With ``listen=True`` a host refreshes what it holds when another host writes."""
-    import trio
-
     sid = new_id()
     with fresh_schema() as schema:
         async with (
