@@ -3,8 +3,8 @@
 An openai-agents ``Runner`` conversation with a handoff and a pydantic-ai run
 with a ``ModelRetry`` are stored in one SQLite file by the integrations
 themselves, served by a real ``zidane-actors serve``: the browser shows each
-run tree with its agents and tokens, and the refused tool call marked as an
-error.
+run tree with its agents and tokens, and the failed or refused tool call
+marked as an error.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    from agents import Runner
+    from agents import RunConfig, Runner
     from test_openai_agents import triage_to_billing
     from test_pydantic_ai import retrying_agent
 
@@ -39,7 +39,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
     db = tmp_path_factory.mktemp("integrations-ui") / "sessions.db"
     session = ZidaneSession("agents-handoff", store=f"sqlite:{db}")
-    Runner.run_sync(triage_to_billing(), "Weather?", session=session, hooks=session.hooks)
+    config = RunConfig(tool_error_formatter=session.tool_error_formatter)
+    Runner.run_sync(
+        triage_to_billing(failing=True),
+        "Weather?",
+        session=session,
+        hooks=session.hooks,
+        run_config=config,
+    )
     session.close()
     _shared.close_all()
     with start_host(f"sqlite:{db}") as host:
@@ -71,8 +78,12 @@ def test_an_openai_agents_handoff_shows_as_a_run_tree(
         "50 in / 7 out",
         "60 in / 5 out",
     ]
-    call = browser.find_element(By.CSS_SELECTOR, ".tool-call[data-call-id=c2]")
-    assert "sunny in Paris" in call.find_element(By.CSS_SELECTOR, ".tool-result").text
+    found = browser.find_element(By.CSS_SELECTOR, ".tool-call[data-call-id=c2] .tool-result")
+    assert "sunny in Paris" in found.text
+    assert "is-error" not in str(found.get_attribute("class"))
+    failed = browser.find_element(By.CSS_SELECTOR, ".tool-call[data-call-id=c3] .tool-result")
+    assert "is-error" in str(failed.get_attribute("class"))
+    assert "An error occurred while running the tool" in failed.text
 
 
 def test_a_pydantic_ai_retry_shows_its_run_and_the_error(

@@ -80,6 +80,12 @@ def weather(city: str) -> str:
     return f"sunny in {city}"
 
 
+@function_tool
+def broken(city: str) -> str:
+    """A tool whose backend is down."""
+    raise ConnectionError(f"no forecast for {city}")
+
+
 def msg(role: str, text: str) -> dict[str, Any]:
     return {"role": role, "content": text}
 
@@ -620,17 +626,22 @@ def step(output: list[Any], tokens_in: int, tokens_out: int) -> Any:
     return ModelStep(output=output, usage=usage)
 
 
-def triage_to_billing() -> Agent[Any]:
-    """A triage agent that checks the weather, then hands off to billing, which answers."""
+def triage_to_billing(*, failing: bool = False) -> Agent[Any]:
+    """A triage agent that checks the weather, then hands off to billing, which answers.
+
+    ``failing``: billing also calls a tool that raises (call ``c3``).
+    """
+    broken_call = [function_call("broken", {"city": "Lyon"}, call_id="c3")] if failing else []
     billing = Agent(
         name="billing",
-        tools=[weather],
+        tools=[weather, broken],
         model=ScriptedModel(
             [
                 step(
                     [
                         reasoning_item("check Paris", "rs_2"),
                         function_call("weather", {"city": "Paris"}, call_id="c2"),
+                        *broken_call,
                     ],
                     50,
                     7,
@@ -862,3 +873,86 @@ def test_repeated_get_items_answer_fresh_copies_that_follow_every_change(
     assert json.dumps(run(session.get_items(1))) == json.dumps([items[-2]])
     assert len(session._items_json) == 1  # the turns of the last answer only
     assert json.dumps(run(session.get_items())) == json.dumps([msg("user", "q0"), *items[1:-1]])
+
+
+def failing_tools() -> Agent[Any]:
+    """One response calls a tool that works, one that raises and one that does not exist."""
+    return Agent(
+        name="forecaster",
+        tools=[weather, broken],
+        model=ScriptedModel(
+            [
+                step(
+                    [
+                        function_call("weather", {"city": "Oslo"}, call_id="ok1"),
+                        function_call("broken", {"city": "Rome"}, call_id="bad1"),
+                        function_call("no_such_tool", {}, call_id="bad2"),
+                    ],
+                    10,
+                    3,
+                ),
+                step([assistant_message("Oslo is sunny; Rome is unknown.")], 20, 4),
+            ]
+        ),
+    )
+
+
+def error_marks(data: SessionData) -> dict[str, bool | None]:
+    return {
+        block.call_id: block.is_error
+        for turn in data.turns
+        for block in turn.content
+        if isinstance(block, ToolResultBlock)
+    }
+
+
+def test_failed_tool_results_are_marked_and_their_items_stay_exact(
+    make: SessionFactory, db: str
+) -> None:
+    from agents import RunConfig
+    from agents.memory import SQLiteSession
+
+    session = make("marks")
+    config = RunConfig(
+        tool_error_formatter=session.tool_error_formatter,
+        tool_not_found_behavior="return_error_to_model",
+    )
+    result = Runner.run_sync(
+        failing_tools(), "Weather?", session=session, hooks=session.hooks, run_config=config
+    )
+    assert result.final_output == "Oslo is sunny; Rome is unknown."
+    data = read_back(db, "marks")
+    assert data is not None
+    assert error_marks(data) == {"ok1": None, "bad1": True, "bad2": True}
+    # The model saw the SDK's own messages, and the items are the SDK session's, exactly.
+    peer = SQLiteSession("marks")
+    plain = RunConfig(tool_not_found_behavior="return_error_to_model")
+    Runner.run_sync(failing_tools(), "Weather?", session=peer, run_config=plain)
+    assert json.dumps(run(session.get_items())) == json.dumps(run(peer.get_items()))
+    peer.close()
+    # Taking the last item off the results' turn keeps the marks of the others.
+    run(session.pop_item())
+    run(session.pop_item())
+    data = read_back(db, "marks")
+    assert data is not None and error_marks(data) == {"ok1": None, "bad1": True}
+
+
+def test_a_formatter_of_your_own_can_record_the_failure_and_answer_its_text(
+    make: SessionFactory, db: str
+) -> None:
+    from agents import RunConfig, ToolErrorFormatterArgs
+
+    session = make("own")
+
+    def formatter(args: ToolErrorFormatterArgs[Any]) -> str:
+        session.tool_error_formatter(args)
+        return f"{args.tool_name} failed, try later"
+
+    config = RunConfig(
+        tool_error_formatter=formatter, tool_not_found_behavior="return_error_to_model"
+    )
+    Runner.run_sync(failing_tools(), "Weather?", session=session, run_config=config)
+    data = read_back(db, "own")
+    assert data is not None and error_marks(data) == {"ok1": None, "bad1": True, "bad2": True}
+    outputs = {i.get("call_id"): i.get("output") for i in run(session.get_items())}
+    assert outputs["bad1"] == "broken failed, try later"

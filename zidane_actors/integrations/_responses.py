@@ -13,6 +13,10 @@ turn's items whole under ``metadata["openaiItems"]``, as turns written by
 earlier versions do; that copy is used only while it still converts to
 exactly the turn's content, so a turn changed by anything else (a heal, an
 edit) is read from its content.
+
+A tool result the Runner reported as failed carries ``isError`` in its turn
+(the Responses items have no such mark, so it changes no item); regrouping
+a turn's items keeps its marks.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ..errors import WireFormatError
-from ..model import SessionContentBlock, SessionMessage, SessionTurn
+from ..model import SessionContentBlock, SessionMessage, SessionTurn, ToolResultBlock
 from ..wire import from_openai_responses, to_openai_responses
 
 __all__ = [
@@ -31,8 +35,10 @@ __all__ = [
     "OPENAI_ORDER_METADATA_KEY",
     "SDK_KEY_ORDER",
     "ItemGroup",
+    "error_marks",
     "group_items",
     "items_of_turn",
+    "marked",
     "turn_metadata",
     "turn_without_last_item",
 ]
@@ -140,6 +146,37 @@ def _apply_order(value: Any, spec: Any) -> Any:
     return value
 
 
+# -- error marks ----------------------------------------------------------------------
+
+
+def error_marks(content: Sequence[SessionContentBlock]) -> set[str]:
+    """The call ids of the tool results in ``content`` marked ``isError``."""
+    return {b.call_id for b in content if isinstance(b, ToolResultBlock) and b.is_error}
+
+
+def marked(
+    content: tuple[SessionContentBlock, ...], failed: set[str] | frozenset[str]
+) -> tuple[SessionContentBlock, ...]:
+    """``content`` with the tool results of the calls ``failed`` marked ``isError``."""
+    if not failed:
+        return content
+    return tuple(
+        msgspec.structs.replace(b, is_error=True)
+        if isinstance(b, ToolResultBlock) and b.call_id in failed and not b.is_error
+        else b
+        for b in content
+    )
+
+
+def _unmarked(content: tuple[SessionContentBlock, ...]) -> tuple[SessionContentBlock, ...]:
+    return tuple(
+        msgspec.structs.replace(b, is_error=None)
+        if isinstance(b, ToolResultBlock) and b.is_error
+        else b
+        for b in content
+    )
+
+
 # -- items → turns --------------------------------------------------------------------
 
 
@@ -215,7 +252,9 @@ def _native_items(turn: SessionTurn) -> list[dict[str, Any]] | None:
         messages = from_openai_responses(stored)
     except WireFormatError:
         return None
-    if len(messages) != 1 or messages[0].role != turn.role or messages[0].content != turn.content:
+    if len(messages) != 1 or messages[0].role != turn.role:
+        return None
+    if messages[0].content != turn.content and messages[0].content != _unmarked(turn.content):
         return None
     return [dict(item) for item in stored]
 
@@ -244,6 +283,7 @@ def turn_without_last_item(turn: SessionTurn) -> SessionTurn | None:
     if len(items) <= 1:
         return None
     ((role, content, group),) = group_items(items[:-1])
+    content = marked(content, error_marks(turn.content))
     return msgspec.structs.replace(
         turn, content=content, metadata=turn_metadata(turn.metadata, role, content, group)
     )

@@ -13,7 +13,9 @@ the session opts into openai-agents' context-aware calls (a ``wrapper``
 argument), so it knows which call each item belongs to. ``session.hooks``
 (``Runner.run(..., session=s, hooks=s.hooks)``) adds what only the run's
 lifecycle tells: agents, models, per-response usage and cost, handoffs as
-child runs, and how the call ended. Requires the ``openai-agents`` extra.
+child runs, and how the call ended; ``session.tool_error_formatter`` (a
+``RunConfig`` formatter) marks the results of failed tool calls ``isError``.
+Requires the ``openai-agents`` extra.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ from typing import Any, Final, Self, TypeVar, cast
 import attrs
 import msgspec
 import trio
-from agents import Agent, Handoff, ModelResponse, RunContextWrapper, RunHooks, Tool
+from agents import (
+    Agent,
+    Handoff,
+    ModelResponse,
+    RunContextWrapper,
+    RunHooks,
+    Tool,
+    ToolErrorFormatterArgs,
+)
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import (
     SessionSettings,
@@ -59,8 +69,10 @@ from ..portal._thread import wait_future
 from . import _shared
 from ._responses import (
     ItemGroup,
+    error_marks,
     group_items,
     items_of_turn,
+    marked,
     turn_metadata,
     turn_without_last_item,
 )
@@ -150,6 +162,7 @@ class _RunnerCall:
     final: bool = False
     done: bool = False
     changed: set[str] = attrs.Factory(set)  # ids of runs to write besides the current one
+    failed: set[str] = attrs.Factory(set)  # call ids of tool results reported as failed
 
     @property
     def current(self) -> _Run:
@@ -281,7 +294,9 @@ class ZidaneSession:
 
     ``hooks`` is a ``RunHooks`` to pass with the session
     (``Runner.run(agent, input, session=s, hooks=s.hooks)``): it records
-    agents, models, usage, handoffs and how each run ended. ``price(usage)``
+    agents, models, usage, handoffs and how each run ended;
+    :meth:`tool_error_formatter`, passed as ``RunConfig(tool_error_formatter=...)``,
+    marks failed tool results ``isError``. ``price(usage)``
     gives a response's cost in USD (default: genai-prices, when installed and
     it knows the model).
 
@@ -372,6 +387,9 @@ class ZidaneSession:
                     placed[index] = (call.current if previous is None else previous[0], None)
             if call.final and groups[-1][0] == "assistant":
                 call.finish("completed")
+            if call.failed:
+                groups = [(r, marked(c, call.failed), i) for r, c, i in groups]
+                call.failed.difference_update(*(error_marks(c) for _, c, _ in groups))
         turns = [_turn(group, where) for group, where in zip(groups, placed, strict=True)]
         records = _records(call, [p for p in placed if p is not None])
         await self._call(self._append, turns, records)
@@ -385,6 +403,18 @@ class ZidaneSession:
     async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Remove every item; the zidane session itself (metadata, runs) stays."""
         await self._call(self._clear)
+
+    def tool_error_formatter(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        """Record that a tool call failed; pass as ``RunConfig(tool_error_formatter=...)``.
+
+        openai-agents asks it when a tool raised (tools with the default
+        failure handler), was not found, or its approval was rejected; that
+        call's result is then stored with ``isError``. Answers ``None``, so the
+        model sees the SDK's default message: a formatter of your own can call
+        this one and answer its own text.
+        """
+        self._runner_call(args.run_context.usage, "").failed.add(args.call_id)
+        return None
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -682,9 +712,11 @@ def _newest_items(
 def _merge(last: SessionTurn, new: SessionTurn) -> SessionTurn | None:
     """``last`` with ``new``'s items appended; ``None`` when ``last`` holds more than items."""
     before = items_of_turn(last)
-    if not before or group_items(before)[0][1] != last.content:
+    marks = error_marks(last.content)
+    if not before or marked(group_items(before)[0][1], marks) != last.content:
         return None
     ((role, content, group),) = group_items([*before, *items_of_turn(new)])
+    content = marked(content, marks | error_marks(new.content))
     return SessionTurn(
         id=last.id,
         role=last.role,
