@@ -956,3 +956,35 @@ def test_a_formatter_of_your_own_can_record_the_failure_and_answer_its_text(
     assert data is not None and error_marks(data) == {"ok1": None, "bad1": True, "bad2": True}
     outputs = {i.get("call_id"): i.get("output") for i in run(session.get_items())}
     assert outputs["bad1"] == "broken failed, try later"
+
+
+@function_tool(timeout=0.01)
+async def slow(city: str) -> str:
+    """A tool that never answers in time."""
+    await asyncio.sleep(30)
+    return f"late for {city}"
+
+
+def test_with_the_hooks_alone_a_raised_or_timed_out_tool_is_marked(
+    make: SessionFactory, db: str
+) -> None:
+    model = ScriptedModel(
+        [
+            step(
+                [
+                    function_call("weather", {"city": "Oslo"}, call_id="ok1"),
+                    function_call("broken", {"city": "Rome"}, call_id="bad1"),
+                    function_call("slow", {"city": "Lima"}, call_id="late1"),
+                ],
+                10,
+                3,
+            ),
+            step([assistant_message("Done.")], 20, 4),
+        ]
+    )
+    agent = Agent(name="forecaster", tools=[weather, broken, slow], model=model)
+    session = make("hooked")
+    Runner.run_sync(agent, "Weather?", session=session, hooks=session.hooks)
+    data = read_back(db, "hooked")
+    assert data is not None
+    assert error_marks(data) == {"ok1": None, "bad1": True, "late1": True}

@@ -35,12 +35,14 @@ import msgspec
 import trio
 from agents import (
     Agent,
+    FunctionTool,
     Handoff,
     ModelResponse,
     RunContextWrapper,
     RunHooks,
     Tool,
     ToolErrorFormatterArgs,
+    default_tool_error_function,
 )
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import (
@@ -48,6 +50,7 @@ from agents.memory.session_settings import (
     coerce_session_settings,
     resolve_session_limit,
 )
+from agents.tool import default_tool_timeout_error_message
 from openai.types.responses import ResponseFunctionToolCall
 
 from ..actors import Session
@@ -198,6 +201,25 @@ def _prompt(groups: list[ItemGroup]) -> str:
     return ""
 
 
+_TOOL_FAILED: Final = default_tool_error_function(RunContextWrapper(None), Exception())
+
+
+def _is_failure_text(tool: Tool, result: object) -> bool:
+    """Whether ``result`` is the text openai-agents answers for a function tool that failed.
+
+    Its default failure handler's message, or its timeout message: what the
+    hooks alone can tell (``tool_error_formatter`` tells every reported failure).
+    """
+    if not isinstance(tool, FunctionTool) or not isinstance(result, str):
+        return False
+    if result == _TOOL_FAILED:
+        return True
+    timeout = tool.timeout_seconds
+    return timeout is not None and result == default_tool_timeout_error_message(
+        tool_name=tool.name, timeout_seconds=timeout
+    )
+
+
 class _Hooks(RunHooks[Any]):
     """``ZidaneSession.hooks``: tells the session what the Runner does."""
 
@@ -253,8 +275,12 @@ class _Hooks(RunHooks[Any]):
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Tool, result: object) -> None:
         call = self._call(context)
-        if call is not None:
-            call.tool_open -= 1
+        if call is None:
+            return
+        call.tool_open -= 1
+        call_id = getattr(context, "tool_call_id", None)
+        if isinstance(call_id, str) and _is_failure_text(tool, result):
+            call.failed.add(call_id)
 
     async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
         call = self._call(context)
