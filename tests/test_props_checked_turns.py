@@ -207,3 +207,37 @@ def test_refusals_stay_located_as_the_session_check_locates_them() -> None:
         with pytest.raises(ValidationError) as raised:
             checked_turns(given_turns)
         assert raised.value.path == path
+
+
+def _changeable(value: Any, path: str = "$") -> list[str]:
+    """Where ``value`` holds a dict or list a caller could change."""
+    from zidane_actors.model._frozen import FrozenDict, FrozenList
+
+    if isinstance(value, dict):
+        own = [] if type(value) is FrozenDict else [path]
+        return own + [p for k, v in value.items() for p in _changeable(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        own = [] if type(value) is FrozenList else [path]
+        return own + [p for i, v in enumerate(value) for p in _changeable(v, f"{path}[{i}]")]
+    if isinstance(value, tuple):
+        return [p for i, v in enumerate(value) for p in _changeable(v, f"{path}[{i}]")]
+    if isinstance(value, msgspec.Struct):
+        fields = msgspec.structs.asdict(value)
+        return [p for k, v in fields.items() for p in _changeable(v, f"{path}.{k}")]
+    return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns(), st.booleans())
+def test_a_checked_turn_holds_nothing_a_caller_can_change(drawn: list[Any], twice: bool) -> None:
+    from zidane_actors.model._frozen import frozen
+
+    real = [t for t in drawn if isinstance(t, SessionTurn)]
+    # Leaf containers (only scalars inside) and structs of scalars take the fast paths.
+    leafy = {"flat": {"a": 1, "b": None}, "list": [1, "x", 2.5], "none": {}}
+    real.append(SessionTurn(id="leafy", role="user", content=(), created_at=0, metadata=leafy))
+    kept = frozen(tuple(real))
+    if twice:
+        kept = frozen(kept)
+    assert kept == tuple(real)
+    assert _changeable(kept) == []

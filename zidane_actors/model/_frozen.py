@@ -66,6 +66,8 @@ def frozen_json(value: Any) -> Any:
         if not value:
             return _EMPTY_DICT
         frozen_dict = FrozenDict(value)
+        if _SCALARS.issuperset(map(type, value.values())):  # a leaf: nothing nested to copy
+            return frozen_dict
         for key, item in value.items():
             if type(item) not in _SCALARS:
                 _set_item(frozen_dict, key, frozen_json(item))
@@ -74,6 +76,8 @@ def frozen_json(value: Any) -> Any:
         if not value:
             return _EMPTY_LIST
         frozen_list = FrozenList(value)
+        if _SCALARS.issuperset(map(type, value)):
+            return frozen_list
         for index, item in enumerate(value):
             if type(item) not in _SCALARS:
                 _set_index(frozen_list, index, frozen_json(item))
@@ -121,11 +125,14 @@ def frozen(value: T) -> T:
         return type(value)(items) if type(value) is tuple else tuple(items)  # type: ignore[return-value]
     if not isinstance(value, msgspec.Struct):
         return value
+    fields = _astuple(value)
+    if _SKIPPED.issuperset(map(type, fields)):  # only scalars and frozen JSON: as it is
+        return value
     changes: dict[str, Any] = {}
     kind = type(value)
     # The field values in one call (astuple), the names beside them: most are skipped
     # on their type alone.
-    for name, item in zip(_NAMES.get(kind) or _names(kind), _astuple(value), strict=True):
+    for name, item in zip(_NAMES.get(kind) or _names(kind), fields, strict=True):
         item_kind = type(item)
         if item_kind in _SKIPPED:
             continue
