@@ -988,3 +988,33 @@ def test_with_the_hooks_alone_a_raised_or_timed_out_tool_is_marked(
     data = read_back(db, "hooked")
     assert data is not None
     assert error_marks(data) == {"ok1": None, "bad1": True, "late1": True}
+
+
+def test_a_marked_result_in_a_turn_that_keeps_its_items_whole_reads_back_exactly(
+    make: SessionFactory, db: str
+) -> None:
+    long_id = "call_" + "x" * 60  # over the converters' 40: the turn keeps its items whole
+    model = ScriptedModel(
+        [
+            step([function_call("broken", {"city": "Rome"}, call_id=long_id)], 10, 3),
+            step([assistant_message("Unknown.")], 20, 4),
+        ]
+    )
+    session = make("whole")
+    agent = Agent(name="forecaster", tools=[broken], model=model)
+    Runner.run_sync(agent, "Weather?", session=session, hooks=session.hooks)
+    data = read_back(db, "whole")
+    assert data is not None and error_marks(data) == {long_id: True}
+    assert any("openaiItems" in (t.metadata or {}) for t in data.turns)
+    from agents.memory import SQLiteSession
+
+    peer = SQLiteSession("whole")
+    again = ScriptedModel(
+        [
+            step([function_call("broken", {"city": "Rome"}, call_id=long_id)], 10, 3),
+            step([assistant_message("Unknown.")], 20, 4),
+        ]
+    )
+    Runner.run_sync(Agent(name="forecaster", tools=[broken], model=again), "Weather?", session=peer)
+    assert json.dumps(run(session.get_items())) == json.dumps(run(peer.get_items()))
+    peer.close()

@@ -168,15 +168,6 @@ def marked(
     )
 
 
-def _unmarked(content: tuple[SessionContentBlock, ...]) -> tuple[SessionContentBlock, ...]:
-    return tuple(
-        msgspec.structs.replace(b, is_error=None)
-        if isinstance(b, ToolResultBlock) and b.is_error
-        else b
-        for b in content
-    )
-
-
 # -- items → turns --------------------------------------------------------------------
 
 
@@ -254,7 +245,7 @@ def _native_items(turn: SessionTurn) -> list[dict[str, Any]] | None:
         return None
     if len(messages) != 1 or messages[0].role != turn.role:
         return None
-    if messages[0].content != turn.content and messages[0].content != _unmarked(turn.content):
+    if marked(messages[0].content, error_marks(turn.content)) != turn.content:
         return None
     return [dict(item) for item in stored]
 
