@@ -1018,3 +1018,38 @@ def test_a_marked_result_in_a_turn_that_keeps_its_items_whole_reads_back_exactly
     Runner.run_sync(Agent(name="forecaster", tools=[broken], model=again), "Weather?", session=peer)
     assert json.dumps(run(session.get_items())) == json.dumps(run(peer.get_items()))
     peer.close()
+
+
+@function_tool(needs_approval=True)
+def delete_all(path: str) -> str:
+    """Deletes everything under a path."""
+    return f"deleted {path}"
+
+
+def test_a_rejected_approval_is_marked_when_the_run_resumes(make: SessionFactory, db: str) -> None:
+    from agents import RunConfig
+
+    model = ScriptedModel(
+        [
+            [function_call("delete_all", {"path": "/"}, call_id="d1")],
+            [assistant_message("Nothing was deleted.")],
+        ]
+    )
+    agent = Agent(name="ops", tools=[delete_all], model=model)
+    session = make("approval")
+    config = RunConfig(tool_error_formatter=session.tool_error_formatter)
+
+    async def main() -> Any:
+        first = await Runner.run(
+            agent, "Clean up", session=session, hooks=session.hooks, run_config=config
+        )
+        state = first.to_state()
+        for interruption in first.interruptions:
+            state.reject(interruption)
+        return await Runner.run(
+            agent, state, session=session, hooks=session.hooks, run_config=config
+        )
+
+    assert run(main()).final_output == "Nothing was deleted."
+    data = read_back(db, "approval")
+    assert data is not None and error_marks(data) == {"d1": True}
