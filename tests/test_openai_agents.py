@@ -1053,3 +1053,27 @@ def test_a_rejected_approval_is_marked_when_the_run_resumes(make: SessionFactory
     assert run(main()).final_output == "Nothing was deleted."
     data = read_back(db, "approval")
     assert data is not None and error_marks(data) == {"d1": True}
+
+
+def test_hooks_passed_to_a_run_of_another_session_leave_this_one_untouched(
+    make: SessionFactory, db: str
+) -> None:
+    # The hooks and the formatter see every event of the run they are passed to; only
+    # the session that stores its items records it. This one is never even created.
+    from agents import RunConfig
+
+    mine, other = make("mine"), make("other")
+    config = RunConfig(
+        tool_error_formatter=mine.tool_error_formatter,
+        tool_not_found_behavior="return_error_to_model",
+    )
+    result = Runner.run_sync(
+        failing_tools(), "Weather?", session=other, hooks=mine.hooks, run_config=config
+    )
+    assert result.final_output == "Oslo is sunny; Rome is unknown."
+    del result
+    # The run is closed once its context is collected: by then this one's end was seen too.
+    data = until(db, "other", lambda d: bool(d.runs) and d.runs[0].status != "running")
+    assert error_marks(data) == {"ok1": None, "bad1": None, "bad2": None}  # not its hooks
+    assert run(mine.get_items()) == []
+    assert read_back(db, "mine") is None

@@ -166,6 +166,7 @@ class _RunnerCall:
     done: bool = False
     changed: set[str] = attrs.Factory(set)  # ids of runs to write besides the current one
     failed: set[str] = attrs.Factory(set)  # call ids of tool results reported as failed
+    stored: bool = False  # this session stored an item of the call: its runs are this session's
 
     @property
     def current(self) -> _Run:
@@ -405,6 +406,7 @@ class ZidaneSession:
         if call is not None:
             assert wrapper is not None
             call.tokens = (wrapper.usage.input_tokens, wrapper.usage.output_tokens)
+            call.stored = True
             for index, (role, _, _) in enumerate(groups):
                 if role == "assistant" and call.pending:
                     placed[index] = call.pending.popleft()
@@ -509,8 +511,8 @@ class ZidaneSession:
         with session._calls_lock:
             if session._calls.get(key, (None, call))[1] is call:
                 session._calls.pop(key, None)
-        if call.done:
-            return
+        if call.done or not call.stored:
+            return  # closed already, or a run of another session the hooks were passed to
         if call.final:
             call.finish("completed")
         elif call.llm_open:
