@@ -7,6 +7,8 @@ below are the everyday surface; each layer's package (``zidane_actors.model``,
 ``.integrations``) exports the rest; ``zidane-actors`` is ``cli.py``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import errors
 from .actors import (
     RunStats,
@@ -48,9 +50,7 @@ from .stores import (
     SessionStore,
     create_file_map_store,
     create_memory_store,
-    create_remote_store,
     open_memory_store,
-    open_postgres_store,
     open_sqlite_store,
 )
 from .wire import (
@@ -62,6 +62,9 @@ from .wire import (
     to_openai,
     to_wire_messages,
 )
+
+if TYPE_CHECKING:
+    from .stores import create_remote_store, open_postgres_store
 
 __version__ = "0.1.0"
 
@@ -115,3 +118,12 @@ __all__ = [
     "to_wire_messages",
     "with_extension_session",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The PostgreSQL and remote stores load their drivers on first use (see .stores).
+    if name in ("create_remote_store", "open_postgres_store"):
+        from . import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

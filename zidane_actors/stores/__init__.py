@@ -1,4 +1,11 @@
-"""Layer 4: the ``SessionStore`` protocol and the bundled stores."""
+"""Layer 4: the ``SessionStore`` protocol and the bundled stores.
+
+The PostgreSQL and remote stores are imported on first use of their names,
+so a process that never opens one never loads psycopg or httpx.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._file_map import (
     DirectoryFileMapAdapter,
@@ -9,7 +16,6 @@ from ._file_map import (
     open_directory_adapter,
 )
 from ._memory import MemoryStore, create_memory_store, open_memory_store
-from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
 from ._protocol import (
     OPTIONAL_METHODS,
     READ_METHODS,
@@ -28,8 +34,30 @@ from ._protocol import (
     VersionedStore,
     store_capabilities,
 )
-from ._remote import RemoteStore, RemoteStoreStatistics, create_remote_store
 from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite_store
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
+    from ._remote import RemoteStore, RemoteStoreStatistics, create_remote_store
+
+_LAZY = {
+    "PostgresStore": "._postgres",
+    "PostgresStoreStatistics": "._postgres",
+    "open_postgres_store": "._postgres",
+    "RemoteStore": "._remote",
+    "RemoteStoreStatistics": "._remote",
+    "create_remote_store": "._remote",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "OPTIONAL_METHODS",

@@ -28,10 +28,8 @@ async def open_store_url(url: str) -> AsyncIterator[SessionStore]:
 async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
     from . import (
         create_file_map_store,
-        create_remote_store,
         open_directory_adapter,
         open_memory_store,
-        open_postgres_store,
         open_sqlite_store,
     )
 
@@ -43,6 +41,8 @@ async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
             raise ValidationError("sqlite store URL needs a path: sqlite:PATH")
         return await stack.enter_async_context(open_sqlite_store(path))
     if url.startswith(("postgres://", "postgresql://", "postgres:")):
+        from ._postgres import open_postgres_store  # its driver loads only when used
+
         dsn = url if "://" in url else url.removeprefix("postgres:")
         return await stack.enter_async_context(open_postgres_store(dsn))
     if url.startswith("file:"):
@@ -54,6 +54,8 @@ async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
         stack.push_async_callback(file_map.aclose)
         return file_map
     if url.startswith(("http://", "https://")):
+        from ._remote import create_remote_store  # its driver loads only when used
+
         token = os.environ.get(TOKEN_ENV)
         headers = {"authorization": f"Bearer {token}"} if token else None
         return await stack.enter_async_context(create_remote_store(url, headers=headers))
