@@ -373,6 +373,47 @@ def test_a_held_session_deleted_by_another_worker_is_created_again(tmp_path: Pat
         worker.close()
 
 
+@pytest.mark.parametrize("first", ["user", "assistant"])
+def test_a_session_deleted_between_the_read_and_the_write_gets_the_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """Another writer deletes the session right after ``add_items`` read it: the items are
+    written to the session created again, never dropped (an append, or a merge into the
+    stored assistant turn, both find no session)."""
+    import asyncio
+
+    from zidane_actors.integrations.openai_agents import ZidaneSession
+
+    url, _ = two_worker_urls(tmp_path)
+    worker = ZidaneSession("raced", store=url)
+    read = ZidaneSession._session
+    deletions: list[str] = []
+
+    async def read_then_delete(self: Any, shared: Any, create: bool) -> Any:
+        session = await read(self, shared, create)
+        if create and not deletions:  # the store's own delete: no actor of this host sees it
+            deletions.append(self.session_id)
+            await shared.portal.host.store.delete(self.session_id)
+        return session
+
+    call: Any = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    said: Any = {"role": "user", "content": "again"}
+    later = call if first == "assistant" else said
+
+    async def main() -> list[Any]:
+        await worker.add_items([{"role": "user", "content": "go"}, dict(call, call_id="c0")])
+        monkeypatch.setattr(ZidaneSession, "_session", read_then_delete)
+        await worker.add_items([later])
+        monkeypatch.setattr(ZidaneSession, "_session", read)
+        return await worker.get_items()
+
+    try:
+        assert asyncio.run(main()) == [later]
+    finally:
+        worker.close()
+    assert deletions == ["raced"]
+
+
 # -- PostgreSQL change notifications ------------------------------------------------------
 
 

@@ -55,6 +55,7 @@ from openai.types.responses import ResponseFunctionToolCall
 
 from ..actors import Session
 from ..errors import ActorClosed, ConflictError
+from ..errors import SessionNotFoundError as ZidaneNotFound
 from ..model import (
     AppendTurnsOptions,
     RunStatus,
@@ -578,8 +579,26 @@ class ZidaneSession:
     async def _append(
         self, shared: _shared.SharedPortal, turns: list[SessionTurn], records: list[SessionRun]
     ) -> None:
-        session = await self._session(shared, True)
-        assert session is not None
+        """Write ``turns`` and ``records`` to the session as the store holds it now.
+
+        Read through :meth:`_session` first: whether the first turn merges into
+        the last stored one depends on what another worker wrote meanwhile. A
+        session deleted between that read and the write is created again and
+        written there.
+        """
+        for _ in range(2):
+            session = await self._session(shared, True)
+            assert session is not None
+            with contextlib.suppress(ZidaneNotFound):  # nothing was written: write again
+                if await self._append_to(session, turns, records):
+                    return
+        raise ConflictError(f"session {self.session_id!r} was deleted while being written")
+
+    @staticmethod
+    async def _append_to(
+        session: Session, turns: list[SessionTurn], records: list[SessionRun]
+    ) -> bool:
+        """The write of :meth:`_append` on ``session``; ``False``: the store has no such session."""
         async with _lock_for(session):
             last = session.turns[-1] if session.turns else None
             if last is None or last.role != "assistant" or turns[0].role != "assistant":
@@ -587,7 +606,7 @@ class ZidaneSession:
                 await session.append_turns(turns, first)
                 for record in records[1:]:
                     await session.update_run(record)
-                return
+                return True
             # Tool results pair with the calls of the latest assistant turn: one response's
             # items split over two add_items calls share a turn, merged into the stored
             # last turn in one step of the store (earlier turns untouched).
@@ -602,9 +621,11 @@ class ZidaneSession:
                     return SessionHistory((*history.turns, *new), history.runs)
                 return SessionHistory((*history.turns[:-1], merged, *new[1:]), history.runs)
 
-            await session.mutate_history(merge)
+            if await session.mutate_history(merge) == "no-session":
+                return False
             for record in records:
                 await session.update_run(record)
+            return True
 
     def _write_runs_soon(self, shared: _shared.SharedPortal, records: list[SessionRun]) -> None:
         """Start writing ``records`` in the portal's trio loop (a run closed by the GC)."""
