@@ -752,6 +752,15 @@ def test_state_without_a_json_form_is_refused_with_its_place() -> None:
     run(main())
 
 
+def test_a_single_session_file_store_is_refused_before_anything_opens(tmp_path: Path) -> None:
+    # A file: store holds one zidane session: the second ADK session, or any app:/user:
+    # state, could never be stored there.
+    with pytest.raises(ValidationError, match="file: store holds one zidane session") as caught:
+        ZidaneSessionService(store=f"file:{tmp_path / 'one'}")
+    assert caught.value.path == "store"
+    assert not (tmp_path / "one").exists()
+
+
 def test_a_closed_service_refuses_calls() -> None:
     async def main() -> None:
         service = ZidaneSessionService(store="memory:")

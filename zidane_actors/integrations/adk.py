@@ -415,7 +415,8 @@ class ZidaneSessionService(BaseSessionService):
     """A google-adk session service kept in a zidane store.
 
     ``store`` is a store URL as the CLI takes it (``sqlite:PATH``, ``memory:``,
-    ``file:DIR``, ``postgres://…``, ``http(s)://…``). Services and
+    ``postgres://…``, ``http(s)://…``; not ``file:DIR``, which holds a single
+    session: :class:`~zidane_actors.errors.ValidationError`). Services and
     integrations of one URL share one portal; :meth:`aclose` (or ``async
     with``) releases this service's share, and the last release closes the
     store. Whatever is left open is closed at interpreter exit.
@@ -428,6 +429,13 @@ class ZidaneSessionService(BaseSessionService):
     """
 
     def __init__(self, *, store: str = DEFAULT_STORE) -> None:
+        if store.startswith("file:"):
+            raise ValidationError(
+                "a file: store holds one zidane session; an ADK service keeps one per ADK"
+                " session and more for app: and user: state (use sqlite:PATH, postgres://…"
+                " or http(s)://…)",
+                path="store",
+            )
         self.store_url = store
         self._shared: _shared.SharedPortal | None = _shared.acquire(store)
         self._append_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
