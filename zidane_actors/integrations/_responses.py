@@ -8,8 +8,9 @@ the order of an item's keys. On the way back the converters' items are
 put in the order openai-agents writes them (``SDK_KEY_ORDER``); an item
 sent in another order keeps a compact description of its own order under
 ``metadata["openaiOrder"]`` (only the keys that differ). An item whose
-values the converters would not give back (today: none known) keeps the
-turn's items whole under ``metadata["openaiItems"]``, as turns written by
+values the converters would not give back (a reasoning item with no
+follower in its turn, a tool id over 40 characters) keeps the turn's items
+whole under ``metadata["openaiItems"]``, as turns written by
 earlier versions do; that copy is used only while it still converts to
 exactly the turn's content, so a turn changed by anything else (a heal, an
 edit) is read from its content.

@@ -1,7 +1,8 @@
 """Layer 4: the ``SessionStore`` protocol and the bundled stores.
 
 The PostgreSQL and remote stores are imported on first use of their names,
-so a process that never opens one never loads psycopg or httpx.
+so a process that neither opens one nor imports ``zidane_actors.server``
+(its error bodies are the remote store's) never loads psycopg or httpx.
 """
 
 import importlib
