@@ -816,3 +816,128 @@ def test_a_closed_service_frees_its_host_and_every_session_it_kept(
     gc.collect()
     assert host() is None
     assert zid() is None
+
+
+# -- values JSON carries exactly, and those it cannot ------------------------------------
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _called(args: dict[str, Any], name: str = "f") -> Event:
+    call = types.FunctionCall(id="c1", name=name, args=args)
+    return Event(
+        invocation_id="inv",
+        author="coder",
+        content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+    )
+
+
+NOT_EXACT = {
+    "NaN in session state": (with_delta({"k": float("nan")}), "$.actions.stateDelta.k"),
+    "infinity in user state": (with_delta({"user:k": float("-inf")}), "$.actions.stateDelta"),
+    "NaN timestamp": (user_says("hi", timestamp=float("nan")), "$.timestamp"),
+    "infinity in call args": (_called({"x": [1.5, float("inf")]}), "$.content.parts[0]"),
+    "a lone surrogate in a key": (_called({"q\udfff": 1}), "$.content.parts[0]"),
+    "a lone surrogate in a state key": (with_delta({"app:\ud800": 1}), "$.actions.stateDelta"),
+    "args deeper than pydantic dumps": (_called(_nested(400)), "$"),
+    "args deeper than a store keeps": (_called(_nested(140)), "$.turns[0]"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_EXACT))
+def test_an_event_json_would_alter_is_refused_at_its_place_and_nothing_is_stored(
+    tmp_path: Path, case: str
+) -> None:
+    # pydantic's JSON form writes NaN and infinities as null and a key's lone surrogate
+    # as U+FFFD: stored, the event would read back altered. Refused before any write.
+    event, place = NOT_EXACT[case]
+
+    async def main() -> None:
+        async with ZidaneSessionService(store=f"sqlite:{tmp_path / 'adk.db'}") as service:
+            state = {"k": 1, "user:k": 2, "app:k": 3}
+            session = await service.create_session(app_name="app", user_id="u", state=state)
+            with pytest.raises(ValidationError) as caught:
+                await service.append_event(session, event)
+            assert caught.value.path is not None and caught.value.path.startswith(place)
+            assert session.events == []
+            got = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+            assert got is not None and got.events == [] and got.state == state
+            assert await service.get_user_state(app_name="app", user_id="u") == {"k": 2}
+            await service.append_event(got, user_says("still writable"))
+
+    run(main())
+
+
+def test_lone_surrogates_and_nul_characters_read_back_exactly_everywhere(tmp_path: Path) -> None:
+    # Python strings, and ADK's database service, keep them; JSON keeps them as escapes.
+    odd = "a\x00b\ud800c\udfff"
+    state = {"k": odd, "user:k": [odd], "app:k": {"v": odd}}
+    events = [
+        user_says(odd),
+        _called({"query": odd, "list": [odd]}, name="search"),
+        Event(
+            invocation_id="inv",
+            author="coder",
+            content=types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(
+                            id="c1", name="search", response={"result": odd}
+                        )
+                    )
+                ],
+            ),
+            actions=EventActions(state_delta={"k2": odd, "user:k2": odd, "app:k2": odd}),
+        ),
+        Event(
+            invocation_id="inv",
+            author="coder",
+            content=types.Content(role="model", parts=[types.Part(text=odd, thought=True)]),
+        ),
+    ]
+
+    async def main() -> None:
+        async with ZidaneSessionService(store=f"sqlite:{tmp_path / 'adk.db'}") as service:
+            session = await service.create_session(app_name="app", user_id="u", state=state)
+            assert session.state == state
+            for event in events:
+                await service.append_event(session, event)
+            got = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+            assert got is not None and got == session
+            assert [e.model_dump() for e in got.events] == [e.model_dump() for e in events]
+            want = {**state, "k2": odd, "user:k2": odd, "app:k2": odd}
+            assert got.state == want
+            (listed,) = (await service.list_sessions(app_name="app", user_id="u")).sessions
+            assert listed.state == want
+            user = await service.get_user_state(app_name="app", user_id="u")
+            assert user == {"k": [odd], "k2": odd}
+
+    run(main())
+
+
+def test_state_that_cannot_be_stored_creates_no_session() -> None:
+    # The session's own state and its app:/user: state are written apart: all are checked
+    # before any of them is.
+    async def main() -> None:
+        async with ZidaneSessionService(store="memory:") as service:
+            for state, place in [
+                ({"k": 1, "user:k": _nested(140)}, '$.state["user:k"]'),
+                ({"app:k": float("nan")}, '$.state["app:k"]'),
+            ]:
+                with pytest.raises(ValidationError) as caught:
+                    await service.create_session(
+                        app_name="app", user_id="u", session_id="s", state=state
+                    )
+                assert caught.value.path is not None and caught.value.path.startswith(place)
+                assert (
+                    await service.get_session(app_name="app", user_id="u", session_id="s") is None
+                )
+            assert await service.get_user_state(app_name="app", user_id="u") == {}
+
+    run(main())

@@ -23,6 +23,8 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
+import re
 import time
 import weakref
 from collections import OrderedDict
@@ -33,6 +35,7 @@ from typing import Any, Final, Self, TypeVar, cast
 import attrs
 import msgspec
 import outcome
+import pydantic
 import trio
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -67,7 +70,10 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     TurnUsage,
+    check_json,
+    encode,
     new_id,
+    parse_json,
     validate_id,
 )
 from ..portal._thread import wait_future
@@ -162,11 +168,67 @@ def _split_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, An
 
 
 def _json_state(state: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """State as JSON data, as ADK's database service stores it; refused when it has none."""
+    """State as JSON data, as ADK's database service stores it; refused when it has none.
+
+    Checked whole before anything is written, so a session is never created
+    with only part of its state (its ``app:``/``user:`` keys are stored apart).
+    """
     try:
-        return cast(dict[str, Any], to_jsonable_python(dict(state)))
+        data = cast(dict[str, Any], to_jsonable_python(dict(state)))
     except Exception as exc:
         raise ValidationError(f"state has a value with no JSON form: {exc}", path=where) from exc
+    check_json(data, what="state", path=where, depth=1)  # a metadata value where it is stored
+    return data
+
+
+def _event_json(event: Event) -> dict[str, Any]:
+    """The event in ADK's JSON form, refused when that would not read back as the event.
+
+    pydantic writes a float JSON cannot hold (``NaN``, an infinity) as
+    ``null``, and a dict key holding a lone surrogate with U+FFFD in its
+    place: such an event is refused at the value's place, as is one with no
+    JSON form at all (nested too deep).
+    """
+    try:
+        data = event.model_dump(mode="json", exclude_none=True, by_alias=True)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ValidationError(f"the event has no JSON form: {exc}", path="$") from None
+    raw = encode(data)
+    if b"null" in raw or _REPLACEMENT in raw:  # the caller's, or written for one of those
+        _check_exact(event.model_dump(exclude_none=True, by_alias=True), "$")
+    return data
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_REPLACEMENT: Final = "\ufffd".encode()
+
+
+def _check_exact(value: Any, path: str) -> None:
+    """Refuse what ADK's JSON form of ``value`` (Python-mode data) would not keep as it is."""
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValidationError(f"{value} has no exact JSON form", path=path)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _SURROGATE.search(key):
+                raise ValidationError(
+                    f"the key {key!r} holds a lone surrogate, which ADK's JSON form replaces",
+                    path=path,
+                )
+            _check_exact(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_exact(item, f"{path}[{index}]")
+
+
+def _events_of(raw: bytes) -> list[Event]:
+    """The events ``_read`` answered (a lone surrogate escape only pydantic's parser refuses)."""
+    try:
+        return _EVENTS.validate_json(raw)
+    except pydantic.ValidationError as exc:
+        if not any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise
+        return _EVENTS.validate_python(parse_json(raw))
 
 
 def _fold(state: dict[str, Any], turns: Iterable[SessionTurn]) -> dict[str, Any]:
@@ -197,7 +259,7 @@ def _merged(app: Mapping[str, Any], user: Mapping[str, Any], session: dict[str, 
         merged[State.APP_PREFIX + key] = value
     for key, value in user.items():
         merged[State.USER_PREFIX + key] = value
-    return msgspec.json.encode(merged)  # a private copy for the caller's loop
+    return encode(merged)  # a private copy for the caller's loop
 
 
 # -- events as turns ---------------------------------------------------------
@@ -311,12 +373,9 @@ def _part_of(blocks: tuple[SessionContentBlock, ...], index: Any) -> dict[str, A
     return None
 
 
-_encode_json: Final = msgspec.json.Encoder().encode
-
-
 def _compact(value: Any) -> str:
     """Compact JSON text of an event's JSON-mode value (read back with ``json.loads``)."""
-    return _encode_json(value).decode()
+    return encode(value).decode()
 
 
 class _Pairing:
@@ -504,7 +563,7 @@ class ZidaneSessionService(BaseSessionService):
             id=sid,
             app_name=app_name,
             user_id=user_id,
-            state=msgspec.json.decode(merged),
+            state=parse_json(merged),
             last_update_time=now,
         )
         session._storage_update_marker = marker
@@ -529,8 +588,8 @@ class ZidaneSessionService(BaseSessionService):
             id=session_id,
             app_name=app_name,
             user_id=user_id,
-            state=msgspec.json.decode(merged),
-            events=_EVENTS.validate_json(events),
+            state=parse_json(merged),
+            events=_events_of(events),
             last_update_time=last_update,
         )
         session._storage_update_marker = marker
@@ -546,7 +605,7 @@ class ZidaneSessionService(BaseSessionService):
                 id=sid,
                 app_name=app_name,
                 user_id=user,
-                state=msgspec.json.decode(merged),
+                state=parse_json(merged),
                 last_update_time=last_update,
             )
             for sid, user, merged, last_update in rows
@@ -561,7 +620,7 @@ class ZidaneSessionService(BaseSessionService):
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's ``user:`` state, keys without the prefix."""
         state = await self._call(_user_state, app_name, user_id)
-        return cast(dict[str, Any], msgspec.json.decode(state))
+        return cast(dict[str, Any], parse_json(state))
 
     async def append_event(self, session: AdkSession, event: Event) -> Event:
         """Store ``event`` as a turn and apply its state delta, then append it to ``session``.
@@ -581,7 +640,7 @@ class ZidaneSessionService(BaseSessionService):
         async with lock:
             self._apply_temp_state(session, event)
             event = self._trim_temp_delta_state(event)
-            data = event.model_dump(mode="json", exclude_none=True, by_alias=True)
+            data = _event_json(event)
             role, blocks, usage, exact = _readable(data)
             delta = cast(dict[str, Any], data.get("actions", {}).get("stateDelta") or {})
             app, user, own = _split_state(delta)
@@ -929,7 +988,7 @@ async def _read(
         if recent is not None:
             events = events[-recent:]
     merged = _merged(*scopes["scopes"].unwrap(), _session_state(session))
-    return merged, msgspec.json.encode(events), _last_update(session), _marker(session)
+    return merged, encode(events), _last_update(session), _marker(session)
 
 
 async def _list(
@@ -983,7 +1042,7 @@ async def _delete(host: SessionHost, app_name: str, user_id: str, session_id: st
 
 async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
     state = await _scope_state(host, _user_scope_id(app_name, user_id), "adkUserState")
-    return msgspec.json.encode(state)
+    return encode(state)
 
 
 def _placed(session: Session, turn_id: str, before: tuple[int, int, str | None]) -> bool:
