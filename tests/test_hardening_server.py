@@ -418,6 +418,20 @@ async def test_deeply_nested_json_is_a_client_error(server: ServerProcess) -> No
         assert (await client.get("/sessions/s1")).json()["metadata"]["a"] == "[" * 5_000
 
 
+async def test_a_refused_value_under_a_lone_surrogate_key_is_located_not_a_crash(
+    server: ServerProcess,
+) -> None:
+    # JSON may escape a lone surrogate (JavaScript writes them); the located error's path
+    # shows such a key escaped, so the answer is a 422 like any other refused value.
+    deep = b"[" * 130 + b"]" * 130
+    body = b'{"id": "s1", "createdAt": 1, "updatedAt": 1, "metadata": {"k\\ud800": ' + deep
+    async with httpx.AsyncClient(base_url=server.url, headers=JSON) as client:
+        r = await client.put("/sessions/s1", content=body + b"}}")
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["path"].startswith('$.metadata["k\\ud800"]')
+        assert (await client.get("/sessions/s1")).status_code == 404
+
+
 async def test_remote_store_does_not_retry_a_rejected_body(server: ServerProcess) -> None:
     nested: object = []
     for _ in range(600):

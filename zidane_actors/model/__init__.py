@@ -36,7 +36,7 @@ from ._ids import (
     validate_id,
     validate_request_id,
 )
-from ._json import MAX_JSON_DEPTH, check_json, check_model
+from ._json import MAX_JSON_DEPTH, check_json, check_model, key_segment
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
     current_run_owner,
@@ -201,6 +201,7 @@ __all__ = [
     "host_id",
     "is_run_owner_dead",
     "is_run_owner_holding",
+    "key_segment",
     "matches_artifact_filter",
     "matches_session_filter",
     "merge_artifact",

@@ -19,6 +19,7 @@ never raises ``RecursionError``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import typing
@@ -29,7 +30,7 @@ import msgspec
 from ..errors import ValidationError
 from ._extra import EXTRA_KEY, ExtraFields
 
-__all__ = ["MAX_JSON_DEPTH", "check_json", "check_model"]
+__all__ = ["MAX_JSON_DEPTH", "check_json", "check_model", "key_segment"]
 
 MAX_JSON_DEPTH: Final = 128
 """Deepest nesting of arrays and objects a free-form JSON value may have.
@@ -52,8 +53,17 @@ class _Refused(Exception):
         self.segments: list[str] = []
 
 
-def _key_segment(key: str) -> str:
-    return f".{key}" if _IDENT.fullmatch(key) else f"[{msgspec.json.encode(key).decode()}]"
+def key_segment(key: str) -> str:
+    """``key`` as a step of a located error's path: ``.name``, else ``["…"]`` in JSON.
+
+    A lone surrogate is written as its escape (the path stays printable).
+    """
+    if _IDENT.fullmatch(key):
+        return f".{key}"
+    try:
+        return f"[{msgspec.json.encode(key).decode()}]"
+    except UnicodeEncodeError:
+        return f"[{json.dumps(key)}]"
 
 
 def _too_deep() -> _Refused:
@@ -94,7 +104,7 @@ def _free(value: Any, depth: int) -> None:
             try:
                 _free(item, depth)
             except _Refused as exc:
-                exc.segments.append(_key_segment(key))
+                exc.segments.append(key_segment(key))
                 raise
     elif kind is list or kind is tuple or isinstance(value, (list, tuple)):
         depth += 1
