@@ -72,6 +72,7 @@ from ..model import (
     TurnUsage,
     check_json,
     encode,
+    key_segment,
     new_id,
     parse_json,
     validate_id,
@@ -210,12 +211,13 @@ def _check_exact(value: Any, path: str) -> None:
             raise ValidationError(f"{value} has no exact JSON form", path=path)
     elif isinstance(value, dict):
         for key, item in value.items():
+            step = key_segment(key) if isinstance(key, str) else f"[{key!r}]"
             if isinstance(key, str) and _SURROGATE.search(key):
                 raise ValidationError(
-                    f"the key {key!r} holds a lone surrogate, which ADK's JSON form replaces",
-                    path=path,
+                    "this key holds a lone surrogate, which ADK's JSON form replaces",
+                    path=path + step,
                 )
-            _check_exact(item, f"{path}.{key}")
+            _check_exact(item, path + step)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             _check_exact(item, f"{path}[{index}]")
