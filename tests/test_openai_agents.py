@@ -1077,3 +1077,27 @@ def test_hooks_passed_to_a_run_of_another_session_leave_this_one_untouched(
     assert error_marks(data) == {"ok1": None, "bad1": None, "bad2": None}  # not its hooks
     assert run(mine.get_items()) == []
     assert read_back(db, "mine") is None
+
+
+def test_nul_and_lone_surrogates_read_back_exactly_as_sqlite_session(make: SessionFactory) -> None:
+    # Python strings and JSON escapes keep them; openai-agents' own session keeps them too.
+    from agents.memory import SQLiteSession
+
+    odd = "a\x00b\ud800c\udfff"
+    items: list[Any] = [
+        {"role": "user", "content": odd},
+        {"role": "user", "content": [{"type": "input_text", "text": odd}], "note\ud800": odd},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": json.dumps({"q": odd}),
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": odd},
+    ]
+    session, peer = make("odd"), SQLiteSession("odd")
+    run(session.add_items(items))
+    run(peer.add_items(items))
+    assert run(session.get_items()) == items == run(peer.get_items())
+    assert run(session.get_items(2)) == items[2:]
+    peer.close()

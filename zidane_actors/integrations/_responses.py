@@ -22,6 +22,7 @@ a turn's items keeps its marks.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -84,6 +85,18 @@ _PART_LISTS: Final = ("content", "summary", "output")
 
 _encode = msgspec.json.Encoder().encode
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+def _json_text(value: Any, *, sort: bool = False) -> bytes | str:
+    """The JSON text of ``value`` to compare, as sent or with its keys sorted.
+
+    msgspec refuses a lone surrogate (JSON keeps it as an escape, and so do
+    the stores): such a value is compared as Python's JSON text instead.
+    """
+    try:
+        return _encode_sorted(value) if sort else _encode(value)
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort)
 
 
 def _kind(value: Mapping[str, Any]) -> str | None:
@@ -218,9 +231,9 @@ def turn_metadata(
     order: dict[str, Any] = {}
     if len(back) == len(items):
         for index, (item, mine) in enumerate(zip(items, back, strict=True)):
-            if _encode(item) == _encode(mine):
+            if _json_text(item) == _json_text(mine):
                 continue
-            if _encode_sorted(item) != _encode_sorted(mine):
+            if _json_text(item, sort=True) != _json_text(mine, sort=True):
                 break
             order[str(index)] = _order_spec(item, mine)
         else:
