@@ -26,6 +26,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
+from zidane_actors.errors import ValidationError
 from zidane_actors.integrations.pydantic_ai import (
     append_messages,
     append_messages_sync,
@@ -358,3 +359,61 @@ def test_a_message_the_kept_parts_would_not_give_back_is_stored_whole(
     (turn,) = messages_to_turns([message])
     assert turn.metadata is not None and "pydanticAiMessage" in turn.metadata
     assert turns_to_messages([turn]) == [message]
+
+
+ODD = "a\x00b\ud800c\udfff"  # NUL and lone surrogates: Python strings and JSON escapes keep them
+
+
+def test_nul_and_lone_surrogates_in_values_read_back_exactly(tmp_path: Path) -> None:
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content=ODD)]),
+        ModelResponse(
+            parts=[
+                TextPart(content=ODD),
+                ToolCallPart(tool_name="f", args={"q": ODD, "list": [ODD]}, tool_call_id="c1"),
+                ToolCallPart(tool_name="g", args='{"q": "\\ud800"}', tool_call_id="c2"),
+            ]
+        ),
+    ]
+    with start_host(f"sqlite:{tmp_path / 'odd.db'}") as host:
+        append_messages_sync(host.create_session(id="odd"), messages)
+        loaded = host.load_session("odd")
+        assert loaded is not None and message_history(loaded) == messages
+
+
+NOT_EXACT: dict[str, tuple[ModelMessage, str]] = {
+    "NaN in tool args": (
+        ModelResponse(parts=[ToolCallPart(tool_name="f", args={"x": float("nan")})]),
+        "$[1].parts[0].args.x",
+    ),
+    "infinity returned": (
+        ModelRequest(parts=[ToolReturnPart(tool_name="f", content=float("inf"))]),
+        "$[1].parts[0].content",
+    ),
+    "a lone surrogate in a key": (
+        ModelResponse(parts=[ToolCallPart(tool_name="f", args={"q\ud800": 1})]),
+        '$[1].parts[0].args["q\\ud800"]',
+    ),
+    "a lone surrogate pydantic-ai cannot send": (
+        ModelRequest(parts=[ToolReturnPart(tool_name="f", content={"r": ODD})]),
+        "$[1]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_EXACT))
+def test_a_message_its_json_would_alter_is_refused_at_its_place_and_nothing_is_stored(
+    tmp_path: Path, case: str
+) -> None:
+    # pydantic's JSON form writes NaN and infinities as null and a key's lone surrogate as
+    # U+FFFD (and pydantic-ai cannot write a lone surrogate in a tool's return at all).
+    message, place = NOT_EXACT[case]
+    first = ModelRequest(parts=[UserPromptPart(content="hi")])
+    with start_host(f"sqlite:{tmp_path / 'refused.db'}") as host:
+        session = host.create_session(id="refused")
+        with pytest.raises(ValidationError) as caught:
+            append_messages_sync(session, [first, message])
+        assert caught.value.path == place
+        assert session.turns == () and session.runs == ()
+        loaded = host.load_session("refused")
+        assert loaded is not None and loaded.turns == ()

@@ -57,7 +57,7 @@ from pydantic_ai.messages import (
 )
 
 from ..actors import Session
-from ..errors import InvalidNameError
+from ..errors import InvalidNameError, ValidationError
 from ..model import (
     AppendTurnsOptions,
     FileBlock,
@@ -74,6 +74,7 @@ from ..model import (
     ToolResultBlock,
     TurnUsage,
     call_input,
+    key_segment,
     new_id,
     reasoning_text,
     validate_id,
@@ -158,7 +159,10 @@ def _prompt_blocks(part: UserPromptPart, dumped: dict[str, Any]) -> list[Session
 def _tool_output(part: ToolReturnPart) -> str:
     if isinstance(part.content, str):
         return part.content
-    return part.model_response_str()
+    try:
+        return part.model_response_str()  # pydantic-ai's JSON text of it, as the model sees it
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise _NoJsonForm(str(exc)) from None
 
 
 def _request_blocks(
@@ -261,8 +265,15 @@ def _epoch_ms(stamp: datetime.datetime | None) -> int:
     return int(stamp.timestamp() * 1000) if stamp is not None else time.time_ns() // 10**6
 
 
+class _NoJsonForm(Exception):
+    """pydantic could not write a message as JSON (nested too deep, a value it cannot)."""
+
+
 def _dump(message: ModelMessage) -> dict[str, Any]:
-    dumped: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    try:
+        dumped: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise _NoJsonForm(str(exc)) from None
     return dumped
 
 
@@ -340,14 +351,55 @@ def messages_to_turns(
     when it knows the model).
     """
     turns: list[SessionTurn] = []
-    for message in messages:
-        made = _turns_of(message, price, lean=True)
+    for index, message in enumerate(messages):
+        where = f"$[{index}]"
+        try:
+            made = _turns_of(message, price, lean=True)
+        except _NoJsonForm as exc:
+            raise ValidationError(f"the message has no JSON form: {exc}", path=where) from None
         if turns_to_messages(made) != [message]:  # the lean form must give the message back
             made = _turns_of(message, price, lean=False)
         if turns_to_messages(made) != [message]:
             made = [_copy_turn(message, price)]
+            back = turns_to_messages(made)
+            if back != [message]:  # pydantic's JSON form alters it: refused, never stored
+                _refuse_altered(message, back, where)
         turns.extend(made)
     return turns
+
+
+def _refuse_altered(message: ModelMessage, back: list[ModelMessage], path: str) -> None:
+    """Raise a :class:`ValidationError` at the first value of ``message`` that ``back`` alters.
+
+    Compared as pydantic-ai dumps them (a ``BinaryContent`` read back as the
+    ``BinaryImage`` it is, for one, is the same message).
+    """
+    want = ModelMessagesTypeAdapter.dump_python([message])[0]
+    got = ModelMessagesTypeAdapter.dump_python(back)[0] if len(back) == 1 else None
+    where = _first_difference(want, got, path)
+    if where is not None:
+        raise ValidationError(
+            "this value has no exact JSON form (pydantic's would alter it)", path=where
+        )
+
+
+def _first_difference(want: Any, got: Any, path: str) -> str | None:
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key, value in want.items():
+            step = path + (key_segment(key) if isinstance(key, str) else f"[{key!r}]")
+            if key not in got:
+                return step
+            found = _first_difference(value, got[key], step)
+            if found is not None:
+                return found
+        return None
+    if isinstance(want, list | tuple) and isinstance(got, list | tuple) and len(want) == len(got):
+        for i, (a, b) in enumerate(zip(want, got, strict=True)):
+            found = _first_difference(a, b, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if want is got or want == got else path
 
 
 def _copy_turn(message: ModelMessage, price: Price | None) -> SessionTurn:
