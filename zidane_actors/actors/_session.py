@@ -57,6 +57,7 @@ from ..model import (
     demote_stale_running_status,
     encode,
     fresh_turns,
+    key_segment,
     new_id,
     normalize_artifact,
     parse_json,
@@ -1506,8 +1507,7 @@ def _in_trio() -> bool:
 
 def _meta_value(key: str, value: Any) -> Any:
     """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
-    segment = f".{key}" if key.isidentifier() else f"[{encode(key).decode()}]"
-    return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + segment, 1)
+    return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + key_segment(key), 1)
 
 
 def _checked_key(key: object) -> str:
