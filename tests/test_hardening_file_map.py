@@ -609,16 +609,19 @@ async def test_meta_rewritten_by_another_writer_loads_with_a_warning(tmp_path: P
     await store.aclose()
 
 
-async def test_stripped_final_newline_loads_with_a_warning(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["ünï €uro 𝄞", "a lone surrogate \ud800, NUL \x00"])
+async def test_stripped_final_newline_loads_with_a_warning(tmp_path: Path, text: str) -> None:
+    # The last line is whole JSON whatever it holds (lone surrogates are escapes).
     directory = tmp_path / "sess"
-    await (await saved(directory, turn(0), turn(1))).aclose()
+    await (await saved(directory, turn(0), turn(1, text))).aclose()
     path = directory / "turns.jsonl"
     path.write_bytes(path.read_bytes()[:-1])  # an editor's "no newline at end of file"
     store = store_on(directory)
     with pytest.warns(ExternalChangeWarning, match=r"turns\.jsonl lost its final newline"):
         assert await ids(store) == ["t0", "t1"]
     await store.append_turns("s", [turn(2)])
-    assert path.read_text().splitlines() == [encode_str(turn(i)) for i in range(3)]
+    lines = [encode_str(turn(0)), encode_str(turn(1, text)), encode_str(turn(2))]
+    assert path.read_text().splitlines() == lines
     assert path.read_bytes().endswith(b"\n")
     await store.aclose()
     assert await ids_in(directory) == ["t0", "t1", "t2"]

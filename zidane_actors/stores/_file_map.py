@@ -67,6 +67,7 @@ from ..model import (
     matches_session_filter,
     merge_session_metadata,
     new_id,
+    parse_json,
     patch_metadata,
     run_claim_blocked,
     search_page,
@@ -863,7 +864,7 @@ class _LockRecord(msgspec.Struct, frozen=True):
 def _complete_last_line(data: bytes) -> bool:
     """Whether the last line of ``data`` is one whole JSON value (not cut mid-value)."""
     try:
-        msgspec.json.decode(data[data.rfind(b"\n") + 1 :])
+        parse_json(data[data.rfind(b"\n") + 1 :])  # lone surrogate escapes included
     except msgspec.DecodeError:
         return False
     return True
