@@ -906,6 +906,15 @@ def error_marks(data: SessionData) -> dict[str, bool | None]:
     }
 
 
+def marking(formatter: Callable[..., Any]) -> Any:
+    """A ``RunConfig`` that reports tool failures to ``formatter`` (an unknown tool included)."""
+    from agents import RunConfig
+
+    return RunConfig(
+        tool_error_formatter=formatter, tool_not_found_behavior="return_error_to_model"
+    )
+
+
 def test_failed_tool_results_are_marked_and_their_items_stay_exact(
     make: SessionFactory, db: str
 ) -> None:
@@ -913,12 +922,12 @@ def test_failed_tool_results_are_marked_and_their_items_stay_exact(
     from agents.memory import SQLiteSession
 
     session = make("marks")
-    config = RunConfig(
-        tool_error_formatter=session.tool_error_formatter,
-        tool_not_found_behavior="return_error_to_model",
-    )
     result = Runner.run_sync(
-        failing_tools(), "Weather?", session=session, hooks=session.hooks, run_config=config
+        failing_tools(),
+        "Weather?",
+        session=session,
+        hooks=session.hooks,
+        run_config=marking(session.tool_error_formatter),
     )
     assert result.final_output == "Oslo is sunny; Rome is unknown."
     data = read_back(db, "marks")
@@ -940,7 +949,7 @@ def test_failed_tool_results_are_marked_and_their_items_stay_exact(
 def test_a_formatter_of_your_own_can_record_the_failure_and_answer_its_text(
     make: SessionFactory, db: str
 ) -> None:
-    from agents import RunConfig, ToolErrorFormatterArgs
+    from agents import ToolErrorFormatterArgs
 
     session = make("own")
 
@@ -948,10 +957,7 @@ def test_a_formatter_of_your_own_can_record_the_failure_and_answer_its_text(
         session.tool_error_formatter(args)
         return f"{args.tool_name} failed, try later"
 
-    config = RunConfig(
-        tool_error_formatter=formatter, tool_not_found_behavior="return_error_to_model"
-    )
-    Runner.run_sync(failing_tools(), "Weather?", session=session, run_config=config)
+    Runner.run_sync(failing_tools(), "Weather?", session=session, run_config=marking(formatter))
     data = read_back(db, "own")
     assert data is not None and error_marks(data) == {"ok1": None, "bad1": True, "bad2": True}
     outputs = {i.get("call_id"): i.get("output") for i in run(session.get_items())}
@@ -1060,13 +1066,8 @@ def test_hooks_passed_to_a_run_of_another_session_leave_this_one_untouched(
 ) -> None:
     # The hooks and the formatter see every event of the run they are passed to; only
     # the session that stores its items records it. This one is never even created.
-    from agents import RunConfig
-
     mine, other = make("mine"), make("other")
-    config = RunConfig(
-        tool_error_formatter=mine.tool_error_formatter,
-        tool_not_found_behavior="return_error_to_model",
-    )
+    config = marking(mine.tool_error_formatter)
     result = Runner.run_sync(
         failing_tools(), "Weather?", session=other, hooks=mine.hooks, run_config=config
     )
