@@ -875,10 +875,18 @@ async def test_lone_surrogates_are_shown_as_replacement_characters() -> None:
                 updated_at=2,
                 metadata={"title": "t \ud83d"},
                 turns=(clipped,),
+                agent_id="agent \ud800",
             )
         )
+        await store.save(SessionData(id="s2", created_at=1, updated_at=3, agent_id="agent"))
         async with _client(store) as client:
             for url in ("/ui/fragments/sessions", "/ui/fragments/sessions/s1"):
                 r = await client.get(url)
                 assert r.status_code == 200, (url, r.text)
                 assert "\ufffd" in r.text
+            # The agent's link filters by the agent id as stored, lone surrogate and all.
+            listed = (await client.get("/ui/fragments/sessions")).text
+            (query,) = set(re.findall(r'href="/ui/\?(agent=agent\+%ED%A0%80)"', listed))
+            r = await client.get(f"/ui/fragments/sessions?{query}")
+            assert r.status_code == 200 and "/ui/sessions/s1" in r.text, r.text
+            assert "/ui/sessions/s2" not in r.text

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, Final
+from urllib.parse import parse_qsl
 
 import attrs
 import msgspec
@@ -128,8 +129,18 @@ class _BadQuery(Exception):
     """A query parameter the page cannot use (answered 400 with the message)."""
 
 
+def _query_params(request: Request) -> dict[str, str]:
+    """The query's parameters (the last of a repeated name), a lone surrogate kept.
+
+    Links to a value holding one (a stored agent id may) carry its UTF-8 bytes,
+    which the usual decoding would turn into U+FFFD.
+    """
+    raw = request.scope.get("query_string", b"").decode("latin-1")
+    return dict(parse_qsl(raw, keep_blank_values=True, errors="surrogatepass"))
+
+
 def _param(request: Request, name: str, max_len: int = 500) -> str | None:
-    raw = request.query_params.get(name)
+    raw = _query_params(request).get(name)
     if raw is None or raw == "":
         return None
     if len(raw) > max_len:

@@ -193,9 +193,14 @@ class SessionsPage:
     page_size: int = 50
 
 
+def _query(params: Mapping[str, object]) -> str:
+    """A URL query; a lone surrogate (a stored agent id may hold one) as its UTF-8 bytes."""
+    return urlencode(params, errors="surrogatepass")
+
+
 def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
     merged = {**params, **changes}
-    query = urlencode({k: v for k, v in merged.items() if v is not None})
+    query = _query({k: v for k, v in merged.items() if v is not None})
     return "/ui/" + (f"?{query}" if query else "")
 
 
@@ -598,7 +603,7 @@ def render_more(text: str, start: int, size: int, path: str, query: Mapping[str,
             {
                 "class": "show-all",
                 "href": "#",
-                "data-more": f"{path}?{urlencode({**query, 'from': end})}",
+                "data-more": f"{path}?{_query({**query, 'from': end})}",
             },
             f"show more ({len(text) - end:,} more characters)",
         )
@@ -961,7 +966,7 @@ def _run_item(
             el(
                 "a",
                 {
-                    "href": f"{ui_path('sessions', sid)}?{urlencode({'run': run.id})}",
+                    "href": f"{ui_path('sessions', sid)}?{_query({'run': run.id})}",
                     "class": "run-filter",
                 },
                 "its turns",
