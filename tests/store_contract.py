@@ -474,6 +474,37 @@ class StoreContract:
         with pytest.raises(ValidationError):
             await store.save(make_session("s\ud800"))
 
+    @pytest.mark.parametrize("odd", ["a\x00b", "a\ud800b"])
+    async def test_header_text_a_database_column_cannot_hold_is_refused_everywhere(
+        self, store: SessionStore, odd: str
+    ) -> None:
+        """NUL and lone surrogates in column text (``agentId``, ``projectRoot``, an artifact's
+        ``kind``/``uri``/``projectRoot``): one located refusal in every store, nothing written."""
+        writes: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("$.agentId", lambda: store.save(make_session("h1", agent_id=odd))),
+            ("$.projectRoot", lambda: store.save(make_session("h1", project_root=odd))),
+        ]
+        full: Any = store
+        if "save_meta" in store_capabilities(store):
+            meta = make_session("h1", agent_id=odd)
+            writes.append(("$.agentId", lambda: full.save_meta(meta, SaveMetaOptions())))
+        for place, write in writes:
+            with pytest.raises(ValidationError) as caught:
+                await write()
+            assert caught.value.path == place
+            assert await store.load("h1") is None
+        if {"upsert_artifact", "list_artifacts"} <= store_capabilities(store):
+            await store.save(make_session("s1"))
+            for place, fields in [
+                ("$.kind", {"kind": odd}),
+                ("$.uri", {"uri": odd}),
+                ("$.projectRoot", {"project_root": odd}),
+            ]:
+                with pytest.raises(ValidationError) as caught:
+                    await full.upsert_artifact(make_artifact("a1", **fields))
+                assert caught.value.path == place
+            assert await full.list_artifacts(ArtifactFilter(session_id="s1")) == []
+
     async def test_save_empty_session(self, store: SessionStore) -> None:
         data = make_session("empty")
         await store.save(data)

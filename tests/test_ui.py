@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from hypothesis import example, given
 from hypothesis import strategies as st
 from test_postgres_store import DSN, fresh_schema
@@ -875,18 +876,32 @@ async def test_lone_surrogates_are_shown_as_replacement_characters() -> None:
                 updated_at=2,
                 metadata={"title": "t \ud83d"},
                 turns=(clipped,),
-                agent_id="agent \ud800",
             )
         )
-        await store.save(SessionData(id="s2", created_at=1, updated_at=3, agent_id="agent"))
         async with _client(store) as client:
             for url in ("/ui/fragments/sessions", "/ui/fragments/sessions/s1"):
                 r = await client.get(url)
                 assert r.status_code == 200, (url, r.text)
                 assert "\ufffd" in r.text
-            # The agent's link filters by the agent id as stored, lone surrogate and all.
-            listed = (await client.get("/ui/fragments/sessions")).text
-            (query,) = set(re.findall(r'href="/ui/\?(agent=agent\+%ED%A0%80)"', listed))
-            r = await client.get(f"/ui/fragments/sessions?{query}")
-            assert r.status_code == 200 and "/ui/sessions/s1" in r.text, r.text
-            assert "/ui/sessions/s2" not in r.text
+
+
+async def test_an_agent_id_another_writer_stored_with_a_lone_surrogate_is_listed_and_filtered() -> (
+    None
+):
+    # Stores refuse one (a text column cannot hold it), but a document another writer
+    # made may hold one: the list shows it, and its agent link filters by it as stored.
+    with tempfile.TemporaryDirectory() as directory:
+        document = '{"id":"s1","createdAt":1,"updatedAt":2,"agentId":"agent \\ud800"}'
+        await trio.Path(directory, "meta.json").write_text(document, encoding="ascii")
+        async with open_directory_adapter(directory) as adapter:
+            store = create_file_map_store(adapter)
+            async with _client(store) as client:
+                listed = await client.get("/ui/fragments/sessions")
+                assert listed.status_code == 200, listed.text
+                found = set(re.findall(r'href="/ui/\?(agent=agent\+%ED%A0%80)"', listed.text))
+                (query,) = found
+                r = await client.get(f"/ui/fragments/sessions?{query}")
+                assert r.status_code == 200 and "/ui/sessions/s1" in r.text, r.text
+                r = await client.get("/ui/fragments/sessions?agent=agent")
+                assert r.status_code == 200 and "/ui/sessions/s1" not in r.text, r.text
+            await store.aclose()

@@ -32,6 +32,7 @@ from ._extra import ExtraFields
 from ._ids import (
     ID_MAX_LENGTH,
     REQUEST_ID_MAX_LENGTH,
+    check_column_text,
     new_id,
     validate_id,
     validate_request_id,
@@ -184,6 +185,7 @@ __all__ = [
     "UpdateRunOptions",
     "call_input",
     "check_artifact_id_free",
+    "check_column_text",
     "check_json",
     "check_model",
     "check_unique_turn_ids",

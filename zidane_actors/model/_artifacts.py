@@ -10,6 +10,7 @@ from msgspec import UNSET
 
 from ..errors import ConflictError, ValidationError
 from ._codec import encode
+from ._ids import check_column_text
 from ._json import check_json
 from ._types import ArtifactFilter, SessionArtifact, SessionArtifactInput
 
@@ -138,6 +139,8 @@ def normalize_artifact(artifact: SessionArtifact) -> SessionArtifact:
                 f"artifact {name} is {len(value)} characters, over the {limit}-character limit",
                 path=f"$.{name}",
             )
+        check_column_text(value, what=f"artifact {name}", path=f"$.{name}")
+    check_column_text(artifact.project_root, what="artifact project root", path="$.projectRoot")
     meta = _bounded_meta(artifact.meta)
     if meta is artifact.meta:
         return artifact

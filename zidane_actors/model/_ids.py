@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 import uuid
 
-from ..errors import InvalidNameError
+from ..errors import InvalidNameError, ValidationError
 
 __all__ = [
     "ID_MAX_LENGTH",
     "REQUEST_ID_MAX_LENGTH",
+    "check_column_text",
     "new_id",
     "validate_id",
     "validate_request_id",
@@ -60,6 +61,21 @@ def validate_request_id(value: object, *, what: str = "request id") -> str:
     if "\x00" in value or _SURROGATE.search(value):
         raise InvalidNameError(f"{what} {value!r} holds NUL or a lone surrogate")
     return value
+
+
+def check_column_text(value: object, *, what: str, path: str) -> None:
+    """Refuse text a database column cannot hold: NUL or a lone surrogate.
+
+    The one rule for the header text every store keeps (``agentId``,
+    ``projectRoot``, an artifact's ``kind``/``uri``/``projectRoot``): SQLite
+    and PostgreSQL keep such fields in text columns, so no store takes them.
+    """
+    if isinstance(value, str) and ("\x00" in value or _SURROGATE.search(value)):
+        raise ValidationError(
+            f"{what} {value!r} holds NUL or a lone surrogate, which a database text column"
+            " cannot hold",
+            path=path,
+        )
 
 
 def new_id() -> str:

@@ -106,6 +106,7 @@ from ._validate import (
     check_artifact_ids,
     check_fire_ids,
     checked,
+    checked_header,
     checked_int,
 )
 
@@ -285,9 +286,7 @@ def _valid_body(value: object, type_: type[T], what: str, path: str = "$") -> by
 
 def _valid_header(data: object) -> SessionData:
     """``data`` with its header fields checked (turns and runs are checked one by one)."""
-    if not isinstance(data, SessionData):
-        raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
-    validate_id(data.id)
+    data = checked_header(data)
     metadata = parse_json(_metadata_json(data.metadata))
     header = msgspec.structs.replace(data, metadata=metadata, turns=(), runs=())
     _valid_body(header, SessionData, "session data")

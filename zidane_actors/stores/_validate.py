@@ -20,6 +20,7 @@ from ..model import (
     SessionData,
     SessionRun,
     SessionTurn,
+    check_column_text,
     check_json,
     check_model,
     check_unique_turn_ids,
@@ -126,6 +127,8 @@ def checked_header(data: object) -> SessionData:
     validate_id(data.id)
     if not isinstance(data.metadata, dict):
         raise ValidationError("session metadata must be a dict", path="$.metadata")
+    check_column_text(data.agent_id, what="agent id", path="$.agentId")
+    check_column_text(data.project_root, what="project root", path="$.projectRoot")
     return data
 
 
