@@ -493,6 +493,16 @@ class StoreContract:
                 await write()
             assert caught.value.path == place
             assert await store.load("h1") is None
+        # No session holds such text, so a filter on it matches none (never an error).
+        await store.save(make_session("h2", agent_id="a", project_root="/p"))
+        for found in (SessionFilter(agent_id=odd), SessionFilter(project_root=odd)):
+            assert await store.list(found) == []
+            if "list_meta" in store_capabilities(store):
+                assert await full.list_meta(found) == []
+        if "search_meta" in store_capabilities(store):
+            for search in (SessionSearch(agent_id=odd), SessionSearch(project_root=odd)):
+                assert (await full.search_meta(search)).rows == ()
+            assert (await full.search_meta(SessionSearch(text=odd))).rows == ()
         if {"upsert_artifact", "list_artifacts"} <= store_capabilities(store):
             await store.save(make_session("s1"))
             for place, fields in [
@@ -504,6 +514,9 @@ class StoreContract:
                     await full.upsert_artifact(make_artifact("a1", **fields))
                 assert caught.value.path == place
             assert await full.list_artifacts(ArtifactFilter(session_id="s1")) == []
+            await full.upsert_artifact(make_artifact("a2", project_root="/p"))
+            for field in ("kind", "uri", "project_root"):
+                assert await full.list_artifacts(ArtifactFilter(**{field: odd})) == []
 
     async def test_save_empty_session(self, store: SessionStore) -> None:
         data = make_session("empty")

@@ -33,6 +33,7 @@ from ._ids import (
     ID_MAX_LENGTH,
     REQUEST_ID_MAX_LENGTH,
     check_column_text,
+    is_column_text,
     new_id,
     validate_id,
     validate_request_id,
@@ -48,6 +49,7 @@ from ._run_owner import (
     run_claim_blocked,
 )
 from ._search import (
+    equal_sql,
     search_header_filters,
     search_header_sql,
     search_page,
@@ -197,10 +199,12 @@ __all__ = [
     "demote_stale_running_status",
     "encode",
     "encode_str",
+    "equal_sql",
     "extra_json",
     "filter_artifacts",
     "fresh_turns",
     "host_id",
+    "is_column_text",
     "is_run_owner_dead",
     "is_run_owner_holding",
     "key_segment",

@@ -11,6 +11,7 @@ __all__ = [
     "ID_MAX_LENGTH",
     "REQUEST_ID_MAX_LENGTH",
     "check_column_text",
+    "is_column_text",
     "new_id",
     "validate_id",
     "validate_request_id",
@@ -63,6 +64,14 @@ def validate_request_id(value: object, *, what: str = "request id") -> str:
     return value
 
 
+def is_column_text(value: str) -> bool:
+    """Whether a database text column can hold ``value`` (no NUL, no lone surrogate).
+
+    A filter on column text holding either matches no stored session or artifact.
+    """
+    return "\x00" not in value and not _SURROGATE.search(value)
+
+
 def check_column_text(value: object, *, what: str, path: str) -> None:
     """Refuse text a database column cannot hold: NUL or a lone surrogate.
 
@@ -70,7 +79,7 @@ def check_column_text(value: object, *, what: str, path: str) -> None:
     ``projectRoot``, an artifact's ``kind``/``uri``/``projectRoot``): SQLite
     and PostgreSQL keep such fields in text columns, so no store takes them.
     """
-    if isinstance(value, str) and ("\x00" in value or _SURROGATE.search(value)):
+    if isinstance(value, str) and not is_column_text(value):
         raise ValidationError(
             f"{what} {value!r} holds NUL or a lone surrogate, which a database text column"
             " cannot hold",

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from msgspec import UNSET
 
+from ._ids import is_column_text
 from ._types import (
     SessionData,
     SessionMetaRow,
@@ -20,6 +21,7 @@ from ._types import (
 )
 
 __all__ = [
+    "equal_sql",
     "search_header_filters",
     "search_header_sql",
     "search_page",
@@ -102,10 +104,28 @@ def search_header_sql(search: SessionSearch, placeholder: str) -> tuple[list[str
     for column, operator, value in search_header_filters(search):
         if value is None:
             clauses.append(f"s.{column} {operator}")
+        elif operator == "=" and isinstance(value, str):
+            equal_sql(clauses, params, f"s.{column}", value, placeholder)
         else:
             clauses.append(f"s.{column} {operator} {placeholder}")
             params.append(value)
     return clauses, params
+
+
+def equal_sql(
+    clauses: list[str], params: list[Any], column: str, value: object, placeholder: str
+) -> None:
+    """Add ``column = value`` for a text filter value (``None`` or ``UNSET``: nothing).
+
+    No row holds text a column cannot (NUL, a lone surrogate: ``check_column_text``
+    refuses it in every store), so such a value matches none, never sent to the driver.
+    """
+    if isinstance(value, str):
+        if is_column_text(value):
+            clauses.append(f"{column} = {placeholder}")
+            params.append(value)
+        else:
+            clauses.append("1 = 0")
 
 
 _HOLDS: Final[dict[str, Callable[[Any, Any], bool]]] = {

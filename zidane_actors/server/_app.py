@@ -118,6 +118,7 @@ from ._guard import Guard, SecurityHeaders
 from ._limits import Admission, AnswerBudget, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
+from ._query import query_params
 from ._ui import ui_routes
 
 __all__ = ["create_app", "served_capabilities"]
@@ -218,7 +219,7 @@ def _named(error: _ApiError, session_id: str | None) -> _ApiError:
 
 
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
-    raw = request.query_params.get(name)
+    raw = query_params(request).get(name)
     if raw is None:
         return default
     if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
@@ -229,7 +230,7 @@ def _param_int(request: Request, name: str, default: int | None = None) -> int |
 
 
 def _param_bool(request: Request, name: str) -> bool:
-    raw = request.query_params.get(name)
+    raw = query_params(request).get(name)
     if raw is None or raw == "false":
         return False
     if raw == "true":
@@ -246,7 +247,7 @@ def _project_root(request: Request) -> str | msgspec.UnsetType | None:
 
     The query's filters are a conjunction: both at once match nothing (``_NoMatch``).
     """
-    root = request.query_params.get("projectRoot")
+    root = query_params(request).get("projectRoot")
     untagged = _param_bool(request, "untaggedOnly")
     if root is not None and untagged:
         raise _NoMatch
@@ -269,7 +270,7 @@ _SEARCH_INTS: Final = (
 
 def _session_filter(request: Request) -> SessionFilter:
     return SessionFilter(
-        agent_id=request.query_params.get("agentId"),
+        agent_id=query_params(request).get("agentId"),
         limit=_param_int(request, "limit"),
         project_root=_project_root(request),
     )
@@ -400,9 +401,9 @@ class _Api:
         except _NoMatch:
             return _json(SessionSearchPage(rows=(), total=0, total_exact=True))
         fields: dict[str, Any] = {
-            name: request.query_params[name]
+            name: query_params(request)[name]
             for name in ("text", "agentId", "status", "order")
-            if name in request.query_params
+            if name in query_params(request)
         }
         for name in _SEARCH_INTS:
             value = _param_int(request, name)
@@ -743,7 +744,7 @@ class _Api:
 
     async def list_artifacts(self, request: Request) -> Response:
         list_artifacts = self._optional("list_artifacts")
-        q = request.query_params
+        q = query_params(request)
         session_id = q.get("sessionId")
         if session_id is not None:
             validate_id(session_id, what="sessionId")

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, Final
-from urllib.parse import parse_qsl
 
 import attrs
 import msgspec
@@ -48,6 +47,7 @@ from ..model import (
 )
 from ..stores import SessionStore, store_capabilities
 from ._html import Html
+from ._query import query_params
 from ._ui_render import (
     SessionPage,
     SessionsPage,
@@ -129,18 +129,8 @@ class _BadQuery(Exception):
     """A query parameter the page cannot use (answered 400 with the message)."""
 
 
-def _query_params(request: Request) -> dict[str, str]:
-    """The query's parameters (the last of a repeated name), a lone surrogate kept.
-
-    Links to a value holding one (a stored agent id may) carry its UTF-8 bytes,
-    which the usual decoding would turn into U+FFFD.
-    """
-    raw = request.scope.get("query_string", b"").decode("latin-1")
-    return dict(parse_qsl(raw, keep_blank_values=True, errors="surrogatepass"))
-
-
 def _param(request: Request, name: str, max_len: int = 500) -> str | None:
-    raw = _query_params(request).get(name)
+    raw = query_params(request).get(name)
     if raw is None or raw == "":
         return None
     if len(raw) > max_len:
@@ -155,7 +145,7 @@ def _path_count(raw: str, what: str) -> int:
 
 
 def _param_count(request: Request, name: str, default: int, minimum: int) -> int:
-    raw = request.query_params.get(name)
+    raw = query_params(request).get(name)
     if raw is None or raw == "":
         return default
     if not raw.isascii() or not raw.isdigit() or len(raw) > 12 or int(raw) < minimum:
@@ -290,7 +280,7 @@ class ListQuery:
             "dates": None if self.dates == "updated" else self.dates,
             "from": _param(request, "from", 10),
             "to": _param(request, "to", 10),
-            "scan": request.query_params.get("scan") if self.post_filtered else None,
+            "scan": query_params(request).get("scan") if self.post_filtered else None,
         }
         return {k: v for k, v in raw.items() if v is not None}
 
@@ -454,7 +444,7 @@ class _Ui:
         if meta is None:
             return 404, render_error(404, f"No session {sid!r} in this store.")
         now = self.clock()
-        if "from" not in request.query_params and shown_status(meta, now) == "running":
+        if "from" not in query_params(request) and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
         turns: list[SessionTurn] = await self.store_turns(sid, start)
         page = SessionPage(
@@ -481,12 +471,12 @@ class _Ui:
         text = long_text(
             found[0],
             _param_count(request, "block", 0, 0),
-            part=_param_count(request, "part", -1, 0) if "part" in request.query_params else None,
-            tool_input="input" in request.query_params,
+            part=_param_count(request, "part", -1, 0) if "part" in query_params(request) else None,
+            tool_input="input" in query_params(request),
         )
         if text is None:
             raise _BadQuery("no text at that block of the turn")
-        return render_more(text, start, MORE_CHARS, request.url.path, dict(request.query_params))
+        return render_more(text, start, MORE_CHARS, request.url.path, dict(query_params(request)))
 
     async def store_turns(self, sid: str, start: int) -> list[SessionTurn]:
         turns: list[SessionTurn] = await self.reader.store.get_turns(

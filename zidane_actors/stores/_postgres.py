@@ -75,6 +75,7 @@ from ..model import (
     current_run_owner,
     decoder,
     encode_str,
+    equal_sql,
     extra_json,
     filter_artifacts,
     fresh_turns,
@@ -922,14 +923,11 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
     params: list[Any] = []
     if filter is not None:
         filter = checked(filter, SessionFilter, "session filter")
-        if filter.agent_id is not None:
-            clauses.append("s.agent_id = %s")
-            params.append(filter.agent_id)
+        equal_sql(clauses, params, "s.agent_id", filter.agent_id, "%s")
         if filter.project_root is None:
             clauses.append("s.project_root IS NULL")
-        elif filter.project_root is not UNSET:
-            clauses.append("s.project_root = %s")
-            params.append(filter.project_root)
+        else:
+            equal_sql(clauses, params, "s.project_root", filter.project_root, "%s")
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     order = ' ORDER BY s.updated_at DESC, s.id COLLATE "C"'
     if filter is not None and filter.limit is not None:
@@ -2045,17 +2043,14 @@ class PostgresStore:
                 ("kind", filter.kind),
                 ("uri", filter.uri),
             ):
-                if value is not None:
-                    clauses.append(f"{column} = %s")
-                    params.append(value)
+                equal_sql(clauses, params, column, value, "%s")
             if filter.since is not None:
                 clauses.append("updated_at >= %s")
                 params.append(filter.since)
             if filter.project_root is None:
                 clauses.append("project_root IS NULL")
-            elif filter.project_root is not UNSET:
-                clauses.append("project_root = %s")
-                params.append(filter.project_root)
+            else:
+                equal_sql(clauses, params, "project_root", filter.project_root, "%s")
         query = "SELECT body, session_id, id FROM artifacts"
         if clauses:
             query += " WHERE " + " AND ".join(clauses)

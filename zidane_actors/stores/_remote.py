@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import attrs
 import httpx
@@ -445,6 +445,11 @@ def history_rev(history: SessionHistory) -> str:
     return hashlib.sha256(encode(history)).hexdigest()
 
 
+def _with_query(path: str, params: Mapping[str, str] | None) -> str:
+    """``path`` with its query; a lone surrogate as its UTF-8 bytes, as the server reads it."""
+    return f"{path}?{urlencode(params, errors='surrogatepass')}" if params else path
+
+
 def _filter_params(filter: SessionFilter | None) -> dict[str, str]:
     params: dict[str, str] = {}
     if filter is None:
@@ -800,7 +805,7 @@ class RemoteStore:
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
                     request = self._client.build_request(
-                        method, path, content=content, params=params, headers=sent or None
+                        method, _with_query(path, params), content=content, headers=sent or None
                     )
                     response = await self._read(request, f"{method} {path}")
             except (httpx.TransportError, trio.TooSlowError) as exc:

@@ -69,6 +69,7 @@ from ..model import (
     decode,
     decoder,
     encode,
+    equal_sql,
     extra_json,
     filter_artifacts,
     fresh_turns,
@@ -847,14 +848,11 @@ class SQLiteStore:
         limit = ""
         if filter is not None:
             _valid_body(filter, SessionFilter, "session filter")
-            if filter.agent_id is not None:
-                clauses.append("s.agent_id = ?")
-                params.append(filter.agent_id)
+            equal_sql(clauses, params, "s.agent_id", filter.agent_id, "?")
             if filter.project_root is None:
                 clauses.append("s.project_root IS NULL")
-            elif filter.project_root is not UNSET:
-                clauses.append("s.project_root = ?")
-                params.append(filter.project_root)
+            else:
+                equal_sql(clauses, params, "s.project_root", filter.project_root, "?")
             if filter.limit is not None:
                 limit = f" LIMIT {int(filter.limit)}"
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
