@@ -432,6 +432,24 @@ async def test_a_refused_value_under_a_lone_surrogate_key_is_located_not_a_crash
         assert (await client.get("/sessions/s1")).status_code == 404
 
 
+async def test_query_values_that_are_not_utf8_read_as_replacement_characters(
+    server: ServerProcess,
+) -> None:
+    # A lone surrogate's UTF-8 bytes are kept (a filter for such an agent id matches none);
+    # bytes that are no UTF-8 at all are U+FFFD, never a 500.
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for query in (
+            "agentId=%FF",
+            "agentId=%C3",
+            "agentId=%ED%A0%80",
+            "projectRoot=%FF%00",
+            "agent=%FF&q=%C3%28",
+        ):
+            for path in ("/sessions", "/session-meta", "/session-search", "/ui/fragments/sessions"):
+                r = await client.get(f"{path}?{query}")
+                assert r.status_code == 200, (path, query, r.text)
+
+
 async def test_remote_store_does_not_retry_a_rejected_body(server: ServerProcess) -> None:
     nested: object = []
     for _ in range(600):
