@@ -60,6 +60,10 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
     "OPTIONAL_METHODS",
     "READ_METHODS",
