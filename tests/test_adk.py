@@ -16,6 +16,8 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
 
@@ -939,5 +941,49 @@ def test_state_that_cannot_be_stored_creates_no_session() -> None:
                     await service.get_session(app_name="app", user_id="u", session_id="s") is None
                 )
             assert await service.get_user_state(app_name="app", user_id="u") == {}
+
+    run(main())
+
+
+# Anything Python can hold where ADK takes free-form values: NaN and infinities, lone
+# surrogates and NUL in keys and strings, big integers, deep nesting.
+_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=5)
+_ANY_VALUE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60)
+@given(key=_ANY_TEXT, value=_ANY_VALUE, depth=st.sampled_from([0, 1, 140]))
+def test_any_value_in_an_event_reads_back_exactly_or_is_refused_with_nothing_written(
+    key: str, value: Any, depth: int
+) -> None:
+    for _ in range(depth):
+        value = [value]
+    delta = {f"k{key}": value}
+    event = _called({key: value, "n": 1})
+    event.actions = EventActions(state_delta=delta)
+
+    async def main() -> None:
+        async with ZidaneSessionService(store="memory:") as service:
+            session = await service.create_session(app_name="app", user_id="u")
+            try:
+                await service.append_event(session, event)
+            except ValidationError:
+                stored = await service.get_session(
+                    app_name="app", user_id="u", session_id=session.id
+                )
+                assert stored is not None and stored.events == [] and stored.state == {}
+                return
+            got = await service.get_session(app_name="app", user_id="u", session_id=session.id)
+            assert got is not None and len(got.events) == 1
+            assert got.events[0].model_dump() == event.model_dump()
+            assert got.state == delta
 
     run(main())

@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     BinaryContent,
@@ -41,6 +43,8 @@ from zidane_actors.model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    decode,
+    encode,
 )
 from zidane_actors.portal import open_host_async, start_host
 
@@ -417,3 +421,50 @@ def test_a_message_its_json_would_alter_is_refused_at_its_place_and_nothing_is_s
         assert session.turns == () and session.runs == ()
         loaded = host.load_session("refused")
         assert loaded is not None and loaded.turns == ()
+
+
+# Anything Python can hold in a tool's arguments or return: NaN and infinities, lone
+# surrogates and NUL in keys and strings, big integers.
+_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=5)
+_ANY_VALUE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=80)
+@given(key=_ANY_TEXT, value=_ANY_VALUE)
+def test_any_tool_value_reads_back_exactly_or_is_refused(key: str, value: Any) -> None:
+    messages: list[ModelMessage] = [
+        ModelResponse(parts=[ToolCallPart(tool_name="f", args={key: value}, tool_call_id="c")]),
+        ModelRequest(parts=[ToolReturnPart(tool_name="f", content=value, tool_call_id="c")]),
+    ]
+    for message in messages:
+        try:
+            turns = messages_to_turns([message])
+        except ValidationError as exc:
+            assert exc.path is not None and exc.path.startswith("$[0]")
+            continue
+        stored = decode(encode(turns), list[SessionTurn])  # as a store writes and reads them
+        back = ModelMessagesTypeAdapter.dump_python(turns_to_messages(stored))
+        assert back == ModelMessagesTypeAdapter.dump_python([message])
+
+
+@pytest.mark.parametrize("content", [[], [1, 2], ["a", "b"], [{"x": 1}], {"k": [1]}, 3, None])
+def test_a_tool_return_of_any_json_shape_reads_back_exactly(content: Any, tmp_path: Path) -> None:
+    # A list returned by a tool is the tool's value, not a multi-part user prompt.
+    messages: list[ModelMessage] = [
+        ModelResponse(parts=[ToolCallPart(tool_name="search", args={}, tool_call_id="c1")]),
+        ModelRequest(
+            parts=[ToolReturnPart(tool_name="search", content=content, tool_call_id="c1")]
+        ),
+    ]
+    with start_host(f"sqlite:{tmp_path / 'returns.db'}") as host:
+        append_messages_sync(host.create_session(id="returns"), messages)
+        loaded = host.load_session("returns")
+        assert loaded is not None and message_history(loaded) == messages

@@ -577,7 +577,8 @@ def _parts(turn: SessionTurn) -> list[dict[str, Any] | Any] | None:
             continue
         blocks_kept = (block.provider_data or {}).get("blocks")
         span = blocks_kept if isinstance(blocks_kept, int) else 1
-        if span > 1 or isinstance(part.get("content"), list):
+        prompt = part.get("part_kind") == "user-prompt"  # a tool's return may be a list too
+        if span > 1 or (prompt and isinstance(part.get("content"), list)):
             group = [block, *blocks[: span - 1]]
             del blocks[: span - 1]
             parts.append(_prompt_part(group, part))
