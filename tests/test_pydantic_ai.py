@@ -468,3 +468,60 @@ def test_a_tool_return_of_any_json_shape_reads_back_exactly(content: Any, tmp_pa
         append_messages_sync(host.create_session(id="returns"), messages)
         loaded = host.load_session("returns")
         assert loaded is not None and message_history(loaded) == messages
+
+
+def _parts_strategy() -> Any:
+    from pydantic_ai.messages import RetryPromptPart, SystemPromptPart
+
+    text = _ANY_TEXT
+    ids = st.text("abc_-1", min_size=1, max_size=4)
+    user_item = st.one_of(
+        text,
+        st.builds(ImageUrl, url=st.sampled_from(["https://e.x/a.png", "https://e.x/b.jpg"])),
+        st.builds(BinaryContent, data=st.binary(max_size=6), media_type=st.just("image/png")),
+    )
+    request_parts = st.one_of(
+        st.builds(UserPromptPart, content=text | st.lists(user_item, max_size=3)),
+        st.builds(SystemPromptPart, content=text),
+        st.builds(ToolReturnPart, tool_name=ids, content=_ANY_VALUE, tool_call_id=ids),
+        st.builds(RetryPromptPart, content=text, tool_name=st.none() | ids, tool_call_id=ids),
+    )
+    response_parts = st.one_of(
+        st.builds(TextPart, content=text),
+        st.builds(
+            ToolCallPart,
+            tool_name=ids,
+            args=st.dictionaries(_ANY_TEXT, _ANY_VALUE, max_size=2) | st.none() | text,
+            tool_call_id=ids,
+        ),
+        st.builds(
+            ThinkingPart,
+            content=text,
+            signature=st.none() | text,
+            provider_name=st.none() | st.just("anthropic"),
+        ),
+    )
+    request = st.builds(ModelRequest, parts=st.lists(request_parts, min_size=1, max_size=3))
+    response = st.builds(
+        ModelResponse,
+        parts=st.lists(response_parts, min_size=1, max_size=3),
+        model_name=st.none() | text,
+        provider_details=st.none() | st.dictionaries(_ANY_TEXT, _ANY_VALUE, max_size=2),
+    )
+    return st.lists(request | response, min_size=1, max_size=3)
+
+
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+@settings(max_examples=80)
+@given(messages=_parts_strategy())
+def test_any_history_reads_back_exactly_or_is_refused(messages: list[ModelMessage]) -> None:
+    # Whatever parts and values pydantic-ai holds, a history is stored as it dumps, or
+    # refused with the place of what could not be kept.
+    try:
+        turns = messages_to_turns(messages)
+    except ValidationError as exc:
+        assert exc.path is not None and exc.path.startswith("$[")
+        return
+    stored = decode(encode(turns), list[SessionTurn])  # as a store writes and reads them
+    back = ModelMessagesTypeAdapter.dump_python(turns_to_messages(stored))
+    assert back == ModelMessagesTypeAdapter.dump_python(messages)
