@@ -20,9 +20,11 @@ from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.memory import Session as AgentsSession
 from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zidane_actors.actors import load_session
-from zidane_actors.errors import ActorClosed, InvalidNameError, WireFormatError
+from zidane_actors.errors import ActorClosed, InvalidNameError, ValidationError, WireFormatError
 from zidane_actors.integrations import _shared
 from zidane_actors.integrations.openai_agents import ZidaneSession
 from zidane_actors.model import (
@@ -1102,3 +1104,68 @@ def test_nul_and_lone_surrogates_read_back_exactly_as_sqlite_session(make: Sessi
     assert run(session.get_items()) == items == run(peer.get_items())
     assert run(session.get_items(2)) == items[2:]
     peer.close()
+
+
+_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=5)
+_ANY_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_IDS = st.text("abc_-1", min_size=1, max_size=4)
+
+
+def _items() -> Any:
+    """Responses input items as the SDK writes them, with values of every JSON kind."""
+    part = st.fixed_dictionaries(
+        {"type": st.sampled_from(["input_text", "output_text"]), "text": _ANY_TEXT},
+        optional={"annotations": st.just([]), "x-extra": _ANY_JSON},
+    )
+    message = st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant", "system", "developer"]),
+            "content": _ANY_TEXT | st.lists(part, min_size=1, max_size=2),
+        },
+        optional={"type": st.just("message"), "id": _IDS, "status": st.just("completed")},
+    )
+    call = st.fixed_dictionaries(
+        {
+            "type": st.just("function_call"),
+            "call_id": _IDS,
+            "name": _IDS,
+            "arguments": _ANY_TEXT | _ANY_JSON.map(json.dumps),
+        },
+        optional={"id": _IDS, "status": st.just("completed"), "x-extra": _ANY_JSON},
+    )
+    output = st.fixed_dictionaries(
+        {"type": st.just("function_call_output"), "call_id": _IDS, "output": _ANY_TEXT},
+        optional={"id": _IDS},
+    )
+    native = st.fixed_dictionaries(
+        {"type": st.sampled_from(["web_search_call", "item_reference", "x_future"]), "id": _IDS},
+        optional={"data": _ANY_JSON},
+    )
+    return st.lists(message | call | output | native, min_size=1, max_size=4)
+
+
+@settings(max_examples=60)
+@given(items=_items())
+def test_any_items_read_back_as_added_or_are_refused(items: list[Any]) -> None:
+    from zidane_actors.model import new_id
+
+    async def main() -> None:
+        async with ZidaneSession(new_id(), store="memory:") as session:
+            try:
+                await session.add_items(items)
+            except ValidationError as exc:
+                assert exc.path is not None and exc.path.startswith("$")
+                assert await session.get_items() == []
+                return
+            got = await session.get_items()
+            assert json.dumps(got) == json.dumps(items)
+
+    run(main())
