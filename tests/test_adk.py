@@ -16,7 +16,7 @@ from typing import Any
 
 import pydantic
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
@@ -947,7 +947,12 @@ def test_state_that_cannot_be_stored_creates_no_session() -> None:
 
 # Anything Python can hold where ADK takes free-form values: NaN and infinities, lone
 # surrogates and NUL in keys and strings, big integers, deep nesting.
-_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=5)
+# Any character, NUL and lone surrogates included (the @examples below pin them down).
+_ANY_TEXT = st.text(
+    st.sampled_from(["\x00", "\ud800", "\udfff", "\ufffd", "a"])
+    | st.characters(exclude_categories=()),
+    max_size=5,
+)
 _ANY_VALUE = st.recursive(
     st.none()
     | st.booleans()
@@ -961,6 +966,10 @@ _ANY_VALUE = st.recursive(
 
 @settings(max_examples=60)
 @given(key=_ANY_TEXT, value=_ANY_VALUE, depth=st.sampled_from([0, 1, 140]))
+@example(key="k\ud800", value=1, depth=0)
+@example(key="k", value=[float("nan"), "v\udfff\x00"], depth=0)
+@example(key="k", value={"a": float("-inf")}, depth=1)
+@example(key="k", value=[], depth=140)
 def test_any_value_in_an_event_reads_back_exactly_or_is_refused_with_nothing_written(
     key: str, value: Any, depth: int
 ) -> None:

@@ -20,7 +20,7 @@ from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.memory import Session as AgentsSession
 from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zidane_actors.actors import load_session
@@ -1106,7 +1106,12 @@ def test_nul_and_lone_surrogates_read_back_exactly_as_sqlite_session(make: Sessi
     peer.close()
 
 
-_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=5)
+# Any character, NUL and lone surrogates included (the @examples below pin them down).
+_ANY_TEXT = st.text(
+    st.sampled_from(["\x00", "\ud800", "\udfff", "\ufffd", "a"])
+    | st.characters(exclude_categories=()),
+    max_size=5,
+)
 _ANY_JSON = st.recursive(
     st.none()
     | st.booleans()
@@ -1154,6 +1159,14 @@ def _items() -> Any:
 
 @settings(max_examples=60)
 @given(items=_items())
+@example(
+    items=[
+        {"role": "user", "content": "a\ud800\x00"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"q": "\\ud800"}'},
+        {"type": "function_call_output", "call_id": "c", "output": "\udfff", "x": 1},
+        {"type": "x_future", "id": "n", "data": {"k\udfff": [1.5, None]}},
+    ]
+)
 def test_any_items_read_back_as_added_or_are_refused(items: list[Any]) -> None:
     from zidane_actors.model import new_id
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -425,7 +425,12 @@ def test_a_message_its_json_would_alter_is_refused_at_its_place_and_nothing_is_s
 
 # Anything Python can hold in a tool's arguments or return: NaN and infinities, lone
 # surrogates and NUL in keys and strings, big integers.
-_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=5)
+# Any character, NUL and lone surrogates included (the @examples below pin them down).
+_ANY_TEXT = st.text(
+    st.sampled_from(["\x00", "\ud800", "\udfff", "\ufffd", "a"])
+    | st.characters(exclude_categories=()),
+    max_size=5,
+)
 _ANY_VALUE = st.recursive(
     st.none()
     | st.booleans()
@@ -439,6 +444,9 @@ _ANY_VALUE = st.recursive(
 
 @settings(max_examples=80)
 @given(key=_ANY_TEXT, value=_ANY_VALUE)
+@example(key="q\ud800", value=1)
+@example(key="q", value=[float("inf"), "\ud800\x00"])
+@example(key="q", value=[])
 def test_any_tool_value_reads_back_exactly_or_is_refused(key: str, value: Any) -> None:
     messages: list[ModelMessage] = [
         ModelResponse(parts=[ToolCallPart(tool_name="f", args={key: value}, tool_call_id="c")]),
@@ -514,6 +522,14 @@ def _parts_strategy() -> Any:
 @pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
 @settings(max_examples=80)
 @given(messages=_parts_strategy())
+@example(
+    messages=[
+        ModelRequest(
+            parts=[ToolReturnPart(tool_name="f", content=[1, "\ud800"], tool_call_id="c")]
+        ),
+        ModelResponse(parts=[TextPart(content="\x00\udfff")], provider_details={"k": 2**70}),
+    ]
+)
 def test_any_history_reads_back_exactly_or_is_refused(messages: list[ModelMessage]) -> None:
     # Whatever parts and values pydantic-ai holds, a history is stored as it dumps, or
     # refused with the place of what could not be kept.
