@@ -75,18 +75,16 @@ def content_form(message: Any, provider: str) -> object:
 
 
 def json_same(a: object, b: object) -> bool:
-    """Equality of JSON values that tells ``1``, ``1.0`` and ``true`` apart."""
-    if type(a) is not type(b):
-        if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-            return len(a) == len(b) and all(json_same(x, y) for x, y in zip(a, b, strict=True))
-        return False
-    if isinstance(a, Mapping):
-        assert isinstance(b, Mapping)
+    """Equality of JSON values that tells ``1``, ``1.0`` and ``true`` apart.
+
+    Objects and arrays compare by content whatever their Python class (a session's
+    frozen memory holds ``FrozenDict``/``FrozenList``, a caller's copy plain ones).
+    """
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(json_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        assert isinstance(b, list | tuple)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(json_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
+    return type(a) is type(b) and a == b
 
 
 def _escape(key: str) -> str:
