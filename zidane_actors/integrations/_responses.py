@@ -254,12 +254,12 @@ def _native_items(turn: SessionTurn) -> list[dict[str, Any]] | None:
     if not all(isinstance(item, dict) for item in stored):
         return None
     try:
-        messages = from_openai_responses(stored)
-    except WireFormatError:
+        groups = group_items(stored)  # converted as the turn was made: item by item
+    except (WireFormatError, ValueError):
         return None
-    if len(messages) != 1 or messages[0].role != turn.role:
+    if len(groups) != 1 or groups[0][0] != turn.role:
         return None
-    if marked(messages[0].content, error_marks(turn.content)) != turn.content:
+    if marked(groups[0][1], error_marks(turn.content)) != turn.content:
         return None
     return [dict(item) for item in stored]
 
