@@ -1154,31 +1154,80 @@ def _items() -> Any:
         {"type": st.sampled_from(["web_search_call", "item_reference", "x_future"]), "id": _IDS},
         optional={"data": _ANY_JSON},
     )
-    return st.lists(message | call | output | native, min_size=1, max_size=4)
+    summary = st.fixed_dictionaries({"type": st.just("summary_text"), "text": _ANY_TEXT})
+    reasoning = st.fixed_dictionaries(
+        {"type": st.just("reasoning"), "id": _IDS, "summary": st.lists(summary, max_size=2)},
+        optional={"encrypted_content": _ANY_TEXT, "status": st.just("completed")},
+    )
+    other_part = st.fixed_dictionaries(
+        {"type": st.just("input_image"), "detail": st.sampled_from(["auto", "low"])},
+        optional={"image_url": st.just("https://e.x/a.png"), "file_id": _IDS},
+    ) | st.fixed_dictionaries({"type": st.just("refusal"), "refusal": _ANY_TEXT})
+    rich = st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant"]),
+            "content": st.lists(other_part, min_size=1, max_size=2),
+        },
+        optional={"type": st.just("message")},
+    )
+    return st.lists(message | call | output | native | reasoning | rich, min_size=1, max_size=4)
+
+
+def _frozen_inside(value: Any) -> bool:
+    from zidane_actors.model._frozen import FrozenDict, FrozenList
+
+    if isinstance(value, FrozenDict | FrozenList):
+        return True
+    children = (
+        value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    )
+    return any(_frozen_inside(child) for child in children)
 
 
 @settings(max_examples=60)
-@given(items=_items())
+@given(batches=st.lists(_items(), min_size=1, max_size=3))
 @example(
-    items=[
-        {"role": "user", "content": "a\ud800\x00"},
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"q": "\\ud800"}'},
-        {"type": "function_call_output", "call_id": "c", "output": "\udfff", "x": 1},
-        {"type": "x_future", "id": "n", "data": {"k\udfff": [1.5, None]}},
+    batches=[
+        [
+            {"role": "user", "content": "a\ud800\x00"},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"q": "\\ud800"}'},
+            {"type": "function_call_output", "call_id": "c", "output": "\udfff", "x": 1},
+            {"type": "x_future", "id": "n", "data": {"k\udfff": [1.5, None]}},
+        ]
     ]
 )
-def test_any_items_read_back_as_added_or_are_refused(items: list[Any]) -> None:
+@example(
+    batches=[[{"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "0"}]}]]
+)
+@example(batches=[[{"type": "reasoning", "id": "r", "summary": []}]])
+@example(
+    batches=[
+        [
+            {"role": "user", "content": "0"},
+            {"role": "user", "content": [{"type": "refusal", "refusal": ""}], "type": "message"},
+        ]
+    ]
+)
+def test_any_items_read_back_as_added_or_are_refused(batches: list[list[Any]]) -> None:
+    # Each add_items call stores its items whole or nothing; get_items answers exactly what
+    # was kept (every call, and the newest ones alone), as fresh changeable copies.
     from zidane_actors.model import new_id
 
     async def main() -> None:
         async with ZidaneSession(new_id(), store="memory:") as session:
-            try:
-                await session.add_items(items)
-            except ValidationError as exc:
-                assert exc.path is not None and exc.path.startswith("$")
-                assert await session.get_items() == []
-                return
-            got = await session.get_items()
-            assert json.dumps(got) == json.dumps(items)
+            kept: list[Any] = []
+            for items in batches:
+                try:
+                    await session.add_items(items)
+                except ValidationError as exc:
+                    assert exc.path is not None and exc.path.startswith("$")
+                    continue
+                kept += items
+            for _ in range(2):  # the second answer comes from the session's memo
+                got = await session.get_items()
+                assert json.dumps(got) == json.dumps(kept)
+                assert not _frozen_inside(got)
+            for n in (1, 2):
+                assert json.dumps(await session.get_items(n)) == json.dumps(kept[-n:])
 
     run(main())

@@ -66,7 +66,9 @@ from ..model import (
     StoredRunOptions,
     TextBlock,
     TurnUsage,
+    encode,
     new_id,
+    parse_json,
     validate_id,
 )
 from ..portal._thread import wait_future
@@ -713,10 +715,6 @@ def _records(call: _RunnerCall | None, runs: list[_Placed] | None) -> list[Sessi
     return [run.record(tokens if run is call.runs[0] else None) for run in wanted]
 
 
-_encode_items: Final = msgspec.json.Encoder().encode
-_decode_items: Final = msgspec.json.Decoder(list[dict[str, Any]]).decode
-
-
 def _newest_items(
     turns: tuple[SessionTurn, ...],
     wanted: int | None,
@@ -738,15 +736,15 @@ def _newest_items(
             break
         held = memo.get(turn.id) if memo is not None else None
         if held is not None and held[0] is turn:
-            items = _decode_items(held[1])
+            encoded = held[1]
             kept[turn.id] = held
         else:
-            items = items_of_turn(turn)
+            encoded = encode(items_of_turn(turn))
             if memo is not None:
-                with contextlib.suppress(TypeError, ValueError, msgspec.MsgspecError):
-                    encoded = _encode_items(items)
-                    if _decode_items(encoded) == items:  # the same values, of the same types
-                        kept[turn.id] = (turn, encoded)
+                kept[turn.id] = (turn, encoded)
+        # Decoded from JSON every time: fresh items, nothing of the session's frozen memory
+        # (the converters may carry its values into an item), as SQLiteSession answers them.
+        items = cast(list[dict[str, Any]], parse_json(encoded))
         collected.append(items)
         count += len(items)
     if memo is not None:
