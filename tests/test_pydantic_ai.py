@@ -541,3 +541,43 @@ def test_any_history_reads_back_exactly_or_is_refused(messages: list[ModelMessag
     stored = decode(encode(turns), list[SessionTurn])  # as a store writes and reads them
     back = ModelMessagesTypeAdapter.dump_python(turns_to_messages(stored))
     assert back == ModelMessagesTypeAdapter.dump_python(messages)
+
+
+def test_a_history_read_from_a_session_is_the_callers_to_change(tmp_path: Path) -> None:
+    # Tool args and returns are free-form: the history holds fresh copies, never values of
+    # the session's frozen memory (which refuse changes), and changing them changes nothing
+    # stored. Also for turns other code wrote (rebuilt from their neutral content).
+    messages: list[ModelMessage] = [
+        ModelResponse(
+            parts=[ToolCallPart(tool_name="f", args={"q": [1, {"a": [2]}]}, tool_call_id="c")],
+            provider_details={"x": [1]},
+        ),
+        ModelRequest(parts=[ToolReturnPart(tool_name="f", content={"r": [1]}, tool_call_id="c")]),
+    ]
+    with start_host(f"sqlite:{tmp_path / 'own.db'}") as host:
+        session = host.create_session(id="own")
+        append_messages_sync(session, messages)
+        session.append_turns(
+            [
+                SessionTurn(
+                    id="bare",
+                    role="assistant",
+                    content=(ToolCallBlock(id="c2", name="g", input={"k": [1]}),),
+                    created_at=1,
+                )
+            ]
+        )
+        loaded = host.load_session("own")
+        assert loaded is not None
+        history = message_history(loaded)
+        call, returned, bare = history[0].parts[0], history[1].parts[0], history[2].parts[0]
+        assert isinstance(call, ToolCallPart) and isinstance(bare, ToolCallPart)
+        assert isinstance(returned, ToolReturnPart) and isinstance(history[0], ModelResponse)
+        cast_args: Any = call.args
+        cast_args["q"][1]["a"].append(3)
+        returned.content["r"].append(2)
+        details: Any = history[0].provider_details
+        details["x"].append(2)
+        bare_args: Any = bare.args
+        bare_args["k"].append(2)
+        assert message_history(loaded)[:2] == messages

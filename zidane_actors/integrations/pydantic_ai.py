@@ -36,7 +36,7 @@ import datetime
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 from pydantic_ai.messages import (
@@ -74,8 +74,10 @@ from ..model import (
     ToolResultBlock,
     TurnUsage,
     call_input,
+    encode,
     key_segment,
     new_id,
+    parse_json,
     reasoning_text,
     validate_id,
 )
@@ -470,13 +472,22 @@ def runs_of_turns(
 # -- neutral → pydantic-ai ------------------------------------------------------
 
 
+def _thawed(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh copy of JSON data from a session's frozen memory, for the caller to change.
+
+    pydantic keeps free-form values (a tool's args or return) as given: a frozen one
+    would reach the caller's messages.
+    """
+    return cast(dict[str, Any], parse_json(encode(value)))
+
+
 def _kept_message(turn: SessionTurn) -> ModelMessage | None:
     """A turn written by an earlier version: its whole message, while it still matches."""
     stored = (turn.metadata or {}).get(PYDANTIC_AI_METADATA_KEY)
     if not isinstance(stored, dict):
         return None
     try:
-        (message,) = ModelMessagesTypeAdapter.validate_python([stored])
+        (message,) = ModelMessagesTypeAdapter.validate_python([_thawed(stored)])
     except ValueError:
         return None
     if _legacy_role_and_content(message) != (turn.role, turn.content):
@@ -590,7 +601,7 @@ def _parts(turn: SessionTurn) -> list[dict[str, Any] | Any] | None:
 def _message_from(
     kept: Mapping[str, Any], parts: list[dict[str, Any]], run_id: str | None
 ) -> ModelMessage:
-    dumped = {**kept, "parts": parts}
+    dumped = _thawed({**kept, "parts": parts})
     dumped.pop("provider", None)
     if run_id is not None:
         dumped.setdefault("run_id", run_id)
@@ -656,7 +667,7 @@ def _rebuilt(turn: SessionTurn) -> ModelMessage | None:
             elif isinstance(block, ToolCallBlock):
                 parts.append(
                     ToolCallPart(
-                        tool_name=block.name, args=dict(call_input(block)), tool_call_id=block.id
+                        tool_name=block.name, args=_thawed(call_input(block)), tool_call_id=block.id
                     )
                 )
             elif isinstance(block, ReasoningBlock):
