@@ -18,6 +18,7 @@ import pydantic
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from odd_values import any_text, any_value
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
 
@@ -945,27 +946,8 @@ def test_state_that_cannot_be_stored_creates_no_session() -> None:
     run(main())
 
 
-# Anything Python can hold where ADK takes free-form values: NaN and infinities, lone
-# surrogates and NUL in keys and strings, big integers, deep nesting.
-# Any character, NUL and lone surrogates included (the @examples below pin them down).
-_ANY_TEXT = st.text(
-    st.sampled_from(["\x00", "\ud800", "\udfff", "\ufffd", "a"])
-    | st.characters(exclude_categories=()),
-    max_size=5,
-)
-_ANY_VALUE = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats()
-    | _ANY_TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
-    max_leaves=12,
-)
-
-
 @settings(max_examples=60)
-@given(key=_ANY_TEXT, value=_ANY_VALUE, depth=st.sampled_from([0, 1, 140]))
+@given(key=any_text, value=any_value, depth=st.sampled_from([0, 1, 140]))
 @example(key="k\ud800", value=1, depth=0)
 @example(key="k", value=[float("nan"), "v\udfff\x00"], depth=0)
 @example(key="k", value={"a": float("-inf")}, depth=1)

@@ -22,6 +22,7 @@ from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from odd_values import any_json, any_text
 
 from zidane_actors.actors import load_session
 from zidane_actors.errors import ActorClosed, InvalidNameError, ValidationError, WireFormatError
@@ -1106,34 +1107,19 @@ def test_nul_and_lone_surrogates_read_back_exactly_as_sqlite_session(make: Sessi
     peer.close()
 
 
-# Any character, NUL and lone surrogates included (the @examples below pin them down).
-_ANY_TEXT = st.text(
-    st.sampled_from(["\x00", "\ud800", "\udfff", "\ufffd", "a"])
-    | st.characters(exclude_categories=()),
-    max_size=5,
-)
-_ANY_JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _ANY_TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
-    max_leaves=8,
-)
 _IDS = st.text("abc_-1", min_size=1, max_size=4)
 
 
 def _items() -> Any:
     """Responses input items as the SDK writes them, with values of every JSON kind."""
     part = st.fixed_dictionaries(
-        {"type": st.sampled_from(["input_text", "output_text"]), "text": _ANY_TEXT},
-        optional={"annotations": st.just([]), "x-extra": _ANY_JSON},
+        {"type": st.sampled_from(["input_text", "output_text"]), "text": any_text},
+        optional={"annotations": st.just([]), "x-extra": any_json},
     )
     message = st.fixed_dictionaries(
         {
             "role": st.sampled_from(["user", "assistant", "system", "developer"]),
-            "content": _ANY_TEXT | st.lists(part, min_size=1, max_size=2),
+            "content": any_text | st.lists(part, min_size=1, max_size=2),
         },
         optional={"type": st.just("message"), "id": _IDS, "status": st.just("completed")},
     )
@@ -1142,27 +1128,27 @@ def _items() -> Any:
             "type": st.just("function_call"),
             "call_id": _IDS,
             "name": _IDS,
-            "arguments": _ANY_TEXT | _ANY_JSON.map(json.dumps),
+            "arguments": any_text | any_json.map(json.dumps),
         },
-        optional={"id": _IDS, "status": st.just("completed"), "x-extra": _ANY_JSON},
+        optional={"id": _IDS, "status": st.just("completed"), "x-extra": any_json},
     )
     output = st.fixed_dictionaries(
-        {"type": st.just("function_call_output"), "call_id": _IDS, "output": _ANY_TEXT},
+        {"type": st.just("function_call_output"), "call_id": _IDS, "output": any_text},
         optional={"id": _IDS},
     )
     native = st.fixed_dictionaries(
         {"type": st.sampled_from(["web_search_call", "item_reference", "x_future"]), "id": _IDS},
-        optional={"data": _ANY_JSON},
+        optional={"data": any_json},
     )
-    summary = st.fixed_dictionaries({"type": st.just("summary_text"), "text": _ANY_TEXT})
+    summary = st.fixed_dictionaries({"type": st.just("summary_text"), "text": any_text})
     reasoning = st.fixed_dictionaries(
         {"type": st.just("reasoning"), "id": _IDS, "summary": st.lists(summary, max_size=2)},
-        optional={"encrypted_content": _ANY_TEXT, "status": st.just("completed")},
+        optional={"encrypted_content": any_text, "status": st.just("completed")},
     )
     other_part = st.fixed_dictionaries(
         {"type": st.just("input_image"), "detail": st.sampled_from(["auto", "low"])},
         optional={"image_url": st.just("https://e.x/a.png"), "file_id": _IDS},
-    ) | st.fixed_dictionaries({"type": st.just("refusal"), "refusal": _ANY_TEXT})
+    ) | st.fixed_dictionaries({"type": st.just("refusal"), "refusal": any_text})
     rich = st.fixed_dictionaries(
         {
             "role": st.sampled_from(["user", "assistant"]),

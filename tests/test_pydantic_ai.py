@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from odd_values import any_text, any_value
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     BinaryContent,
@@ -423,27 +424,8 @@ def test_a_message_its_json_would_alter_is_refused_at_its_place_and_nothing_is_s
         assert loaded is not None and loaded.turns == ()
 
 
-# Anything Python can hold in a tool's arguments or return: NaN and infinities, lone
-# surrogates and NUL in keys and strings, big integers.
-# Any character, NUL and lone surrogates included (the @examples below pin them down).
-_ANY_TEXT = st.text(
-    st.sampled_from(["\x00", "\ud800", "\udfff", "\ufffd", "a"])
-    | st.characters(exclude_categories=()),
-    max_size=5,
-)
-_ANY_VALUE = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats()
-    | _ANY_TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
-    max_leaves=12,
-)
-
-
 @settings(max_examples=80)
-@given(key=_ANY_TEXT, value=_ANY_VALUE)
+@given(key=any_text, value=any_value)
 @example(key="q\ud800", value=1)
 @example(key="q", value=[float("inf"), "\ud800\x00"])
 @example(key="q", value=[])
@@ -481,7 +463,7 @@ def test_a_tool_return_of_any_json_shape_reads_back_exactly(content: Any, tmp_pa
 def _parts_strategy() -> Any:
     from pydantic_ai.messages import RetryPromptPart, SystemPromptPart
 
-    text = _ANY_TEXT
+    text = any_text
     ids = st.text("abc_-1", min_size=1, max_size=4)
     user_item = st.one_of(
         text,
@@ -491,7 +473,7 @@ def _parts_strategy() -> Any:
     request_parts = st.one_of(
         st.builds(UserPromptPart, content=text | st.lists(user_item, max_size=3)),
         st.builds(SystemPromptPart, content=text),
-        st.builds(ToolReturnPart, tool_name=ids, content=_ANY_VALUE, tool_call_id=ids),
+        st.builds(ToolReturnPart, tool_name=ids, content=any_value, tool_call_id=ids),
         st.builds(RetryPromptPart, content=text, tool_name=st.none() | ids, tool_call_id=ids),
     )
     response_parts = st.one_of(
@@ -499,7 +481,7 @@ def _parts_strategy() -> Any:
         st.builds(
             ToolCallPart,
             tool_name=ids,
-            args=st.dictionaries(_ANY_TEXT, _ANY_VALUE, max_size=2) | st.none() | text,
+            args=st.dictionaries(any_text, any_value, max_size=2) | st.none() | text,
             tool_call_id=ids,
         ),
         st.builds(
@@ -514,7 +496,7 @@ def _parts_strategy() -> Any:
         ModelResponse,
         parts=st.lists(response_parts, min_size=1, max_size=3),
         model_name=st.none() | text,
-        provider_details=st.none() | st.dictionaries(_ANY_TEXT, _ANY_VALUE, max_size=2),
+        provider_details=st.none() | st.dictionaries(any_text, any_value, max_size=2),
     )
     return st.lists(request | response, min_size=1, max_size=3)
 
