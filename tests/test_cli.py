@@ -514,3 +514,40 @@ async def test_copy_refuses_a_target_that_would_lose_data(
     assert code == 1
     last = err.strip().splitlines()[-1]
     assert last.startswith("zidane-actors: error:") and "would be lost" in last, err
+
+
+def test_text_holding_lone_surrogates_prints_as_json_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Stored text may hold a lone surrogate (JSON escapes it): a listing, a transcript and
+    # the provider exports print it as that escape instead of failing on it.
+    odd = SessionData(
+        id="odd",
+        created_at=1,
+        updated_at=2,
+        metadata={"k\udc00": "v\ud800"},
+        turns=(
+            SessionTurn(id="t1", role="user", content=(TextBlock("x\ud800\x00"),), created_at=1),
+        ),
+    )
+    source = tmp_path / "odd.jsonl"
+    source.write_text(jsonl(odd), encoding="utf-8")
+    url = f"sqlite:{tmp_path / 'odd.db'}"
+    assert run(capsys, "sessions", "import", str(source), "--store", url)[0] == 0
+    code, out, err = run(capsys, "sessions", "list", "--store", url)
+    assert code == 0 and "x\\ud800" in out, err
+    code, out, err = run(capsys, "sessions", "show", "odd", "--store", url)
+    assert code == 0 and "x\\ud800" in out and "k\\udc00" in out, err
+    for form in ("anthropic", "openai"):
+        code, out, err = run(capsys, "sessions", "export", "odd", "--format", form, "--store", url)
+        assert code == 0, err
+        assert "x\ud800\x00" in _strings(json.loads(out))  # the text exactly, read back
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    children = (
+        value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    )
+    return [s for child in children for s in _strings(child)]

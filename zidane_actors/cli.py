@@ -7,6 +7,7 @@ one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -526,6 +527,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
+    for stream in (sys.stdout, sys.stderr):
+        # Stored text may hold a lone surrogate (JSON keeps it as an escape): printed as
+        # that escape, so a listing, a transcript or a JSON export never fails on it.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         return trio.run(_run, args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
