@@ -59,7 +59,7 @@ def validate_request_id(value: object, *, what: str = "request id") -> str:
         raise InvalidNameError(
             f"{what} must be 1-{REQUEST_ID_MAX_LENGTH} characters, got {len(value)}"
         )
-    if "\x00" in value or _SURROGATE.search(value):
+    if not is_column_text(value):
         raise InvalidNameError(f"{what} {value!r} holds NUL or a lone surrogate")
     return value
 
