@@ -24,7 +24,6 @@ import functools
 import hashlib
 import json
 import math
-import re
 import time
 import weakref
 from collections import OrderedDict
@@ -72,6 +71,7 @@ from ..model import (
     TurnUsage,
     check_json,
     encode,
+    has_lone_surrogate,
     key_segment,
     new_id,
     parse_json,
@@ -200,7 +200,6 @@ def _event_json(event: Event) -> dict[str, Any]:
     return data
 
 
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _REPLACEMENT: Final = "\ufffd".encode()
 
 
@@ -212,7 +211,7 @@ def _check_exact(value: Any, path: str) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             step = key_segment(key) if isinstance(key, str) else f"[{key!r}]"
-            if isinstance(key, str) and _SURROGATE.search(key):
+            if isinstance(key, str) and has_lone_surrogate(key):
                 raise ValidationError(
                     "this key holds a lone surrogate, which ADK's JSON form replaces",
                     path=path + step,

@@ -33,6 +33,7 @@ from ._ids import (
     ID_MAX_LENGTH,
     REQUEST_ID_MAX_LENGTH,
     check_column_text,
+    has_lone_surrogate,
     is_column_text,
     new_id,
     validate_id,
@@ -54,6 +55,7 @@ from ._search import (
     search_header_sql,
     search_page,
     search_words,
+    session_filter_sql,
     turn_search_text,
 )
 from ._send_requests import (
@@ -203,6 +205,7 @@ __all__ = [
     "extra_json",
     "filter_artifacts",
     "fresh_turns",
+    "has_lone_surrogate",
     "host_id",
     "is_column_text",
     "is_run_owner_dead",
@@ -229,6 +232,7 @@ __all__ = [
     "select_artifact_evictions",
     "send_request_evictions",
     "send_request_fingerprint",
+    "session_filter_sql",
     "session_meta_row",
     "snapshot_status",
     "sort_artifacts",

@@ -11,6 +11,7 @@ __all__ = [
     "ID_MAX_LENGTH",
     "REQUEST_ID_MAX_LENGTH",
     "check_column_text",
+    "has_lone_surrogate",
     "is_column_text",
     "new_id",
     "validate_id",
@@ -64,12 +65,17 @@ def validate_request_id(value: object, *, what: str = "request id") -> str:
     return value
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone UTF-16 surrogate (JSON escapes one; UTF-8 cannot hold it)."""
+    return _SURROGATE.search(text) is not None
+
+
 def is_column_text(value: str) -> bool:
     """Whether a database text column can hold ``value`` (no NUL, no lone surrogate).
 
     A filter on column text holding either matches no stored session or artifact.
     """
-    return "\x00" not in value and not _SURROGATE.search(value)
+    return "\x00" not in value and not has_lone_surrogate(value)
 
 
 def check_column_text(value: object, *, what: str, path: str) -> None:

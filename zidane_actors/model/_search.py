@@ -11,6 +11,7 @@ from msgspec import UNSET
 from ._ids import is_column_text
 from ._types import (
     SessionData,
+    SessionFilter,
     SessionMetaRow,
     SessionSearch,
     SessionSearchPage,
@@ -26,6 +27,7 @@ __all__ = [
     "search_header_sql",
     "search_page",
     "search_words",
+    "session_filter_sql",
     "turn_search_text",
 ]
 
@@ -109,6 +111,21 @@ def search_header_sql(search: SessionSearch, placeholder: str) -> tuple[list[str
         else:
             clauses.append(f"s.{column} {operator} {placeholder}")
             params.append(value)
+    return clauses, params
+
+
+def session_filter_sql(filter: SessionFilter, placeholder: str) -> tuple[list[str], list[Any]]:
+    """A ``SessionFilter``'s conditions as SQL over ``sessions s`` (its ``limit`` aside).
+
+    ``placeholder`` is the driver's parameter mark, as for :func:`search_header_sql`.
+    """
+    clauses: list[str] = []
+    params: list[Any] = []
+    equal_sql(clauses, params, "s.agent_id", filter.agent_id, placeholder)
+    if filter.project_root is None:
+        clauses.append("s.project_root IS NULL")
+    else:
+        equal_sql(clauses, params, "s.project_root", filter.project_root, placeholder)
     return clauses, params
 
 

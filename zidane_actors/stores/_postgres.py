@@ -88,6 +88,7 @@ from ..model import (
     search_words,
     select_artifact_evictions,
     send_request_evictions,
+    session_filter_sql,
     snapshot_status,
     upsert_runs,
     validate_id,
@@ -923,11 +924,7 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
     params: list[Any] = []
     if filter is not None:
         filter = checked(filter, SessionFilter, "session filter")
-        equal_sql(clauses, params, "s.agent_id", filter.agent_id, "%s")
-        if filter.project_root is None:
-            clauses.append("s.project_root IS NULL")
-        else:
-            equal_sql(clauses, params, "s.project_root", filter.project_root, "%s")
+        clauses, params = session_filter_sql(filter, "%s")
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     order = ' ORDER BY s.updated_at DESC, s.id COLLATE "C"'
     if filter is not None and filter.limit is not None:

@@ -69,7 +69,6 @@ from ..model import (
     decode,
     decoder,
     encode,
-    equal_sql,
     extra_json,
     filter_artifacts,
     fresh_turns,
@@ -84,6 +83,7 @@ from ..model import (
     search_words,
     select_artifact_evictions,
     send_request_evictions,
+    session_filter_sql,
     snapshot_status,
     validate_id,
     validate_request_id,
@@ -848,11 +848,7 @@ class SQLiteStore:
         limit = ""
         if filter is not None:
             _valid_body(filter, SessionFilter, "session filter")
-            equal_sql(clauses, params, "s.agent_id", filter.agent_id, "?")
-            if filter.project_root is None:
-                clauses.append("s.project_root IS NULL")
-            else:
-                equal_sql(clauses, params, "s.project_root", filter.project_root, "?")
+            clauses, params = session_filter_sql(filter, "?")
             if filter.limit is not None:
                 limit = f" LIMIT {int(filter.limit)}"
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
