@@ -128,8 +128,6 @@ __all__ = [
     "open_postgres_store",
 ]
 
-_log = logging.getLogger("zidane_actors.postgres")
-
 T = TypeVar("T")
 _Cursor: TypeAlias = psycopg.Cursor[tuple[Any, ...]]
 _Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
@@ -1236,22 +1234,31 @@ CREATE OR REPLACE TRIGGER sessions_notify AFTER INSERT OR DELETE OR UPDATE OF re
 """Make every change of a session's ``rev`` notify :data:`CHANGES_CHANNEL` (idempotent)."""
 
 ChangeListener: TypeAlias = Callable[[str, int], None]
-"""Told ``(session_id, rev)`` when another writer changed a session (``rev`` ``0``: deleted)."""
+"""Told ``(session_id, rev)`` when another writer changed a session (``rev`` ``0``: deleted).
+
+Changes made while the listening connection was down are never told: its
+subscriber's ``on_resync`` is called instead once it listens again.
+"""
 
 
 @attrs.define(eq=False)
 class _ChangeFeed:
     """A connection listening on :data:`CHANGES_CHANNEL`, telling listeners in the trio thread.
 
-    Notifications are a hint: one lost while the connection was down is
-    never replayed, so readers keep checking ``rev`` themselves.
+    Notifications are a hint: one sent while the connection was down is never
+    replayed. So once a lost connection listens again, subscribers are told to
+    resync (check the ``rev`` of what they hold), and readers keep checking
+    ``rev`` themselves.
     """
 
     conn: _Conn
     token: trio.lowlevel.TrioToken
     listeners: dict[object, ChangeListener] = attrs.field(factory=dict)
+    resync_listeners: dict[object, Callable[[], None]] = attrs.field(factory=dict)
     stopped: bool = False
     delivered: int = 0
+    resyncs: int = 0
+    """Times the connection listened again after a loss (each told subscribers to resync)."""
 
     def _deliver(self, payload: str) -> None:
         schema, _, rest = payload.partition(" ")
@@ -1265,12 +1272,29 @@ class _ChangeFeed:
             except Exception:
                 _log.exception("a session change listener failed")
 
+    def _resync(self) -> None:
+        self.resyncs += 1
+        for on_resync in list(self.resync_listeners.values()):
+            try:
+                on_resync()
+            except Exception:
+                _log.exception("a session change resync listener failed")
+
     def run(self) -> None:
-        """Listen until :attr:`stopped` (runs in a worker thread; reconnects after a loss)."""
+        """Listen until :attr:`stopped` (runs in a worker thread; reconnects after a loss).
+
+        Every ``LISTEN`` but the first follows a loss: subscribers resync once
+        it is in place, so a change committed after that point is told and one
+        committed before it is found by their ``rev`` checks.
+        """
+        listened = False
         while not self.stopped:
             try:
                 raw = self.conn.ensure()
                 raw.execute(f"LISTEN {CHANGES_CHANNEL}")
+                if listened:
+                    trio.from_thread.run_sync(self._resync, trio_token=self.token)
+                listened = True
                 while not self.stopped:
                     for note in raw.notifies(timeout=0.2):
                         trio.from_thread.run_sync(
@@ -1297,6 +1321,9 @@ class PostgresStoreStatistics:
     """Batches rerun with savepoints because a write of the pipelined attempt failed."""
     outages: int
     """Failure episodes so far: from a lost connection to the next operation that succeeds."""
+    resyncs: int
+    """Times the change feed (``listen=True``) listened again after losing its connection,
+    each telling subscribers to resync."""
 
 
 @attrs.define(eq=False)
@@ -1320,23 +1347,30 @@ class PostgresStore:
     _fallbacks: int = 0
     _feed: _ChangeFeed | None = None
 
-    def subscribe_changes(self, listener: ChangeListener) -> Callable[[], None]:
+    def subscribe_changes(
+        self, listener: ChangeListener, *, on_resync: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
         """Call ``listener(session_id, rev)`` in the trio thread for each session change.
 
         Only a store opened with ``listen=True`` reports anything (changes of
         every writer of the schema, this store's own included). It is a hint
         that makes caches refresh sooner, never a guarantee: a notification
-        sent while the listening connection was down is lost. Answers the
-        unsubscribe function.
+        sent while the listening connection was down is lost. So once that
+        connection listens again, ``on_resync()`` is called in the trio thread:
+        the subscriber re-checks the ``rev`` of what it holds. Exceptions of
+        either callback are logged. Answers the unsubscribe function.
         """
         token = object()
-        if self._feed is not None:
-            self._feed.listeners[token] = listener
         feed = self._feed
+        if feed is not None:
+            feed.listeners[token] = listener
+            if on_resync is not None:
+                feed.resync_listeners[token] = on_resync
 
         def unsubscribe() -> None:
             if feed is not None:
                 feed.listeners.pop(token, None)
+                feed.resync_listeners.pop(token, None)
 
         return unsubscribe
 
@@ -1433,7 +1467,7 @@ class PostgresStore:
             )
 
     def statistics(self) -> PostgresStoreStatistics:
-        """Pool size, idle pooled connections, retries made and reconnects so far."""
+        """Pool size, idle pooled connections, retries made, reconnects and feed resyncs so far."""
         conns = [self._writer, *(c for c in self._pool if c is not self._writer)]
         return PostgresStoreStatistics(
             schema=self._schema,
@@ -1443,6 +1477,7 @@ class PostgresStore:
             reconnects=sum(c.reconnects for c in conns),
             batch_fallbacks=self._fallbacks,
             outages=self._outages.count,
+            resyncs=self._feed.resyncs if self._feed is not None else 0,
         )
 
     async def aclose(self) -> None:
@@ -2220,7 +2255,8 @@ async def open_postgres_store(
     on every session change (every writer of the schema pays a ``NOTIFY``
     per write from then on) and opens one more connection listening to it,
     so :meth:`PostgresStore.subscribe_changes` reports other hosts' writes
-    (a host refreshes its cached sessions with it).
+    (a host refreshes its cached sessions with it); when that connection is
+    lost it reconnects and tells subscribers to resync.
     """
     if not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidNameError(f"schema name {schema!r} must match [a-z_][a-z0-9_]{{0,62}}")
