@@ -297,7 +297,7 @@ FOREIGN_TURN = (
 )
 FOREIGN_RUN = (
     '{"id":"r1","prompt":"p \\ud83d","startedAt":1000,"status":"completed","wallMs":12000,'
-    '"userWait":{},"agent":{"id":"a","label":"A","avatar":"x"},"budget":{"usd":1},'
+    '"userWait":{"ms":1500},"agent":{"id":"a","label":"A","avatar":"x"},"budget":{"usd":1},'
     '"totalUsage":{"input":3,"output":4,"cost":2}}'
 )
 FOREIGN_ARTIFACT = (
@@ -1875,6 +1875,27 @@ class StoreContract:
         for attempt in attempts:
             with pytest.raises(ValidationError):
                 await attempt()
+        assert await store.load("s1") == data
+
+    async def test_a_run_whose_user_wait_lacks_ms_is_refused(self, store: SessionStore) -> None:
+        """``userWait.ms`` is required: every write path refuses a run without it, located at
+        its ``userWait``, and writes nothing."""
+        # A struct cannot be built without ``ms``; ``replace`` skips the check, as a caller could.
+        run = make_run("r1", user_wait=replace(RunUserWait(ms=1), ms=UNSET))
+        data = make_session("s1", turns=(make_turn(1),))
+        await store.save(data)
+        writes: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.save(replace(data, runs=(run,))),
+            lambda: store.update_run("s1", run),
+            lambda: store.append_turns("s1", [make_turn(2)], AppendTurnsOptions(run=run)),
+        ]
+        if "save_meta" in store_capabilities(store):
+            full: Any = store
+            writes.append(lambda: full.save_meta(replace(data, runs=(run,))))
+        for write in writes:
+            with pytest.raises(ValidationError, match="`ms`") as caught:
+                await write()
+            assert (caught.value.path or "").endswith(".userWait"), caught.value.path
         assert await store.load("s1") == data
 
     async def test_wrong_types_rejected_by_optional_methods(self, store: SessionStore) -> None:

@@ -67,6 +67,7 @@ from zidane_actors.model import (
     encode,
     normalize_artifact_input,
 )
+from zidane_actors.server._openapi import openapi_document
 from zidane_actors.stores import (
     create_file_map_store,
     create_remote_store,
@@ -635,13 +636,27 @@ def test_required_fields_are_always_written() -> None:
 
 
 def test_fields_a_document_leaves_out_stay_out() -> None:
-    """``userWait: {}``, a call without ``input``, reasoning without ``text``: read as written."""
-    assert decode(b"{}", RunUserWait).ms is UNSET
-    assert encode(decode(b"{}", RunUserWait)) == b"{}"
+    """A call without ``input``, reasoning without ``text``: read as written."""
     call = b'{"type":"tool_call","id":"c","name":"n"}'
     assert encode(decode(call, ToolCallBlock)) == call
     reasoning = b'{"type":"reasoning","signature":"s"}'
     assert encode(decode(reasoning, ReasoningBlock)) == reasoning
+
+
+def test_run_user_wait_requires_ms() -> None:
+    """The spec requires ``userWait.ms``: refused when built, decoded or described without it."""
+    with pytest.raises(TypeError, match="ms"):
+        RunUserWait(since=5)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="`ms`") as caught:
+        decode(b'{"since":5}', RunUserWait)
+    assert caught.value.path == "$"
+    run = b'{"id":"r1","prompt":"p","startedAt":1,"status":"completed","userWait":{"since":5}}'
+    with pytest.raises(ValidationError, match="`ms`") as caught:
+        decode(run, SessionRun)
+    assert caught.value.path == "$.userWait"
+    assert decode(b'{"ms":0,"since":5}', RunUserWait) == RunUserWait(ms=0, since=5)
+    schema = openapi_document(frozenset())["components"]["schemas"]["RunUserWait"]
+    assert schema["required"] == ["ms"]
 
 
 def test_pairing_drop_is_camel_case_without_null_call_id() -> None:

@@ -314,9 +314,9 @@ class RunEstimateFailure(_Value, frozen=True):
 
 
 class RunUserWait(_Value, frozen=True):
-    """Time a run spent waiting on the user."""
+    """Time a run spent waiting on the user (``ms`` is required, as in the spec)."""
 
-    ms: Number | UnsetType = UNSET
+    ms: Number
     since: EpochMs | None = None
 
 

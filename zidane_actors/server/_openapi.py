@@ -54,6 +54,13 @@ __all__ = ["openapi_document"]
 _REF: Final = "#/components/schemas/{name}"
 # validate_id's rule: no leading dot or dash, never two dots in a row.
 _ID_PATTERN: Final = r"^[A-Za-z0-9_](?:\.?[A-Za-z0-9_:@+=-])*\.?$"
+# A send request id is the client's idempotency key, not a path: any text but NUL.
+_REQUEST_ID_SCHEMA: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": REQUEST_ID_MAX_LENGTH,
+    "pattern": "^[^\\u0000]+$",
+}
 
 
 # The rules the types check beyond their fields' own types, for the document to be exact.
@@ -72,6 +79,10 @@ _ID_FIELDS: Final = {
     "PatchMetaWrite": ("sessionId",),
     "SettleSendRequestWrite": ("sessionId",),
     "DeleteArtifactWrite": ("sessionId", "artifactId"),
+}
+_REQUEST_ID_FIELDS: Final = {
+    "SendRequestRecord": ("requestId",),
+    "SettleSendRequestWrite": ("requestId",),
 }
 
 
@@ -99,7 +110,7 @@ def _schema_hook(type_: type) -> dict[str, Any]:
 
 
 def _tighten(components: dict[str, Any]) -> None:
-    """Add the id rule and the cross-field rules to the generated schemas.
+    """Add the id rules and the cross-field rules to the generated schemas.
 
     A document type keeps the fields it does not know (``extra_fields``):
     its schema allows additional properties instead of naming that field.
@@ -113,6 +124,11 @@ def _tighten(components: dict[str, Any]) -> None:
         for field in fields:
             if properties.get(field, {}).get("type") == "string":
                 properties[field].update(pattern=_ID_PATTERN, maxLength=ID_MAX_LENGTH)
+    for name, fields in _REQUEST_ID_FIELDS.items():
+        properties = components.get(name, {}).get("properties", {})
+        for field in fields:
+            if field in properties:
+                properties[field] = dict(_REQUEST_ID_SCHEMA)
     for name, rules in _CROSS_FIELD.items():
         if name in components:
             components[name].update(rules)
@@ -384,15 +400,6 @@ def _error(description: str) -> dict[str, Any]:
         "description": description,
         "content": {"application/json": {"schema": {"$ref": _REF.format(name="ErrorBody")}}},
     }
-
-
-# A send request id is the client's idempotency key, not a path: any text but NUL.
-_REQUEST_ID_SCHEMA: Final = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": REQUEST_ID_MAX_LENGTH,
-    "pattern": "^[^\\u0000]+$",
-}
 
 
 def _path_params(path: str) -> list[dict[str, Any]]:
