@@ -168,6 +168,145 @@ def test_runtime_errors_are_one_line_exit_1(db: str) -> None:
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+def test_no_command_prints_the_usage_on_stderr_exit_2() -> None:
+    done = cli()
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: zidane-actors "), done.stderr
+    usage, error, hint = done.stderr.splitlines()
+    assert usage.startswith("usage: zidane-actors ") and "{serve,sessions,copy}" in usage
+    assert error.startswith("zidane-actors: error: ")
+    assert hint == "Run 'zidane-actors --help' for more information."
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command line that has a --help: the program, then each (sub)command."""
+    from zidane_actors.cli import _parser
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
+        paths = [path]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    paths += walk(sub, [*path, name])
+        return paths
+
+    return walk(_parser(), [])
+
+
+def test_every_help_is_plain_text() -> None:
+    # Subprocesses started together (each spends its time importing), collected in order.
+    paths = _command_paths()
+    assert ["sessions", "export"] in paths and ["copy"] in paths
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "zidane_actors.cli", *path, "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for path in paths
+    ]
+    helps: dict[str, str] = {}
+    for path, proc in zip(paths, procs, strict=True):
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and err == "", (path, err)
+        assert out.startswith("usage: zidane-actors"), path
+        assert "`" not in out, (path, out)  # no reST ``literals`` nor `roles`
+        helps[" ".join(path)] = " ".join(out.split())  # argparse wraps lines
+    assert "session browser at /ui/: http://127.0.0.1:8787/ui/" in helps["serve"]
+
+
+def _big_session() -> SessionData:
+    """A session whose transcript is far larger than a pipe holds (64 KiB)."""
+    return SessionData(
+        id="big",
+        created_at=1,
+        updated_at=2,
+        turns=tuple(
+            SessionTurn(
+                id=f"t{n}", role="user", content=(TextBlock(f"{n} " + "x" * 300),), created_at=n
+            )
+            for n in range(2000)
+        ),
+    )
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sessions show big | head -1``: exit 0 and nothing on stderr, as Unix tools do."""
+    source = tmp_path / "big.jsonl"
+    source.write_text(jsonl(_big_session()), encoding="utf-8")
+    url = f"sqlite:{tmp_path / 'big.db'}"
+    assert run(capsys, "sessions", "import", str(source), "--store", url)[0] == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zidane_actors.cli", "sessions", "show", "big", "--store", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    # One line read, then the pipe closed: the ~650 KB transcript cannot all fit before.
+    assert proc.stdout.readline() == b"session big\n"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == b""
+
+
+def test_copy_with_stderr_to_a_file_writes_no_progress_frames(db: str, tmp_path: Path) -> None:
+    """``copy 2>log``: progress is for a terminal; a log file gets no ``\\r`` frames."""
+    log = tmp_path / "copy.log"
+    with log.open("w", encoding="utf-8") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "zidane_actors.cli", "copy", "--from", db, "--to", "memory:"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, log.read_text(encoding="utf-8")
+    assert "copied 2 session(s)" in done.stdout
+    assert log.read_bytes() == b""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_copy_draws_progress_when_stderr_is_a_terminal(db: str) -> None:
+    import os
+    import pty
+    import select
+
+    master, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "zidane_actors.cli", "copy", "--from", db, "--to", "memory:"],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+        )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while select.select([master], [], [], 60)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the copy exited, no writer left on the terminal
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 0, drawn
+    finally:
+        os.close(master)
+        if terminal >= 0:
+            os.close(terminal)
+    assert b"copied 2 session(s)" in out
+    assert b"\rcopying [" in drawn and b"2/2 sessions" in drawn
+
+
 def test_version_and_python_dash_m() -> None:
     from zidane_actors import __version__
 
@@ -334,7 +473,7 @@ async def test_copy_between_sqlite_and_a_remote_server(db: str, tmp_path: Path) 
         done = cli("copy", "--from", db, "--to", url)
         assert done.returncode == 0, done.stderr
         assert "copied 2 session(s)" in done.stdout
-        assert "copying [" in done.stderr and "2/2 sessions" in done.stderr
+        assert done.stderr == ""  # stderr is a pipe, not a terminal: no progress bar
         async with create_remote_store(url) as remote:
             assert await remote.load("s1") == session()
         back = f"sqlite:{tmp_path / 'back.db'}"

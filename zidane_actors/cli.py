@@ -1,7 +1,9 @@
 """``zidane-actors``: serve a store over REST, inspect, export, import, heal and copy sessions.
 
 Exit codes: 0 ok, 1 runtime error, 2 usage error. Expected failures print
-one line on stderr, never a traceback.
+one line on stderr, never a traceback; a usage error prints the usage too. A
+reader that stops early (``| head``) ends the output quietly, exit code 0.
+What argparse prints is plain text: no reST markup in help strings.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 import msgspec
 import trio
@@ -41,6 +43,8 @@ from .stores._url import TOKEN_ENV, open_store_url
 __all__ = ["main"]
 
 DEFAULT_STORE: Final = "sqlite:./zidane-sessions.db"
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8787
 FAULTS_ENV: Final = "ZIDANE_ACTORS_FAULTS"
 _PREVIEW: Final = 400
 
@@ -50,8 +54,14 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise _UsageError(f"{self.prog}: {message}")
+    """Raises on a usage error instead of ``sys.exit``: ``main`` prints it and answers 2."""
+
+    def error(self, message: str) -> NoReturn:
+        # What argparse and POSIX tools print for a usage error: the usage, then the error.
+        raise _UsageError(
+            f"{self.format_usage()}{self.prog}: error: {message}\n"
+            f"Run '{self.prog} --help' for more information."
+        )
 
 
 # -- serve --------------------------------------------------------------
@@ -383,6 +393,7 @@ async def _rm(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int
 
 
 def _progress(done: int, total: int, err: TextIO) -> None:
+    """Redraw the progress line in place (``\\r``): for a terminal only."""
     width = 30
     filled = width * done // total if total else width
     bar = "#" * filled + "-" * (width - filled)
@@ -390,22 +401,27 @@ def _progress(done: int, total: int, err: TextIO) -> None:
 
 
 async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # Progress only on a terminal: redrawn frames would fill a log file or a pipe.
+    show = err.isatty()
     async with open_store_url(args.source) as source, open_store_url(args.target) as target:
         read = transfer.Counts()
         left: dict[str, bytes] = {}
-        _progress(0, len(await source.list()), err)
+        if show:
+            _progress(0, len(await source.list()), err)
         try:
             async for n, total, bundle in transfer.iterate_bundles(source):
                 await transfer.write_bundle(target, bundle)
                 read.add_bundle(bundle)
                 left[bundle.data.id] = bundle.encoded()
-                _progress(n, total, err)
+                if show:
+                    _progress(n, total, err)
             schedules = await transfer.schedules_of(source)
             await transfer.write_schedules(target, schedules)
             for _, fires in schedules:
                 read.add_schedule(len(fires))
         finally:
-            print(file=err)  # end the progress line (before an error line too)
+            if show:
+                print(file=err)  # end the progress line (before an error line too)
         arrived, stored = await transfer.stored_counts(target)
     print(
         f"copied {read.values['sessions']} session(s) from {args.source} to {args.target}", file=out
@@ -440,23 +456,57 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return await _SESSION_COMMANDS[args.action](store, args, out)
 
 
+_DESCRIPTION: Final = (
+    "Serve a store over REST, inspect, export, import, heal and copy sessions."
+    " Exit codes: 0 ok, 1 runtime error, 2 usage error."
+)
+
+
 def _parser() -> _Parser:
-    parser = _Parser(prog="zidane-actors", description=__doc__.splitlines()[0])
+    """The command line; every text here is printed as is (plain text, no reST markup)."""
+    parser = _Parser(
+        prog="zidane-actors",
+        description=_DESCRIPTION,
+        epilog="Run 'zidane-actors COMMAND --help' for a command's options.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(
+        group: argparse._SubParsersAction[_Parser],
+        name: str,
+        help: str,
+        description: str | None = None,
+    ) -> _Parser:
+        # help is the line in the parent's list; description heads the command's own --help.
+        return group.add_parser(
+            name, help=help, description=description or help[0].upper() + help[1:] + "."
+        )
 
     def store_option(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--store", default=DEFAULT_STORE, help=f"store URL (default {DEFAULT_STORE})"
         )
 
-    serve = commands.add_parser("serve", help="serve a store over the REST session API")
+    serve = command(
+        commands,
+        "serve",
+        "serve a store over the REST session API",
+        "Serve a store over the REST session API. The same server has a read-only session"
+        f" browser at /ui/: http://{DEFAULT_HOST}:{DEFAULT_PORT}/ui/ with the default --host"
+        " and --port (the URL is printed once the server listens).",
+    )
     store_option(serve)
     serve.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: local only)"
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to bind (default {DEFAULT_HOST}: local only)",
     )
     serve.add_argument(
-        "--port", type=int, default=8787, help="TCP port (default 8787; 0 picks a free one)"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one)",
     )
     serve.add_argument(
         "--token",
@@ -472,9 +522,9 @@ def _parser() -> _Parser:
         "--body-timeout", type=float, help="seconds for a request body to arrive (30)"
     )
 
-    sessions = commands.add_parser("sessions", help="inspect and edit stored sessions")
+    sessions = command(commands, "sessions", "inspect and edit stored sessions")
     actions = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    listing = actions.add_parser("list", help="list sessions, most recent first")
+    listing = command(actions, "list", "list sessions, most recent first")
     store_option(listing)
     listing.add_argument("--agent", help="only sessions of this agent id")
     listing.add_argument("--limit", type=int, help="at most this many sessions")
@@ -483,12 +533,13 @@ def _parser() -> _Parser:
         ("heal", "drop invalid tool pairings"),
         ("rm", "delete a session"),
     ):
-        p = actions.add_parser(name, help=text)
+        p = command(actions, name, text)
         store_option(p)
         p.add_argument("id", help="session id")
-    export = actions.add_parser(
+    export = command(
+        actions,
         "export",
-        help="print a session (or every one, with schedules) as JSONL or provider messages",
+        "print a session (or every one, with schedules) as JSONL or provider messages",
     )
     store_option(export)
     export.add_argument("id", nargs="?", help="session id (default: the whole store, as JSONL)")
@@ -498,13 +549,18 @@ def _parser() -> _Parser:
         default="jsonl",
         help="jsonl (zidane documents, re-importable; default) or a provider's request",
     )
-    imp = actions.add_parser("import", help="import sessions from a JSONL export")
+    imp = command(actions, "import", "import sessions from a JSONL export")
     store_option(imp)
     imp.add_argument("file", help="a JSONL file written by export")
     imp.add_argument("--replace", action="store_true", help="overwrite sessions that exist")
 
-    copy = commands.add_parser(
-        "copy", help="copy everything between two stores (sessions, artifacts, send ids, schedules)"
+    copy = command(
+        commands,
+        "copy",
+        "copy everything between two stores (sessions, artifacts, send ids, schedules)",
+        "Copy everything between two stores (sessions, artifacts, send ids, schedules), then"
+        " check the target reads back the same. Progress is drawn on stderr when it is a"
+        " terminal.",
     )
     copy.add_argument("--from", dest="source", required=True, help="source store URL")
     copy.add_argument("--to", dest="target", required=True, help="target store URL")
@@ -533,15 +589,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     try:
-        return trio.run(_run, args, sys.stdout, sys.stderr)
+        code = trio.run(_run, args, sys.stdout, sys.stderr)
+        sys.stdout.flush()  # here, not at exit: a reader gone is caught below
+        return code
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
+        if _reader_gone(exc):
+            # The reader stopped early (| head): end quietly, as Unix tools do.
+            _stdout_to_devnull()
+            return 0
         expected = _expected(exc)
         if expected is None:
             raise
         print(f"zidane-actors: error: {expected}", file=sys.stderr)
         return 1
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``BrokenPipeError`` (or a group of them): our output's reader left."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_reader_gone(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not raise EPIPE again.
+
+    What the Python docs recommend for SIGPIPE (library/signal.html, "Note on SIGPIPE").
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (captured in tests): nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _expected(exc: BaseException) -> BaseException | None:
