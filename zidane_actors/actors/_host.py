@@ -185,7 +185,7 @@ class SessionHost:
             self._check_open()
             existing = self._sessions.get(session_id)
             if existing is not None:
-                if await existing._sync():
+                if await existing._sync(persist_demotion=persist_heal):
                     return existing
                 self._forget(existing)
                 return None
@@ -208,13 +208,13 @@ class SessionHost:
             )
             if loaded is None:
                 return None
-            data, bulk, rev, held = loaded
+            data, pre, rev, held = loaded
             session = Session(
                 data,
                 store=self._store,
                 runner=self,
                 clock=self._clock,
-                bulk=bulk,
+                pre=pre,
                 caps=self._caps,
                 rev=rev,
                 held=held,
@@ -319,6 +319,19 @@ class SessionHost:
             return  # older than what memory reflects
         self._nursery.start_soon(self._refresh, session)
 
+    def _store_resynced(self) -> None:
+        """The store's change feed reconnected: changes made meanwhile were never told.
+
+        Every held session's rev is checked again (and its memory refreshed when
+        another writer moved it), so a held view is stale at most for the time
+        the feed was down.
+        """
+        if self._closed:
+            return
+        for session in list(self._sessions.values()):
+            if session._rev is not None:
+                self._nursery.start_soon(self._refresh, session)
+
     async def _refresh(self, session: Session) -> None:
         try:
             if not await session._sync():
@@ -406,7 +419,11 @@ async def open_session_host(
 
         nursery.start_soon(reap)
         subscribe = getattr(store, "subscribe_changes", None)
-        unsubscribe = subscribe(host._store_changed) if callable(subscribe) else None
+        unsubscribe = (
+            subscribe(host._store_changed, on_resync=host._store_resynced)
+            if callable(subscribe)
+            else None
+        )
         try:
             yield host
         finally:

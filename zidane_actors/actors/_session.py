@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol, TypeAlias, TypeVar, cast
@@ -24,6 +25,7 @@ from ..errors import (
     ActorClosed,
     ActorCrashed,
     ConflictError,
+    InvalidNameError,
     NoStoreError,
     StaleSessionError,
     UnsupportedOperationError,
@@ -36,6 +38,7 @@ from ..model import (
     ArtifactFilter,
     JsonValue,
     RunErrorDetail,
+    RunOwner,
     RunStatus,
     SaveMetaOptions,
     SessionArtifact,
@@ -442,15 +445,25 @@ class _UpdateStatus(_StoreCommand[None]):
 
 
 @attrs.frozen(eq=False)
-class _Replace(_MemoryCommand):
-    """``set_turns`` / ``set_runs`` / ``set_agent_id``: memory only."""
+class _SetHistory(_MemoryCommand):
+    """``set_turns`` / ``set_runs``: a history replacement, computed from the view of ``epoch``."""
 
     changes: Mapping[str, Any]
-    arm_bulk: bool
+    epoch: int
 
     def apply_now(self, session: Session) -> None:
-        session._commit(msgspec.structs.replace(session._data, **self.changes))
-        session._bulk = session._bulk or self.arm_bulk
+        session._do_set_history(self.changes, self.epoch)
+
+
+@attrs.frozen(eq=False)
+class _SetField(_MemoryCommand):
+    """``set_agent_id``: a header field the caller set, kept over every fold until saved."""
+
+    name: str
+    value: Any
+
+    def apply_now(self, session: Session) -> None:
+        session._do_set_field(self.name, self.value)
 
 
 @attrs.frozen(eq=False)
@@ -466,12 +479,17 @@ class _AddArtifact(_StoreCommand[SessionArtifact | None]):
 
 @attrs.frozen(eq=False)
 class _Refresh(_SessionCommand[None]):
-    """Fold the store's state into memory (``reset``: drop unsaved changes too)."""
+    """Fold the store's state into memory (``reset``: drop unsaved changes too).
+
+    ``persist_demotion``: also write a stale-running demotion the fold shows,
+    as a load does (see ``_loaded_session_data``).
+    """
 
     reset: bool = False
+    persist_demotion: bool = False
 
     async def apply(self, session: Session) -> None:
-        await session._fold(reset=self.reset)
+        await session._fold(reset=self.reset, persist_demotion=self.persist_demotion)
 
 
 @attrs.frozen(eq=False)
@@ -490,6 +508,9 @@ class _Heal(_SessionCommand[bool]):
 
 # -- the handle -----------------------------------------------------------------------------
 
+
+_History: TypeAlias = tuple[tuple[SessionTurn, ...], tuple[SessionRun, ...]]
+"""Turns and runs: what a pending history replacement replaces in the store."""
 
 _NO_LISTENERS: Final[tuple[Any, ...]] = ()
 _NO_INDEX: Final[dict[str, SessionTurn]] = {}
@@ -513,13 +534,18 @@ class Session:
         "_changed",
         "_crash",
         "_data",
+        "_edit_epoch",
+        "_epoch",
+        "_fields",
         "_held",
         "_indexed",
         "_inflight",
         "_last_active",
         "_meta_listeners",
         "_now",
+        "_pre",
         "_queued",
+        "_retired",
         "_rev",
         "_runner",
         "_saved_listeners",
@@ -537,7 +563,7 @@ class Session:
         store: SessionStore | None,
         runner: _Runner,
         clock: Clock = _wall_clock,
-        bulk: bool = False,
+        pre: _History | None = None,
         caps: frozenset[str] | None = None,
         rev: int | None = None,
         held: _HeldMarker | None = None,
@@ -556,8 +582,20 @@ class Session:
         self._stale = False
         self._runner = runner
         self._now = clock
+        # The caller's unsaved changes, as intents a fold keeps: metadata keys set or
+        # removed, header fields set, and a history replacement (``_bulk``) with the
+        # epoch of the view it was computed from and the stored history it replaces.
         self._changed: tuple[str, ...] = ()
-        self._bulk = bulk
+        self._fields: tuple[str, ...] = ()
+        self._bulk = pre is not None
+        self._pre = pre
+        # Views of the history by epoch: a fold that finds another writer's change
+        # starts a new one, and the turns and runs memory held until then are
+        # retired with the epoch they belonged to (by identity, while a caller can
+        # still hold them), so a replacement built from them is judged against it.
+        self._epoch = 0
+        self._edit_epoch = 0
+        self._retired: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._meta_listeners: tuple[tuple[object, MetaListener], ...] = _NO_LISTENERS
         self._saved_listeners: tuple[tuple[object, SavedListener], ...] = _NO_LISTENERS
         self._actor: Actor[_SessionCommand[Any]] | None = None
@@ -616,6 +654,11 @@ class Session:
     def runs(self) -> tuple[SessionRun, ...]:
         """Run records, in start order (frozen)."""
         return self._view.of(self._data).runs
+
+    @property
+    def rev(self) -> int | None:
+        """The store ``rev`` memory reflects (``None``: the store keeps no versions)."""
+        return self._rev
 
     @property
     def project_root(self) -> str | None:
@@ -894,10 +937,12 @@ class Session:
         """A save over the rev memory reflects; answers whether it was a full save.
 
         When another writer got there first, a header save (``save_meta``: the
-        changed keys are plain values) folds the store's state in, keeping
-        those keys, and is made again (``retry``); a bulk save (its history
-        was computed from memory) is refused: memory becomes the store's
-        state, unsaved changes dropped, and ``StaleSessionError`` raised.
+        changed keys and fields are plain values) folds the store's state in,
+        keeping those intents, and is made again (``retry``); a bulk save (its
+        history was computed from a view) is refused when that view is not the
+        store's history any more: memory becomes the store's state, unsaved
+        changes dropped, and ``StaleSessionError`` raised. So is any save the
+        store refuses.
         """
         for attempt in range(STALE_ATTEMPTS):
             header_only = "save_meta" in self._caps and (keys is not None or not self._bulk)
@@ -909,6 +954,11 @@ class Session:
                     raise
                 await back_off(attempt)
                 await self._call(_Refresh())
+            except (ValidationError, ConflictError):
+                # Refused: nothing of it is stored, so memory becomes the store's again
+                # (a kept refused change would fail every later save the same way).
+                await self._call(_Refresh(reset=True))
+                raise
         raise AssertionError("unreachable")
 
     async def _run_saved_listeners(self) -> None:
@@ -1042,28 +1092,55 @@ class Session:
         return self._submit(_UpdateStatus(_checked_status(status)))
 
     async def set_turns(self, turns: Iterable[SessionTurn]) -> None:
-        """Replace every turn in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._apply(_Replace({"turns": frozen(tuple(checked_turns(turns)))}, arm_bulk=True))
+        """Replace every turn in memory; the next :meth:`save` is a bulk ``save``.
+
+        The save is conditional on the view the turns came from: turns taken
+        from :attr:`turns` (also as ``list(s.turns) + [t]``) carry the view
+        they were read in, turns built by hand the one current now. When
+        another writer's change reached memory since, the save raises
+        :class:`StaleSessionError` (nothing written, memory the store's).
+        A turn no store can hold is refused here, memory unchanged.
+        """
+        await self._apply(self._set_turns_command(turns))
 
     def set_turns_nowait(self, turns: Iterable[SessionTurn]) -> Reply[None]:
         """Enqueue :meth:`set_turns` without waiting."""
-        return self._submit(_Replace({"turns": frozen(tuple(checked_turns(turns)))}, arm_bulk=True))
+        return self._submit(self._set_turns_command(turns))
 
     async def set_runs(self, runs: Iterable[SessionRun]) -> None:
-        """Replace every run in memory; the next :meth:`save` is a bulk ``save``."""
-        await self._apply(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
+        """Replace every run in memory; the next :meth:`save` is a bulk ``save``.
+
+        Conditional on the view the runs came from, as :meth:`set_turns`.
+        """
+        await self._apply(self._set_runs_command(runs))
 
     def set_runs_nowait(self, runs: Iterable[SessionRun]) -> Reply[None]:
         """Enqueue :meth:`set_runs` without waiting."""
-        return self._submit(_Replace({"runs": _checked_runs(runs)}, arm_bulk=True))
+        return self._submit(self._set_runs_command(runs))
 
     async def set_agent_id(self, agent_id: str) -> None:
-        """Re-label the agent profile in memory (persisted by the next save)."""
-        await self._apply(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
+        """Re-label the agent profile in memory; the next save persists it over any fold."""
+        await self._apply(_SetField("agent_id", _checked_agent(agent_id)))
 
     def set_agent_id_nowait(self, agent_id: str) -> Reply[None]:
         """Enqueue :meth:`set_agent_id` without waiting."""
-        return self._submit(_Replace({"agent_id": _checked_agent(agent_id)}, arm_bulk=False))
+        return self._submit(_SetField("agent_id", _checked_agent(agent_id)))
+
+    def _set_turns_command(self, turns: Iterable[SessionTurn]) -> _SetHistory:
+        given = tuple(turns) if not isinstance(turns, tuple) else turns
+        checked = checked_turns(given)
+        for i, turn in enumerate(checked):
+            try:
+                validate_id(turn.id, what="turn id")
+            except InvalidNameError as exc:
+                raise InvalidNameError(str(exc), path=f"$.turns[{i}].id") from None
+        # The epoch is read now, in the caller: a refresh queued before this
+        # command must not make the view it came from look current.
+        return _SetHistory({"turns": frozen(tuple(checked))}, self._epoch_of(given))
+
+    def _set_runs_command(self, runs: Iterable[SessionRun]) -> _SetHistory:
+        given = tuple(runs) if not isinstance(runs, tuple) else runs
+        return _SetHistory({"runs": _checked_runs(given)}, self._epoch_of(given))
 
     async def generate_turn_id(self) -> str:
         """A turn id from ``store.generate_turn_id`` when it has one, else a UUID4."""
@@ -1178,37 +1255,157 @@ class Session:
         else:
             self._stale = True
 
-    async def _fold(self, *, reset: bool = False) -> None:
-        """Make memory the store's state, read with its rev (the actor's side).
+    async def _fold(self, *, reset: bool = False, persist_demotion: bool = False) -> None:
+        """Make memory the store's state, read with its rev, under the caller's intents.
 
-        Unsaved metadata keys are kept on top of it, and a pending
-        ``set_turns``/``set_runs`` keeps memory as it is (its save is then
-        refused as stale); ``reset`` drops both (after a stale write).
+        The unsaved intents stay on top of it (metadata keys, header fields, a
+        pending history replacement with its epoch); ``reset`` drops them (a
+        refused save). When the store's document differs from what memory
+        took it to be, another writer changed it: a new epoch starts, and the
+        view's turns and runs are retired with the old one. Another process's
+        ``running`` marker shows demoted, as a load shows it
+        (``persist_demotion``: written too where the claim rule says it is
+        stale, as a load writes it).
         """
-        if self._rev is None or self._store is None or (self._bulk and not reset):
+        if self._store is None:
+            return
+        if self._rev is None:
+            if reset:  # no versions: the store's state is all there is to go back to
+                stored = await self._store.load(self.id)
+                self._drop_intents()
+                if stored is not None:
+                    self._commit(stored)
             return
         loaded = await cast(VersionedStore, self._store).load_versioned(self.id)
         if loaded is None:  # deleted elsewhere: conditional writes keep failing
             self._stale = True
             return
-        data, rev = loaded
+        stored, rev = loaded
+        same = self._holds(stored)
+        if not same:
+            if not self._bulk:
+                self._retire(self._epoch)
+            self._epoch += 1
         if reset:
-            self._changed = ()
-            self._bulk = False
-        elif self._changed:
+            self._drop_intents()
+        memory = self._data
+        own_runs = {r.id for r in memory.runs if r.status == "running"}
+        own_owner = memory.run_owner if memory.status == "running" else None
+        data = demote_stale_running_status(stored, own_runs=own_runs, own_owner=own_owner)
+        held = _HeldMarker.of(stored, data) if data is not stored else None
+        if self._bulk:  # the pending replacement stays; it replaces what is stored now
+            self._pre = (stored.turns, stored.runs)
+            data = msgspec.structs.replace(data, turns=memory.turns, runs=memory.runs)
+        elif same and not reset:  # the view's turns are still the stored ones: keep them
+            data = msgspec.structs.replace(data, turns=memory.turns)
+        if self._changed:
             metadata = dict(data.metadata)
             for key in self._changed:
-                if key in self._data.metadata:
-                    metadata[key] = self._data.metadata[key]
+                if key in memory.metadata:
+                    metadata[key] = memory.metadata[key]
                 else:
                     metadata.pop(key, None)
             data = msgspec.structs.replace(data, metadata=metadata)
+        if self._fields:
+            data = msgspec.structs.replace(
+                data, **{name: getattr(memory, name) for name in self._fields}
+            )
         self._commit(data)
-        self._held = None  # memory shows the stored marker as it is
+        self._held = held
         self._rev = rev
         self._stale = False
+        if persist_demotion and held is not None and "demote_stale_run" in self._caps:
+            now = self._now()
+            if await self._full().demote_stale_run(
+                self.id, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+            ):
+                await self._fold()  # read the demoted state back with its rev
 
-    async def _sync(self) -> bool:
+    def _holds(self, stored: SessionData) -> bool:
+        """Whether ``stored`` is the document memory takes the store to hold (``updatedAt`` aside).
+
+        Memory's unsaved intents are left out of the comparison: those fields
+        are the caller's, whatever the store holds.
+        """
+        mine = self._snapshot()
+        turns, runs = self._pre if self._bulk and self._pre is not None else (mine.turns, mine.runs)
+        if (
+            stored.turns != turns
+            or stored.runs != runs
+            or stored.status != mine.status
+            or stored.run_owner != mine.run_owner
+            or stored.created_at != mine.created_at
+            or stored.project_root != mine.project_root
+            or stored.extra_fields != mine.extra_fields
+        ):
+            return False
+        if "agent_id" not in self._fields and stored.agent_id != mine.agent_id:
+            return False
+        theirs, ours = stored.metadata, mine.metadata
+        changed = self._changed
+        if not changed:
+            return theirs == ours
+        return {k: v for k, v in theirs.items() if k not in changed} == {
+            k: v for k, v in ours.items() if k not in changed
+        }
+
+    def _drop_intents(self) -> None:
+        """Forget every unsaved change (the store's state is about to be memory)."""
+        if self._bulk:
+            self._retire(self._edit_epoch)
+        self._changed = ()
+        self._fields = ()
+        self._bulk = False
+        self._pre = None
+
+    def _view_epoch(self) -> int:
+        """The epoch of the history memory shows (a pending replacement's own, if any)."""
+        return self._edit_epoch if self._bulk else self._epoch
+
+    def _retire(self, epoch: int) -> None:
+        """Mark the turns and runs a caller may hold from this view as of ``epoch``."""
+        retired = self._retired
+        shown = self._view.shown()
+        for value in (
+            *self._data.turns,
+            *self._data.runs,
+            *(() if shown is None else (*shown.turns, *shown.runs)),
+        ):
+            entry = retired.get(id(value))
+            if entry is None or entry[0]() is not value or entry[1] > epoch:
+                retired[id(value)] = (weakref.ref(value), epoch)
+        if len(retired) > 1024 and len(retired) > 4 * (len(self._data.turns) + 1):
+            for key in [k for k, (ref, _) in retired.items() if ref() is None]:
+                del retired[key]
+
+    def _epoch_of(self, values: Sequence[SessionTurn] | Sequence[SessionRun]) -> int:
+        """The epoch of the oldest view any of ``values`` came from (else the view's now)."""
+        epoch = self._view_epoch()
+        retired = self._retired
+        if retired:
+            for value in values:
+                entry = retired.get(id(value))
+                if entry is not None and entry[1] < epoch and entry[0]() is value:
+                    epoch = entry[1]
+        return epoch
+
+    def _do_set_history(self, changes: Mapping[str, Any], epoch: int) -> None:
+        if self._bulk:
+            epoch = min(epoch, self._edit_epoch)
+        else:
+            data = self._snapshot()
+            self._pre = (data.turns, data.runs)
+        self._retire(self._view_epoch())
+        self._commit(msgspec.structs.replace(self._data, **changes))
+        self._bulk = True
+        self._edit_epoch = epoch
+
+    def _do_set_field(self, name: str, value: Any) -> None:
+        self._commit(msgspec.structs.replace(self._data, **{name: value}))
+        if name not in self._fields:
+            self._fields = (*self._fields, name)
+
+    async def _sync(self, *, persist_demotion: bool = False) -> bool:
         """Refresh memory through the actor when the store's rev moved; ``False`` if it is gone."""
         if self._rev is None:
             return True
@@ -1216,7 +1413,7 @@ class Session:
         if rev is None:
             return False
         if rev != self._rev or self._stale:
-            await self._call(_Refresh())
+            await self._call(_Refresh(persist_demotion=persist_demotion))
         return True
 
     def _snapshot(self) -> SessionData:
@@ -1279,6 +1476,11 @@ class Session:
         new = msgspec.structs.replace(
             data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
+        if self._pre is not None:  # the store holds them under a pending replacement too
+            pre_turns, pre_runs = self._pre
+            if options is not None and options.run is not None:
+                pre_runs = upsert_runs(pre_runs, (options.run,))
+            self._pre = (pre_turns + fresh, pre_runs)
         self._commit(new)
         for turn in fresh:
             index[turn.id] = turn
@@ -1305,16 +1507,26 @@ class Session:
             write = StoreWrite("save_meta", (data, SaveMetaOptions(meta_keys=saved)), expect)
             full = False
         else:
+            if self._bulk and self._rev is not None and self._edit_epoch != self._epoch:
+                raise StaleSessionError(
+                    f"session {self.id!r}: the history given to set_turns/set_runs was read "
+                    "before another writer's change reached this session",
+                    expected=None,
+                    actual=self._rev,
+                )
             saved = self._changed
             write = StoreWrite("save", (data,), expect)
             full = True
+        fields = self._fields
 
         def finish(result: object) -> bool:
             if type(result) is Revision and self._rev is not None:
                 self._rev = result.after
             self._changed = tuple(k for k in self._changed if k not in saved)
+            self._fields = tuple(f for f in self._fields if f not in fields)
             if full:
                 self._bulk = False
+                self._pre = None
             return full
 
         return write, finish
@@ -1340,6 +1552,8 @@ class Session:
         def finish(result: object) -> T:
             data = self._data
             runs = upsert_runs(data.runs, (run,))
+            if self._pre is not None:
+                self._pre = (self._pre[0], upsert_runs(self._pre[1], (run,)))
             self._commit(msgspec.structs.replace(data, runs=runs, updated_at=self._now()))
             self._observe(result)
             return answer
@@ -1426,7 +1640,10 @@ class Session:
 
     async def _do_mutate_history(self, mutate: HistoryMutation) -> MutateResult:
         result = await self._full().mutate_history(self.id, mutate)
-        self._bulk = False  # replaced in the store: a pending replacement is moot
+        if self._bulk:  # replaced in the store: a pending replacement is moot
+            self._retire(self._edit_epoch)
+            self._bulk = False
+            self._pre = None
         if self._rev is not None:
             self._stale = True
             await self._fold()
@@ -1587,9 +1804,10 @@ async def _loaded_session_data(
     on_pairing_drop: Callable[[PairingDrop], None] | None,
     clock: Clock,
     caps: frozenset[str] | None = None,
-) -> tuple[SessionData, bool, int | None, _HeldMarker | None] | None:
-    """The stored data with load-time heals applied, whether a bulk save is armed, its rev,
-    and the run marker memory shows demoted while the store keeps it.
+) -> tuple[SessionData, _History | None, int | None, _HeldMarker | None] | None:
+    """The stored data with load-time heals applied, the stored history a bulk save armed by
+    an unsaved heal replaces, its rev, and the run marker memory shows demoted while the
+    store keeps it.
 
     Memory always shows the stale-running demotion; the store gets it only
     through ``demote_stale_run``, which writes when the marker is stale by the
@@ -1617,7 +1835,7 @@ async def _loaded_session_data(
             raw = found
         data = demote_stale_running_status(raw)
         demotion = data is not raw
-        bulk = False
+        pre: _History | None = None
         healed = drop_invalid_tool_pairings(
             data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
         )
@@ -1635,7 +1853,7 @@ async def _loaded_session_data(
                         continue  # another writer moved it: heal what it holds now
                     rev = revision.after if type(revision) is Revision else None
             else:
-                bulk = True
+                pre = (raw.turns, raw.runs)
         if demotion and persist_heal and "demote_stale_run" in caps:
             now = clock()
             demoted = await cast(FullSessionStore, store).demote_stale_run(
@@ -1645,7 +1863,7 @@ async def _loaded_session_data(
                 if versioned:
                     continue  # read the demoted state back with its rev
                 demotion = False  # the store holds what memory shows
-        return data, bulk, rev, (_HeldMarker.of(raw, data) if demotion else None)
+        return data, pre, rev, (_HeldMarker.of(raw, data) if demotion else None)
     raise StaleSessionError(
         f"session {session_id!r} kept changing while it was loaded", expected=None, actual=None
     )
@@ -1673,11 +1891,13 @@ class _HeldMarker:
 
     status: bool  # memory's settled status stands for a stored ``running``
     runs: Mapping[str, tuple[SessionRun, SessionRun]]  # id: (shown demoted, stored)
+    owner: RunOwner | None = None  # the stored ``running`` marker's owner
 
     @classmethod
     def of(cls, stored: SessionData, shown: SessionData) -> _HeldMarker:
         runs = {a.id: (b, a) for a, b in zip(stored.runs, shown.runs, strict=True) if a is not b}
-        return cls(stored.status == "running" and shown.status != "running", runs)
+        status = stored.status == "running" and shown.status != "running"
+        return cls(status, runs, stored.run_owner if status else None)
 
     def settled(self) -> _HeldMarker:
         """After this session set its status itself."""
@@ -1688,6 +1908,7 @@ class _HeldMarker:
         changes: dict[str, Any] = {}
         if self.status and data.status == "idle" and data.run_owner is None:
             changes["status"] = "running"
+            changes["run_owner"] = self.owner
         if self.runs:
             runs = tuple(self._stored(r) for r in data.runs)
             if any(a is not b for a, b in zip(runs, data.runs, strict=True)):
@@ -1774,7 +1995,7 @@ async def load_session(
     )
     if loaded is None:
         return None
-    data, bulk, rev, held = loaded
+    data, pre, rev, held = loaded
     return Session(
-        data, store=store, runner=_StandaloneRunner(), clock=now, bulk=bulk, rev=rev, held=held
+        data, store=store, runner=_StandaloneRunner(), clock=now, pre=pre, rev=rev, held=held
     )

@@ -166,6 +166,10 @@ class FrozenView:
         self._source: SessionData | None = None
         self._view: SessionData | None = None
 
+    def shown(self) -> SessionData | None:
+        """The last frozen value :meth:`of` answered (what callers may hold), if any."""
+        return self._view
+
     def of(self, data: SessionData) -> SessionData:
         """``data``, frozen (the same object each call while ``data`` is unchanged)."""
         source, view = self._source, self._view

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -52,25 +52,36 @@ def patch_metadata(stored: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[
     return merge_session_metadata(stored, patch, tuple(patch))
 
 
-def demote_stale_running_status(data: SessionData) -> SessionData:
+def demote_stale_running_status(
+    data: SessionData,
+    *,
+    own_runs: Collection[str] = (),
+    own_owner: RunOwner | None = None,
+) -> SessionData:
     """Demote a persisted ``running`` session to ``idle`` and ``running`` runs to ``aborted``.
 
-    A persisted ``running`` is stale in a freshly loaded session: the run that
-    set it lived in another process. Values are frozen, so the demoted copy is
-    returned (``data`` itself when nothing was running).
+    A persisted ``running`` is stale in a view of the session: the run that
+    set it lives in another process. A session that already holds memory
+    keeps what is its own: the runs in ``own_runs`` (it started them and
+    still shows them running) and a ``running`` status whose owner is
+    ``own_owner`` (it set it itself). Values are frozen, so the demoted copy
+    is returned (``data`` itself when nothing was demoted).
     """
     runs = data.runs
-    if any(r.status == "running" for r in runs):
+    if any(r.status == "running" and r.id not in own_runs for r in runs):
         runs = tuple(
-            msgspec.structs.replace(r, status="aborted") if r.status == "running" else r
+            msgspec.structs.replace(r, status="aborted")
+            if r.status == "running" and r.id not in own_runs
+            else r
             for r in runs
         )
-    if data.status != "running" and runs is data.runs:
+    demote = data.status == "running" and (own_owner is None or data.run_owner != own_owner)
+    if not demote and runs is data.runs:
         return data
     return msgspec.structs.replace(
         data,
-        status="idle" if data.status == "running" else data.status,
-        run_owner=None if data.status == "running" else data.run_owner,
+        status="idle" if demote else data.status,
+        run_owner=None if demote else data.run_owner,
         runs=runs,
     )
 

@@ -273,7 +273,7 @@ class TurnUsage(_Value, frozen=True):
     turn_id: str | None = None
 
 
-class SessionTurn(_Value, frozen=True):
+class SessionTurn(_Value, frozen=True, weakref=True):
     """One persisted turn of a conversation."""
 
     id: NonEmptyStr
@@ -373,7 +373,7 @@ class StoredRunOptions(_Value, frozen=True):
     thinking: ThinkingLevel | None = None
 
 
-class SessionRun(_Value, frozen=True):
+class SessionRun(_Value, frozen=True, weakref=True):
     """Record of one agent run inside a session."""
 
     id: NonEmptyStr
