@@ -514,6 +514,8 @@ _History: TypeAlias = tuple[tuple[SessionTurn, ...], tuple[SessionRun, ...]]
 
 _NO_LISTENERS: Final[tuple[Any, ...]] = ()
 _NO_INDEX: Final[dict[str, SessionTurn]] = {}
+_NO_RETIRED: Final[dict[int, tuple[weakref.ref[Any], int]]] = {}
+"""Placeholder of a session's retired values before its first retirement (never mutated)."""
 """Placeholder of a session's turn index before its first append (never mutated)."""
 
 
@@ -595,7 +597,7 @@ class Session:
         # still hold them), so a replacement built from them is judged against it.
         self._epoch = 0
         self._edit_epoch = 0
-        self._retired: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self._retired = _NO_RETIRED
         self._meta_listeners: tuple[tuple[object, MetaListener], ...] = _NO_LISTENERS
         self._saved_listeners: tuple[tuple[object, SavedListener], ...] = _NO_LISTENERS
         self._actor: Actor[_SessionCommand[Any]] | None = None
@@ -1365,6 +1367,8 @@ class Session:
     def _retire(self, epoch: int) -> None:
         """Mark the turns and runs a caller may hold from this view as of ``epoch``."""
         retired = self._retired
+        if retired is _NO_RETIRED:
+            retired = self._retired = {}
         shown = self._view.shown()
         for value in (
             *self._data.turns,
