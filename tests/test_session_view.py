@@ -690,3 +690,88 @@ def test_a_stored_user_wait_with_ms_decodes() -> None:
     run = decode(document, SessionRun)
     assert run.user_wait == RunUserWait(ms=12, since=5)
     assert msgspec.json.decode(encode(run))["userWait"] == {"ms": 12, "since": 5}
+
+
+# -- the same rule, for histories a caller keeps and for runs --------------------------------
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_a_history_the_caller_keeps_and_saves_again_and_again_is_never_stale_alone(
+    open_rig: RigOpener, backend: str
+) -> None:
+    # A common loop: keep a list, append to it, set_turns + save each time. The
+    # session's own saves move the rev; none of them makes the next one stale.
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        a = await started(rig.host_a, sid)
+        history = list(a.turns)
+        for n in range(4):
+            history.append(t(f"k{n}"))
+            await a.set_turns(history)
+            await a.save()
+        assert ids((await stored(rig.store_b, sid)).turns) == ["u0", "k0", "k1", "k2", "k3"]
+        await assert_memory_is_store(a, rig.store_b, "after the loop")
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_a_history_the_caller_kept_across_another_writers_append_is_refused(
+    open_rig: RigOpener, backend: str
+) -> None:
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        a = await started(rig.host_a, sid)
+        history = list(a.turns)
+        history.append(t("k0"))
+        await a.set_turns(history)
+        await a.save()
+        await (await held_by(rig.host_b, sid)).append_turns([t("x1")])
+        await rig.host_a.load_session(sid)  # the other writer's turn reaches memory
+        assert ids(a.turns) == ["u0", "k0", "x1"]
+        history.append(t("k1"))  # built from the view before x1
+        await a.set_turns(history)
+        with pytest.raises(StaleSessionError):
+            await a.save()
+        assert ids((await stored(rig.store_b, sid)).turns) == ["u0", "k0", "x1"]
+        await assert_memory_is_store(a, rig.store_b, "after the refused save")
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_a_view_read_before_another_writers_metadata_save_is_refused_after_a_refresh(
+    open_rig: RigOpener, backend: str
+) -> None:
+    # Any change of the stored document starts a new view, not only a history change:
+    # the bulk save writes the whole document.
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        a = await started(rig.host_a, sid)
+        view = list(a.turns)
+        b = await held_by(rig.host_b, sid)
+        await b.set_meta("theirs", 1)
+        await b.save()
+        await rig.host_a.load_session(sid)
+        assert a.metadata == {"theirs": 1}
+        await a.set_turns([*view, t("a1")])
+        with pytest.raises(StaleSessionError):
+            await a.save()
+        data = await stored(rig.store_b, sid)
+        assert (ids(data.turns), data.metadata) == (["u0"], {"theirs": 1})
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_runs_whose_ids_repeat_or_no_store_can_hold_are_refused_up_front(
+    open_rig: RigOpener, backend: str
+) -> None:
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        a = await started(rig.host_a, sid)
+        run = SessionRun(id="r1", prompt="p", started_at=1, status="completed")
+        with pytest.raises(ValidationError) as repeated:
+            await a.set_runs([run, run])
+        assert repeated.value.path == "$.runs[1].id"
+        with pytest.raises(ValidationError) as unsafe:
+            await a.set_runs([msgspec.structs.replace(run, id="bad id!")])
+        assert unsafe.value.path == "$.runs[0].id"
+        assert a.runs == ()
+        await a.set_meta("k", 1)
+        await a.save()  # nothing refused was kept
+        await assert_memory_is_store(a, rig.store_b, "after the refused set_runs")

@@ -1131,18 +1131,16 @@ class Session:
     def _set_turns_command(self, turns: Iterable[SessionTurn]) -> _SetHistory:
         given = tuple(turns) if not isinstance(turns, tuple) else turns
         checked = checked_turns(given)
-        for i, turn in enumerate(checked):
-            try:
-                validate_id(turn.id, what="turn id")
-            except InvalidNameError as exc:
-                raise InvalidNameError(str(exc), path=f"$.turns[{i}].id") from None
+        _check_ids(checked, "turns")
         # The epoch is read now, in the caller: a refresh queued before this
         # command must not make the view it came from look current.
         return _SetHistory({"turns": frozen(tuple(checked))}, self._epoch_of(given))
 
     def _set_runs_command(self, runs: Iterable[SessionRun]) -> _SetHistory:
         given = tuple(runs) if not isinstance(runs, tuple) else runs
-        return _SetHistory({"runs": _checked_runs(given)}, self._epoch_of(given))
+        checked = _checked_runs(given)
+        _check_ids(checked, "runs")
+        return _SetHistory({"runs": checked}, self._epoch_of(given))
 
     async def generate_turn_id(self) -> str:
         """A turn id from ``store.generate_turn_id`` when it has one, else a UUID4."""
@@ -1729,6 +1727,21 @@ def _in_trio() -> bool:
 def _meta_value(key: str, value: Any) -> Any:
     """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
     return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + key_segment(key), 1)
+
+
+def _check_ids(values: Sequence[SessionTurn] | Sequence[SessionRun], field: str) -> None:
+    """Every id is one a store can hold, and none repeats: refused before memory changes."""
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        try:
+            validate_id(value.id, what=f"{field[:-1]} id")
+        except InvalidNameError as exc:
+            raise InvalidNameError(str(exc), path=f"$.{field}[{i}].id") from None
+        if value.id in seen:
+            raise ValidationError(
+                f"{field[:-1]} id {value.id!r} repeats", path=f"$.{field}[{i}].id"
+            )
+        seen.add(value.id)
 
 
 def _checked_key(key: object) -> str:
