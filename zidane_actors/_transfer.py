@@ -4,21 +4,33 @@ export and import), and checking that what arrived is what left.
 A session travels as a :class:`Bundle`: its document (turns, runs, metadata, a
 stored ``running`` with its owner), its artifacts and its send-request
 records, each written back exactly (``put_send_request`` keeps a record's
-``createdAt`` and result; the status is restored after the snapshot save,
-which never writes ``running``). Schedules and their fire history travel
-beside the sessions. A target that lacks a method the data needs is refused
-with the kind and the count that would be lost, before that session is written.
+``createdAt`` and result; the status and its owner are set last, after the
+snapshot save, which never writes ``running``). Schedules and their fire
+history travel beside the sessions.
+
+A :class:`Writer` refuses up front what the target cannot take (a method the
+data needs, a second session for a file map, an id the target already holds
+without ``replace``), naming the kind and the count that would be lost; then
+writes each session and each schedule all-or-nothing, verified byte for byte.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+import inspect
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 import msgspec
+import trio
 
-from .errors import UnsupportedOperationError, ValidationError
+from .errors import (
+    ConflictError,
+    StaleSessionError,
+    StoreError,
+    UnsupportedOperationError,
+    ValidationError,
+)
 from .model import (
     FIRE_HISTORY,
     ArtifactFilter,
@@ -34,9 +46,19 @@ from .model import (
     encode_str,
     validate_id,
 )
-from .stores import SessionStore, store_capabilities
+from .stores import FileMapStore, SessionStore, store_capabilities
+from .stores._protocol import is_versioned
 
-__all__ = ["KINDS", "Bundle", "Counts", "JsonlReader", "bundle_lines", "read_bundle"]
+__all__ = [
+    "KINDS",
+    "Bundle",
+    "Counts",
+    "JsonlReader",
+    "PartialWriteError",
+    "Writer",
+    "bundle_lines",
+    "read_bundle",
+]
 
 KINDS: Final = ("sessions", "turns", "runs", "artifacts", "sendRequests", "schedules", "fires")
 """What a transfer counts, in the order the summary prints it."""
@@ -73,21 +95,37 @@ class Counts:
         self.values["fires"] += fires
 
 
-def _capable(store: object, method: str, kind: str, count: int, where: str) -> Any:
-    """``store``'s optional ``method``, or a refusal saying what would be lost."""
-    if method in store_capabilities(store):
-        return getattr(store, method)
-    raise UnsupportedOperationError(
-        f"the {where} store cannot hold {kind} ({method} is missing): {count} would be lost"
-    )
+def _capable(caps: frozenset[str], method: str, kind: str, count: int, where: str) -> None:
+    """Refuse, saying what would be lost, when ``caps`` lacks ``method``."""
+    if count and method not in caps:
+        raise UnsupportedOperationError(
+            f"the {where} store cannot hold {kind} ({method} is missing): {count} would be lost"
+        )
 
 
-async def read_bundle(store: SessionStore, session_id: str) -> Bundle | None:
+async def capabilities(store: object) -> frozenset[str]:
+    """The optional methods ``store`` has; a remote store asks its server (its backing store)."""
+    caps = store_capabilities(store)
+    ask = getattr(store, "capabilities", None)
+    if callable(ask) and inspect.iscoroutinefunction(ask):
+        caps &= frozenset(await ask())
+    return caps
+
+
+def holds_one_session(store: object) -> bool:
+    """Whether ``store`` holds at most one session (a file map: its directory is the session)."""
+    return isinstance(store, FileMapStore)
+
+
+async def read_bundle(
+    store: SessionStore, session_id: str, caps: frozenset[str] | None = None
+) -> Bundle | None:
     """One session's bundle, or ``None`` when the store has no such session."""
     data = await store.load(session_id)
     if data is None:
         return None
-    caps = store_capabilities(store)
+    if caps is None:
+        caps = store_capabilities(store)
     artifacts: tuple[SessionArtifact, ...] = ()
     if "list_artifacts" in caps:
         found = await store.list_artifacts(  # type: ignore[attr-defined]
@@ -100,73 +138,281 @@ async def read_bundle(store: SessionStore, session_id: str) -> Bundle | None:
     return Bundle(data=data, artifacts=artifacts, send_requests=requests)
 
 
-async def write_bundle(store: SessionStore, bundle: Bundle) -> None:
-    """Write ``bundle`` into ``store`` exactly; a missing capability refuses before writing."""
-    sid = bundle.data.id
-    upsert = put = None
-    if bundle.artifacts:
-        upsert = _capable(store, "upsert_artifact", "artifacts", len(bundle.artifacts), "target")
-    if bundle.send_requests:
-        count = len(bundle.send_requests)
-        put = _capable(store, "put_send_request", "send requests", count, "target")
-    await store.save(bundle.data)
-    for artifact in bundle.artifacts:
-        assert upsert is not None
-        await upsert(artifact)
-    for record in bundle.send_requests:
-        assert put is not None
-        await put(sid, record)
-    if bundle.data.status == "running":  # a snapshot save never writes running: restore it
-        await store.update_status(
-            sid, "running", owner=bundle.data.run_owner, preserve_updated_at=True
-        )
-    if bundle.artifacts:  # an artifact write may touch the header: put its time back
-        await store.update_status(sid, bundle.data.status, preserve_updated_at=True)
-
-
-async def schedules_of(store: SessionStore) -> list[tuple[Schedule, list[ScheduleFire]]]:
+async def schedules_of(
+    store: SessionStore, caps: frozenset[str] | None = None
+) -> list[tuple[Schedule, list[ScheduleFire]]]:
     """Every schedule with its fire history, oldest fire first."""
-    caps = store_capabilities(store)
+    if caps is None:
+        caps = store_capabilities(store)
     if "list_schedules" not in caps:
         return []
     out = []
     for schedule in await store.list_schedules():  # type: ignore[attr-defined]
-        fires: list[ScheduleFire] = []
-        if "list_schedule_fires" in caps:
-            fires = await store.list_schedule_fires(  # type: ignore[attr-defined]
-                schedule.id, FIRE_HISTORY
-            )
-        out.append((msgspec.structs.replace(schedule, last_fire=None), fires[::-1]))
+        out.append(await _with_fires(store, caps, schedule))
     return out
 
 
-async def write_schedules(
-    store: SessionStore, schedules: Iterable[tuple[Schedule, list[ScheduleFire]]]
-) -> None:
-    """Write schedules and their fires (oldest first) into ``store``."""
-    schedules = list(schedules)
-    if not schedules:
-        return
-    save = _capable(store, "save_schedule", "schedules", len(schedules), "target")
-    fires = sum(len(f) for _, f in schedules)
-    record = _capable(store, "record_schedule_fire", "fires", fires, "target") if fires else None
-    for schedule, history in schedules:
-        await save(schedule)
-        for fire in history:
-            assert record is not None
-            await record(fire)
+async def _with_fires(
+    store: SessionStore, caps: frozenset[str], schedule: Schedule
+) -> tuple[Schedule, list[ScheduleFire]]:
+    fires: list[ScheduleFire] = []
+    if "list_schedule_fires" in caps:
+        fires = await store.list_schedule_fires(  # type: ignore[attr-defined]
+            schedule.id, FIRE_HISTORY
+        )
+    return msgspec.structs.replace(schedule, last_fire=None), fires[::-1]
 
 
-async def stored_counts(store: SessionStore) -> tuple[Counts, dict[str, bytes]]:
+class PartialWriteError(StoreError):
+    """A failed write could not be undone: the target may hold part of it (stop there)."""
+
+
+def _ids(ids: Iterable[str], more_than: int = 1) -> str:
+    """``'a'``, or ``'a' (and 2 more)``: the first id and how many others."""
+    listed = list(ids)
+    more = f" (and {len(listed) - 1} more)" if len(listed) > more_than else ""
+    return f"{listed[0]!r}{more}"
+
+
+@attrs.define
+class Writer:
+    """Writes sessions and schedules into a target store, exactly or not at all.
+
+    What the target cannot take is refused up front (:meth:`check`), before
+    anything is written. Each session (:meth:`put`) and each schedule
+    (:meth:`put_schedule`) is then all-or-nothing: it is written, read back
+    and compared byte for byte; on any failure what was written of it is
+    removed again (and, under ``replace``, the target's previous version is
+    written back), so the target holds the whole of it or nothing of it. An
+    existing id is refused unless ``replace``; with it, the target's version
+    is replaced whole (its artifacts and send-request ids too, so what reads
+    back is exactly what was written). A failure that cannot be undone raises
+    :class:`PartialWriteError`.
+
+    A session's header is written first (a snapshot save, which never writes
+    ``running``), then its artifacts and send-request records; a stored
+    ``running`` and its owner are set last, in one status write naming that
+    owner, so nothing after it can move them.
+    """
+
+    store: SessionStore
+    caps: frozenset[str]
+    replace: bool
+    where: str = "target store"
+
+    @classmethod
+    async def open(cls, store: SessionStore, *, replace: bool, where: str) -> Writer:
+        """A writer into ``store``, with the capabilities it really has."""
+        return cls(store=store, caps=await capabilities(store), replace=replace, where=where)
+
+    # -- refusals up front -----------------------------------------------------------------
+
+    async def check(
+        self,
+        ids: Sequence[str],
+        *,
+        artifacts: int,
+        send_requests: int,
+        schedules: Sequence[Schedule],
+        fires: int,
+    ) -> None:
+        """Refuse what this target cannot take; nothing is written either way."""
+        for kind, given in (("session", ids), ("schedule", [s.id for s in schedules])):
+            twice = sorted({i for i in given if given.count(i) > 1})
+            if twice:
+                raise ValidationError(f"{kind} {_ids(twice)} is given more than once")
+        _capable(self.caps, "upsert_artifact", "artifacts", artifacts, "target")
+        _capable(self.caps, "put_send_request", "send requests", send_requests, "target")
+        _capable(self.caps, "save_schedule", "schedules", len(schedules), "target")
+        _capable(self.caps, "record_schedule_fire", "fires", fires, "target")
+        if holds_one_session(self.store):
+            if len(ids) > 1:
+                raise UnsupportedOperationError(
+                    f"the target store is a file map, which holds one session: of the"
+                    f" {len(ids)} sessions given, {len(ids) - 1} would be lost (one session"
+                    f" per store; export each, sessions export ID, and import it into its"
+                    f" own file map)"
+                )
+            held = [sid for sid in await self.store.list() if sid not in ids]
+            if held and ids:
+                raise ConflictError(
+                    f"this file-map store holds session {held[0]!r}; it cannot store"
+                    f" {ids[0]!r} (one session per store)"
+                )
+        if not self.replace:
+            taken = [sid for sid in ids if await self._exists(sid)]
+            if taken:
+                raise ValidationError(
+                    f"session {_ids(taken)} already exists in the {self.where} (pass --replace)"
+                )
+            if schedules and "list_schedules" in self.caps:
+                held_ids = {s.id for s in await self.store.list_schedules()}  # type: ignore[attr-defined]
+                clash = [s.id for s in schedules if s.id in held_ids]
+                if clash:
+                    raise ValidationError(
+                        f"schedule {_ids(clash)} already exists in the {self.where}"
+                        " (pass --replace)"
+                    )
+
+    async def _exists(self, session_id: str) -> bool:
+        if "get_rev" in self.caps:
+            return await self.store.get_rev(session_id) is not None  # type: ignore[attr-defined]
+        return await self.store.load(session_id) is not None
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def put(self, bundle: Bundle) -> None:
+        """Write ``bundle`` so the target reads back exactly it, or leave the target as it was."""
+        sid = bundle.data.id
+        _capable(self.caps, "upsert_artifact", "artifacts", len(bundle.artifacts), "target")
+        count = len(bundle.send_requests)
+        _capable(self.caps, "put_send_request", "send requests", count, "target")
+        previous = await read_bundle(self.store, sid, self.caps)
+        if previous is not None:
+            if not self.replace:
+                raise ValidationError(
+                    f"session {sid!r} already exists in the {self.where} (pass --replace)"
+                )
+            await self.store.delete(sid)
+        written = False
+        try:
+            await self._create(bundle.data)
+            written = True
+            await self._fill(bundle)
+            await self._verify(bundle)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                await self._undo(sid, written, previous, exc)
+            raise
+
+    async def _create(self, data: SessionData) -> None:
+        """Save ``data`` as a new session: refused, writing nothing, if one appeared meanwhile."""
+        if not is_versioned(self.caps):
+            await self.store.save(data)
+            return
+        try:
+            await self.store.save(data, expected_rev=0)  # type: ignore[call-arg]
+        except StaleSessionError:
+            raise ValidationError(
+                f"session {data.id!r} already exists in the {self.where} (pass --replace):"
+                " another writer created it during this write"
+            ) from None
+
+    async def _fill(self, bundle: Bundle) -> None:
+        """A saved session's artifacts, send-request records, then its ``running`` marker."""
+        data = bundle.data
+        for artifact in bundle.artifacts:
+            await self.store.upsert_artifact(artifact)  # type: ignore[attr-defined]
+        for record in bundle.send_requests:
+            await self.store.put_send_request(data.id, record)  # type: ignore[attr-defined]
+        if data.status == "running":  # a snapshot save never writes running: the owner, exactly
+            await self.store.update_status(
+                data.id, "running", owner=data.run_owner, preserve_updated_at=True
+            )
+
+    async def _verify(self, bundle: Bundle) -> None:
+        back = await read_bundle(self.store, bundle.data.id, self.caps)
+        if back is None or back.encoded() != bundle.encoded():
+            raise StoreError(f"session {bundle.data.id!r} reads back different in the {self.where}")
+
+    async def _undo(
+        self, sid: str, written: bool, previous: Bundle | None, cause: BaseException
+    ) -> None:
+        """Remove what was written of session ``sid``; put the target's previous version back."""
+        try:
+            if written:
+                await self.store.delete(sid)
+            if previous is not None:
+                await self._create(previous.data)
+                await self._fill(previous)
+                await self._verify(previous)
+        except Exception as exc:
+            lost = (
+                "its previous version in the target is gone or incomplete"
+                if previous is not None
+                else "the target may hold part of it"
+            )
+            raise PartialWriteError(
+                f"session {sid!r}: {cause}; undoing the write failed too ({exc}): {lost}"
+            ) from exc
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    async def put_schedule(self, schedule: Schedule, fires: Sequence[ScheduleFire]) -> None:
+        """Write a schedule and its fires (oldest first) exactly, or leave the target as it was."""
+        _capable(self.caps, "save_schedule", "schedules", 1, "target")
+        _capable(self.caps, "record_schedule_fire", "fires", len(fires), "target")
+        previous = await self._schedule(schedule.id)
+        if previous is not None:
+            if not self.replace:
+                raise ValidationError(
+                    f"schedule {schedule.id!r} already exists in the {self.where} (pass --replace)"
+                )
+            _capable(self.caps, "delete_schedule", "a replaced schedule", 1, "target")
+            await self.store.delete_schedule(schedule.id)  # type: ignore[attr-defined]
+        written = False
+        try:
+            await self.store.save_schedule(schedule)  # type: ignore[attr-defined]
+            written = True
+            await self._fill_schedule(schedule, fires)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                await self._undo_schedule(schedule.id, written, previous, exc)
+            raise
+
+    async def _schedule(self, schedule_id: str) -> tuple[Schedule, list[ScheduleFire]] | None:
+        if "list_schedules" not in self.caps:
+            return None
+        for held in await self.store.list_schedules():  # type: ignore[attr-defined]
+            if held.id == schedule_id:
+                return await _with_fires(self.store, self.caps, held)
+        return None
+
+    async def _fill_schedule(self, schedule: Schedule, fires: Sequence[ScheduleFire]) -> None:
+        """A saved schedule's fires, then the schedule read back and compared."""
+        for fire in fires:
+            await self.store.record_schedule_fire(fire)  # type: ignore[attr-defined]
+        if "list_schedules" in self.caps:
+            back = await self._schedule(schedule.id)
+            wrote = (msgspec.structs.replace(schedule, last_fire=None), list(fires))
+            if back is None or encode(back) != encode(wrote):
+                raise StoreError(
+                    f"schedule {schedule.id!r} reads back different in the {self.where}"
+                )
+
+    async def _undo_schedule(
+        self,
+        schedule_id: str,
+        written: bool,
+        previous: tuple[Schedule, list[ScheduleFire]] | None,
+        cause: BaseException,
+    ) -> None:
+        try:
+            if written and "delete_schedule" in self.caps:
+                await self.store.delete_schedule(schedule_id)  # type: ignore[attr-defined]
+            elif written:
+                raise UnsupportedOperationError("the target store has no delete_schedule")
+            if previous is not None:
+                await self.store.save_schedule(previous[0])  # type: ignore[attr-defined]
+                await self._fill_schedule(*previous)
+        except Exception as exc:
+            raise PartialWriteError(
+                f"schedule {schedule_id!r}: {cause}; undoing the write failed too ({exc})"
+            ) from exc
+
+
+async def stored_counts(
+    store: SessionStore, caps: frozenset[str] | None = None
+) -> tuple[Counts, dict[str, bytes]]:
     """What ``store`` holds, counted, and each session's bundle bytes (for a verification)."""
     counts = Counts()
     encoded: dict[str, bytes] = {}
     for sid in await store.list():
-        bundle = await read_bundle(store, sid)
+        bundle = await read_bundle(store, sid, caps)
         if bundle is not None:
             counts.add_bundle(bundle)
             encoded[sid] = bundle.encoded()
-    for _, fires in await schedules_of(store):
+    for _, fires in await schedules_of(store, caps):
         counts.add_schedule(len(fires))
     return counts, encoded
 

@@ -14,10 +14,11 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, NoReturn, TextIO
+from typing import Any, Final, NoReturn, Protocol, TextIO
 
+import attrs
 import msgspec
 import trio
 
@@ -62,6 +63,14 @@ class _Parser(argparse.ArgumentParser):
             f"{self.format_usage()}{self.prog}: error: {message}\n"
             f"Run '{self.prog} --help' for more information."
         )
+
+
+class _Out(Protocol):
+    """Where a command prints (``print(file=…)``)."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 # -- serve --------------------------------------------------------------
@@ -142,7 +151,7 @@ def _title(metadata: dict[str, Any], first_user: SessionTurn | None) -> str:
     return ""
 
 
-async def _list(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+async def _list(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
     from .model import SessionFilter
 
     filter = SessionFilter(agent_id=args.agent, limit=args.limit)
@@ -292,12 +301,12 @@ def _transcript(data: SessionData) -> str:
     return "\n".join(lines)
 
 
-async def _show(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+async def _show(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
     print(_transcript(await _load(store, args.id)), file=out)
     return 0
 
 
-async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+async def _export(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
     if args.format == "jsonl":
         if args.id is None:  # the whole store: every session, then the schedules
             async for _, _, bundle in transfer.iterate_bundles(store):
@@ -328,36 +337,93 @@ async def _export(store: SessionStore, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
-async def _import(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+def _held(bundle: transfer.Bundle) -> str:
+    """``4 turns, 2 runs, 1 artifacts``: what a session bundle holds."""
+    data = bundle.data
+    extra = "".join(
+        f", {n} {kind}"
+        for n, kind in (
+            (len(bundle.artifacts), "artifacts"),
+            (len(bundle.send_requests), "send requests"),
+        )
+        if n
+    )
+    return f"{len(data.turns)} turns, {len(data.runs)} runs{extra}"
+
+
+@attrs.define
+class _Outcome:
+    """What a write command did, item by item (a session or a schedule)."""
+
+    verb: str
+    done: list[str] = attrs.field(factory=list)
+    failed: list[tuple[str, BaseException]] = attrs.field(factory=list)
+
+    async def put(
+        self,
+        what: str,
+        write: Awaitable[None],
+        out: _Out,
+        summary: str,
+        before: Callable[[], None] | None = None,
+    ) -> bool:
+        """Await ``write`` (all-or-nothing) and print its line; a failure is kept, not raised.
+
+        A failure that could not be undone (:class:`transfer.PartialWriteError`) stops here.
+        """
+        try:
+            await write
+        except transfer.PartialWriteError as exc:
+            raise transfer.PartialWriteError(
+                f"{exc}; stopped there: nothing after it was {self.verb}"
+            ) from exc
+        except (ZidaneActorsError, OSError) as exc:
+            self.failed.append((what, exc))
+            if before is not None:
+                before()
+            print(f"not {self.verb} {what}: {exc} (nothing of it written)", file=out, flush=True)
+            return False
+        self.done.append(what)
+        if before is not None:
+            before()
+        print(f"{self.verb} {what} ({summary})", file=out, flush=True)
+        return True
+
+    def check(self) -> None:
+        """Raise, in one line, when an item failed (every other one was written whole)."""
+        if not self.failed:
+            return
+        total = len(self.done) + len(self.failed)
+        what, first = self.failed[0]
+        more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
+        raise StoreError(
+            f"{len(self.failed)} of {total} not {self.verb} (nothing of them written):"
+            f" {what}{more}: {first}"
+        )
+
+
+async def _import(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
     reader = transfer.JsonlReader(args.file)
     reader.read()
-    if not args.replace:
-        for bundle in reader.bundles:
-            if await store.load(bundle.data.id) is not None:
-                raise ValidationError(
-                    f"session {bundle.data.id!r} already exists in the store (pass --replace)"
-                )
+    writer = await transfer.Writer.open(store, replace=args.replace, where="store")
+    await writer.check(
+        [bundle.data.id for bundle in reader.bundles],
+        artifacts=sum(len(bundle.artifacts) for bundle in reader.bundles),
+        send_requests=sum(len(bundle.send_requests) for bundle in reader.bundles),
+        schedules=[schedule for schedule, _ in reader.schedules],
+        fires=sum(len(fires) for _, fires in reader.schedules),
+    )
+    outcome = _Outcome("imported")
     for bundle in reader.bundles:
-        await transfer.write_bundle(store, bundle)
-        data = bundle.data
-        extra = "".join(
-            f", {n} {kind}"
-            for n, kind in (
-                (len(bundle.artifacts), "artifacts"),
-                (len(bundle.send_requests), "send requests"),
-            )
-            if n
-        )
-        print(
-            f"imported {data.id} ({len(data.turns)} turns, {len(data.runs)} runs{extra})", file=out
-        )
-    await transfer.write_schedules(store, reader.schedules)
+        await outcome.put(bundle.data.id, writer.put(bundle), out, _held(bundle))
     for schedule, fires in reader.schedules:
-        print(f"imported schedule {schedule.id} ({len(fires)} fires)", file=out)
+        write = writer.put_schedule(schedule, fires)
+        await outcome.put(f"schedule {schedule.id}", write, out, f"{len(fires)} fires")
+    outcome.check()
     return 0
 
 
-async def _heal(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+async def _heal(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
     from . import wire
 
     data = await _load(store, args.id)
@@ -385,47 +451,85 @@ async def _heal(store: SessionStore, args: argparse.Namespace, out: TextIO) -> i
     return 0
 
 
-async def _rm(store: SessionStore, args: argparse.Namespace, out: TextIO) -> int:
+async def _rm(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
     await _load(store, args.id)
     await store.delete(args.id)
     print(f"deleted {args.id}", file=out)
     return 0
 
 
-def _progress(done: int, total: int, err: TextIO) -> None:
-    """Redraw the progress line in place (``\\r``): for a terminal only."""
-    width = 30
-    filled = width * done // total if total else width
-    bar = "#" * filled + "-" * (width - filled)
-    print(f"\rcopying [{bar}] {done}/{total} sessions", end="", file=err, flush=True)
+@attrs.define
+class _Progress:
+    """The progress line on stderr, redrawn in place (``\\r``): for a terminal only."""
+
+    err: _Out
+    total: int
+    width: int = 30
+    drawn: int = 0
+
+    def draw(self, done: int) -> None:
+        filled = self.width * done // self.total if self.total else self.width
+        bar = "#" * filled + "-" * (self.width - filled)
+        line = f"\rcopying [{bar}] {done}/{self.total} sessions"
+        self.drawn = len(line) - 1
+        print(line, end="", file=self.err, flush=True)
+
+    def clear(self) -> None:
+        """Wipe the line, so a line printed next starts at the margin."""
+        print("\r" + " " * self.drawn + "\r", end="", file=self.err, flush=True)
+
+    def end(self) -> None:
+        print(file=self.err, flush=True)  # end the progress line (before an error line too)
 
 
-async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+async def _copy(args: argparse.Namespace, out: _Out, err: TextIO) -> int:
     # Progress only on a terminal: redrawn frames would fill a log file or a pipe.
     show = err.isatty()
     async with open_store_url(args.source) as source, open_store_url(args.target) as target:
+        caps = await transfer.capabilities(source)
+        writer = await transfer.Writer.open(target, replace=args.replace, where="target store")
+        ids = await source.list()
+        schedules = await transfer.schedules_of(source, caps)
+        artifacts = 0
+        if "list_artifacts" in caps:
+            artifacts = len(await source.list_artifacts())  # type: ignore[attr-defined]
+        # Refused before anything is written: what the target cannot hold, an id it holds.
+        await writer.check(
+            ids,
+            artifacts=artifacts,
+            send_requests=0,  # counted per session (no store lists them all): refused there
+            schedules=[schedule for schedule, _ in schedules],
+            fires=sum(len(fires) for _, fires in schedules),
+        )
         read = transfer.Counts()
         left: dict[str, bytes] = {}
-        if show:
-            _progress(0, len(await source.list()), err)
+        outcome = _Outcome("copied")
+        progress = _Progress(err, len(ids)) if show else None
+        clear = progress.clear if progress is not None else None
+        if progress is not None:
+            progress.draw(0)
         try:
-            async for n, total, bundle in transfer.iterate_bundles(source):
-                await transfer.write_bundle(target, bundle)
-                read.add_bundle(bundle)
-                left[bundle.data.id] = bundle.encoded()
-                if show:
-                    _progress(n, total, err)
-            schedules = await transfer.schedules_of(source)
-            await transfer.write_schedules(target, schedules)
-            for _, fires in schedules:
+            for n, sid in enumerate(ids, 1):
+                bundle = await transfer.read_bundle(source, sid, caps)
+                if bundle is not None:  # None: deleted from the source meanwhile
+                    read.add_bundle(bundle)
+                    if await outcome.put(sid, writer.put(bundle), out, _held(bundle), clear):
+                        left[sid] = bundle.encoded()
+                if progress is not None:
+                    progress.draw(n)
+            for schedule, fires in schedules:
                 read.add_schedule(len(fires))
+                write = writer.put_schedule(schedule, fires)
+                await outcome.put(
+                    f"schedule {schedule.id}", write, out, f"{len(fires)} fires", clear
+                )
         finally:
-            if show:
-                print(file=err)  # end the progress line (before an error line too)
-        arrived, stored = await transfer.stored_counts(target)
-    print(
-        f"copied {read.values['sessions']} session(s) from {args.source} to {args.target}", file=out
-    )
+            if progress is not None:
+                progress.end()
+        arrived, stored = await transfer.stored_counts(target, writer.caps)
+    copied = len(left)
+    of = f"{copied} of {read.values['sessions']}" if copied != read.values["sessions"] else copied
+    print(f"copied {of} session(s) from {args.source} to {args.target}", file=out)
     print(f"{'':14}{'source':>10}{'target':>10}", file=out)
     for kind in transfer.KINDS:
         print(f"{kind:14}{read.values[kind]:>10}{arrived.values[kind]:>10}", file=out)
@@ -433,7 +537,8 @@ async def _copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if differ:
         more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
         raise StoreError(f"session {differ[0]!r} reads back different in the target{more}")
-    print(f"verified: every copied session reads back byte for byte ({len(left)})", file=out)
+    print(f"verified: every copied session reads back byte for byte ({copied})", file=out)
+    outcome.check()
     return 0
 
 
@@ -552,7 +657,11 @@ def _parser() -> _Parser:
     imp = command(actions, "import", "import sessions from a JSONL export")
     store_option(imp)
     imp.add_argument("file", help="a JSONL file written by export")
-    imp.add_argument("--replace", action="store_true", help="overwrite sessions that exist")
+    imp.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace, whole, the sessions and schedules the store holds already",
+    )
 
     copy = command(
         commands,
@@ -564,6 +673,11 @@ def _parser() -> _Parser:
     )
     copy.add_argument("--from", dest="source", required=True, help="source store URL")
     copy.add_argument("--to", dest="target", required=True, help="target store URL")
+    copy.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace, whole, the sessions and schedules the target holds already",
+    )
     return parser
 
 
