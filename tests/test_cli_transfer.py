@@ -36,6 +36,8 @@ from zidane_actors.model import (
     SessionData,
     SessionTurn,
     TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
     encode,
 )
 from zidane_actors.stores._url import open_store_url
@@ -56,6 +58,19 @@ def za(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [CLI, *argv], capture_output=True, text=True, timeout=300, env=_env(), check=False
     )
+
+
+def reader_leaves_after_one_line(*argv: str) -> tuple[bytes, int, bytes]:
+    """``zidane-actors ARGV | head -1``: the first line, the exit code and stderr."""
+    proc = subprocess.Popen(
+        [CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    return first, proc.wait(timeout=300), err
 
 
 # -- data ---------------------------------------------------------------------------------
@@ -486,3 +501,99 @@ async def test_copy_and_import_keep_a_running_sessions_owner(
     imported = await load(target.url, "live")
     assert (imported.status, imported.run_owner) == ("running", ELSEWHERE)
     assert await bundles(target.url) == wanted
+
+
+# -- a reader that goes away --------------------------------------------------------------
+
+
+def _long_id(n: int) -> str:
+    """A 190-character session id: 500 report lines are far more than a pipe holds."""
+    return f"{n:04d}-" + "x" * 185
+
+
+def _orphans(sid: str, count: int) -> SessionData:
+    """A session holding ``count`` tool results whose call is gone (each one a heal line)."""
+    call = ToolCallBlock(id="c0", name="ls", input={})
+    turns = [
+        turn("u", "go"),
+        SessionTurn(id="a", role="assistant", content=(call,), created_at=2),
+        SessionTurn(
+            id="r", role="user", content=(ToolResultBlock(call_id="c0", output="ok"),), created_at=3
+        ),
+    ]
+    for n in range(count):
+        result = ToolResultBlock(call_id=f"ghost{n}", output="?")
+        turns.append(SessionTurn(id=_long_id(n), role="user", content=(result,), created_at=4 + n))
+    return SessionData(id=sid, created_at=1, updated_at=2, turns=tuple(turns))
+
+
+async def _many(tmp_path: Path) -> tuple[str, dict[str, bytes]]:
+    """A store of 500 sessions whose report lines are far more than a pipe holds."""
+    source = f"sqlite:{tmp_path / 'source.db'}"
+    await put(source, *(Seed(data(_long_id(n), updated_at=n + 1)) for n in range(500)))
+    return source, await bundles(source)
+
+
+async def test_an_import_finishes_when_its_reader_goes_away(tmp_path: Path) -> None:
+    """``import … | head -1`` imported part of the file, still with exit code 0."""
+    source, wanted = await _many(tmp_path)
+    dump = await export_file(source, tmp_path / "many.jsonl")
+    imported = f"sqlite:{tmp_path / 'imported.db'}"
+    first, code, err = await trio.to_thread.run_sync(
+        reader_leaves_after_one_line, "sessions", "import", str(dump), "--store", imported
+    )
+    assert first.startswith(b"imported 0499-")  # the most recent first
+    assert (code, err) == (0, b"")
+    assert await bundles(imported) == wanted  # every session, whole
+
+
+async def test_a_copy_finishes_when_its_reader_goes_away(tmp_path: Path) -> None:
+    source, wanted = await _many(tmp_path)
+    copied = f"sqlite:{tmp_path / 'copied.db'}"
+    first, code, err = await trio.to_thread.run_sync(
+        reader_leaves_after_one_line, "copy", "--from", source, "--to", copied
+    )
+    assert first.startswith(b"copied 0499-")
+    assert (code, err) == (0, b"")
+    assert await bundles(copied) == wanted
+
+
+async def test_heal_and_rm_finish_when_their_reader_goes_away(tmp_path: Path) -> None:
+    # Both write before they report (heal in one mutate_history): a guard, they never broke.
+    source = f"sqlite:{tmp_path / 'source.db'}"
+    await put(source, Seed(_orphans("broken", 500)))
+    first, code, err = await trio.to_thread.run_sync(
+        reader_leaves_after_one_line, "sessions", "heal", "broken", "--store", source
+    )
+    assert first.startswith(b"dropped orphan-tool-result call ghost0 ")
+    assert (code, err) == (0, b"")
+    assert len((await load(source, "broken")).turns) == 3
+
+    first, code, err = await trio.to_thread.run_sync(
+        reader_leaves_after_one_line, "sessions", "rm", "broken", "--store", source
+    )
+    assert (first, code, err) == (b"deleted broken\n", 0, b"")
+    assert "broken" not in await bundles(source)
+
+
+async def test_a_write_that_fails_exits_non_zero_when_its_reader_went_away(
+    tmp_path: Path,
+) -> None:
+    many = [Seed(data(_long_id(n), updated_at=n + 2)) for n in range(500)]
+    boom = Seed(data("boom", updated_at=1), artifacts=(artifact("boom", 1),))
+    source = f"sqlite:{tmp_path / 'source.db'}"
+    await put(source, *many, boom)
+    wanted = await bundles(source)
+    dump = await export_file(source, tmp_path / "many.jsonl")  # boom is its last session
+    path = tmp_path / "target.db"
+    await put(f"sqlite:{path}")
+    _sqlite_fault(path, "boom")
+
+    first, code, err = await trio.to_thread.run_sync(
+        reader_leaves_after_one_line, "sessions", "import", str(dump), "--store", f"sqlite:{path}"
+    )
+    assert first.startswith(b"imported 0499-")
+    assert code == 1
+    assert err.startswith(b"zidane-actors: error: 1 of 501 not imported"), err
+    del wanted["boom"]
+    assert await bundles(f"sqlite:{path}") == wanted

@@ -2,7 +2,9 @@
 
 Exit codes: 0 ok, 1 runtime error, 2 usage error. Expected failures print
 one line on stderr, never a traceback; a usage error prints the usage too. A
-reader that stops early (``| head``) ends the output quietly, exit code 0.
+reader that stops early (``| head``) ends the output quietly, exit code 0; a
+command that writes to a store still makes every write (its report is what
+stops) and exits 0 only if everything was written.
 What argparse prints is plain text: no reST markup in help strings.
 """
 
@@ -71,6 +73,49 @@ class _Out(Protocol):
     def write(self, text: str, /) -> int: ...
 
     def flush(self) -> None: ...
+
+
+class _Report:
+    """A write command's report: a stream that fails never stops the writes it reports.
+
+    The first failure is kept and every later line dropped (stdout is pointed
+    at ``/dev/null``, so the flush at exit does not fail again). A reader gone
+    (``| head``, EPIPE) is what Unix tools ignore; any other failure is raised
+    by :meth:`raise_failure` once every write to the store was made.
+    """
+
+    def __init__(self, stream: _Out) -> None:
+        self.stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text: str, /) -> int:
+        if self.failure is None:
+            try:
+                self.stream.write(text)
+            except OSError as exc:
+                self._failed(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.failure is None:
+            try:
+                self.stream.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self.failure = exc
+        if self.stream is sys.stdout:
+            _stdout_to_devnull()
+
+    def raise_failure(self) -> None:
+        """Raise the report's failure, unless there was none or its reader left."""
+        if self.failure is not None and not isinstance(self.failure, BrokenPipeError):
+            raise OSError(
+                self.failure.errno,
+                f"the report could not be written ({self.failure.strerror or self.failure});"
+                " every write to the store was made",
+            )
 
 
 # -- serve --------------------------------------------------------------
@@ -504,7 +549,7 @@ async def _copy(args: argparse.Namespace, out: _Out, err: TextIO) -> int:
         read = transfer.Counts()
         left: dict[str, bytes] = {}
         outcome = _Outcome("copied")
-        progress = _Progress(err, len(ids)) if show else None
+        progress = _Progress(_Report(err), len(ids)) if show else None
         clear = progress.clear if progress is not None else None
         if progress is not None:
             progress.draw(0)
@@ -552,11 +597,23 @@ _SESSION_COMMANDS: Final = {
 }
 
 
+_WRITE_COMMANDS: Final = frozenset({"import", "heal", "rm"})
+"""Session commands that write to the store (``copy`` too): their report never stops them."""
+
+
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "serve":
         return await _serve(args, out, err)
-    if args.command == "copy":
-        return await _copy(args, out, err)
+    if args.command == "copy" or args.action in _WRITE_COMMANDS:
+        # A write finishes even when its reader goes away (| head): its report is what stops.
+        report = _Report(out)
+        if args.command == "copy":
+            code = await _copy(args, report, err)
+        else:
+            async with open_store_url(args.store) as store:
+                code = await _SESSION_COMMANDS[args.action](store, args, report)
+        report.raise_failure()
+        return code
     async with open_store_url(args.store) as store:
         return await _SESSION_COMMANDS[args.action](store, args, out)
 
@@ -704,8 +761,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         code = trio.run(_run, args, sys.stdout, sys.stderr)
-        sys.stdout.flush()  # here, not at exit: a reader gone is caught below
-        return code
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
@@ -718,6 +773,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"zidane-actors: error: {expected}", file=sys.stderr)
         return 1
+    try:
+        sys.stdout.flush()  # here, not at exit: a reader gone is caught here
+    except BrokenPipeError:
+        _stdout_to_devnull()  # the command is done: its own exit code stands
+    return code
 
 
 def _reader_gone(exc: BaseException) -> bool:
