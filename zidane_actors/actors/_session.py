@@ -1729,7 +1729,7 @@ def _meta_value(key: str, value: Any) -> Any:
     return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + key_segment(key), 1)
 
 
-def _check_ids(values: Sequence[SessionTurn] | Sequence[SessionRun], field: str) -> None:
+def _check_ids(values: Sequence[SessionTurn | SessionRun], field: str) -> None:
     """Every id is one a store can hold, and none repeats: refused before memory changes."""
     seen: set[str] = set()
     for i, value in enumerate(values):
