@@ -19,14 +19,23 @@ The operations (``f``):
   ``load_session``, optionally with ``store_before``/``rev_before`` and
   ``store_after``/``rev_after``, store reads taken just before and after;
   ``append``: a host's view right after its append returned).
+  A ``read`` of the store may also say what else it saw: ``rev`` (the store's
+  ``rev``), ``agent_id`` and ``metadata``.
 - ``rewrite``: value ``{"from": [...], "to": [...]}``, a write of the whole
   list computed from the view ``from`` (``set_turns`` + ``save``, a pop): it
-  must apply only when the store holds exactly ``from``.
+  must apply only when the store holds exactly ``from``. With ``"rev": r``
+  and ``"rev_at": t``: the store's ``rev`` read right after the view was
+  taken, that read ending at ``t`` (the view reflects ``r`` or an older rev),
+  so it must apply only while the store is still at ``r``.
 - ``save``: value ``{"from": [...]}``, a save of a view whose turns did not
   change (only metadata did). It may apply over a stale view (a header save
   folds in what others wrote) but must leave the turns as the store holds
   them: what it erased shows as ``lost-append``, what it brought back as
-  ``read-after-removal`` in later reads.
+  ``read-after-removal`` in later reads. With ``"meta": n``: it sets the
+  metadata key named after its process to ``n``.
+- ``agent``: value ``{"agent": a}``, ``set_agent_id(a)`` + ``save``; ``patch``:
+  value ``{"key": k, "meta": n}``, ``patch_meta`` of one key. Each value is
+  written once: these set *fields* (``agent_id``, ``metadata.KEY``).
 - ``pop``: ok value the removed element (``None``: nothing to remove); it must
   remove the element that is last at that moment.
 - ``claim`` (ok value ``True``/``False``) and ``release``: a run claim and its end.
@@ -51,7 +60,16 @@ The anomalies found (``Anomaly.kind``):
 - ``double-removal``: two acknowledged removals took the same element.
 - ``stale-write``: an acknowledged conditional write was computed from a view
   that was not the store at that moment (a ``rewrite``'s ``from`` misses or
-  holds what the store did not, a pop took an element that was not last).
+  holds what the store did not, a pop took an element that was not last, or
+  a ``rewrite`` computed from ``rev`` r began after the store was seen past r:
+  a read answered a later rev, or an append or rewrite began after r was read
+  and was acknowledged).
+- ``lost-field``: a read of a field (the stored agent id or a metadata key)
+  that began after a write of value v was acknowledged holds another value,
+  and no write of that value may have come after v's (its write was
+  acknowledged before v's began, or no one wrote it): a change a caller was
+  told is saved was undone. (Holding a value whose write definitely failed is
+  an ``aborted-read``; one no one wrote, a ``garbage-read``.)
 - ``view-mismatch``: a ``load`` view differs from the store although the store's
   ``rev`` was the same before and after the load.
 - ``double-claim``: two processes held a run claim of one session at once.
@@ -61,6 +79,7 @@ The anomalies found (``Anomaly.kind``):
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import json
@@ -151,6 +170,11 @@ class Recorder:
         self._open: dict[int, tuple[str, str]] = {}
         self.invoked: dict[int, int] = {}
         """Each operation's invocation time."""
+
+    def now(self) -> int:
+        """The recorder's clock now (the time of an event recorded now)."""
+        when: int = self._clock()
+        return when
 
     def _write(self, event: Event) -> None:
         self._out.write(event.to_json() + "\n")
@@ -245,12 +269,16 @@ class _Removal:
 
 
 def check(
-    events: Iterable[Event], final: Mapping[str, Sequence[str]] | None = None
+    events: Iterable[Event],
+    final: Mapping[str, Sequence[str]] | None = None,
+    *,
+    final_fields: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Anomaly]:
     """Every anomaly of the history (empty when it is consistent).
 
     ``final`` maps a session to the elements the store holds once every process
-    stopped; it is checked as a read taken after everything else.
+    stopped, ``final_fields`` to its fields then (``{"agent_id": ...}``); both are
+    checked as reads taken after everything else.
     """
     ops = pair(events)
     end = max((max(op.invoked, op.completed % _END) for op in ops), default=0) + 1
@@ -263,6 +291,9 @@ def check(
     for session, session_ops in sorted(by_session.items()):
         last = None if final is None else final.get(session)
         anomalies.extend(_check_session(session, session_ops, last, end))
+        anomalies.extend(_check_revs(session, session_ops))
+        fields = None if final_fields is None else final_fields.get(session)
+        anomalies.extend(_check_fields(session, session_ops, fields, end))
         anomalies.extend(_check_claims(session, session_ops))
     return anomalies
 
@@ -555,6 +586,158 @@ def _bits(mask: int) -> Iterable[int]:
         low = mask & -mask
         yield low.bit_length() - 1
         mask ^= low
+
+
+def _check_revs(session: str, ops: list[Op]) -> list[Anomaly]:
+    """``stale-write``: rewrites computed from ``rev`` r, acknowledged after the store passed r.
+
+    ``rev`` only grows, so once a read answered a rev above r, or an append or a
+    rewrite that began after r was read was acknowledged (each writes, moving
+    the rev on), the store can never hold r again and must refuse the write.
+    """
+    seen: list[tuple[int, int, Op]] = []  # (when it was known, rev, by what)
+    moved: list[tuple[int, int, Op]] = []  # (acknowledged, began, the write)
+    for op in ops:
+        if op.type != "ok":
+            continue
+        if op.f == "read":
+            # A load's rev_before was read before it began, its rev_after before it ended.
+            for key, at in (("rev", op.completed), ("rev_before", op.invoked)):
+                rev = op.extra.get(key)
+                if isinstance(rev, int):
+                    seen.append((at, rev, op))
+            rev = op.extra.get("rev_after")
+            if isinstance(rev, int):
+                seen.append((op.completed, rev, op))
+        elif op.f == "append" or (op.f == "rewrite" and op.value["from"] != op.value["to"]):
+            moved.append((op.completed, op.invoked, op))
+    seen.sort(key=lambda s: s[0])
+    moved.sort(key=lambda m: m[0])
+    # Prefix maxima: the highest rev known, the latest begun write acknowledged, by each time.
+    highest: list[tuple[int, Op]] = []
+    for _, rev, op in seen:
+        highest.append(max(highest[-1], (rev, op), key=lambda h: h[0]) if highest else (rev, op))
+    latest: list[tuple[int, Op]] = []
+    for _, began, op in moved:
+        latest.append(max(latest[-1], (began, op), key=lambda h: h[0]) if latest else (began, op))
+    seen_at = [s[0] for s in seen]
+    moved_at = [m[0] for m in moved]
+    found: list[Anomaly] = []
+    for op in ops:
+        if op.f != "rewrite" or op.type != "ok" or not isinstance(op.value.get("rev"), int):
+            continue
+        rev, rev_at = op.value["rev"], op.value.get("rev_at")
+        k = bisect.bisect_left(seen_at, op.invoked)
+        if k and highest[k - 1][0] > rev:
+            later, by = highest[k - 1]
+            found.append(
+                Anomaly(
+                    "stale-write",
+                    session,
+                    f"{op} was computed from rev {rev}, and {by} saw rev {later} before it began",
+                )
+            )
+            continue
+        k = bisect.bisect_left(moved_at, op.invoked)
+        if isinstance(rev_at, int) and k and latest[k - 1][0] > rev_at:
+            by = latest[k - 1][1]
+            found.append(
+                Anomaly(
+                    "stale-write",
+                    session,
+                    f"{op} was computed from rev {rev}, and {by} wrote after that rev was "
+                    "read and was acknowledged before it began",
+                )
+            )
+    return found
+
+
+def _field_write(op: Op) -> tuple[str, Any] | None:
+    """The field an operation sets and the value it sets, if it sets one."""
+    value = op.value if isinstance(op.value, dict) else {}
+    if op.f == "agent" and "agent" in value:
+        return "agent_id", value["agent"]
+    if op.f == "save" and "meta" in value:
+        return f"metadata.{op.process}", value["meta"]
+    if op.f == "patch" and "meta" in value:
+        return f"metadata.{value['key']}", value["meta"]
+    return None
+
+
+def _check_fields(
+    session: str, ops: list[Op], final: Mapping[str, Any] | None, end: int
+) -> list[Anomaly]:
+    """``lost-field`` (and aborted or garbage reads) of fields set by ``agent``/``save``/``patch``.
+
+    Each value of a field is written once. A read that began after a write of v
+    was acknowledged may hold v or the value of a write that may have come
+    after it: one not acknowledged before v's write began (nor definitely
+    failed), begun before the read ended. ``None`` (no value) was never written.
+    """
+    writes: dict[str, list[Op]] = defaultdict(list)
+    writer: dict[tuple[str, Any], Op] = {}
+    for op in ops:
+        written = _field_write(op)
+        if written is not None:
+            writes[written[0]].append(op)
+            writer[written] = op
+    if not writes:
+        return []
+    observed: list[tuple[str, Any, int, int, str]] = []  # field, value, start, end, what
+    for op in ops:
+        if op.f != "read" or op.type != "ok":
+            continue
+        if "agent_id" in op.extra and "agent_id" in writes:
+            observed.append(("agent_id", op.extra["agent_id"], op.invoked, op.completed, str(op)))
+        metadata = op.extra.get("metadata")
+        if isinstance(metadata, dict):
+            for name in writes:
+                if name.startswith("metadata."):
+                    key = name.removeprefix("metadata.")
+                    observed.append((name, metadata.get(key), op.invoked, op.completed, str(op)))
+    for name, value in (final or {}).items():
+        if name in writes:
+            observed.append((name, value, end, end, "the final state"))
+    found: list[Anomaly] = []
+    lost: set[tuple[str, int, str]] = set()  # each acknowledged write reported once
+    for name, value, start, stop, what in sorted(observed, key=lambda o: o[2]):
+        by = writer.get((name, value))
+        if by is None and value is not None:
+            found.append(
+                Anomaly("garbage-read", session, f"{what} holds {name} {value!r}, never written")
+            )
+            continue
+        if by is not None and by.type == "fail":
+            found.append(
+                Anomaly(
+                    "aborted-read",
+                    session,
+                    f"{what} holds {name} {value!r}, whose write failed: {by}",
+                )
+            )
+            continue
+        for acked in writes[name]:
+            if acked.type != "ok" or acked.completed >= start or acked is by:
+                continue
+            which = (name, acked.index, acked.process)
+            if which in lost:
+                continue
+            if (
+                by is not None
+                and by.invoked < stop
+                and (by.type == "info" or by.completed > acked.invoked)
+            ):
+                continue  # by may have come after acked
+            lost.add(which)
+            was = "no value" if value is None else f"{value!r}, written by {by}"
+            found.append(
+                Anomaly(
+                    "lost-field",
+                    session,
+                    f"{acked} was acknowledged, then {what} holds {name} {was}",
+                )
+            )
+    return found
 
 
 def _check_claims(session: str, ops: list[Op]) -> list[Anomaly]:
