@@ -1,0 +1,922 @@
+"""The trio side of the LangGraph door: one thread's checkpoints in one zidane session.
+
+A thread's session holds, in store order:
+
+* one turn per LangChain message (``_langgraph_messages``), stored once;
+* one ``command`` turn per checkpoint and per ``put_writes`` call, holding a
+  ``NativeBlock(provider="langgraph")`` record (its ``type`` is
+  ``"checkpoint"`` or ``"writes"``): the checkpoint's fields, metadata and the
+  values of the channels it wrote (LangGraph's serializer bytes, base64), a
+  message channel's list as references to the message turns.
+
+Everything is written with appends (one ``append_turns`` per call, the run
+record upserted in the same write); removals (``prune``,
+``delete_for_runs``) are ``mutate_history`` edits decided on the stored
+turns. Turn ids of records are digests of their content, so a retried write
+is a no-op and two hosts writing the same record store it once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+import trio
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..actors import Session, SessionHost
+from ..actors._session import _lane_for_run
+from ..errors import (
+    ConflictError,
+    CorruptDataError,
+    InvalidNameError,
+    UnsupportedOperationError,
+)
+from ..model import (
+    AppendTurnsOptions,
+    NativeBlock,
+    SessionFilter,
+    SessionHistory,
+    SessionRun,
+    SessionRunAgent,
+    SessionTurn,
+    ToolCallBlock,
+    ToolResultBlock,
+    encode,
+    preview,
+    validate_id,
+)
+from ._langgraph_messages import (
+    has_tool_blocks,
+    is_message_turn,
+    message_to_turn,
+    messages_equal,
+    thaw,
+    turn_to_message,
+)
+
+__all__ = [
+    "AGENT_ID",
+    "META_KEY",
+    "RECORD_PROVIDER",
+    "ThreadOps",
+    "session_id_of",
+    "thread_id_of",
+]
+
+AGENT_ID: Final = "langgraph"
+"""The ``agentId`` of every thread's session (how the saver finds its threads)."""
+
+META_KEY: Final = "langgraph"
+"""The session metadata key of the door: ``{"thread": <thread id>}``."""
+
+RECORD_PROVIDER: Final = "langgraph"
+"""The ``provider`` of the native blocks holding checkpoint and writes records."""
+
+_RETRIES: Final = 8
+_NO_CHANNEL: Final = object()
+
+
+def session_id_of(thread_id: str) -> str:
+    """The zidane session id of a LangGraph thread (reversible, see docs/integrations.md).
+
+    A thread id that is a safe zidane id and does not start with ``lg=`` is
+    the session id itself; any other is ``lg=`` + its UTF-8 bytes in
+    unpadded base64url (up to 147 bytes), or ``lgh=`` + their SHA-256 when
+    longer (the thread id is then read from the session's metadata).
+    """
+    if not thread_id.startswith(("lg=", "lgh=")):
+        try:
+            return validate_id(thread_id, what="thread id")
+        except InvalidNameError:
+            pass
+    import base64
+
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    encoded = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    if len(encoded) + 3 <= 200:
+        return "lg=" + encoded
+    return "lgh=" + hashlib.sha256(raw).hexdigest()
+
+
+def thread_id_of(session_id: str, metadata: Mapping[str, Any]) -> str:
+    """The thread id a session holds (the inverse of :func:`session_id_of`)."""
+    meta = metadata.get(META_KEY)
+    if isinstance(meta, Mapping) and isinstance(meta.get("thread"), str):
+        return str(meta["thread"])
+    if session_id.startswith("lg="):
+        import base64
+
+        body = session_id[3:]
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        return raw.decode("utf-8", "surrogatepass")
+    return session_id
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(encode(list(parts))).hexdigest()[:32]
+
+
+def _version_key(version: Any) -> tuple[str, Any]:
+    return (type(version).__name__, version)
+
+
+class _Pairing:
+    """zidane's load-time pairing rules, followed turn by turn (nothing a load would drop)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, set[str]] = {}
+        self.preceding: dict[str, set[str]] = {}
+
+    def fits(self, turn: SessionTurn, lane: str) -> bool:
+        seen = self.seen.get(lane, set())
+        calls: set[str] = set()
+        results: set[str] = set()
+        preceding = self.preceding.get(lane, set())
+        for block in turn.content:
+            if isinstance(block, ToolCallBlock):
+                if block.id in seen or block.id in calls:
+                    return False
+                calls.add(block.id)
+            elif isinstance(block, ToolResultBlock):
+                if block.call_id in results or block.call_id not in preceding:
+                    return False
+                results.add(block.call_id)
+        return True
+
+    def add(self, turn: SessionTurn, lane: str) -> None:
+        seen = self.seen.setdefault(lane, set())
+        fresh: set[str] = set()
+        for block in turn.content:
+            if isinstance(block, ToolCallBlock) and block.id not in seen:
+                fresh.add(block.id)
+                seen.add(block.id)
+        if turn.role == "assistant":
+            self.preceding[lane] = fresh
+
+
+class _Index:
+    """What one session's turns hold for the door, extended as turns are appended."""
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+        self.count = 0
+        self.last: SessionTurn | None = None
+        self.ids: set[str] = set()
+        self.msg_order: list[str] = []
+        self.msg_pos: dict[str, int] = {}
+        self.msg_turn: dict[str, SessionTurn] = {}
+        self.by_message_id: dict[str | None, list[str]] = {}
+        self.cache: dict[str, BaseMessage] = {}
+        self.records: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.order: dict[tuple[str, str], int] = {}
+        self.namespaces: dict[str, set[str]] = {}
+        self.writes: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        self.blobs: dict[tuple[str, str, tuple[str, Any]], list[str]] = {}
+        self.pairing = _Pairing()
+        self.lanes: Any = None
+
+    def fits(self, turns: tuple[SessionTurn, ...]) -> bool:
+        return len(turns) >= self.count and (self.count == 0 or turns[self.count - 1] is self.last)
+
+    def extend(self, turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
+        self.lanes = _lane_for_run(runs)
+        for turn in turns[self.count :]:
+            self._add(turn)
+        self.count = len(turns)
+        self.last = turns[-1] if turns else None
+
+    def _add(self, turn: SessionTurn) -> None:
+        self.ids.add(turn.id)
+        self.pairing.add(turn, self.lanes(turn.run_id))
+        if is_message_turn(turn):
+            self.msg_pos[turn.id] = len(self.msg_order)
+            self.msg_order.append(turn.id)
+            self.msg_turn[turn.id] = turn
+            self.by_message_id.setdefault(self._message_id(turn), []).append(turn.id)
+            return
+        if turn.role != "command" or len(turn.content) != 1:
+            return
+        block = turn.content[0]
+        if not isinstance(block, NativeBlock) or block.provider != RECORD_PROVIDER:
+            return
+        record = block.data
+        kind = record.get("type")
+        ns = record.get("ns")
+        if not isinstance(ns, str):
+            raise CorruptDataError(f"turn {preview(turn.id)}: a LangGraph record without its ns")
+        if kind == "checkpoint":
+            checkpoint = record.get("checkpoint")
+            cid = checkpoint.get("id") if isinstance(checkpoint, Mapping) else None
+            versions = (
+                checkpoint.get("channel_versions") if isinstance(checkpoint, Mapping) else None
+            )
+            if not isinstance(cid, str) or not isinstance(versions, Mapping):
+                raise CorruptDataError(
+                    f"turn {preview(turn.id)}: a checkpoint record without its id"
+                )
+            key = (ns, cid)
+            self.records[key] = record
+            self.order[key] = len(self.order)
+            self.namespaces.setdefault(ns, set()).add(cid)
+            for channel in record.get("values") or ():
+                version = versions.get(channel, _NO_CHANNEL)
+                if version is not _NO_CHANNEL:
+                    self.blobs.setdefault((ns, channel, _version_key(version)), []).append(cid)
+        elif kind == "writes":
+            cid = record.get("checkpoint")
+            if not isinstance(cid, str):
+                raise CorruptDataError(
+                    f"turn {preview(turn.id)}: a writes record without its checkpoint"
+                )
+            self.writes.setdefault((ns, cid), []).append(record)
+
+    def _message_id(self, turn: SessionTurn) -> str | None:
+        data = turn.provider_data or {}
+        rest = data.get("message")
+        if isinstance(rest, Mapping):
+            found = rest.get("id", turn.id)
+            return found if isinstance(found, str) or found is None else None
+        return self.message(turn.id).id
+
+    # -- messages -----------------------------------------------------------
+
+    def message(self, turn_id: str) -> BaseMessage:
+        """The message a message turn holds (the index's own object: copy before handing out)."""
+        found = self.cache.get(turn_id)
+        if found is None:
+            found = self.cache[turn_id] = turn_to_message(self.msg_turn[turn_id], self.serde)
+        return found
+
+    def find(self, message: BaseMessage) -> str | None:
+        """The turn holding ``message`` exactly, if one does."""
+        for turn_id in self.by_message_id.get(message.id, ()):
+            if messages_equal(self.message(turn_id), message):
+                return turn_id
+        return None
+
+    def resolve(self, segments: Any, where: str) -> list[BaseMessage]:
+        out: list[BaseMessage] = []
+        for segment in segments:
+            first, count = segment[0], segment[1]
+            start = self.msg_pos.get(first)
+            if start is None or start + count > len(self.msg_order):
+                raise CorruptDataError(
+                    f"{where} refers to message turn {preview(first)} (+{count}),"
+                    " which the session no longer holds"
+                )
+            out.extend(self.message(t) for t in self.msg_order[start : start + count])
+        return out
+
+    def resolve_ids(self, turn_ids: Iterable[str], where: str) -> list[BaseMessage]:
+        out = []
+        for turn_id in turn_ids:
+            if turn_id not in self.msg_turn:
+                raise CorruptDataError(f"{where} refers to message turn {preview(turn_id)}, gone")
+            out.append(self.message(turn_id))
+        return out
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def latest(self, ns: str) -> str | None:
+        cids = self.namespaces.get(ns)
+        return max(cids) if cids else None
+
+    def value(self, ns: str, cid: str, channel: str, version: Any) -> Any:
+        """The stored value of ``channel`` at ``version`` as checkpoint ``cid`` sees it."""
+        holders = self.blobs.get((ns, channel, _version_key(version)))
+        if not holders:
+            return None
+        if len(holders) == 1:
+            return self.records[(ns, holders[0])]["values"][channel]
+        # Several checkpoints wrote this version: the nearest ancestor's is the one.
+        mine = set(holders)
+        seen: set[str] = set()
+        cursor: str | None = cid
+        while cursor is not None and cursor not in seen:
+            seen.add(cursor)
+            if cursor in mine:
+                return self.records[(ns, cursor)]["values"][channel]
+            record = self.records.get((ns, cursor))
+            parent = record.get("parent") if record is not None else None
+            cursor = parent if isinstance(parent, str) else None
+        latest = max(holders, key=lambda c: self.order[(ns, c)])
+        return self.records[(ns, latest)]["values"][channel]
+
+    def raw_tuple(self, ns: str, cid: str) -> dict[str, Any]:
+        """One checkpoint as the caller decodes it: record fields, values, writes."""
+        record = self.records[(ns, cid)]
+        checkpoint = record["checkpoint"]
+        values: dict[str, Any] = {}
+        own = record.get("values") or {}
+        for channel, version in checkpoint["channel_versions"].items():
+            stored = own.get(channel) if channel in own else self.value(ns, cid, channel, version)
+            if stored is None:
+                continue
+            values[channel] = self._decoded_value(stored, f"checkpoint {cid} channel {channel}")
+        return {
+            "ns": ns,
+            "checkpoint": thaw(checkpoint),
+            "checkpointSerde": thaw(record.get("checkpointSerde")),
+            "metadata": thaw(record.get("metadata")),
+            "metadataSerde": thaw(record.get("metadataSerde")),
+            "parent": record.get("parent"),
+            "values": values,
+            "writes": self.pending(ns, cid),
+        }
+
+    def _decoded_value(self, stored: Any, where: str) -> Any:
+        if isinstance(stored, Mapping):
+            if "turns" in stored:
+                return ("messages", self.resolve(stored["turns"], where))
+            if "turnIds" in stored:
+                return ("messages", self.resolve_ids(stored["turnIds"], where))
+            if "turn" in stored:
+                return ("message", self.resolve_ids([stored["turn"]], where)[0])
+            raise CorruptDataError(f"{where}: unknown value form {sorted(stored)}")
+        return ("blob", list(stored))
+
+    def pending(self, ns: str, cid: str) -> list[tuple[str, str, Any, str, int]]:
+        """The writes of a checkpoint: first for a regular index, last for a special one."""
+        chosen: dict[tuple[str, int], tuple[str, str, Any, str, int]] = {}
+        for record in self.writes.get((ns, cid), ()):
+            task, path = record["task"], record.get("path", "")
+            for entry in record["writes"]:
+                idx, channel, stored = entry[0], entry[1], entry[2]
+                key = (task, idx)
+                if key in chosen and idx >= 0:
+                    continue
+                value = self._decoded_value(stored, f"writes of checkpoint {cid}")
+                chosen[key] = (task, channel, value, path, idx)
+        return sorted(chosen.values(), key=lambda w: (w[3], w[0], w[4]))
+
+    def write_keys(self, ns: str, cid: str, task: str) -> set[int]:
+        return {
+            entry[0]
+            for record in self.writes.get((ns, cid), ())
+            if record["task"] == task
+            for entry in record["writes"]
+        }
+
+
+class _Thread:
+    """A thread's lock and index in one host (trio side)."""
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.index: _Index | None = None
+
+
+_threads: weakref.WeakKeyDictionary[SessionHost, dict[str, _Thread]] = weakref.WeakKeyDictionary()
+
+
+def _thread(host: SessionHost, session_id: str) -> _Thread:
+    threads = _threads.get(host)
+    if threads is None:
+        threads = _threads[host] = {}
+    found = threads.get(session_id)
+    if found is None:
+        found = threads[session_id] = _Thread()
+    return found
+
+
+def _now() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+class ThreadOps:
+    """The door's operations, run in the portal's trio thread (``await op(host, ...)``)."""
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+
+    # -- sessions -------------------------------------------------------------
+
+    def _index(self, thread: _Thread, session: Session) -> _Index:
+        turns = session.turns
+        index = thread.index
+        if index is None or index.serde is not self.serde or not index.fits(turns):
+            index = thread.index = _Index(self.serde)
+        if index.count != len(turns) or index.last is not (turns[-1] if turns else None):
+            index.extend(turns, session.runs)
+        return index
+
+    async def _session(self, host: SessionHost, thread_id: str, *, create: bool) -> Session | None:
+        sid = session_id_of(thread_id)
+        session = await host.load_session(sid)
+        if session is None and create:
+            try:
+                session = await host.create_session(
+                    id=sid, agent_id=AGENT_ID, metadata={META_KEY: {"thread": thread_id}}
+                )
+            except ConflictError:
+                session = await host.load_session(sid)
+        if (
+            session is not None
+            and sid.startswith("lgh=")
+            and thread_id_of(sid, session.metadata) != thread_id
+        ):
+            raise ConflictError(f"session {sid} holds another thread than {preview(thread_id)}")
+        return session
+
+    # -- writes ---------------------------------------------------------------
+
+    def _message_turns(
+        self,
+        index: _Index,
+        messages: Sequence[BaseMessage],
+        new: list[SessionTurn],
+        fresh: dict[str, BaseMessage],
+        run: SessionRun | None,
+        now: int,
+    ) -> list[str]:
+        """The turn id of each message, new turns made (into ``new``) for the ones not stored."""
+        out = []
+        for message in messages:
+            found = index.find(message)
+            if found is None:
+                found = next(
+                    (t for t, held in fresh.items() if messages_equal(held, message)), None
+                )
+            if found is None:
+                found = self._new_message_turn(index, message, new, fresh, run, now)
+            out.append(found)
+        return out
+
+    def _new_message_turn(
+        self,
+        index: _Index,
+        message: BaseMessage,
+        new: list[SessionTurn],
+        fresh: dict[str, BaseMessage],
+        run: SessionRun | None,
+        now: int,
+    ) -> str:
+        taken = index.ids | {t.id for t in new}
+        turn_id: str | None = None
+        if isinstance(message.id, str):
+            try:
+                turn_id = validate_id(message.id)
+            except InvalidNameError:
+                turn_id = None
+            if turn_id is not None and (turn_id in taken or turn_id.startswith(("lgc-", "lgw-"))):
+                turn_id = None
+        if turn_id is None:
+            kind, raw = self.serde.dumps_typed(message)
+            turn_id = (
+                "lc-"
+                + hashlib.sha256(
+                    f"{message.id}\0{kind}\0".encode("utf-8", "surrogatepass") + raw
+                ).hexdigest()[:32]
+            )
+            n = 0
+            base = turn_id
+            while turn_id in taken:
+                n += 1
+                turn_id = f"{base}.{n}"
+        run_id = run.id if run is not None else None
+        turn = message_to_turn(message, self.serde, turn_id=turn_id, created_at=now, run_id=run_id)
+        lane = index.lanes(run_id) if index.lanes is not None else "main"
+        if has_tool_blocks(turn) and not _fits_after(index, new, turn, lane):
+            turn = message_to_turn(
+                message,
+                self.serde,
+                turn_id=turn_id,
+                created_at=now,
+                run_id=run_id,
+                readable_only=True,
+            )
+        fresh[turn_id] = message
+        new.append(turn)
+        return turn_id
+
+    @staticmethod
+    def _run(
+        session: Session,
+        run_id: Any,
+        prompt: str | None,
+        now: int,
+        new: Sequence[SessionTurn],
+        *,
+        error: str | None = None,
+    ) -> SessionRun | None:
+        if not isinstance(run_id, str):
+            return None
+        try:
+            validate_id(run_id, what="run id")
+        except InvalidNameError:
+            return None
+        run = next((r for r in session.runs if r.id == run_id), None)
+        if run is None:
+            run = SessionRun(
+                id=run_id,
+                prompt=prompt or "",
+                started_at=now,
+                status="completed",
+                agent=SessionRunAgent(id=AGENT_ID, label="LangGraph"),
+                tokens_in=0,
+                tokens_out=0,
+                turns=0,
+            )
+        tokens_in = run.tokens_in or 0
+        tokens_out = run.tokens_out or 0
+        turns = run.turns or 0
+        for turn in new:
+            if turn.role == "command":
+                continue
+            turns += 1
+            if turn.usage is not None:
+                tokens_in += turn.usage.input
+                tokens_out += turn.usage.output
+        changes: dict[str, Any] = {
+            "ended_at": now,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+            "turns": turns,
+        }
+        if error is not None:
+            changes["status"] = "error"
+            changes["error"] = error
+        return msgspec.structs.replace(run, **changes)
+
+    async def put(
+        self,
+        host: SessionHost,
+        thread_id: str,
+        record: dict[str, Any],
+        messages: dict[str, list[BaseMessage]],
+        prompt: str | None,
+    ) -> None:
+        """Store one checkpoint record (and the message turns it needs) in one append."""
+        ns = record["ns"]
+        cid = record["checkpoint"]["id"]
+        for _attempt in range(_RETRIES):
+            session = await self._session(host, thread_id, create=True)
+            assert session is not None
+            thread = _thread(host, session.id)
+            async with thread.lock:
+                index = self._index(thread, session)
+                now = _now()
+                new: list[SessionTurn] = []
+                fresh: dict[str, BaseMessage] = {}
+                metadata = record.get("metadata")
+                run_id = metadata.get("run_id") if isinstance(metadata, Mapping) else None
+                run = self._run(session, run_id, prompt, now, ())
+                values = dict(record["values"])
+                for channel, listed in messages.items():
+                    ids = self._message_turns(index, listed, new, fresh, run, now)
+                    values[channel] = {"turns": _segments(index, ids, new)}
+                body = {**record, "values": values}
+                turn_id = "lgc-" + _digest(ns, cid, body)
+                if turn_id in index.ids and not new:
+                    return  # the same checkpoint again: stored
+                run = self._run(session, run_id, prompt, now, new)
+                new.append(_record_turn(turn_id, body, now, run))
+                try:
+                    await session.append_turns(
+                        new, AppendTurnsOptions(run=run) if run is not None else None
+                    )
+                except ConflictError:
+                    thread.index = None
+                    continue
+                return
+        raise ConflictError(f"checkpoint {preview(cid)}: {_RETRIES} writers raced for its turns")
+
+    async def put_writes(
+        self,
+        host: SessionHost,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        task: str,
+        path: str,
+        entries: list[list[Any]],
+        messages: dict[int, BaseMessage | list[BaseMessage]],
+        error: str | None,
+    ) -> None:
+        """Store one task's writes for a checkpoint; a write already stored is kept as it is."""
+        for _attempt in range(_RETRIES):
+            session = await self._session(host, thread_id, create=True)
+            assert session is not None
+            thread = _thread(host, session.id)
+            async with thread.lock:
+                index = self._index(thread, session)
+                held = index.write_keys(ns, cid, task)
+                kept = [(i, e) for i, e in enumerate(entries) if e[0] < 0 or e[0] not in held]
+                if not kept:
+                    return
+                now = _now()
+                checkpoint = index.records.get((ns, cid))
+                metadata = checkpoint.get("metadata") if checkpoint is not None else None
+                run_id = metadata.get("run_id") if isinstance(metadata, Mapping) else None
+                run = self._run(session, run_id, None, now, ())
+                new: list[SessionTurn] = []
+                fresh: dict[str, BaseMessage] = {}
+                stored = []
+                for position, entry in kept:
+                    value = messages.get(position)
+                    if value is None:
+                        stored.append(entry)
+                    elif isinstance(value, BaseMessage):
+                        ids = self._message_turns(index, [value], new, fresh, run, now)
+                        stored.append([entry[0], entry[1], {"turn": ids[0]}])
+                    else:
+                        ids = self._message_turns(index, value, new, fresh, run, now)
+                        stored.append([entry[0], entry[1], {"turnIds": ids}])
+                body: dict[str, Any] = {"type": "writes", "ns": ns, "checkpoint": cid, "task": task}
+                if path:
+                    body["path"] = path
+                body["writes"] = stored
+                turn_id = "lgw-" + _digest(ns, cid, task, body)
+                if turn_id in index.ids and not new:
+                    return
+                run = self._run(session, run_id, None, now, new, error=error)
+                new.append(_record_turn(turn_id, body, now, run))
+                try:
+                    await session.append_turns(
+                        new, AppendTurnsOptions(run=run) if run is not None else None
+                    )
+                except ConflictError:
+                    thread.index = None
+                    continue
+                return
+        raise ConflictError(f"writes of {preview(cid)}: {_RETRIES} writers raced for its turns")
+
+    # -- reads ----------------------------------------------------------------
+
+    async def get(
+        self, host: SessionHost, thread_id: str, ns: str, cid: str | None
+    ) -> dict[str, Any] | None:
+        session = await self._session(host, thread_id, create=False)
+        if session is None:
+            return None
+        thread = _thread(host, session.id)
+        async with thread.lock:
+            index = self._index(thread, session)
+            if cid is None:
+                cid = index.latest(ns)
+                if cid is None:
+                    return None
+            elif (ns, cid) not in index.records:
+                return None
+            raw = index.raw_tuple(ns, cid)
+            raw["thread"] = thread_id
+            return raw
+
+    async def listing(
+        self,
+        host: SessionHost,
+        thread_id: str | None,
+        ns: str | None,
+        before: str | None,
+        filter: Mapping[str, Any] | None,
+        limit: int | None,
+    ) -> list[dict[str, Any]]:
+        """Checkpoints newest first; ``filter`` applied here to plain metadata (the caller
+        applies it to metadata kept as serializer bytes, and the limit then)."""
+        if thread_id is not None:
+            threads = [thread_id]
+        else:
+            ids = await host.store.list(SessionFilter(agent_id=AGENT_ID))
+            threads = []
+            for sid in ids:
+                session = await host.load_session(sid)
+                if session is not None:
+                    threads.append(thread_id_of(sid, session.metadata))
+        out: list[dict[str, Any]] = []
+        exact = True
+        for tid in threads:
+            session = await self._session(host, tid, create=False)
+            if session is None:
+                continue
+            thread = _thread(host, session.id)
+            async with thread.lock:
+                index = self._index(thread, session)
+                keys = [
+                    (n, c)
+                    for n, cids in index.namespaces.items()
+                    if ns is None or n == ns
+                    for c in cids
+                    if before is None or c < before
+                ]
+                keys.sort(key=lambda k: k[1], reverse=True)
+                for key in keys:
+                    record = index.records[key]
+                    metadata = record.get("metadata")
+                    if filter:
+                        if isinstance(metadata, Mapping):
+                            if any(metadata.get(k, _NO_CHANNEL) != v for k, v in filter.items()):
+                                continue
+                        else:
+                            exact = False
+                    raw = index.raw_tuple(*key)
+                    raw["thread"] = tid
+                    out.append(raw)
+                    if exact and limit is not None and len(out) >= limit:
+                        return out
+        return out
+
+    # -- deletions and copies -----------------------------------------------------
+
+    async def delete_thread(self, host: SessionHost, thread_id: str) -> None:
+        sid = session_id_of(thread_id)
+        thread = _thread(host, sid)
+        async with thread.lock:
+            await host.delete_session(sid)
+            thread.index = None
+
+    async def delete_for_runs(self, host: SessionHost, run_ids: list[str]) -> None:
+        runs = set(run_ids)
+        for sid in await host.store.list(SessionFilter(agent_id=AGENT_ID)):
+            session = await host.load_session(sid)
+            if session is None:
+                continue
+            thread = _thread(host, sid)
+            async with thread.lock:
+                index = self._index(thread, session)
+                if not any(
+                    isinstance(r.get("metadata"), Mapping) and r["metadata"].get("run_id") in runs
+                    for r in index.records.values()
+                ):
+                    continue
+
+                def drop(history: SessionHistory) -> SessionHistory | None:
+                    gone: set[tuple[str, str]] = set()
+                    for turn in history.turns:
+                        record = _record_of(turn)
+                        if record is not None and record.get("type") == "checkpoint":
+                            metadata = record.get("metadata")
+                            if isinstance(metadata, Mapping) and metadata.get("run_id") in runs:
+                                gone.add((record["ns"], record["checkpoint"]["id"]))
+                    if not gone:
+                        return None
+                    kept = tuple(t for t in history.turns if _record_key(t) not in gone)
+                    return SessionHistory(turns=kept, runs=history.runs)
+
+                await session.mutate_history(drop)
+                thread.index = None
+
+    async def prune(self, host: SessionHost, thread_ids: list[str], strategy: str) -> None:
+        for thread_id in thread_ids:
+            session = await self._session(host, thread_id, create=False)
+            if session is None:
+                continue
+            thread = _thread(host, session.id)
+            async with thread.lock:
+                await session.mutate_history(
+                    functools.partial(_pruned, strategy=strategy, serde=self.serde)
+                )
+                thread.index = None
+
+    async def copy_thread(self, host: SessionHost, source: str, target: str) -> None:
+        src = await self._session(host, source, create=False)
+        if src is None:
+            return
+        dst = await self._session(host, target, create=True)
+        assert dst is not None
+        theirs = _thread(host, dst.id)
+        async with theirs.lock:
+            index = self._index(theirs, dst)
+            if index.records or index.writes:
+                raise ConflictError(
+                    f"thread {preview(target)} already has checkpoints:"
+                    " copy_thread fills new threads"
+                )
+            ours = [t for t in src.turns if is_message_turn(t) or _record_of(t) is not None]
+            known = {r.id for r in dst.runs}
+            run_ids = {t.run_id for t in ours if t.run_id is not None}
+            runs = [r for r in src.runs if r.id in run_ids and r.id not in known]
+            # Turns first with no run that is not stored yet; then each run alone.
+            for run in runs:
+                await dst.update_run(run)
+            if ours:
+                await dst.append_turns(ours)
+            theirs.index = None
+
+
+def _fits_after(index: _Index, new: Sequence[SessionTurn], turn: SessionTurn, lane: str) -> bool:
+    if not new:
+        return index.pairing.fits(turn, lane)
+    # The turns of this write come first: follow them on a copy of the rules.
+    pairing = _Pairing()
+    pairing.seen = {k: set(v) for k, v in index.pairing.seen.items()}
+    pairing.preceding = {k: set(v) for k, v in index.pairing.preceding.items()}
+    for earlier in new:
+        pairing.add(earlier, index.lanes(earlier.run_id) if index.lanes is not None else "main")
+    return pairing.fits(turn, lane)
+
+
+def _segments(
+    index: _Index, turn_ids: Sequence[str], new: Sequence[SessionTurn]
+) -> list[list[Any]]:
+    """Message turn ids as runs of consecutive message turns: ``[[first id, count], ...]``."""
+    base = len(index.msg_order)
+    extra = {t.id: base + i for i, t in enumerate(t for t in new if is_message_turn(t))}
+    out: list[list[Any]] = []
+    previous = -2
+    for turn_id in turn_ids:
+        position = index.msg_pos.get(turn_id)
+        if position is None:
+            position = extra[turn_id]
+        if out and position == previous + 1:
+            out[-1][1] += 1
+        else:
+            out.append([turn_id, 1])
+        previous = position
+    return out
+
+
+def _record_turn(
+    turn_id: str, body: dict[str, Any], now: int, run: SessionRun | None
+) -> SessionTurn:
+    return SessionTurn(
+        id=turn_id,
+        role="command",
+        content=(NativeBlock(provider=RECORD_PROVIDER, data=body),),
+        created_at=now,
+        run_id=run.id if run is not None else None,
+    )
+
+
+def _record_of(turn: SessionTurn) -> Mapping[str, Any] | None:
+    if turn.role != "command" or len(turn.content) != 1:
+        return None
+    block = turn.content[0]
+    if isinstance(block, NativeBlock) and block.provider == RECORD_PROVIDER:
+        return block.data
+    return None
+
+
+def _record_key(turn: SessionTurn) -> tuple[str, str] | None:
+    record = _record_of(turn)
+    if record is None:
+        return None
+    if record.get("type") == "checkpoint":
+        return (record["ns"], record["checkpoint"]["id"])
+    return (record["ns"], record.get("checkpoint"))  # type: ignore[return-value]
+
+
+def _pruned(
+    history: SessionHistory, strategy: str, serde: SerializerProtocol
+) -> SessionHistory | None:
+    """The history with the records ``strategy`` drops (``keep_latest``: all but each
+    namespace's latest checkpoint and its writes, its values made its own)."""
+    index = _Index(serde)
+    index.extend(history.turns, history.runs)
+    if not index.records and not index.writes:
+        return None
+    if strategy == "keep_latest" and any(
+        isinstance(r.get("metadata"), Mapping) and "counters_since_delta_snapshot" in r["metadata"]
+        for r in index.records.values()
+    ):
+        raise UnsupportedOperationError(
+            "keep_latest cannot prune a thread that uses a DeltaChannel (its latest value is"
+            " rebuilt from older checkpoints)"
+        )
+    if strategy == "delete":
+        turns = tuple(t for t in history.turns if _record_of(t) is None)
+        return SessionHistory(turns=turns, runs=history.runs)
+    keep: dict[tuple[str, str], SessionTurn] = {}
+    for ns in index.namespaces:
+        cid = index.latest(ns)
+        assert cid is not None
+        record = index.records[(ns, cid)]
+        values = dict(record.get("values") or {})
+        for channel, version in record["checkpoint"]["channel_versions"].items():
+            if channel not in values:
+                found = index.value(ns, cid, channel, version)
+                if found is not None:
+                    values[channel] = found
+        body = thaw({k: v for k, v in record.items() if k != "parent"})
+        body["values"] = thaw(values)
+        turn_id = "lgc-" + _digest(ns, cid, body)
+        keep[(ns, cid)] = _record_turn(turn_id, body, _now(), None)
+    out: list[SessionTurn] = []
+    latest_turn: dict[tuple[str, str], SessionTurn] = {}
+    for turn in history.turns:
+        found = _record_of(turn)
+        if found is not None and found.get("type") == "checkpoint":
+            latest_turn[(found["ns"], found["checkpoint"]["id"])] = turn
+    for turn in history.turns:
+        found = _record_of(turn)
+        if found is None:
+            out.append(turn)
+            continue
+        key = _record_key(turn)
+        if key is None or key not in keep:
+            continue
+        if found.get("type") == "writes":
+            out.append(turn)
+        elif latest_turn.get(key) is turn:
+            kept = msgspec.structs.replace(
+                keep[key], run_id=turn.run_id, created_at=turn.created_at
+            )
+            out.append(kept)
+    return SessionHistory(turns=tuple(out), runs=history.runs)
