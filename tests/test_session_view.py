@@ -40,6 +40,7 @@ from typing import Any, Protocol, cast
 import msgspec
 import pytest
 import trio
+import trio.testing
 from store_contract import dead_pid
 from test_postgres_store import DSN, fresh_schema
 from test_server_e2e import ServerProcess
@@ -775,3 +776,74 @@ async def test_runs_whose_ids_repeat_or_no_store_can_hold_are_refused_up_front(
         await a.set_meta("k", 1)
         await a.save()  # nothing refused was kept
         await assert_memory_is_store(a, rig.store_b, "after the refused set_runs")
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_an_empty_view_read_before_a_refresh_is_refused(
+    open_rig: RigOpener, backend: str
+) -> None:
+    # An empty list carries no turn to tell its view by: it belongs to the last view
+    # the session handed out, here the empty one read before the refresh.
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        await rig.host_a.create_session(id=sid)
+        b = await held_by(rig.host_b, sid)
+        view = list(b.turns)
+        assert view == []
+        await (await held_by(rig.host_a, sid)).append_turns([t("a1")])
+        await rig.host_b.load_session(sid)
+        await b.set_turns([*view, t("b1")])
+        await refused_then_retry_works(rig, b, sid, ["a1"], what="an empty view")
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_a_view_is_stale_after_another_writer_moved_the_store_and_back(
+    open_rig: RigOpener, backend: str
+) -> None:
+    # Another writer appends and removes a turn: the turns read the same, the rev
+    # moved. A save computed from before is still refused (the store's rule is the rev).
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        a = await started(rig.host_a, sid)
+        b = await held_by(rig.host_b, sid)
+        view = list(b.turns)
+        await a.append_turns([t("x1")])
+        await a.set_turns(list(a.turns)[:-1])
+        await a.save()
+        await rig.host_b.load_session(sid)
+        assert ids(b.turns) == ["u0"]
+        await b.set_turns([*view, t("b1")])
+        await refused_then_retry_works(rig, b, sid, ["u0"], what="a moved-and-back store")
+
+
+async def test_a_load_that_begins_after_a_write_sees_it_though_an_earlier_load_is_reading() -> None:
+    # Concurrent loads of one id share a read; one that began after an acknowledged
+    # write must not be answered a read made before it.
+    async with open_memory_store() as store, open_session_host(store) as host:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
+        reading, release = trio.Event(), trio.Event()
+        original = store.load_versioned
+
+        async def slow_first_read(session_id: str) -> tuple[SessionData, int] | None:
+            found = await original(session_id)
+            if not reading.is_set():
+                reading.set()
+                await release.wait()
+            return found
+
+        store.load_versioned = slow_first_read  # type: ignore[method-assign]
+        loaded: list[Session | None] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _load_into(host, loaded))
+            await reading.wait()  # the first load has read the store: no turns
+            await store.append_turns("s", [t("w1")])  # acknowledged
+            later: list[Session | None] = []
+            nursery.start_soon(lambda: _load_into(host, later))
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+        assert later[0] is not None
+        assert ids(later[0].turns) == ["w1"], "a load begun after the write missed it"
+
+
+async def _load_into(host: SessionHost, into: list[Session | None]) -> None:
+    into.append(await host.load_session("s"))

@@ -192,9 +192,8 @@ class SessionHost:
             pending = self._loading.get(session_id)
             if pending is None:
                 break
+            # Its read may predate a write this call must see: check the rev again.
             await pending.done.wait()
-            if pending.session is not None:
-                return pending.session
         pending = _PendingLoad()
         self._loading[session_id] = pending
         try:

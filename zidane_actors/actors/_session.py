@@ -545,8 +545,10 @@ class Session:
         "_last_active",
         "_meta_listeners",
         "_now",
+        "_own_step",
         "_pre",
         "_queued",
+        "_read_epoch",
         "_retired",
         "_rev",
         "_runner",
@@ -597,7 +599,10 @@ class Session:
         # still hold them), so a replacement built from them is judged against it.
         self._epoch = 0
         self._edit_epoch = 0
+        self._read_epoch = 0  # the epoch of the last view handed out
         self._retired = _NO_RETIRED
+        # An own write moved the rev by a step its answer does not say (an artifact).
+        self._own_step = False
         self._meta_listeners: tuple[tuple[object, MetaListener], ...] = _NO_LISTENERS
         self._saved_listeners: tuple[tuple[object, SavedListener], ...] = _NO_LISTENERS
         self._actor: Actor[_SessionCommand[Any]] | None = None
@@ -650,11 +655,13 @@ class Session:
     @property
     def turns(self) -> tuple[SessionTurn, ...]:
         """Raw persisted turns (frozen); use :meth:`to_messages` for a provider request."""
+        self._read_epoch = self._view_epoch()
         return self._view.of(self._data).turns
 
     @property
     def runs(self) -> tuple[SessionRun, ...]:
         """Run records, in start order (frozen)."""
+        self._read_epoch = self._view_epoch()
         return self._view.of(self._data).runs
 
     @property
@@ -679,6 +686,7 @@ class Session:
 
     def to_json(self) -> SessionData:
         """The session as a :class:`SessionData` value."""
+        self._read_epoch = self._view_epoch()
         view = self._view.of(self._data)
         return msgspec.structs.replace(view, metadata=dict(view.metadata))
 
@@ -1228,6 +1236,7 @@ class Session:
         on_repair: Callable[[PairingRepair], None] | None = None,
     ) -> list[SessionMessage]:
         """The turns as wire-ready messages (pairing repaired; never written back)."""
+        self._read_epoch = self._view_epoch()
         messages: list[SessionMessage] = await to_wire_messages(
             self._view.of(self._data).turns,
             provider=provider,
@@ -1281,7 +1290,11 @@ class Session:
             self._stale = True
             return
         stored, rev = loaded
-        same = self._holds(stored)
+        # Another writer's change ends the view: any move of the rev past what memory
+        # reflects, unless an own write moved it by a step its answer did not say;
+        # then the document tells (unchanged: only that own step).
+        same = self._holds(stored) if self._own_step else rev == self._rev
+        self._own_step = False
         if not same:
             if not self._bulk:
                 self._retire(self._epoch)
@@ -1380,16 +1393,27 @@ class Session:
             for key in [k for k, (ref, _) in retired.items() if ref() is None]:
                 del retired[key]
 
-    def _epoch_of(self, values: Sequence[SessionTurn] | Sequence[SessionRun]) -> int:
-        """The epoch of the oldest view any of ``values`` came from (else the view's now)."""
+    def _epoch_of(self, values: Sequence[SessionTurn | SessionRun]) -> int:
+        """The epoch of the oldest view any of ``values`` came from.
+
+        A value memory shows belongs to the view now; a retired one to its own;
+        any other value (built by hand, or none at all: an empty list) to the
+        last view this session handed out, which is what its caller could see.
+        """
         epoch = self._view_epoch()
         retired = self._retired
-        if retired:
-            for value in values:
-                entry = retired.get(id(value))
-                if entry is not None and entry[1] < epoch and entry[0]() is value:
-                    epoch = entry[1]
-        return epoch
+        data, shown = self._data, self._view.shown()
+        current = {id(v) for v in (*data.turns, *data.runs)}
+        if shown is not None:
+            current.update(id(v) for v in (*shown.turns, *shown.runs))
+        by_hand = not values
+        for value in values:
+            entry = retired.get(id(value))
+            if entry is not None and entry[0]() is value:
+                epoch = min(epoch, entry[1])
+            elif id(value) not in current:
+                by_hand = True
+        return min(epoch, self._read_epoch) if by_hand else epoch
 
     def _do_set_history(self, changes: Mapping[str, Any], epoch: int) -> None:
         if self._bulk:
@@ -1638,6 +1662,7 @@ class Session:
         # The upsert moved the rev by a step its answer does not say: fold before relying on it.
         if self._rev is not None:
             self._stale = True
+            self._own_step = True
         return result
 
     async def _do_mutate_history(self, mutate: HistoryMutation) -> MutateResult:
