@@ -79,6 +79,8 @@ RECORD_PROVIDER: Final = "langgraph"
 """The ``provider`` of the native blocks holding checkpoint and writes records."""
 
 _RETRIES: Final = 8
+CHECKPOINT_WAIT: Final = 1.0
+"""Seconds ``put_writes`` of messages waits for its checkpoint (``_checkpoint_first``)."""
 _NO_CHANNEL: Final = object()
 
 
@@ -316,7 +318,7 @@ class _Index:
         own = record.get("values") or {}
         for channel, version in checkpoint["channel_versions"].items():
             stored = own.get(channel) if channel in own else self.value(ns, cid, channel, version)
-            if stored is None:
+            if stored is None or (not isinstance(stored, Mapping) and stored[0] == "empty"):
                 continue
             values[channel] = self._decoded_value(stored, f"checkpoint {cid} channel {channel}")
         return {
@@ -327,6 +329,7 @@ class _Index:
             "metadataSerde": thaw(record.get("metadataSerde")),
             "parent": record.get("parent"),
             "values": values,
+            "valuesOrder": thaw(record.get("valuesOrder")),
             "writes": self.pending(ns, cid),
         }
 
@@ -370,6 +373,11 @@ class _Thread:
     def __init__(self) -> None:
         self.lock = trio.Lock()
         self.index: _Index | None = None
+        self.landed = trio.Event()  # set (and replaced) whenever a checkpoint lands
+
+    def checkpoint_landed(self) -> None:
+        self.landed.set()
+        self.landed = trio.Event()
 
 
 _threads: weakref.WeakKeyDictionary[SessionHost, dict[str, _Thread]] = weakref.WeakKeyDictionary()
@@ -557,23 +565,24 @@ class ThreadOps:
         """Store one checkpoint record (and the message turns it needs) in one append."""
         ns = record["ns"]
         cid = record["checkpoint"]["id"]
-        for _attempt in range(_RETRIES):
-            session = await self._session(host, thread_id, create=True)
-            assert session is not None
-            thread = _thread(host, session.id)
-            async with thread.lock:
+        thread = _thread(host, session_id_of(thread_id))
+        async with thread.lock:
+            for _attempt in range(_RETRIES):
+                session = await self._session(host, thread_id, create=True)
+                assert session is not None
                 index = self._index(thread, session)
                 now = _now()
                 new: list[SessionTurn] = []
                 fresh: dict[str, BaseMessage] = {}
-                metadata = record.get("metadata")
-                run_id = metadata.get("run_id") if isinstance(metadata, Mapping) else None
+                run_id = _run_of(index, record)
                 run = self._run(session, run_id, prompt, now, ())
                 values = dict(record["values"])
                 for channel, listed in messages.items():
                     ids = self._message_turns(index, listed, new, fresh, run, now)
                     values[channel] = {"turns": _segments(index, ids, new)}
                 body = {**record, "values": values}
+                if run_id is not None:
+                    body["run"] = run_id
                 turn_id = "lgc-" + _digest(ns, cid, body)
                 if turn_id in index.ids and not new:
                     return  # the same checkpoint again: stored
@@ -586,6 +595,7 @@ class ThreadOps:
                 except ConflictError:
                     thread.index = None
                     continue
+                thread.checkpoint_landed()
                 return
         raise ConflictError(f"checkpoint {preview(cid)}: {_RETRIES} writers raced for its turns")
 
@@ -602,11 +612,13 @@ class ThreadOps:
         error: str | None,
     ) -> None:
         """Store one task's writes for a checkpoint; a write already stored is kept as it is."""
-        for _attempt in range(_RETRIES):
-            session = await self._session(host, thread_id, create=True)
-            assert session is not None
-            thread = _thread(host, session.id)
-            async with thread.lock:
+        thread = _thread(host, session_id_of(thread_id))
+        if messages:
+            await self._checkpoint_first(host, thread, thread_id, ns, cid)
+        async with thread.lock:
+            for _attempt in range(_RETRIES):
+                session = await self._session(host, thread_id, create=True)
+                assert session is not None
                 index = self._index(thread, session)
                 held = index.write_keys(ns, cid, task)
                 kept = [(i, e) for i, e in enumerate(entries) if e[0] < 0 or e[0] not in held]
@@ -614,8 +626,12 @@ class ThreadOps:
                     return
                 now = _now()
                 checkpoint = index.records.get((ns, cid))
-                metadata = checkpoint.get("metadata") if checkpoint is not None else None
-                run_id = metadata.get("run_id") if isinstance(metadata, Mapping) else None
+                if checkpoint is None and (latest := index.latest(ns)) is not None:
+                    # Its checkpoint is still on its way (LangGraph writes both at
+                    # once): it continues the namespace's latest checkpoint's run.
+                    checkpoint = index.records[(ns, latest)]
+                found = checkpoint.get("run") if checkpoint is not None else None
+                run_id = found if isinstance(found, str) else None
                 run = self._run(session, run_id, None, now, ())
                 new: list[SessionTurn] = []
                 fresh: dict[str, BaseMessage] = {}
@@ -648,6 +664,25 @@ class ThreadOps:
                     continue
                 return
         raise ConflictError(f"writes of {preview(cid)}: {_RETRIES} writers raced for its turns")
+
+    async def _checkpoint_first(
+        self, host: SessionHost, thread: _Thread, thread_id: str, ns: str, cid: str
+    ) -> None:
+        """Wait (a while) for the checkpoint writes belong to, when it is not stored yet.
+
+        LangGraph hands a checkpoint to its saver before the writes of the tasks
+        that follow it, but it does not wait for it: both may arrive at once.
+        The messages of the writes are stored after the checkpoint's own, so a
+        session's turns keep the conversation's order.
+        """
+        with trio.move_on_after(CHECKPOINT_WAIT):
+            while True:
+                async with thread.lock:
+                    landed = thread.landed
+                    session = await self._session(host, thread_id, create=False)
+                    if session is not None and (ns, cid) in self._index(thread, session).records:
+                        return
+                await landed.wait()
 
     # -- reads ----------------------------------------------------------------
 
@@ -799,6 +834,27 @@ class ThreadOps:
             if ours:
                 await dst.append_turns(ours)
             theirs.index = None
+
+
+def _run_of(index: _Index, record: Mapping[str, Any]) -> str | None:
+    """The run a checkpoint belongs to: the one LangGraph names (``metadata.run_id``, or the
+    config's ``run_id``), else a run per graph input, followed along the parents."""
+    named = record.get("run")
+    if isinstance(named, str):
+        return named
+    metadata = record.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    ns = record["ns"]
+    parents = metadata.get("parents")
+    if ns and isinstance(parents, Mapping) and isinstance(parents.get(""), str):
+        root = index.records.get(("", parents[""]))
+        if root is not None and isinstance(root.get("run"), str):
+            return str(root["run"])
+    if metadata.get("source") == "input":
+        return "lg-run-" + str(record["checkpoint"]["id"])
+    parent = index.records.get((ns, record.get("parent") or ""))
+    found = parent.get("run") if parent is not None else None
+    return found if isinstance(found, str) else None
 
 
 def _fits_after(index: _Index, new: Sequence[SessionTurn], turn: SessionTurn, lane: str) -> bool:

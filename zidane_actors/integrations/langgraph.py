@@ -239,19 +239,28 @@ class ZidaneSaver(BaseCheckpointSaver[float]):
         tid, ns = _thread(conf), _ns(conf)
         parent = conf.get("checkpoint_id")
         fields = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        plain = {k: v for k, v in fields.items() if plain_json(v)}
+        # Every key in its place (values kept apart stand in as null): read back in order.
+        plain = {
+            k: (v if k != "channel_values" and plain_json(v) else None)
+            for k, v in checkpoint.items()
+        }
         if "channel_versions" not in plain or not isinstance(plain.get("id"), str):
             raise ValidationError(
                 "a checkpoint needs a string id and channel versions that are strings or numbers",
                 path="$.checkpoint",
             )
         record: dict[str, Any] = {"type": "checkpoint", "ns": ns, "checkpoint": plain}
-        odd = {k: _blob(self.serde, v) for k, v in fields.items() if k not in plain}
+        odd = {
+            k: _blob(self.serde, v) for k, v in fields.items() if plain[k] is None and v is not None
+        }
         if odd:
             record["checkpointSerde"] = odd
         if parent is not None:
             record["parent"] = str(parent)
         md = dict(get_checkpoint_metadata(config, metadata))
+        run = md.get("run_id", config.get("run_id"))
+        if run is not None:
+            record["run"] = str(run)
         if plain_json(md):
             record["metadata"] = md
         else:
@@ -269,6 +278,9 @@ class ZidaneSaver(BaseCheckpointSaver[float]):
             else:
                 values[channel] = _blob(self.serde, value)
         record["values"] = values
+        order = list(channel_values)
+        if order != [c for c in checkpoint["channel_versions"] if c in channel_values]:
+            record["valuesOrder"] = order  # read back in the order they were put
         return tid, record, messages, _prompt(checkpoint)
 
     def _writes_args(
@@ -308,9 +320,9 @@ class ZidaneSaver(BaseCheckpointSaver[float]):
         checkpoint = dict(raw["checkpoint"])
         for key, blob in (raw.get("checkpointSerde") or {}).items():
             checkpoint[key] = _unblob(serde, blob)
-        values: dict[str, Any] = {}
-        for channel, (kind, value) in raw["values"].items():
-            values[channel] = self._value(kind, value)
+        stored = raw["values"]
+        order = raw.get("valuesOrder") or stored
+        values = {c: self._value(*stored[c]) for c in order if c in stored}
         checkpoint["channel_values"] = values
         if raw.get("metadataSerde") is not None:
             metadata = _unblob(serde, raw["metadataSerde"])
