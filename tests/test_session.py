@@ -374,6 +374,43 @@ async def test_load_time_pairing_heal_is_persisted_with_a_bulk_save() -> None:
     assert stored is not None and [t.id for t in stored.turns] == ["u1", "a1", "u2"]
 
 
+async def test_create_session_restores_data_with_the_pairing_heal() -> None:
+    """The spec's ``CreateSessionOptions``: ``_data`` restores a session from its data (the
+    ``id``/``agentId``/``metadata`` options are bypassed), healing its tool pairings in
+    memory; ``onPairingDrop`` fires once per deletion, on that path only. Nothing is
+    written at creation (``loadSession`` persists its heal; a restore arms the next save)."""
+    store = CallLog()
+    drops: list[PairingDrop] = []
+    session = await create_session(
+        store,
+        id="other",
+        agent_id="ignored",
+        _data=pairing_damaged(),
+        on_pairing_drop=drops.append,
+    )
+    assert (session.id, session.agent_id) == ("s", None)
+    assert [t.id for t in session.turns] == ["u1", "a1", "u2"]
+    assert [(d.kind, d.call_id) for d in drops] == [
+        ("orphan-tool-result", "ghost"),
+        ("empty-turn", None),
+    ]
+    assert store.calls == []
+    fresh: list[PairingDrop] = []
+    await create_session(store, id="new", on_pairing_drop=fresh.append)
+    assert fresh == []  # fresh sessions never heal
+
+
+async def test_host_create_session_restores_data_with_the_pairing_heal() -> None:
+    drops: list[PairingDrop] = []
+    async with open_session_host(MemoryStore()) as host:
+        session = await host.create_session(
+            _data=pairing_damaged(),
+            on_pairing_drop=drops.append,
+        )
+        assert session.id == "s" and [t.id for t in session.turns] == ["u1", "a1", "u2"]
+    assert {d.kind for d in drops} == {"orphan-tool-result", "empty-turn"}
+
+
 async def test_unpersisted_load_heal_arms_the_next_save() -> None:
     store = CallLog()
     await MemoryStore.save(store, pairing_damaged())

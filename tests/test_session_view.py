@@ -847,3 +847,26 @@ async def test_a_load_that_begins_after_a_write_sees_it_though_an_earlier_load_i
 
 async def _load_into(host: SessionHost, into: list[Session | None]) -> None:
     into.append(await host.load_session("s"))
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_a_restored_session_saves_whole_over_the_rev_it_was_restored_at(
+    open_rig: RigOpener, backend: str
+) -> None:
+    # create_session(_data=...) writes nothing; its next save writes the document whole,
+    # conditional on the store's rev at the restore.
+    async with open_rig(backend) as rig:
+        sid = new_id()
+        a = await started(rig.host_a, sid)
+        data = msgspec.structs.replace(a.to_json(), agent_id="restored")
+        b = await rig.host_b.create_session(_data=data)
+        assert ids(b.turns) == ["u0"]
+        await b.save()  # nobody wrote since the restore
+        assert (await stored(rig.store_a, sid)).agent_id == "restored"
+        await rig.host_b.delete_session(sid)
+        await rig.store_a.save(data)  # back in the store, as another writer put it
+        c = await rig.host_b.create_session(_data=data)
+        await rig.store_a.append_turns(sid, [t("x1")])  # another writer, after the restore
+        with pytest.raises(StaleSessionError):
+            await c.save()
+        assert ids((await stored(rig.store_a, sid)).turns) == ["u0", "x1"]

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from ..errors import ActorClosed, ConflictError
-from ..model import JsonValue
+from ..model import JsonValue, SessionData
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor, open_service_nursery
@@ -29,6 +29,7 @@ from ._session import (
     Session,
     _loaded_session_data,
     _new_session_data,
+    _restored_session_data,
     _run_after,
     _SessionCommand,
     _wall_clock,
@@ -121,12 +122,19 @@ class SessionHost:
         agent_id: str | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
         project_root: str | None = None,
+        _data: SessionData | None = None,
+        on_pairing_drop: Callable[[PairingDrop], None] | None = None,
     ) -> Session:
         """A new session, its header saved to the store.
 
         An id this host or the store already holds raises :class:`ConflictError`.
+        ``_data`` restores a session from its data instead, as the standalone
+        :func:`~zidane_actors.actors.create_session` does (nothing written;
+        its next save writes it whole); an id this host holds still conflicts.
         """
         self._check_open()
+        if _data is not None:
+            id = _data.id if isinstance(_data, SessionData) else None
         if id is not None:
             # A load or create of this id under way decides first: wait for it.
             while (under_way := self._loading.get(id)) is not None:
@@ -140,19 +148,31 @@ class SessionHost:
         if id is not None:
             self._loading[id] = pending
         try:
-            data, rev = await _new_session_data(
-                self._store,
-                id=id,
-                agent_id=agent_id,
-                metadata=metadata,
-                project_root=project_root,
-                clock=self._clock,
-                caps=self._caps,
-            )
+            pre = None
+            if _data is not None:
+                data, pre, rev = await _restored_session_data(
+                    self._store, _data, on_pairing_drop=on_pairing_drop, caps=self._caps
+                )
+            else:
+                data, rev = await _new_session_data(
+                    self._store,
+                    id=id,
+                    agent_id=agent_id,
+                    metadata=metadata,
+                    project_root=project_root,
+                    clock=self._clock,
+                    caps=self._caps,
+                )
             if data.id in self._sessions or (id is None and data.id in self._loading):
                 raise ConflictError(f"session {data.id!r} is already open in this host")
             session = Session(
-                data, store=self._store, runner=self, clock=self._clock, caps=self._caps, rev=rev
+                data,
+                store=self._store,
+                runner=self,
+                clock=self._clock,
+                caps=self._caps,
+                rev=rev,
+                pre=pre,
             )
             self._sessions[data.id] = session
             pending.session = session

@@ -1838,6 +1838,40 @@ async def _new_session_data(
     return data, None
 
 
+async def _restored_session_data(
+    store: SessionStore | None,
+    data: SessionData,
+    *,
+    on_pairing_drop: Callable[[PairingDrop], None] | None,
+    caps: frozenset[str] | None = None,
+) -> tuple[SessionData, _History | None, int | None]:
+    """``create_session(_data=...)``: a session restored from its data, nothing written.
+
+    Its tool pairings are healed in memory (``on_pairing_drop`` told each
+    deletion), and its next save writes the whole document (a bulk save),
+    conditional on the store's rev read now (``0``: the store holds no such
+    session, so the save creates it only while it is still absent).
+    """
+    if not isinstance(data, SessionData):
+        raise ValidationError(
+            f"_data must be a SessionData, got {type(data).__name__}", path="$._data"
+        )
+    validate_id(data.id)
+    check_model(data, what="session data", path="$._data")
+    healed = drop_invalid_tool_pairings(
+        data.turns, lane_for_run=_lane_for_run(data.runs), on_drop=on_pairing_drop
+    )
+    pre = (data.turns, data.runs)
+    if healed is not data.turns:
+        data = msgspec.structs.replace(data, turns=tuple(healed))
+    if caps is None:
+        caps = store_capabilities(store) if store is not None else frozenset()
+    rev = None
+    if store is not None and is_versioned(caps):
+        rev = await cast(VersionedStore, store).get_rev(data.id) or 0
+    return data, (pre if store is not None else None), rev
+
+
 async def _loaded_session_data(
     store: SessionStore,
     session_id: str,
@@ -2000,14 +2034,24 @@ async def create_session(
     metadata: Mapping[str, JsonValue] | None = None,
     project_root: str | None = None,
     clock: Clock | None = None,
+    _data: SessionData | None = None,
+    on_pairing_drop: Callable[[PairingDrop], None] | None = None,
 ) -> Session:
     """A new session outside any host (its actor is a trio system task).
 
     Uses ``store.generate_session_id`` when the store has it and no ``id`` is
     given; with a store the new header is saved at once, and an id the store
-    already holds raises :class:`ConflictError`.
+    already holds raises :class:`ConflictError`. ``_data`` restores a
+    session from its data instead (``id``, ``agent_id``, ``metadata`` and
+    ``project_root`` are then ignored, as the spec says): its tool pairings
+    are healed in memory (``on_pairing_drop`` is told each deletion; fresh
+    sessions never heal), nothing is written, and its next save writes it
+    whole, conditional on the store's rev at the restore.
     """
     now = clock or _wall_clock
+    if _data is not None:
+        data, pre, rev = await _restored_session_data(store, _data, on_pairing_drop=on_pairing_drop)
+        return Session(data, store=store, runner=_StandaloneRunner(), clock=now, pre=pre, rev=rev)
     data, rev = await _new_session_data(
         store, id=id, agent_id=agent_id, metadata=metadata, project_root=project_root, clock=now
     )
