@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -32,9 +34,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..actors import Session, SessionHost
 from ..actors._session import _lane_for_run
 from ..errors import (
+    ActorClosed,
     ConflictError,
     CorruptDataError,
     InvalidNameError,
+    SessionNotFoundError,
     UnsupportedOperationError,
 )
 from ..model import (
@@ -47,7 +51,6 @@ from ..model import (
     SessionTurn,
     ToolCallBlock,
     ToolResultBlock,
-    encode,
     preview,
     validate_id,
 )
@@ -121,7 +124,10 @@ def thread_id_of(session_id: str, metadata: Mapping[str, Any]) -> str:
 
 
 def _digest(*parts: object) -> str:
-    return hashlib.sha256(encode(list(parts))).hexdigest()[:32]
+    return hashlib.sha256(_ENCODER.encode(parts)).hexdigest()[:32]
+
+
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 def _version_key(version: Any) -> tuple[str, Any]:
@@ -373,6 +379,7 @@ class _Thread:
     def __init__(self) -> None:
         self.lock = trio.Lock()
         self.index: _Index | None = None
+        self.session: Session | None = None  # held: a host forgets a session nobody holds
         self.landed = trio.Event()  # set (and replaced) whenever a checkpoint lands
 
     def checkpoint_landed(self) -> None:
@@ -380,16 +387,28 @@ class _Thread:
         self.landed = trio.Event()
 
 
-_threads: weakref.WeakKeyDictionary[SessionHost, dict[str, _Thread]] = weakref.WeakKeyDictionary()
+_threads: weakref.WeakKeyDictionary[SessionHost, OrderedDict[str, _Thread]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+KEEP_THREADS: Final = 10_000
+"""Threads whose session handle (and index) a host keeps, least recently used dropped."""
 
 
 def _thread(host: SessionHost, session_id: str) -> _Thread:
     threads = _threads.get(host)
     if threads is None:
-        threads = _threads[host] = {}
+        threads = _threads[host] = OrderedDict()
     found = threads.get(session_id)
     if found is None:
         found = threads[session_id] = _Thread()
+        if len(threads) > KEEP_THREADS:
+            for key in list(itertools.islice(threads, len(threads) - KEEP_THREADS)):
+                if not threads[key].lock.locked():
+                    del threads[key]
+    else:
+        threads.move_to_end(session_id)
     return found
 
 
@@ -432,6 +451,22 @@ class ThreadOps:
             and thread_id_of(sid, session.metadata) != thread_id
         ):
             raise ConflictError(f"session {sid} holds another thread than {preview(thread_id)}")
+        _thread(host, sid).session = session
+        return session
+
+    async def _writable(self, host: SessionHost, thread: _Thread, thread_id: str) -> Session:
+        """The session a write goes to: the held handle, without a store read.
+
+        An append is unconditional: its answer tells the session when another
+        writer moved the store (memory then folds their turns in), and a turn
+        of ours another writer stored first makes it fail with
+        ``ConflictError``, whereupon the handle is read again and the write
+        decided anew.
+        """
+        if thread.session is not None:
+            return thread.session
+        session = await self._session(host, thread_id, create=True)
+        assert session is not None
         return session
 
     # -- writes ---------------------------------------------------------------
@@ -568,7 +603,7 @@ class ThreadOps:
         thread = _thread(host, session_id_of(thread_id))
         async with thread.lock:
             for _attempt in range(_RETRIES):
-                session = await self._session(host, thread_id, create=True)
+                session = await self._writable(host, thread, thread_id)
                 assert session is not None
                 index = self._index(thread, session)
                 now = _now()
@@ -592,8 +627,9 @@ class ThreadOps:
                     await session.append_turns(
                         new, AppendTurnsOptions(run=run) if run is not None else None
                     )
-                except ConflictError:
+                except (ConflictError, ActorClosed, SessionNotFoundError):
                     thread.index = None
+                    thread.session = None
                     continue
                 thread.checkpoint_landed()
                 return
@@ -617,7 +653,7 @@ class ThreadOps:
             await self._checkpoint_first(host, thread, thread_id, ns, cid)
         async with thread.lock:
             for _attempt in range(_RETRIES):
-                session = await self._session(host, thread_id, create=True)
+                session = await self._writable(host, thread, thread_id)
                 assert session is not None
                 index = self._index(thread, session)
                 held = index.write_keys(ns, cid, task)
@@ -659,8 +695,9 @@ class ThreadOps:
                     await session.append_turns(
                         new, AppendTurnsOptions(run=run) if run is not None else None
                     )
-                except ConflictError:
+                except (ConflictError, ActorClosed, SessionNotFoundError):
                     thread.index = None
+                    thread.session = None
                     continue
                 return
         raise ConflictError(f"writes of {preview(cid)}: {_RETRIES} writers raced for its turns")
@@ -679,7 +716,7 @@ class ThreadOps:
             while True:
                 async with thread.lock:
                     landed = thread.landed
-                    session = await self._session(host, thread_id, create=False)
+                    session = thread.session or await self._session(host, thread_id, create=False)
                     if session is not None and (ns, cid) in self._index(thread, session).records:
                         return
                 await landed.wait()
@@ -689,11 +726,11 @@ class ThreadOps:
     async def get(
         self, host: SessionHost, thread_id: str, ns: str, cid: str | None
     ) -> dict[str, Any] | None:
-        session = await self._session(host, thread_id, create=False)
-        if session is None:
-            return None
-        thread = _thread(host, session.id)
+        thread = _thread(host, session_id_of(thread_id))
         async with thread.lock:
+            session = await self._session(host, thread_id, create=False)
+            if session is None:
+                return None
             index = self._index(thread, session)
             if cid is None:
                 cid = index.latest(ns)
@@ -728,11 +765,11 @@ class ThreadOps:
         out: list[dict[str, Any]] = []
         exact = True
         for tid in threads:
-            session = await self._session(host, tid, create=False)
-            if session is None:
-                continue
-            thread = _thread(host, session.id)
+            thread = _thread(host, session_id_of(tid))
             async with thread.lock:
+                session = await self._session(host, tid, create=False)
+                if session is None:
+                    continue
                 index = self._index(thread, session)
                 keys = [
                     (n, c)
