@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zidane_actors.actors import Session, close_interrupted_tool_calls, open_session_host
-from zidane_actors.actors._session import _Heal
+from zidane_actors.actors._commands import _Heal
 from zidane_actors.model import (
     SessionData,
     SessionTurn,

@@ -1,6 +1,8 @@
 """Layer 3: the actor runtime — sessions as trio actors, the store actor, the host."""
 
 from ._actor import Actor, ActorState, ActorStatistics, Command, Reply, open_actor
+from ._build import create_session, load_session
+from ._commands import RunStats
 from ._extension import (
     EXTENSION_KEY_PATTERN,
     EXTENSION_NAME_PATTERN,
@@ -15,17 +17,10 @@ from ._extension import (
     with_extension_session,
 )
 from ._host import HostStatistics, SessionHost, open_session_host
-from ._session import (
-    Clock,
-    MetaListener,
-    RunStats,
-    SavedListener,
-    Session,
-    close_interrupted_tool_calls,
-    create_session,
-    load_session,
-)
+from ._repairs import close_interrupted_tool_calls
+from ._session import MetaListener, SavedListener, Session
 from ._store_actor import StoreActor, StoreActorStatistics, open_store_actor
+from ._view import Clock
 
 __all__ = [
     "EXTENSION_KEY_PATTERN",

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar, overload
 import msgspec
 
 from ..errors import ExtensionStateError, StaleSessionError
-from ..model import JsonValue, check_json, encode, parse_json
+from ..model import JsonValue, check_json, encode, parse_json, preview
 from ._contention import STALE_ATTEMPTS, back_off
 from ._session import Session
 
@@ -114,10 +114,10 @@ def _safe(extension: object, key: object) -> bool:
 def _check_names(extension: object, key: object) -> None:
     if not isinstance(extension, str) or _NAME.fullmatch(extension) is None:
         raise ExtensionStateError(
-            f"extension name {extension!r} does not match {EXTENSION_NAME_PATTERN}"
+            f"extension name {preview(extension)} does not match {EXTENSION_NAME_PATTERN}"
         )
     if not isinstance(key, str) or _KEY.fullmatch(key) is None:
-        raise ExtensionStateError(f"key {key!r} of extension {extension!r} is unsafe")
+        raise ExtensionStateError(f"key {preview(key)} of extension {preview(extension)} is unsafe")
 
 
 def _namespaces(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,17 +24,11 @@ from ..model import JsonValue, SessionData
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor, open_service_nursery
-from ._session import (
-    Clock,
-    Session,
-    _loaded_session_data,
-    _new_session_data,
-    _restored_session_data,
-    _run_after,
-    _SessionCommand,
-    _wall_clock,
-)
+from ._build import _loaded_session_data, _new_session_data, _restored_session_data, _run_after
+from ._commands import _SessionCommand
+from ._session import Session
 from ._store_actor import StoreActor, StoreActorStatistics, open_store_actor
+from ._view import Clock, _wall_clock
 
 __all__ = ["HostStatistics", "SessionHost", "open_session_host"]
 

@@ -32,7 +32,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..actors import Session, SessionHost
-from ..actors._session import _lane_for_run
+from ..actors._repairs import _lane_for_run
 from ..errors import (
     ActorClosed,
     ConflictError,
