@@ -40,6 +40,7 @@ from ._ids import (
     validate_request_id,
 )
 from ._json import MAX_JSON_DEPTH, check_json, check_model, key_segment
+from ._preview import PREVIEW_MAX_CHARS, preview
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
     current_run_owner,
@@ -75,6 +76,7 @@ from ._session_ops import (
     snapshot_status,
     upsert_runs,
 )
+from ._shape import check_shape
 from ._turn_ids import check_unique_turn_ids, fresh_turns, same_turn
 from ._types import (
     AppendTurnsOptions,
@@ -137,6 +139,7 @@ __all__ = [
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
+    "PREVIEW_MAX_CHARS",
     "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
     "SEND_REQUEST_HISTORY",
@@ -192,6 +195,7 @@ __all__ = [
     "check_column_text",
     "check_json",
     "check_model",
+    "check_shape",
     "check_unique_turn_ids",
     "convert",
     "corrupt_meta_row",
@@ -220,6 +224,7 @@ __all__ = [
     "normalize_artifact_input",
     "parse_json",
     "patch_metadata",
+    "preview",
     "process_started_at",
     "reasoning_text",
     "resume_chain_run_ids",

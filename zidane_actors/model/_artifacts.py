@@ -12,6 +12,7 @@ from ..errors import ConflictError, ValidationError
 from ._codec import encode
 from ._ids import check_column_text
 from ._json import check_json
+from ._preview import preview
 from ._types import ArtifactFilter, SessionArtifact, SessionArtifactInput
 
 __all__ = [
@@ -157,9 +158,11 @@ def check_artifact_id_free(artifact: SessionArtifact, holder: SessionArtifact | 
     """
     if holder is not None:
         raise ConflictError(
-            f"artifact id {artifact.id!r} of session {artifact.session_id!r} is held by"
-            f" another artifact (kind {holder.kind!r}, uri {holder.uri!r}); an upsert of"
-            f" kind {artifact.kind!r}, uri {artifact.uri!r} cannot reuse it"
+            f"artifact id {preview(artifact.id)} of session"
+            f" {preview(artifact.session_id)} is held by"
+            f" another artifact (kind {preview(holder.kind)},"
+            f" uri {preview(holder.uri)}); an upsert of"
+            f" kind {preview(artifact.kind)}, uri {preview(artifact.uri)} cannot reuse it"
         )
 
 

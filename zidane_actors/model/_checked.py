@@ -22,10 +22,11 @@ from typing import Final, TypeVar
 import msgspec
 
 from ..errors import ValidationError
-from ._codec import decode, decoder, encode
+from ._codec import decode, decoder, encode, encode_checked
 from ._frozen import frozen
 from ._ids import validate_id
 from ._json import MAX_JSON_DEPTH, check_model
+from ._shape import check_shape
 from ._turn_ids import check_unique_turn_ids
 from ._types import SessionTurn
 
@@ -79,6 +80,9 @@ def check_values(
                 f"expected a {type_.__name__}, got {type(value).__name__}", path=f"$.{field}[{i}]"
             )
     if walk:
+        # Declared types first (a struct built with content=None is not walked by
+        # check_model, and would fail deep inside): a dict may stand for a block.
+        check_shape(checked, type_, what=field, path=f"$.{field}", loose=True)  # type: ignore[arg-type]
         check_model(checked, what=field, path=f"$.{field}")
     return checked
 
@@ -113,7 +117,7 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
     copies = []
     try:
         for turn in given:
-            body = encode(turn)
+            body = encode_checked(turn)  # a NaN reads back as None: the comparison refuses it
             copy = _TURN.decode(body)
             if (
                 turn.extra_fields is not None
@@ -149,7 +153,7 @@ def _checked_walked(given: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
     try:
         for turn in checked:
             validate_id(turn.id)
-            body = encode(turn)
+            body = encode_checked(turn)  # checked above
             copies.append(frozen(_TURN.decode(body)))
             bodies.append(body)
     except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):  # the store says why

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from functools import cache
 from typing import Any, Generic, TypeVar, cast
 
@@ -14,7 +14,8 @@ import msgspec.inspect as mi
 
 from ..errors import ValidationError
 from ._extra import EXTRA_KEY, ExtraFields
-from ._json import MAX_JSON_DEPTH
+from ._json import MAX_JSON_DEPTH, key_segment
+from ._preview import preview
 
 __all__ = [
     "Decoder",
@@ -22,6 +23,7 @@ __all__ = [
     "decode",
     "decoder",
     "encode",
+    "encode_checked",
     "encode_str",
     "extra_json",
     "parse_json",
@@ -55,6 +57,7 @@ def _extra_dict(value: object) -> object:
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=_no_extra)
+_PLAIN = frozenset({str, int, bool, type(None)})
 _ANY = msgspec.json.Decoder()
 
 
@@ -95,22 +98,108 @@ def _escaped_json(plain: Any) -> bytes:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
 
 
+def _step(key: object) -> str:
+    return key_segment(key) if isinstance(key, str) else f"[{preview(key)}]"
+
+
+def _non_finite(value: object) -> tuple[str, float] | None:
+    """The path and value of the first ``NaN``/``±inf`` in ``value`` (document order), if any.
+
+    Iterative (no recursion limit of its own); run only on a value msgspec
+    encoded, so it is acyclic. Steps are kept as parent links and joined
+    only for the float found.
+    """
+    links: list[tuple[int, str]] = []  # (parent link, step)
+    stack: list[tuple[object, int, str]] = [(value, -1, "")]
+    while stack:
+        node, parent, step = stack.pop()
+        kind = type(node)
+        if kind in _PLAIN:
+            continue
+        if kind is float or isinstance(node, float):
+            if math.isfinite(node):  # type: ignore[arg-type]
+                continue
+            steps = [step]
+            while parent >= 0:
+                parent, up = links[parent]
+                steps.append(up)
+            return "$" + "".join(reversed(steps)), node  # type: ignore[return-value]
+        here = len(links)
+        links.append((parent, step))
+        children: list[tuple[object, int, str]] = []
+        if isinstance(node, msgspec.Struct):
+            cls = type(node)
+            for name, json_name in zip(
+                cls.__struct_fields__, cls.__struct_encode_fields__, strict=True
+            ):
+                item = getattr(node, name)
+                if json_name == EXTRA_KEY:
+                    if isinstance(item, ExtraFields):
+                        children.extend((v, here, _step(k)) for k, v in item.items())
+                elif type(item) not in _PLAIN:
+                    children.append((item, here, f".{json_name}"))
+        elif isinstance(node, Mapping):
+            children.extend((v, here, _step(k)) for k, v in node.items() if type(v) not in _PLAIN)
+        elif isinstance(node, (list, tuple)):
+            children.extend(
+                (v, here, f"[{i}]") for i, v in enumerate(node) if type(v) not in _PLAIN
+            )
+        stack.extend(reversed(children))
+    return None
+
+
+def _refuse_non_finite(value: object) -> None:
+    """Refuse ``value`` if it holds ``NaN``/``±inf`` (JSON has none; msgspec writes ``null``)."""
+    found = _non_finite(value)
+    if found is not None:
+        path, number = found
+        raise ValidationError(
+            f"value cannot be encoded as JSON exactly: {preview(number)} is not a JSON number"
+            " (NaN and infinities are refused)",
+            path=path,
+        )
+
+
 def encode(value: object) -> bytes:
     """Encode a model value (or builtins) as compact JSON bytes.
 
     Unknown fields a value keeps (``extra_fields``) are written as the
-    document's own keys; a lone surrogate in a string as its escape.
+    document's own keys; a lone surrogate in a string as its escape. A
+    ``NaN`` or an infinity (msgspec would write ``null``: a different value
+    on read) is refused with a :class:`~zidane_actors.errors.ValidationError`
+    locating it; only a document holding ``null`` is searched for one.
+    """
+    raw = encode_checked(value)
+    if b"null" in raw:  # NaN/±inf are written as null: look for one only then
+        _refuse_non_finite(value)
+    return raw
+
+
+def encode_checked(value: object) -> bytes:
+    """:func:`encode` for a value already checked (``check_model``, ``check_json``, or a
+    read-back comparison, which ``NaN`` never passes): without the search for ``NaN``.
+
+    For the write paths that check every value anyway; anything else uses :func:`encode`.
     """
     try:
         return _ENCODER.encode(value)
     except _HasExtra:
         plain = _plain(value)
     except UnicodeEncodeError:
-        return _escaped_json(_plain(value))
+        return _escaped(value, _plain(value))
     try:
         return _ENCODER.encode(plain)
     except UnicodeEncodeError:
+        return _escaped(value, plain)
+
+
+def _escaped(value: object, plain: Any) -> bytes:
+    """:func:`_escaped_json`, with a non-finite number refused as :func:`encode` refuses it."""
+    try:
         return _escaped_json(plain)
+    except ValueError:  # json.dumps(allow_nan=False): an out-of-range float
+        _refuse_non_finite(value)
+        raise
 
 
 def extra_json(extra: ExtraFields | None) -> str | None:

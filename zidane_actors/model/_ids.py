@@ -6,6 +6,7 @@ import re
 import uuid
 
 from ..errors import InvalidNameError, ValidationError
+from ._preview import preview
 
 __all__ = [
     "ID_MAX_LENGTH",
@@ -36,7 +37,7 @@ def validate_id(value: object, *, what: str = "session id") -> str:
     if not value or len(value) > ID_MAX_LENGTH:
         raise InvalidNameError(f"{what} must be 1-{ID_MAX_LENGTH} characters, got {len(value)}")
     if not _SAFE_ID.fullmatch(value) or ".." in value:
-        raise InvalidNameError(f"{what} {value!r} has characters outside [A-Za-z0-9_.:@+=-]")
+        raise InvalidNameError(f"{what} {preview(value)} has characters outside [A-Za-z0-9_.:@+=-]")
     return value
 
 
@@ -61,7 +62,7 @@ def validate_request_id(value: object, *, what: str = "request id") -> str:
             f"{what} must be 1-{REQUEST_ID_MAX_LENGTH} characters, got {len(value)}"
         )
     if not is_column_text(value):
-        raise InvalidNameError(f"{what} {value!r} holds NUL or a lone surrogate")
+        raise InvalidNameError(f"{what} {preview(value)} holds NUL or a lone surrogate")
     return value
 
 
@@ -87,7 +88,7 @@ def check_column_text(value: object, *, what: str, path: str) -> None:
     """
     if isinstance(value, str) and not is_column_text(value):
         raise ValidationError(
-            f"{what} {value!r} holds NUL or a lone surrogate, which a database text column"
+            f"{what} {preview(value)} holds NUL or a lone surrogate, which a database text column"
             " cannot hold",
             path=path,
         )

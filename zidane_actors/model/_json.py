@@ -29,6 +29,7 @@ import msgspec
 
 from ..errors import ValidationError
 from ._extra import EXTRA_KEY, ExtraFields
+from ._preview import preview
 
 __all__ = ["MAX_JSON_DEPTH", "check_json", "check_model", "key_segment"]
 
@@ -74,7 +75,9 @@ def _scalar(value: object) -> None:
     """Check a value that is not a plain container or exact scalar type."""
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _Refused(f"{value!r} is not a JSON number (NaN and infinities are refused)")
+            raise _Refused(
+                f"{preview(value)} is not a JSON number (NaN and infinities are refused)"
+            )
         return
     if isinstance(value, (str, int)):  # bool, enums: encoded by value, read back equal
         return
@@ -98,7 +101,7 @@ def _free(value: Any, depth: int) -> None:
             raise _too_deep()
         for key, item in value.items():
             if type(key) is not str and not isinstance(key, str):
-                raise _Refused(f"object key {key!r} is a {type(key).__name__}, not a string")
+                raise _Refused(f"object key {preview(key)} is a {type(key).__name__}, not a string")
             if type(item) in _SCALARS:
                 continue
             try:
@@ -120,7 +123,9 @@ def _free(value: Any, depth: int) -> None:
                 raise
     elif kind is float:
         if not math.isfinite(value):
-            raise _Refused(f"{value!r} is not a JSON number (NaN and infinities are refused)")
+            raise _Refused(
+                f"{preview(value)} is not a JSON number (NaN and infinities are refused)"
+            )
     elif kind not in _SCALARS:
         _scalar(value)
 
@@ -160,7 +165,9 @@ def _extra(value: object, cls: type) -> None:
     known = _KNOWN[cls]
     for key in value:
         if type(key) is not str:
-            raise _Refused(f"extra field key {key!r} is a {type(key).__name__}, not a string")
+            raise _Refused(
+                f"extra field key {preview(key)} is a {type(key).__name__}, not a string"
+            )
         if key in known:
             raise _Refused(f"extra field `{key}` is a field of {cls.__name__}")
     _free(dict(value), 0)

@@ -21,6 +21,7 @@ import msgspec
 
 from ..errors import ConflictError, ValidationError
 from ._codec import to_builtins
+from ._preview import preview
 from ._types import SessionTurn
 
 __all__ = ["check_unique_turn_ids", "fresh_turns", "same_turn"]
@@ -34,7 +35,8 @@ def check_unique_turn_ids(turns: Sequence[SessionTurn], *, path: str = "$.turns"
     for i, turn in enumerate(turns):
         if turn.id in seen:
             raise ValidationError(
-                f"turn id {turn.id!r} appears more than once in one write", path=f"{path}[{i}].id"
+                f"turn id {preview(turn.id)} appears more than once in one write",
+                path=f"{path}[{i}].id",
             )
         seen.add(turn.id)
 
@@ -78,6 +80,7 @@ def fresh_turns(
             fresh.append(turn)
         elif not same_turn(held, turn):
             raise ConflictError(
-                f"session {session_id!r} already holds turn {turn.id!r} with other content"
+                f"session {preview(session_id)} already holds"
+                f" turn {preview(turn.id)} with other content"
             )
     return tuple(fresh)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from ..errors import ValidationError
 from ._extra import ExtraFields, json_name
 
 __all__ = [
@@ -111,6 +112,21 @@ class _Value(
     extra_fields: ExtraFields | None = None
 
 
+class RequiredDefault:
+    """The default factory of a field the spec marks required (see :func:`_required`).
+
+    Its own type, so the OpenAPI document can list such a field as required.
+    """
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+    def __call__(self) -> Any:
+        return self.make()
+
+
 def _required(make: Callable[[], Any]) -> Any:
     """The default of a field the spec marks required: always written, filled in when absent.
 
@@ -120,7 +136,7 @@ def _required(make: Callable[[], Any]) -> Any:
     So the field is written even when it holds its default, and a document
     written before (without the field) still decodes.
     """
-    return msgspec.field(default_factory=make)
+    return msgspec.field(default_factory=RequiredDefault(make))
 
 
 class _Block(_Value, frozen=True, tag_field="type"):
@@ -131,7 +147,7 @@ def _one_source(kind: str, sources: dict[str, object]) -> None:
     given = [name for name, value in sources.items() if value is not None]
     if len(given) != 1:
         names = "/".join(sources)
-        raise ValueError(f"{kind} block needs exactly one of {names}, got {given or 'none'}")
+        raise ValidationError(f"{kind} block needs exactly one of {names}, got {given or 'none'}")
 
 
 class TextBlock(_Block, frozen=True, tag="text"):
@@ -153,7 +169,7 @@ class ImageBlock(_Block, frozen=True, tag="image"):
     def __post_init__(self) -> None:
         _one_source("image", {"data": self.data, "url": self.url, "ref": self.ref})
         if self.data is not None and not self.media_type:
-            raise ValueError("image block with inline data needs a mediaType")
+            raise ValidationError("image block with inline data needs a mediaType")
 
 
 class FileBlock(_Block, frozen=True, tag="file"):
@@ -172,7 +188,7 @@ class FileBlock(_Block, frozen=True, tag="file"):
             "file", {"data": self.data, "url": self.url, "text": self.text, "ref": self.ref}
         )
         if self.data is not None and not self.media_type:
-            raise ValueError("file block with inline data needs a mediaType")
+            raise ValidationError("file block with inline data needs a mediaType")
 
 
 class ToolCallBlock(_Block, frozen=True, tag="tool_call"):
@@ -572,7 +588,7 @@ class SendRequestClaim(_Value, frozen=True):
 
     def __post_init__(self) -> None:
         if self.claimed == (self.record is not None):
-            raise ValueError("a claim carries a record exactly when it was not claimed")
+            raise ValidationError("a claim carries a record exactly when it was not claimed")
 
 
 class ScheduleFire(_Value, frozen=True):
