@@ -34,6 +34,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
@@ -1432,11 +1433,14 @@ class StoreContract:
 
     async def test_mutate_turns(self, store: SessionStore) -> None:
         full = self.need(store, "mutate_turns")
-        assert await full.mutate_turns("ghost", lambda t: t) == "no-session"
+        with pytest.warns(DeprecationWarning, match="mutate_history"):
+            assert await full.mutate_turns("ghost", lambda t: t) == "no-session"
         data = make_session("s1", turns=(make_turn(1), make_turn(2)), runs=(make_run("r1"),))
         await full.save(data)
-        assert await full.mutate_turns("s1", lambda t: None) == "unchanged"
-        assert await full.mutate_turns("s1", lambda t: [*t, make_turn(3)][1:]) == "ok"
+        with pytest.warns(DeprecationWarning):
+            assert await full.mutate_turns("s1", lambda t: None) == "unchanged"
+        with pytest.warns(DeprecationWarning):
+            assert await full.mutate_turns("s1", lambda t: [*t, make_turn(3)][1:]) == "ok"
         loaded = await full.load("s1")
         assert loaded is not None
         assert (loaded.turns, loaded.runs) == ((make_turn(2), make_turn(3)), (make_run("r1"),))
@@ -1444,9 +1448,22 @@ class StoreContract:
         def explode(turns: tuple[SessionTurn, ...]) -> list[SessionTurn]:
             raise KeyError("x")
 
-        with pytest.raises(KeyError):
+        with pytest.raises(KeyError), pytest.warns(DeprecationWarning):
             await full.mutate_turns("s1", explode)
         assert await full.load("s1") == loaded
+
+    async def test_mutate_turns_is_deprecated(self, store: SessionStore) -> None:
+        """``mutateTurns`` is deprecated in the spec: each store's ``mutate_turns`` says so
+        with a ``DeprecationWarning`` pointing at its caller (``mutate_history`` stays quiet)."""
+        full = self.need(store, "mutate_turns")
+        await full.save(make_session("s1", turns=(make_turn(1),)))
+        with pytest.warns(DeprecationWarning, match="use mutate_history") as caught:
+            assert await full.mutate_turns("s1", lambda t: None) == "unchanged"
+        assert [w.filename for w in caught] == [__file__]
+        if "mutate_history" in store_capabilities(store):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", DeprecationWarning)
+                assert await full.mutate_history("s1", lambda h: None) == "unchanged"
 
     # -- send requests ----------------------------------------------------------------------
 
@@ -1468,6 +1485,7 @@ class StoreContract:
         assert mismatch.record is not None
         assert mismatch.record.fingerprint == "fp-1"
         # Ids are per session.
+        await full.save(make_session("s2"))
         assert (await full.claim_send_request("s2", "req-1", "fp-2")).claimed
 
         result = {"turnId": "t9", "text": "ünï", "n": [1, 2.5]}
@@ -1482,6 +1500,30 @@ class StoreContract:
         await full.settle_send_request("s1", "req-1", None)
         assert await full.find_send_request("s1", "req-1") is None
         assert (await full.claim_send_request("s1", "req-1", "fp-3")).claimed
+
+    async def test_send_requests_of_an_unknown_session_are_refused(
+        self, store: SessionStore, reopen: Reopen
+    ) -> None:
+        """A claim (or a put) for a session the store does not hold is refused, writing
+        nothing: a session created later under that id would inherit the claim, and a
+        retry of its first send would be answered with a record it never made."""
+        full = self.need(store, "claim_send_request", "find_send_request")
+        caps = store_capabilities(store)
+        with pytest.raises(SessionNotFoundError):
+            await full.claim_send_request("later", "req-1", "fp")
+        if "put_send_request" in caps:
+            record = SendRequestRecord(request_id="req-2", fingerprint="fp", created_at=1_000)
+            with pytest.raises(SessionNotFoundError):
+                await full.put_send_request("later", record)
+        full = await reopen()
+        assert await full.load("later") is None
+        await full.save(make_session("later"))
+        assert await full.find_send_request("later", "req-1") is None
+        assert await full.find_send_request("later", "req-2") is None
+        assert (await full.claim_send_request("later", "req-1", "fp")).claimed
+        await full.delete("later")
+        with pytest.raises(SessionNotFoundError):  # deleted: unknown again
+            await full.claim_send_request("later", "req-3", "fp")
 
     async def test_settle_unknown_request_is_a_no_op(self, store: SessionStore) -> None:
         full = self.need(store, "settle_send_request", "find_send_request")
@@ -1926,6 +1968,34 @@ class StoreContract:
         for attempt in attempts:
             with pytest.raises(ValidationError):
                 await attempt()
+        assert await store.load("s1") == make_session("s1")
+
+    async def test_deep_values_where_text_or_numbers_are_due_get_bounded_messages(
+        self, store: SessionStore
+    ) -> None:
+        """A value nested 3,000 deep where a status, a number or a key is due is refused with
+        a bounded message naming it (``model.preview``), never a ``RecursionError``."""
+        deep: Any = []
+        deep_key: Any = ()
+        for _ in range(3_000):
+            deep, deep_key = [deep], (deep_key,)
+        caps = store_capabilities(store)
+        full: Any = store
+        await store.save(make_session("s1"))
+        attempts: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.update_status("s1", deep),
+            lambda: store.get_turns("s1", deep),
+        ]
+        if "patch_meta" in caps:
+            attempts.append(lambda: full.patch_meta("s1", {deep_key: 1}))
+        if "claim_run" in caps:
+            attempts.append(lambda: full.claim_run("s1", stale_at=deep))
+        if "demote_stale_run" in caps:
+            attempts.append(lambda: full.demote_stale_run("s1", stale_at=deep, now=1))
+        for attempt in attempts:
+            with pytest.raises(ValidationError) as caught:
+                await attempt()
+            assert len(str(caught.value)) < 400, str(caught.value)[:400]
         assert await store.load("s1") == make_session("s1")
 
     # -- close ------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ tool leaves in a session directory, then drives the store through it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from zidane_actors.errors import (
     ExternalChangeWarning,
     InvalidNameError,
     StoreLockedError,
+    StoreReadOnlyError,
     ValidationError,
 )
 from zidane_actors.model import SessionData, SessionTurn, TextBlock, encode_str
@@ -733,3 +737,130 @@ def test_killed_writer_leaves_one_acknowledged_state(tmp_path: Path) -> None:
     # The seeded kill points reach inside the protocol: before and after its commit point.
     assert seen["temps left"] > 0 and seen["in flight committed"] > 0, seen
     assert seen["tails cut"] > 0, seen  # appends killed before their commit: their bytes cut
+
+
+# -- another local user ------------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+def as_nobody(action: Any) -> str:
+    """``action()`` (a sync callable answering text) run in a forked child as user ``nobody``.
+
+    Root passes every permission check, so the child drops to ``nobody`` first (the modules
+    it needs are imported here, before the fork: ``nobody`` may not read the interpreter's
+    own files). Skips when this process cannot drop privileges (it is not root).
+    """
+    if os.geteuid() != 0:
+        pytest.skip("dropping to another user needs root")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            answer = action()
+        except BaseException as exc:
+            answer, code = f"{type(exc).__name__}: {exc}", 1
+        os.write(write, answer.encode())
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return answer
+
+
+@contextlib.contextmanager
+def held_as_root(directory: Path) -> Iterator[None]:
+    """The directory's lock held as a store of root's holds it: its file (mode 0600) flocked.
+
+    (A store's own lock cannot be held across the fork: the child runs trio afresh.)
+    """
+    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b'{"pid":%d}' % os.getpid())
+        yield
+    finally:
+        os.close(fd)
+        (directory / LOCK).unlink()
+
+
+def _nobody_session_write(directory: Path) -> str:
+    """As the child: open a store on ``directory``, read it, then try to write a session."""
+
+    async def main() -> str:
+        store = store_on(directory)
+        try:
+            held = await store.load("s")
+            try:
+                await store.save(session(turn(9)))
+            except (StoreLockedError, StoreReadOnlyError) as exc:
+                return f"read {held is not None}; refused {type(exc).__name__}: {exc}"
+            return f"read {held is not None}; wrote"
+        except (StoreLockedError, StoreReadOnlyError) as exc:
+            return f"refused {type(exc).__name__}: {exc}"
+        finally:
+            await store.aclose()
+
+    return trio.run(main)
+
+
+def _shared_directory(tmp_path: Path, mode: int) -> Path:
+    """A directory ``nobody`` can reach (``tmp_path`` is private to root) with ``mode``."""
+    outer = tmp_path / "shared"
+    outer.mkdir()
+    outer.chmod(0o755)
+    for parent in [tmp_path, *tmp_path.parents]:
+        if parent == Path("/tmp"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o005)  # pytest's own temp directories are 0700
+    directory = outer / "sess"
+    directory.mkdir(mode=mode)
+    directory.chmod(mode)
+    return directory
+
+
+def test_another_users_lock_is_refused_not_bypassed(tmp_path: Path) -> None:
+    """A directory this user may write, whose lock file (0600) another user's store holds:
+    the lock cannot be opened, so the store refuses (it went on without the lock, and wrote)."""
+    directory = _shared_directory(tmp_path, 0o777)  # writable by every user
+    _nobody_session_write(tmp_path / "warm")  # imports what the child will need, as root
+
+    with held_as_root(directory):
+        answer = as_nobody(lambda: _nobody_session_write(directory))
+    assert answer.startswith("refused StoreLockedError:"), answer
+    assert "cannot be opened by this user" in answer
+    assert list(directory.iterdir()) == []  # nothing written (the lock file went with root's)
+
+
+def test_a_directory_read_only_for_this_user_is_read_without_the_lock_never_written(
+    tmp_path: Path,
+) -> None:
+    """Read-only for this user (whether or not another store holds its lock): read without
+    the lock, and every write refused as ``StoreReadOnlyError`` (a ``PermissionError``)."""
+    directory = _shared_directory(tmp_path, 0o700)
+
+    async def write_as_root() -> None:
+        store = store_on(directory)
+        await store.save(session(turn(0)))
+        await store.aclose()
+
+    trio.run(write_as_root)
+    for name in directory.iterdir():
+        name.chmod(0o644)
+    directory.chmod(0o755)  # readable, not writable, by other users
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    answer = as_nobody(lambda: _nobody_session_write(directory))
+    assert answer.startswith("read True; refused StoreReadOnlyError:"), answer
+    assert "is read-only for this user" in answer
+
+    with held_as_root(directory):
+        answer = as_nobody(lambda: _nobody_session_write(directory))
+    assert answer.startswith("read True; refused StoreReadOnlyError:"), answer
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    assert issubclass(StoreReadOnlyError, PermissionError)

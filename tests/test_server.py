@@ -274,7 +274,8 @@ async def test_missing_capabilities_answer_501_and_leave_the_document() -> None:
             await remote.append_turns(
                 "s1", [SessionTurn(id="t1", role="user", content=(), created_at=1)]
             )
-            assert await remote.mutate_turns("s1", lambda turns: ()) == "ok"
+            with pytest.warns(DeprecationWarning, match="mutate_history"):
+                assert await remote.mutate_turns("s1", lambda turns: ()) == "ok"
             assert await remote.get_turns("s1") == []
     assert served_capabilities(store) == {
         "generate_session_id",

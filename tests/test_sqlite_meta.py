@@ -155,6 +155,7 @@ def _mutation(kind: int, k: int) -> Any:
     return edit
 
 
+@pytest.mark.filterwarnings("ignore:mutate_turns is deprecated:DeprecationWarning")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=_OPS)
 async def test_aggregates_equal_recomputed_after_any_program(

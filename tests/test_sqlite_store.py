@@ -261,7 +261,8 @@ async def test_mutate_history_is_atomic(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="edit failed"):
             await store.mutate_history("s", boom)
         assert [t.id for t in await store.get_turns("s")] == ["t0", "t2", "t3"]
-        assert await store.mutate_turns("s", lambda ts: ts[::-1]) == "ok"
+        with pytest.warns(DeprecationWarning, match="mutate_history"):
+            assert await store.mutate_turns("s", lambda ts: ts[::-1]) == "ok"
         loaded = await store.load("s")
         assert loaded is not None
         assert [t.id for t in loaded.turns] == ["t3", "t2", "t0"]
@@ -384,6 +385,7 @@ async def test_artifacts_upsert_cap_and_listing(tmp_path: Path) -> None:
 
 async def test_send_requests_are_claimed_once_and_bounded(tmp_path: Path) -> None:
     async with open_sqlite_store(tmp_path / "s.db") as store:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
         assert (await store.claim_send_request("s", "q0", "f")).claimed
         again = await store.claim_send_request("s", "q0", "other")
         assert not again.claimed and again.record is not None

@@ -27,6 +27,7 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "StoreUnavailableError",
     "UnsupportedOperationError",
     "ValidationError",
@@ -111,6 +112,13 @@ class ExternalChangeWarning(UserWarning):
 
 class StoreLockedError(StoreError):
     """Another store holds what this store must own alone (a file-map directory open elsewhere)."""
+
+
+class StoreReadOnlyError(StoreError, PermissionError):
+    """The store's storage is read-only for this process: it is read, never written.
+
+    Also a :class:`PermissionError`, as the refused write would have raised.
+    """
 
 
 class MigrationWarning(UserWarning):

@@ -39,6 +39,7 @@ from ..errors import (
     SessionNotFoundError,
     StoreClosedError,
     StoreLockedError,
+    StoreReadOnlyError,
     ValidationError,
 )
 from ..model import (
@@ -69,6 +70,7 @@ from ..model import (
     new_id,
     parse_json,
     patch_metadata,
+    preview,
     run_claim_blocked,
     search_page,
     send_request_evictions,
@@ -80,7 +82,7 @@ from ..model import (
 )
 from ._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
 from ._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
-from ._validate import checked, checked_int, json_value
+from ._validate import checked, checked_int, checked_status, json_value
 
 __all__ = [
     "DirectoryFileMapAdapter",
@@ -116,7 +118,7 @@ class FileMapAdapter(Protocol):
 def _check_file_name(value: object, what: str) -> str:
     """A plain file name: no directory part, no ``..``, no hidden or control characters."""
     if not isinstance(value, str) or not value:
-        raise InvalidNameError(f"{what} must be a non-empty string, got {value!r}")
+        raise InvalidNameError(f"{what} must be a non-empty string, got {preview(value)}")
     if (
         value in (".", "..")
         or value.startswith(".")
@@ -124,7 +126,7 @@ def _check_file_name(value: object, what: str) -> str:
         or any(ord(c) < 32 for c in value)
         or len(value) > 255
     ):
-        raise InvalidNameError(f"{what} {value!r} is not a plain file name")
+        raise InvalidNameError(f"{what} {preview(value)} is not a plain file name")
     return value
 
 
@@ -177,7 +179,7 @@ def _file_map(got: object) -> dict[str, str]:
     for name, text in files.items():
         if not isinstance(name, str) or not isinstance(text, str):
             raise CorruptDataError(
-                f"the file-map adapter's get() answered {name!r}: {type(text).__name__}; "
+                f"the file-map adapter's get() answered {preview(name)}: {type(text).__name__}; "
                 "file names and contents must be strings"
             )
     return files
@@ -317,13 +319,23 @@ class FileMapStore:
         meta = self._meta(files)
         return meta if meta is not None and meta.id == session_id else None
 
+    def _held_for_send(self, files: Mapping[str, str], session_id: str) -> None:
+        """Refuse a send request of a session the store does not hold (yet): a session
+        created later under that id would inherit the claim."""
+        if self._held(files, session_id) is None:
+            raise SessionNotFoundError(
+                f"cannot claim a send request of unknown session {preview(session_id)}"
+                " (file-map store; save the session first)"
+            )
+
     def _check_owner(self, files: Mapping[str, str], session_id: str) -> None:
         meta = self._meta(files)
         requests = self._requests(files)
         held = meta.id if meta is not None else requests.session_id if requests else None
         if held is not None and held != session_id:
             raise ConflictError(
-                f"this file-map store holds session {held!r}; it cannot store {session_id!r} "
+                f"this file-map store holds session {preview(held)};"
+                f" it cannot store {preview(session_id)} "
                 "(one session per store)"
             )
 
@@ -440,7 +452,7 @@ class FileMapStore:
             meta = self._held(files, session_id)
             if meta is None:
                 raise SessionNotFoundError(
-                    f"cannot append turns to unknown session {session_id!r} (file-map store)"
+                    f"cannot append turns to unknown session {preview(session_id)} (file-map store)"
                 )
             if lines:
                 fresh = fresh_turns(session_id, turns, self._turns_by_id(files))
@@ -460,14 +472,9 @@ class FileMapStore:
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_`` up to ``from_ + limit``, oldest first."""
         validate_id(session_id)
-        if (
-            not isinstance(from_, int)
-            or from_ < 0
-            or (limit is not None and (not isinstance(limit, int) or limit < 0))
-        ):
-            raise ValidationError(
-                f"get_turns needs from_ >= 0 and limit >= 0, got {from_}, {limit}"
-            )
+        checked_int(from_, "from_")
+        if limit is not None:
+            checked_int(limit, "limit")
         files = await self._files()
         if self._held(files, session_id) is None:
             return []
@@ -498,8 +505,7 @@ class FileMapStore:
         preserve_updated_at: bool = False,
     ) -> Revision:
         """Set the status; ``running`` records ``owner`` (default: this process)."""
-        if status not in ("error", "running", "completed", "idle"):
-            raise ValidationError(f"unknown session status {status!r}")
+        checked_status(status)
         if owner is not None:
             _valid_body(owner, RunOwner, "run owner")
 
@@ -690,7 +696,10 @@ class FileMapStore:
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
     ) -> SendRequestClaim:
-        """Claim ``request_id`` (or answer its record), keeping the newest ids."""
+        """Claim ``request_id`` (or answer its record), keeping the newest ids.
+
+        The session must exist (:class:`SessionNotFoundError`).
+        """
         validate_id(session_id)
         validate_request_id(request_id, what="send request id")
         if not isinstance(fingerprint, str):
@@ -698,6 +707,7 @@ class FileMapStore:
         async with self._lock:
             files = await self._files()
             self._check_owner(files, session_id)
+            self._held_for_send(files, session_id)
             held = self._requests(files) or _SendRequests(session_id=session_id)
             for record in held.records:
                 if record.request_id == request_id:
@@ -742,6 +752,7 @@ class FileMapStore:
         async with self._lock:
             files = await self._files()
             self._check_owner(files, session_id)
+            self._held_for_send(files, session_id)
             held = self._requests(files) or _SendRequests(session_id=session_id)
             kept = tuple(r for r in held.records if r.request_id != record.request_id)
             evicted = set(send_request_evictions(kept, SEND_REQUEST_HISTORY))
@@ -816,6 +827,12 @@ _LOCK_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+def _writable(path: str) -> bool:
+    """Whether this process (its effective ids) may create files in the directory ``path``."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
+
+
 class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``.zidane-filemap.json``: one committed save of the map.
 
@@ -887,7 +904,9 @@ def _utf8(text: str, name: str) -> bytes:
     try:
         return text.encode()
     except UnicodeEncodeError as exc:
-        raise ValidationError(f"file {name!r} is not encodable as UTF-8: {exc.reason}") from None
+        raise ValidationError(
+            f"file {preview(name)} is not encodable as UTF-8: {exc.reason}"
+        ) from None
 
 
 def _not_regular(path: str, mode: int) -> CorruptDataError:
@@ -932,7 +951,7 @@ class DirectoryFileMapAdapter:
     def __init__(self, path: str | os.PathLike[str], *, names: Iterable[str] | None = None) -> None:
         self._path = os.fspath(path)
         if isinstance(names, str):
-            raise ValidationError(f"names must be file names, not a string {names!r}")
+            raise ValidationError(f"names must be file names, not a string {preview(names)}")
         defaults = FileMapStoreOptions()
         self._names = tuple(
             _check_file_name(n, "file name")
@@ -948,6 +967,8 @@ class DirectoryFileMapAdapter:
         self._logs = {defaults.turns_file}
         self._lock_fd: int | None = None
         self._lock_size = 0
+        # The last attempt to take the lock found the directory read-only for this user.
+        self._read_only = False
         # An append whose commit did not happen (a crash, a failed write): its bytes past the
         # committed end are dropped, never read as another writer's lines.
         self._in_flight: _LockRecord | None = None
@@ -1074,6 +1095,7 @@ class DirectoryFileMapAdapter:
         """Take the directory's writer lock for this adapter (kept until :meth:`aclose`)."""
         if self._lock_fd is not None:
             return
+        self._read_only = False
         for _ in range(16):
             try:
                 try:
@@ -1082,9 +1104,18 @@ class DirectoryFileMapAdapter:
                 except FileExistsError:
                     fd, created = self._open(dir_fd, _LOCK, _LOCK_OPEN), False
             except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                    return  # a directory nobody may write: read it without the lock
-                raise
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                if exc.errno != errno.EROFS and _writable(self._path):
+                    # Another user's lock file (mode 0600): this user could write the
+                    # directory but cannot take its lock. Going on would let two writers in.
+                    raise StoreLockedError(
+                        f"{self._where(_LOCK)} cannot be opened by this user (uid {os.geteuid()}):"
+                        " another user's store holds or held the directory, and this one cannot"
+                        " take its lock; nothing was read or written (use a directory of your own)"
+                    ) from None
+                self._read_only = True  # a directory this user may not write: read without lock
+                return
             if fd is None:
                 continue  # removed by a store closing just now: create it again
             try:
@@ -1114,6 +1145,14 @@ class DirectoryFileMapAdapter:
                 os.fsync(dir_fd)
             return
         raise StoreLockedError(f"{self._where(_LOCK)} keeps being replaced; cannot lock it")
+
+    def _refuse_read_only(self) -> None:
+        """Refuse a write when the lock is not held: the directory is read-only for this user."""
+        if self._lock_fd is None and self._read_only:
+            raise StoreReadOnlyError(
+                f"{self._path} is read-only for this user (uid {os.geteuid()}): the store reads"
+                " it without the writer lock and writes nothing"
+            )
 
     def _lock_record(self, fd: int) -> _LockRecord:
         try:
@@ -1182,11 +1221,11 @@ class DirectoryFileMapAdapter:
             for name, size in manifest.files.items():
                 _check_file_name(name, "file name")
                 if size < 0:
-                    raise ValueError(f"negative size for {name!r}")
+                    raise ValueError(f"negative size for {preview(name)}")
             for name, temp in manifest.pending.items():
                 match = _TEMP.match(temp)
                 if name not in manifest.files or not match or match["name"] != name:
-                    raise ValueError(f"bad pending rename {temp!r} -> {name!r}")
+                    raise ValueError(f"bad pending rename {preview(temp)} -> {preview(name)}")
             for name in manifest.removed:
                 _check_file_name(name, "file name")
         except (msgspec.DecodeError, ValueError) as exc:
@@ -1435,12 +1474,14 @@ class DirectoryFileMapAdapter:
             _check_file_name(name, "file name")
         with self._directory(create=True) as dir_fd:
             assert dir_fd is not None
+            self._refuse_read_only()
             self._commit(dir_fd, self._current(dir_fd), files)
 
     def _delete(self) -> None:
         with self._directory(create=False) as dir_fd:
             if dir_fd is None:
                 return
+            self._refuse_read_only()
             old = self._current(dir_fd)
             if old.manifest is None and not old.files:
                 return

@@ -13,7 +13,7 @@ import builtins
 import itertools
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, TypeVar
 
 import msgspec
 import outcome
@@ -51,7 +51,6 @@ from ..model import (
     current_run_owner,
     decoder,
     demote_stale_running_status,
-    encode,
     filter_artifacts,
     fresh_turns,
     matches_session_filter,
@@ -60,6 +59,7 @@ from ..model import (
     new_id,
     normalize_artifact,
     patch_metadata,
+    preview,
     run_claim_blocked,
     search_page,
     select_artifact_evictions,
@@ -71,6 +71,7 @@ from ..model import (
     validate_request_id,
 )
 from ..model._checked import CheckedTurns
+from ..model._codec import encode_checked
 from ._protocol import (
     WRITE_METHODS,
     HistoryMutation,
@@ -92,22 +93,23 @@ from ._validate import (
     checked_int,
     checked_items,
     checked_meta_patch,
+    checked_status,
     json_value,
     now_ms,
+    warn_mutate_turns,
 )
 
 __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
 
 T = TypeVar("T")
 
-_STATUSES: Final = frozenset(get_args(SessionStatus))
 _TURN: Final = decoder(SessionTurn)
 
 
 def _copy(value: T, type_: type[T]) -> T:
     """A deep copy of a stored value (stored values are valid, so decoding cannot fail)."""
     key: Any = type_
-    result: T = decoder(key).decode(encode(value))
+    result: T = decoder(key).decode(encode_checked(value))
     return result
 
 
@@ -196,7 +198,9 @@ class MemoryStore:
             if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
                 name = getattr(write, "method", type(write).__name__)
                 results.append(
-                    outcome.Error(UnsupportedOperationError(f"{name!r} is not a batchable write"))
+                    outcome.Error(
+                        UnsupportedOperationError(f"{preview(name)} is not a batchable write")
+                    )
                 )
                 continue
             impl: Callable[..., Any] = getattr(self, "_" + write.method)
@@ -285,7 +289,9 @@ class MemoryStore:
         check_ids(unchecked, () if run is None else (run,))
         stored = self._sessions.get(session_id)
         if stored is None:
-            raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+            raise SessionNotFoundError(
+                f"cannot append turns to unknown session {preview(session_id)}"
+            )
         index = self._turns_by_id(stored)
         if new_turns:
             new_turns = fresh_turns(session_id, new_turns, index)
@@ -396,8 +402,7 @@ class MemoryStore:
         preserve_updated_at: bool,
     ) -> None:
         validate_id(session_id)
-        if not isinstance(status, str) or status not in _STATUSES:
-            raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
+        checked_status(status)
         if owner is not None:
             owner = checked(owner, RunOwner, "run owner")
         stored = self._sessions.get(session_id)
@@ -637,6 +642,7 @@ class MemoryStore:
         on_revision: RevisionSink | None = None,
     ) -> MutateResult:
         """Deprecated turns-only :meth:`mutate_history`."""
+        warn_mutate_turns()
         await self._enter()
         validate_id(session_id)
         self._expect(session_id, expected_rev)
@@ -665,14 +671,16 @@ class MemoryStore:
     ) -> SendRequestClaim:
         """Claim ``request_id`` for one send, or answer the record already holding it.
 
-        Keeps the newest ``SEND_REQUEST_HISTORY`` ids per session. A claim
-        needs no session header (a first send may precede the first save).
+        Keeps the newest ``SEND_REQUEST_HISTORY`` ids per session. The session
+        must exist (:class:`SessionNotFoundError`): a session created later
+        under its id would inherit the claim.
         """
         await self._enter()
         validate_id(session_id)
         validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+        self._held_for_send(session_id)
         records = self._send_requests.setdefault(session_id, {})
         existing = records.get(request_id)
         if existing is not None:
@@ -683,6 +691,13 @@ class MemoryStore:
             request_id=request_id, fingerprint=fingerprint, created_at=now_ms()
         )
         return SendRequestClaim(claimed=True)
+
+    def _held_for_send(self, session_id: str) -> None:
+        if session_id not in self._sessions:
+            raise SessionNotFoundError(
+                f"cannot claim a send request of unknown session {preview(session_id)}"
+                " (save the session first)"
+            )
 
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
@@ -726,6 +741,7 @@ class MemoryStore:
         validate_id(session_id)
         record = checked(record, SendRequestRecord, "send request")
         validate_request_id(record.request_id, what="send request id")
+        self._held_for_send(session_id)
         records = self._send_requests.setdefault(session_id, {})
         records.pop(record.request_id, None)
         for evicted in send_request_evictions(builtins.list(records.values())):

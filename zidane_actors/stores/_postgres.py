@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Final, TypeAlias, TypeVar, get_args
+from typing import Any, Final, TypeAlias, TypeVar
 
 import attrs
 import msgspec
@@ -83,6 +83,7 @@ from ..model import (
     merge_session_metadata,
     normalize_artifact,
     patch_metadata,
+    preview,
     run_claim_blocked,
     search_header_sql,
     search_words,
@@ -117,7 +118,9 @@ from ._validate import (
     checked_int,
     checked_items,
     checked_meta_patch,
+    checked_status,
     now_ms,
+    warn_mutate_turns,
 )
 
 __all__ = [
@@ -135,7 +138,6 @@ _Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _TRANSIENT: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _BACKOFF_S: Final = 0.05
-_STATUSES: Final = frozenset(get_args(SessionStatus))
 _SERVER_GONE: Final = frozenset({"57P01", "57P02", "57P03"})
 """SQLSTATEs of a server session ended by the server: admin shutdown (``pg_terminate_backend``,
 a fast stop), crash shutdown, and a server still starting."""
@@ -154,7 +156,9 @@ def _json(value: object, what: str) -> str:
 
 
 def _extra(text: str, session_id: str) -> ExtraFields:
-    return ExtraFields(_decode(text, dict[str, Any], "sessions", f"{session_id!r} column extra"))
+    return ExtraFields(
+        _decode(text, dict[str, Any], "sessions", f"{preview(session_id)} column extra")
+    )
 
 
 def _checked_data(data: object) -> SessionData:
@@ -237,12 +241,14 @@ def _versioned(
 def _owner(text: str | None, session_id: str) -> RunOwner | None:
     if text is None:
         return None
-    owner: RunOwner = _decode(text, RunOwner, "sessions", f"id={session_id!r} run_owner")
+    owner: RunOwner = _decode(text, RunOwner, "sessions", f"id={preview(session_id)} run_owner")
     return owner
 
 
 def _metadata(text: str, session_id: str) -> dict[str, Any]:
-    value: dict[str, Any] = _decode(text, dict[str, Any], "sessions", f"id={session_id!r} metadata")
+    value: dict[str, Any] = _decode(
+        text, dict[str, Any], "sessions", f"id={preview(session_id)} metadata"
+    )
     return value
 
 
@@ -279,7 +285,7 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
             session_id,
             session_id,
             [r.id for r in runs],
-            [_json(r, f"run {r.id!r}") for r in runs],
+            [_json(r, f"run {preview(r.id)}") for r in runs],
         ),
     )
 
@@ -312,7 +318,7 @@ def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) 
     The stored prefix the new list repeats stays as it is: a save that only
     changes the header, or adds turns, writes no stored turn again.
     """
-    bodies = [_json(t, f"turn {t.id!r}") for t in turns]
+    bodies = [_json(t, f"turn {preview(t.id)}") for t in turns]
     cur.execute(
         _KEEP_PREFIX_SQL,
         {
@@ -364,7 +370,7 @@ def _write_header(
             status,
             data.agent_id,
             data.project_root,
-            _json(merged, f"metadata of session {data.id!r}"),
+            _json(merged, f"metadata of session {preview(data.id)}"),
             None if owner is None else _json(owner, "run owner"),
             extra_json(data.extra_fields),
         ),
@@ -470,7 +476,7 @@ def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, A
         "sid": session_id,
         "ids": [t.id for t in turns],
         "roles": [t.role for t in turns],
-        "bodies": [_json(t, f"turn {t.id!r}") for t in turns],
+        "bodies": [_json(t, f"turn {preview(t.id)}") for t in turns],
         "now": now_ms(),
     }
 
@@ -487,7 +493,7 @@ def _append_turns(
     cur.execute("SELECT turn_count, rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
     header = cur.fetchone()
     if header is None:
-        raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+        raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
     before = int(header[1])
     unique = valid and list(fresh_turns(session_id, valid, _stored_turns(cur, session_id, valid)))
     if not unique and run is None:
@@ -514,7 +520,10 @@ def _stored_turns(
         "SELECT id, body FROM turns WHERE session_id = %s AND id = ANY(%s)",
         (session_id, [t.id for t in turns]),
     )
-    return {tid: _decode(body, SessionTurn, "turns", f"id={tid!r}") for tid, body in cur.fetchall()}
+    return {
+        tid: _decode(body, SessionTurn, "turns", f"id={preview(tid)}")
+        for tid, body in cur.fetchall()
+    }
 
 
 def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> Revision:
@@ -525,7 +534,7 @@ def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> 
         raise _SlowPath from None
     row = cur.fetchone()
     if row is None:
-        raise SessionNotFoundError(f"cannot append turns to unknown session {session_id!r}")
+        raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
     return Revision(int(row[0]), int(row[1]))
 
 
@@ -613,7 +622,7 @@ def _append_run(
         if append.session_id not in found:
             results[append.index] = outcome.Error(
                 SessionNotFoundError(
-                    f"cannot append turns to unknown session {append.session_id!r}"
+                    f"cannot append turns to unknown session {preview(append.session_id)}"
                 )
             )
             continue
@@ -623,7 +632,7 @@ def _append_run(
             sids.append(append.session_id)
             ids.append(turn.id)
             roles.append(turn.role)
-            bodies.append(_json(turn, f"turn {turn.id!r}"))
+            bodies.append(_json(turn, f"turn {preview(turn.id)}"))
     if not ids:
         return
     cur.execute(
@@ -715,8 +724,7 @@ def _update_status(
     preserve_updated_at: bool = False,
 ) -> Revision:
     validate_id(session_id)
-    if not isinstance(status, str) or status not in _STATUSES:
-        raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
+    checked_status(status)
     if owner is not None:
         owner = checked(owner, RunOwner, "run owner")
     if status == "running":
@@ -733,6 +741,20 @@ def _update_status(
     )
     row = cur.fetchone()
     return Revision(before, before if row is None else int(row[0]))
+
+
+def _held_for_send(cur: _Cursor, session_id: str) -> None:
+    """Refuse a send request of a session the store does not hold.
+
+    The header row is key-share locked until the write commits, so a delete
+    running meanwhile waits, then drops the new record with the session.
+    """
+    cur.execute("SELECT 1 FROM sessions WHERE id = %s FOR KEY SHARE", (session_id,))
+    if cur.fetchone() is None:
+        raise SessionNotFoundError(
+            f"cannot claim a send request of unknown session {preview(session_id)}"
+            " (save the session first)"
+        )
 
 
 def _delete(cur: _Cursor, session_id: str) -> None:
@@ -754,13 +776,16 @@ def _patch_locked(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue])
     merged = patch_metadata(_metadata(header[3], session_id), patch)
     cur.execute(
         "UPDATE sessions SET metadata = %s, rev = nextval('revs') WHERE id = %s",
-        (_json(merged, f"metadata of session {session_id!r}"), session_id),
+        (_json(merged, f"metadata of session {preview(session_id)}"), session_id),
     )
 
 
 def _artifact_row(row: tuple[Any, ...]) -> SessionArtifact:
     artifact: SessionArtifact = _decode(
-        row[0], SessionArtifact, "artifacts", f"(session_id={row[1]!r}, id={row[2]!r})"
+        row[0],
+        SessionArtifact,
+        "artifacts",
+        f"(session_id={preview(row[1])}, id={preview(row[2])})",
     )
     return artifact
 
@@ -890,7 +915,9 @@ def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
     metadata = _metadata(row[1], session_id)
     first_user = None
     if row[13] is not None and "title" not in metadata:
-        first_user = _decode(row[13], SessionTurn, "turns", f"(session_id={session_id!r}) first")
+        first_user = _decode(
+            row[13], SessionTurn, "turns", f"(session_id={preview(session_id)}) first"
+        )
     return SessionMetaRow(
         id=session_id,
         metadata=metadata,
@@ -979,8 +1006,8 @@ def _decode_list(
         (session_id,),
     )
     for seq, body in cur.fetchall():
-        _decode(body, type_, table, f"(session_id={session_id!r}, seq={seq})")
-    raise CorruptDataError(f"{table} rows of session {session_id!r} do not decode")
+        _decode(body, type_, table, f"(session_id={preview(session_id)}, seq={seq})")
+    raise CorruptDataError(f"{table} rows of session {preview(session_id)} do not decode")
 
 
 def _history(cur: _Cursor, session_id: str) -> SessionHistory:
@@ -1032,7 +1059,10 @@ def _send_record(request_id: str, row: tuple[Any, ...], session_id: str) -> Send
     result: Any = UNSET
     if row[2] is not None:
         result = _decode(
-            row[2], Any, "send_requests", f"(session_id={session_id!r}, request_id={request_id!r})"
+            row[2],
+            Any,
+            "send_requests",
+            f"(session_id={preview(session_id)}, request_id={preview(request_id)})",
         )
     return SendRequestRecord(
         request_id=request_id, fingerprint=row[0], created_at=row[1], result=result
@@ -1040,10 +1070,12 @@ def _send_record(request_id: str, row: tuple[Any, ...], session_id: str) -> Send
 
 
 def _schedule(row: tuple[Any, ...]) -> Schedule:
-    schedule: Schedule = _decode(row[0], Schedule, "schedules", f"id={row[1]!r}")
+    schedule: Schedule = _decode(row[0], Schedule, "schedules", f"id={preview(row[1])}")
     last_fire = None
     if row[3] is not None:
-        last_fire = _decode(row[3], ScheduleFire, "schedule_fires", f"schedule_id={row[1]!r}")
+        last_fire = _decode(
+            row[3], ScheduleFire, "schedule_fires", f"schedule_id={preview(row[1])}"
+        )
     return msgspec.structs.replace(schedule, next_fire_at=row[2], last_fire=last_fire)
 
 
@@ -1650,7 +1682,7 @@ class PostgresStore:
                     results.append(
                         outcome.Error(
                             UnsupportedOperationError(
-                                f"{getattr(write, 'method', type(write).__name__)!r}"
+                                f"{preview(getattr(write, 'method', type(write).__name__))}"
                                 " is not a batchable write"
                             )
                         )
@@ -1744,7 +1776,8 @@ class PostgresStore:
                 return False
             cur.execute("SELECT id, body FROM runs WHERE session_id = %s", (session_id,))
             runs = [
-                _decode(body, SessionRun, "runs", f"id={rid!r}") for rid, body in cur.fetchall()
+                _decode(body, SessionRun, "runs", f"id={preview(rid)}")
+                for rid, body in cur.fetchall()
             ]
             running = [r for r in runs if r.status == "running"]
             if status != "running" and not running:
@@ -1791,13 +1824,17 @@ class PostgresStore:
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
     ) -> SendRequestClaim:
-        """Insert the request id or answer the record holding it; keeps the newest ids only."""
+        """Insert the request id or answer the record holding it; keeps the newest ids only.
+
+        The session must exist (:class:`SessionNotFoundError`).
+        """
         validate_id(session_id)
         validate_request_id(request_id, what="request id")
         if not isinstance(fingerprint, str):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
         def op(cur: _Cursor) -> SendRequestClaim:
+            _held_for_send(cur, session_id)
             cur.execute(
                 "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
@@ -1879,6 +1916,7 @@ class PostgresStore:
         result = None if record.result is UNSET else _json(record.result, "send result")
 
         def op(cur: _Cursor) -> None:
+            _held_for_send(cur, session_id)
             cur.execute(
                 "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
                 (session_id, record.request_id),
@@ -2035,7 +2073,8 @@ class PostgresStore:
         expected_rev: int | None = None,
         on_revision: RevisionSink | None = None,
     ) -> MutateResult:
-        """Turns-only form of :meth:`mutate_history`."""
+        """Deprecated turns-only form of :meth:`mutate_history`."""
+        warn_mutate_turns()
 
         def on_history(history: SessionHistory) -> SessionHistory | None:
             turns = mutate(history.turns)
@@ -2193,7 +2232,7 @@ class PostgresStore:
                     row[0],
                     ScheduleFire,
                     "schedule_fires",
-                    f"(schedule_id={schedule_id!r}, id={row[1]!r})",
+                    f"(schedule_id={preview(schedule_id)}, id={preview(row[1])})",
                 )
                 for row in cur.fetchall()
             ]
@@ -2258,12 +2297,12 @@ async def open_postgres_store(
     (a host refreshes its cached sessions with it); when that connection is
     lost it reconnects and tells subscribers to resync.
     """
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise InvalidNameError(f"schema name {schema!r} must match [a-z_][a-z0-9_]{{0,62}}")
-    if pool_size < 1:
-        raise ValidationError(f"pool_size must be at least 1, got {pool_size}")
-    if retries < 0:
-        raise ValidationError(f"retries must be at least 0, got {retries}")
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidNameError(f"schema name {preview(schema)} must match [a-z_][a-z0-9_]{{0,62}}")
+    if type(pool_size) is not int or pool_size < 1:
+        raise ValidationError(f"pool_size must be an integer >= 1, got {preview(pool_size)}")
+    if type(retries) is not int or retries < 0:
+        raise ValidationError(f"retries must be an integer >= 0, got {preview(retries)}")
     _quiet_psycopg()
     outages = _Outages(schema)
     writer = _Conn(dsn, schema, connect_timeout, outages)

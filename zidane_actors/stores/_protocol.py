@@ -35,6 +35,7 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    preview,
 )
 
 __all__ = [
@@ -295,7 +296,7 @@ def stale(session_id: str, expected: int, actual: int | None) -> StaleSessionErr
     """The error of a conditional write that found ``actual`` instead of ``expected``."""
     found = "no session" if actual is None or actual == 0 else f"rev {actual}"
     return StaleSessionError(
-        f"session {session_id!r} changed since it was read: expected rev {expected}, "
+        f"session {preview(session_id)} changed since it was read: expected rev {expected}, "
         f"the store holds {found}",
         expected=expected,
         actual=actual,

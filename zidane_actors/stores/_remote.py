@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import functools
 import hashlib
+import math
 import random
 import ssl
 from collections.abc import Callable, Mapping, Sequence
@@ -68,6 +69,7 @@ from ..model import (
     decoder,
     encode,
     normalize_artifact,
+    preview,
     validate_id,
     validate_request_id,
 )
@@ -82,7 +84,15 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
 )
-from ._validate import check_artifact_filter_ids, check_artifact_ids, check_fire_ids, checked
+from ._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
+    checked,
+    checked_int,
+    checked_status,
+    warn_mutate_turns,
+)
 
 __all__ = [
     "MAX_BATCH_WRITES",
@@ -503,7 +513,9 @@ def _too_big(url: str, what: str, limit: int) -> StoreError:
 def _same_id(got: str, asked: str, what: str) -> None:
     """Refuse an answer about another record than the one asked for."""
     if got != asked:
-        raise CorruptDataError(f"the answer of {what} is about {got!r}, not {asked!r}")
+        raise CorruptDataError(
+            f"the answer of {what} is about {preview(got)}, not {preview(asked)}"
+        )
 
 
 def _request_seg(value: str) -> str:
@@ -619,7 +631,7 @@ def _update_status_write(
         owner = current_run_owner()
     return UpdateStatusWrite(
         session_id=_seg(session_id, "session id"),
-        status=status,
+        status=checked_status(status),
         owner=owner,
         preserve_updated_at=preserve_updated_at,
     )
@@ -650,7 +662,7 @@ def _revision(response: httpx.Response | None) -> Revision | None:
         return Revision(int(before), int(after))
     except ValueError:
         raise RemoteStoreError(
-            f"the server answered bad revision headers {before!r}, {after!r}",
+            f"the server answered bad revision headers {preview(before)}, {preview(after)}",
             status=response.status_code,
         ) from None
 
@@ -710,7 +722,7 @@ def _encode_write(write: StoreWrite) -> bytes:
     build = _WRITE_BUILDERS.get(write.method) if isinstance(write, StoreWrite) else None
     if build is None:
         name = getattr(write, "method", type(write).__name__)
-        raise UnsupportedOperationError(f"{name!r} is not a batchable store write")
+        raise UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
     encoded = _encoded_body(build(*write.args, **write.kwargs), f"{write.method} write")
     assert encoded is not None
     return encoded
@@ -949,9 +961,9 @@ class RemoteStore:
         self, session_id: str, from_: int = 0, limit: int | None = None
     ) -> builtins.list[SessionTurn]:
         """A slice of a session's turns, oldest first."""
-        params = {"from": str(from_)}
+        params = {"from": str(checked_int(from_, "from_"))}
         if limit is not None:
-            params["limit"] = str(limit)
+            params["limit"] = str(checked_int(limit, "limit"))
         turns = await self._json(
             tuple[SessionTurn, ...],
             "GET",
@@ -1010,6 +1022,7 @@ class RemoteStore:
     ) -> RunClaim:
         """Claim the session for a run on the server, atomically (never retried)."""
         owner = _typed_or_none(owner, RunOwner, "owner")
+        stale_at = checked_int(stale_at, "stale_at")
         body = ClaimRunBody(stale_at=stale_at, owner=owner or current_run_owner())
         result = await self._json(
             ClaimRunResult,
@@ -1029,7 +1042,9 @@ class RemoteStore:
             DemotedResult,
             "POST",
             f"/sessions/{_seg(session_id, 'session id')}/demote-stale-run",
-            body=DemoteStaleRunBody(stale_at=stale_at, now=now),
+            body=DemoteStaleRunBody(
+                stale_at=checked_int(stale_at, "stale_at"), now=checked_int(now, "now")
+            ),
             retry=True,
         )
         return result.demoted
@@ -1163,7 +1178,7 @@ class RemoteStore:
             tuple[ScheduleFire, ...],
             "GET",
             f"/schedules/{_seg(schedule_id, 'schedule id')}/fires",
-            params={"limit": str(limit)},
+            params={"limit": str(checked_int(limit, "limit"))},
             retry=True,
         )
         return builtins.list(result)
@@ -1230,7 +1245,7 @@ class RemoteStore:
             if current is not None and current.rev == target:
                 return "ok"
         raise ConflictError(
-            f"history of session {session_id!r} kept changing: "
+            f"history of session {preview(session_id)} kept changing: "
             f"gave up after {_HISTORY_ATTEMPTS} attempts"
         )
 
@@ -1243,6 +1258,7 @@ class RemoteStore:
         on_revision: RevisionSink | None = None,
     ) -> MutateResult:
         """Deprecated turns-only form of :meth:`mutate_history` (runs kept)."""
+        warn_mutate_turns()
 
         def on_history(history: SessionHistory) -> SessionHistory | None:
             turns = mutate(history.turns)
@@ -1446,6 +1462,11 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _number(value: object) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def create_remote_store(
     url: str,
     *,
@@ -1462,14 +1483,18 @@ def create_remote_store(
     an answer over ``max_answer_bytes`` is refused (:class:`StoreError`)
     instead of read whole.
     """
-    if not url.startswith(("http://", "https://")):
-        raise ValidationError(f"remote store url must start with http:// or https://, got {url!r}")
-    if timeout_ms <= 0:
-        raise ValidationError(f"timeout_ms must be positive, got {timeout_ms}")
-    if retries < 0:
-        raise ValidationError(f"retries must be >= 0, got {retries}")
-    if max_answer_bytes <= 0:
-        raise ValidationError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValidationError(
+            f"remote store url must start with http:// or https://, got {preview(url)}"
+        )
+    if not _number(timeout_ms) or timeout_ms <= 0:
+        raise ValidationError(f"timeout_ms must be a positive number, got {preview(timeout_ms)}")
+    if type(retries) is not int or retries < 0:
+        raise ValidationError(f"retries must be an integer >= 0, got {preview(retries)}")
+    if type(max_answer_bytes) is not int or max_answer_bytes <= 0:
+        raise ValidationError(
+            f"max_answer_bytes must be a positive integer, got {preview(max_answer_bytes)}"
+        )
     base = url.rstrip("/")
     client = httpx.AsyncClient(
         base_url=base,

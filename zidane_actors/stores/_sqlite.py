@@ -78,6 +78,7 @@ from ..model import (
     normalize_artifact,
     parse_json,
     patch_metadata,
+    preview,
     run_claim_blocked,
     search_header_sql,
     search_words,
@@ -89,6 +90,7 @@ from ..model import (
     validate_request_id,
 )
 from ..model._checked import CheckedTurns
+from ..model._codec import encode_checked
 from ._protocol import (
     WRITE_METHODS,
     HistoryMutation,
@@ -109,6 +111,8 @@ from ._validate import (
     checked,
     checked_header,
     checked_int,
+    checked_status,
+    warn_mutate_turns,
 )
 
 __all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
@@ -180,7 +184,8 @@ def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, w
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         reason = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(
-            f"table {table}: row of session {session_id!r} at {where} does not decode: {reason}"
+            f"table {table}: row of session {preview(session_id)}"
+            f" at {where} does not decode: {reason}"
         ) from None
     return value
 
@@ -267,7 +272,7 @@ def _metadata_json(metadata: Mapping[str, Any]) -> str:
     kept = {k: v for k, v in metadata.items() if v is not UNSET}
     check_json(kept, what="session metadata", path="$.metadata")
     try:
-        return encode(kept).decode()
+        return encode_checked(kept).decode()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
 
@@ -278,7 +283,7 @@ def _valid_body(value: object, type_: type[T], what: str, path: str = "$") -> by
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
     check_model(value, what=what, path=path)
     try:
-        body = encode(value)
+        body = encode_checked(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
     decode(body, type_, what=what)
@@ -451,7 +456,7 @@ class SQLiteStore:
             "SELECT id, body FROM runs WHERE session_id = ? ORDER BY position", (session_id,)
         ).fetchall()
         return tuple(
-            _decode_row(body, SessionRun, "runs", session_id, f"run {run_id!r}")
+            _decode_row(body, SessionRun, "runs", session_id, f"run {preview(run_id)}")
             for run_id, body in rows
         )
 
@@ -643,7 +648,7 @@ class SQLiteStore:
 
     def _missing(self, session_id: str) -> SessionNotFoundError:
         return SessionNotFoundError(
-            f"cannot append turns: SQLite store {self._path} has no session {session_id!r}"
+            f"cannot append turns: SQLite store {self._path} has no session {preview(session_id)}"
         )
 
     def _op_append_turns(
@@ -692,7 +697,9 @@ class SQLiteStore:
             ).fetchone()
             theirs = _turn_json(tid, stored_role, stored)
             if theirs != _turn_json(tid, role, body):
-                held[tid] = _decode_row(theirs, SessionTurn, "turns", session_id, f"id {tid!r}")
+                held[tid] = _decode_row(
+                    theirs, SessionTurn, "turns", session_id, f"id {preview(tid)}"
+                )
         if held:
             incoming = [
                 _decode_row(_turn_json(*v[1:]), SessionTurn, "turns", session_id, "")
@@ -795,8 +802,7 @@ class SQLiteStore:
         preserve_updated_at: bool = False,
     ) -> Revision:
         _session_id(session_id)
-        if status not in ("error", "running", "completed", "idle"):
-            raise ValidationError(f"unknown session status {status!r}")
+        checked_status(status)
         owner = (owner or current_run_owner()) if status == "running" else None
         row = conn.execute(
             "UPDATE sessions SET status = ?, run_owner = ?, rev = rev + 1,"
@@ -1240,7 +1246,8 @@ class SQLiteStore:
         expected_rev: int | None = None,
         on_revision: RevisionSink | None = None,
     ) -> MutateResult:
-        """Turns-only form of :meth:`mutate_history` (runs untouched)."""
+        """Deprecated turns-only form of :meth:`mutate_history` (runs untouched)."""
+        warn_mutate_turns()
         _session_id(session_id)
 
         def edit(
@@ -1261,7 +1268,7 @@ class SQLiteStore:
             "SELECT id, body FROM artifacts WHERE session_id = ? ORDER BY rowid", (session_id,)
         ).fetchall()
         return [
-            _decode_row(body, SessionArtifact, "artifacts", session_id, f"artifact {aid!r}")
+            _decode_row(body, SessionArtifact, "artifacts", session_id, f"artifact {preview(aid)}")
             for aid, body in rows
         ]
 
@@ -1280,7 +1287,7 @@ class SQLiteStore:
         ).fetchone()
         if row is not None:
             existing = _decode_row(
-                row[1], SessionArtifact, "artifacts", sid, f"artifact {row[0]!r}"
+                row[1], SessionArtifact, "artifacts", sid, f"artifact {preview(row[0])}"
             )
             stored = merge_artifact(existing, artifact)
             conn.execute(
@@ -1292,7 +1299,7 @@ class SQLiteStore:
                 "SELECT body FROM artifacts WHERE session_id = ? AND id = ?", (sid, artifact.id)
             ).fetchone()
             if held is not None:
-                where = f"artifact {artifact.id!r}"
+                where = f"artifact {preview(artifact.id)}"
                 holder = _decode_row(held[0], SessionArtifact, "artifacts", sid, where)
                 check_artifact_id_free(artifact, holder)
             stored = artifact
@@ -1338,7 +1345,7 @@ class SQLiteStore:
             rows = conn.execute("SELECT session_id, id, body FROM artifacts").fetchall()
             return filter_artifacts(
                 (
-                    _decode_row(body, SessionArtifact, "artifacts", sid, f"artifact {aid!r}")
+                    _decode_row(body, SessionArtifact, "artifacts", sid, f"artifact {preview(aid)}")
                     for sid, aid, body in rows
                 ),
                 filter,
@@ -1354,7 +1361,7 @@ class SQLiteStore:
         value: Any = UNSET
         if result is not None:
             value = _decode_row(
-                result, object, "send_requests", session_id, f"request {request_id!r}"
+                result, object, "send_requests", session_id, f"request {preview(request_id)}"
             )
         return SendRequestRecord(
             request_id=request_id, fingerprint=fingerprint, created_at=created_at, result=value
@@ -1370,6 +1377,7 @@ class SQLiteStore:
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
         def op(conn: _Conn) -> SendRequestClaim:
+            self._held_for_send(conn, session_id)
             rows = conn.execute(
                 "SELECT request_id, fingerprint, created_at, result FROM send_requests"
                 " WHERE session_id = ?",
@@ -1391,6 +1399,15 @@ class SQLiteStore:
             return SendRequestClaim(claimed=True)
 
         return await self._write(op)
+
+    def _held_for_send(self, conn: _Conn, session_id: str) -> None:
+        """Refuse a send request of a session this store does not hold (checked in the write's
+        transaction): a session created later under that id would inherit the claim."""
+        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            raise SessionNotFoundError(
+                f"cannot claim a send request: SQLite store {self._path} has no session"
+                f" {preview(session_id)} (save the session first)"
+            )
 
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
@@ -1458,6 +1475,7 @@ class SQLiteStore:
         result = None if record.result is UNSET else encode(record.result)
 
         def op(conn: _Conn) -> None:
+            self._held_for_send(conn, session_id)
             conn.execute(
                 "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
                 (session_id, record.request_id),
@@ -1627,7 +1645,9 @@ class SQLiteStore:
     @staticmethod
     def _refusal(write: object) -> outcome.Error:
         name = getattr(write, "method", type(write).__name__)
-        return outcome.Error(UnsupportedOperationError(f"{name!r} is not a batchable store write"))
+        return outcome.Error(
+            UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
+        )
 
     def _in_savepoint(self, conn: _Conn, fn: Callable[[], T]) -> outcome.Outcome[T]:
         """``fn()`` inside a SAVEPOINT: rolled back alone when it raises, its error answered.
@@ -1856,7 +1876,9 @@ async def open_sqlite_store(
     :class:`~zidane_actors.errors.StoreUnavailableError`.
     """
     if durability not in _SYNCHRONOUS:
-        raise ValidationError(f"durability must be one of full/normal/off, got {durability!r}")
+        raise ValidationError(
+            f"durability must be one of full/normal/off, got {preview(durability)}"
+        )
     if busy_timeout_ms < 0 or busy_retries < 0:
         raise ValidationError("busy_timeout_ms and busy_retries must be >= 0")
     fspath = os.fspath(path)

@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
 from ..errors import ValidationError
+from ..model import preview
 from ._protocol import SessionStore
 
 __all__ = ["STORE_URL_FORMS", "TOKEN_ENV", "open_store_url"]
@@ -59,4 +60,4 @@ async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
         token = os.environ.get(TOKEN_ENV)
         headers = {"authorization": f"Bearer {token}"} if token else None
         return await stack.enter_async_context(create_remote_store(url, headers=headers))
-    raise ValidationError(f"unknown store URL {url!r}: use {STORE_URL_FORMS}")
+    raise ValidationError(f"unknown store URL {preview(url)}: use {STORE_URL_FORMS}")

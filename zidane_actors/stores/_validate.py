@@ -7,8 +7,9 @@ same located errors.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, cast, get_args
 
 from msgspec import UNSET
 
@@ -19,6 +20,7 @@ from ..model import (
     SessionArtifact,
     SessionData,
     SessionRun,
+    SessionStatus,
     SessionTurn,
     check_column_text,
     check_json,
@@ -27,8 +29,10 @@ from ..model import (
     decode,
     encode,
     parse_json,
+    preview,
     validate_id,
 )
+from ..model._codec import encode_checked
 
 __all__ = [
     "check_artifact_filter_ids",
@@ -40,12 +44,29 @@ __all__ = [
     "checked_int",
     "checked_items",
     "checked_meta_patch",
+    "checked_status",
     "encoded",
     "json_value",
     "now_ms",
+    "warn_mutate_turns",
 ]
 
 T = TypeVar("T")
+
+_STATUSES: Final = frozenset(get_args(SessionStatus))
+
+
+def warn_mutate_turns() -> None:
+    """The ``DeprecationWarning`` of every store's ``mutate_turns`` (deprecated in the spec).
+
+    Called first thing in a store's ``mutate_turns``: the warning points at its caller.
+    """
+    warnings.warn(
+        "mutate_turns is deprecated, as in the spec: use mutate_history (it edits turns and"
+        " runs together; return the runs unchanged for a turns-only edit)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def now_ms() -> int:
@@ -57,7 +78,7 @@ def encoded(value: object, what: str) -> bytes:
     """``value`` as exact JSON, or a :class:`ValidationError` naming ``what`` (and where)."""
     check_model(value, what=what)
     try:
-        return encode(value)
+        return encode_checked(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
 
@@ -72,8 +93,17 @@ def checked(value: object, type_: type[T], what: str) -> T:
 def checked_int(value: object, what: str) -> int:
     """A non-negative integer (not a bool)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{what} must be an integer >= 0, got {value!r}")
+        raise ValidationError(f"{what} must be an integer >= 0, got {preview(value)}")
     return value
+
+
+def checked_status(status: object) -> SessionStatus:
+    """``status`` if it is a session status, else a refusal located at ``$.status``."""
+    if not isinstance(status, str) or status not in _STATUSES:
+        raise ValidationError(
+            f"status must be one of {sorted(_STATUSES)}, got {preview(status)}", path="$.status"
+        )
+    return cast(SessionStatus, status)
 
 
 def checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
@@ -138,7 +168,7 @@ def checked_meta_patch(patch: object) -> dict[str, Any]:
         raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
     for key in patch:
         if not isinstance(key, str):
-            raise ValidationError(f"metadata patch keys must be strings, got {key!r}")
+            raise ValidationError(f"metadata patch keys must be strings, got {preview(key)}")
     kept = {k: v for k, v in patch.items() if v is not UNSET}
     valid = decode(encoded(kept, "metadata patch"), dict[str, Any], what="metadata patch")
     return {k: valid.get(k, UNSET) for k in patch}
