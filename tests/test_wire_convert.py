@@ -20,6 +20,7 @@ from zidane_actors.model import (
     NativeBlock,
     ReasoningBlock,
     SessionMessage,
+    SessionTurn,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -29,6 +30,8 @@ from zidane_actors.wire import (
     WireDowngrade,
     anthropic_tool_id_map,
     auto_detect_and_convert,
+    drop_invalid_tool_pairings,
+    ensure_tool_result_pairing,
     from_anthropic,
     from_openai,
     from_openai_responses,
@@ -38,6 +41,7 @@ from zidane_actors.wire import (
     to_openai,
     to_openai_request,
     to_openai_responses,
+    to_wire_messages,
 )
 
 
@@ -710,3 +714,153 @@ def test_lone_surrogates_cross_every_converter() -> None:
     assert to_openai_responses(messages)
     assert from_anthropic(anthropic[0]).content[0] == TextBlock("cut \ud83d")
     assert from_openai(chat[0]).content[0] == TextBlock("cut \ud83d")
+
+
+# ---------------------------------------------------------------- bounded error messages
+
+
+def _nested_list(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+_DEEP = _nested_list(3_000)
+
+
+@pytest.mark.parametrize(
+    ("convert", "path"),
+    [
+        (lambda: from_anthropic({"role": _DEEP, "content": []}), "$.role"),
+        (lambda: from_openai({"role": _DEEP, "content": "x"}), "$.role"),
+        (lambda: from_openai_responses([{"type": "message", "role": _DEEP}]), "$[0].role"),
+        (lambda: auto_detect_and_convert({"role": _DEEP, "content": "x"}), None),
+        (
+            lambda: from_openai({"role": "assistant", "tool_calls": [{"id": "c", "type": _DEEP}]}),
+            "$.tool_calls[0].type",
+        ),
+        (
+            lambda: to_anthropic(
+                user(TextBlock("x", provider_data={"provider": "anthropic", "unset": [_DEEP]}))
+            ),
+            "$.providerData",
+        ),
+    ],
+    ids=["anthropic-role", "chat-role", "responses-role", "detect", "tool-call-type", "pointer"],
+)
+def test_a_deep_value_where_text_is_due_is_refused_with_a_bounded_message(
+    convert: Any, path: str | None
+) -> None:
+    """A value nested 3,000 deep is named by a bounded preview, never ``RecursionError``."""
+    with pytest.raises(WireFormatError) as info:
+        convert()
+    assert "[[[[...]]]] (a list)" in str(info.value)
+    assert len(str(info.value)) < 200
+    if path is not None:
+        assert info.value.path == path
+
+
+def test_a_long_role_is_clipped_in_the_message() -> None:
+    with pytest.raises(WireFormatError) as info:
+        from_anthropic({"role": "x" * 1_000_000, "content": []})
+    assert "(1000000 chars)" in str(info.value)
+    assert len(str(info.value)) < 200
+
+
+def test_responses_store_false_drops_a_native_reasoning_item_known_only_by_id() -> None:
+    """A Responses reasoning item kept whole (a native block) with no ``encrypted_content``
+    is dropped and reported under ``store=False``, after its messages as before them."""
+    id_only = NativeBlock(
+        provider="openai-responses",
+        data={"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None},
+    )
+    encrypted = NativeBlock(
+        provider="openai-responses",
+        data={"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA"},
+    )
+    messages = [
+        user(TextBlock("hi")),
+        assistant(TextBlock("one")),
+        assistant(id_only, TextBlock("two")),
+        assistant(encrypted, TextBlock("three")),
+    ]
+    kept = [item.get("id") for item in to_openai_responses(messages)]
+    assert "rs_1" in kept and "rs_2" in kept
+    reports: list[WireDowngrade] = []
+    items = to_openai_responses(messages, store=False, on_downgrade=reports.append)
+    for item in items:
+        check_responses_item(item)
+    assert [item.get("id") for item in items if item.get("type") == "reasoning"] == ["rs_2"]
+    assert reports == [WireDowngrade(2, "$.content[0]", "dropped", "reasoning")]
+
+
+@pytest.mark.parametrize("data", ["héllo", "aGk", "//79"])
+def test_text_file_data_that_is_not_base64_utf8_is_refused_located(data: str) -> None:
+    """Non-ASCII data, bad padding, bytes that are not UTF-8: a located ``WireFormatError``."""
+    message = user(FileBlock(media_type="text/plain", data=data))
+    with pytest.raises(WireFormatError) as info:
+        to_anthropic(message)
+    assert info.value.path == "$.content[0].data"
+
+
+# ---------------------------------------------------------------- wrongly built messages
+
+
+_WRONGLY_BUILT: list[tuple[str, SessionMessage, str]] = [
+    ("content None", SessionMessage(role="user", content=None), "$.content"),  # type: ignore[arg-type]
+    ("content text", SessionMessage(role="user", content="hi"), "$.content"),  # type: ignore[arg-type]
+    ("block None", SessionMessage(role="user", content=(None,)), "$.content[0]"),  # type: ignore[arg-type]
+    ("block dict", user({"type": "text", "text": "x"}), "$.content[0]"),
+    ("role", SessionMessage(role="bogus", content=(TextBlock("x"),)), "$.role"),  # type: ignore[arg-type]
+    ("text", user(TextBlock(5)), "$.content[0].text"),  # type: ignore[arg-type]
+    ("call name", assistant(ToolCallBlock(id="c", name=None)), "$.content[0].name"),  # type: ignore[arg-type]
+    ("call input", assistant(ToolCallBlock(id="c", name="f", input=[1])), "$.content[0].input"),  # type: ignore[arg-type]
+    (
+        "is_error",
+        user(ToolResultBlock(call_id="c", output="x", is_error="yes")),  # type: ignore[arg-type]
+        "$.content[0].isError",
+    ),
+    ("output None", user(ToolResultBlock(call_id="c", output=None)), "$.content[0].output"),  # type: ignore[arg-type]
+    ("url", user(ImageBlock(url=5)), "$.content[0].url"),  # type: ignore[arg-type]
+    (
+        "provider data",
+        user(TextBlock("x", provider_data="zz")),  # type: ignore[arg-type]
+        "$.content[0].providerData",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("message", "path"),
+    [(m, p) for _, m, p in _WRONGLY_BUILT],
+    ids=[n for n, _, _ in _WRONGLY_BUILT],
+)
+def test_a_message_built_with_a_wrong_type_is_refused_located(
+    message: SessionMessage, path: str
+) -> None:
+    """msgspec checks types on decode, never on construction: a converter refuses a wrongly
+    built message at the field, instead of a ``TypeError`` deep inside or a silent change
+    on the wire (an unknown role sent as ``assistant``, ``isError="yes"`` as ``true``)."""
+    for convert in (to_anthropic, to_openai):
+        with pytest.raises(WireFormatError) as single:
+            convert(message)
+        assert single.value.path == path
+    listed = f"$[1]{path[1:]}"
+    for convert_all in (to_anthropic_request, to_openai_request, to_openai_responses):
+        with pytest.raises(WireFormatError) as many:
+            convert_all([user(TextBlock("first")), message])
+        assert many.value.path == listed
+    for read in (ensure_tool_result_pairing, drop_invalid_tool_pairings, anthropic_tool_id_map):
+        try:
+            read([user(TextBlock("first")), message])
+        except WireFormatError as exc:  # the functions that only read say where they failed
+            assert exc.path == listed
+
+
+async def test_to_wire_messages_refuses_a_wrongly_built_turn_located() -> None:
+    good = SessionTurn(id="t0", role="user", content=(TextBlock("hi"),), created_at=1)
+    wrong = SessionTurn(id="t1", role="user", content=None, created_at=2)  # type: ignore[arg-type]
+    with pytest.raises(WireFormatError) as caught:
+        await to_wire_messages([good, wrong])
+    assert caught.value.path == "$[1].content"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,11 +22,14 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     call_input,
+    preview,
     reasoning_text,
 )
 from ._common import (
     as_list,
     as_mapping,
+    check_messages,
+    diagnosed,
     fail,
     get_opt_str,
     get_str,
@@ -233,7 +235,7 @@ def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
     m = as_mapping(msg, "$")
     role = m.get("role")
     if role not in ("user", "assistant", "system"):
-        fail(f"unsupported role {role!r}", "$.role")
+        fail(f"unsupported role {preview(role)}", "$.role")
     content = m.get("content")
     blocks: tuple[SessionContentBlock, ...]
     if isinstance(content, str):
@@ -309,6 +311,7 @@ def tool_ids(messages: Iterable[SessionMessage]) -> list[str]:
     return list(ids)
 
 
+@diagnosed("messages")
 def anthropic_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     """Replacement ids for the tool ids Anthropic would reject (``^[a-zA-Z0-9_-]+$``).
 
@@ -354,11 +357,11 @@ def _emit_document(block: FileBlock, path: str) -> dict[str, Any]:
         elif media_type == "text/plain":
             try:
                 text = base64.b64decode(block.data, validate=True).decode("utf-8")
-            except (binascii.Error, UnicodeDecodeError):
+            except ValueError:  # binascii.Error, non-ASCII text, UnicodeDecodeError
                 fail("text/plain file data is not base64 UTF-8", f"{path}.data")
             source = {"type": "text", "media_type": "text/plain", "data": text}
         else:
-            fail(f"Anthropic documents do not accept {media_type!r}", f"{path}.mediaType")
+            fail(f"Anthropic documents do not accept {preview(media_type)}", f"{path}.mediaType")
     else:
         fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
     out: dict[str, Any] = {"type": "document", "source": source}
@@ -516,6 +519,7 @@ def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
     return apply_container_patch(out, data, ("content",))
 
 
+@diagnosed("msg", one=True)
 def to_anthropic(
     msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None
 ) -> dict[str, Any]:
@@ -528,6 +532,7 @@ def to_anthropic(
     would reject are remapped (:func:`anthropic_tool_id_map`), an image's
     media type is taken from its bytes when they disagree.
     """
+    check_messages(msg, one=True)
     return _to_anthropic(msg, ConvertContext(anthropic_tool_id_map([msg]), 0, on_downgrade))
 
 
@@ -550,6 +555,7 @@ def _strip_final_whitespace(out: list[dict[str, Any]]) -> None:
                 out.pop()
 
 
+@diagnosed("messages")
 def to_anthropic_request(
     messages: Sequence[SessionMessage], *, on_downgrade: DowngradeSink | None = None
 ) -> dict[str, Any]:
@@ -563,6 +569,7 @@ def to_anthropic_request(
     ever lost, so pairing holds). A final assistant message (a prefill) loses
     the trailing whitespace of its last text, which Anthropic refuses.
     """
+    check_messages(messages)
     ids = anthropic_tool_id_map(messages)
     system: list[dict[str, Any]] = []
     system_form: object = None

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import msgspec
 
 from ..errors import WireFormatError
-from ..model import check_json
+from ..model import SessionMessage, SessionTurn, check_json, check_shape
 
 __all__ = [
     "RAW_ARGUMENTS_KEY",
     "arguments_from_json",
     "as_list",
     "as_mapping",
+    "check_messages",
+    "diagnosed",
+    "diagnosed_async",
     "fail",
     "get_opt_str",
     "get_str",
@@ -28,6 +34,73 @@ RAW_ARGUMENTS_KEY = "_raw"
 """Key under which tool arguments that are not a JSON object are kept verbatim."""
 
 _DATA_URL = re.compile(r"^data:([^;,]+)?((?:;[^;,]*)*);base64,(.*)$", re.DOTALL)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MESSAGE_TYPES: tuple[type[SessionMessage], type[SessionTurn]] = (SessionMessage, SessionTurn)
+"""What the converters take as a message (a turn is one, with an id and a time)."""
+
+
+def check_messages(messages: object, *, one: bool = False) -> None:
+    """Refuse messages (or, with ``one``, a message) built with a field of the wrong type.
+
+    A converter would otherwise turn a wrong value into another one on the
+    wire (an unknown role into ``assistant``, ``isError="no"`` into ``true``)
+    or fail deep inside. Located :class:`WireFormatError` (see ``model.check_shape``).
+    """
+    what = "message" if one else "messages"
+    check_shape(messages, MESSAGE_TYPES, what=what, one=one, error=WireFormatError)
+
+
+def diagnosed(
+    param: str, types: tuple[type[msgspec.Struct], ...] = MESSAGE_TYPES, *, one: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Re-raise a ``TypeError``/``AttributeError`` of the wrapped function, when its argument
+    ``param`` (the first positional one) holds a value of the wrong type, as that value's
+    located :class:`WireFormatError`.
+
+    A valid call pays nothing; a crash on a wrongly built value says which
+    and where (the functions that only read messages and pass them on, and
+    the converters, after their own check, for what msgspec reads loosely:
+    a dict standing for a block).
+    """
+    what = ("message" if param == "msg" else param.rstrip("s")) if one else param
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return fn(*args, **kwargs)
+            except (TypeError, AttributeError):
+                given = args[0] if args else kwargs.get(param)
+                check_shape(given, types, what=what, one=one, error=WireFormatError, walk=True)
+                raise
+
+        return call
+
+    return wrap
+
+
+def diagnosed_async(
+    param: str, types: tuple[type[msgspec.Struct], ...] = MESSAGE_TYPES
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """:func:`diagnosed` for an async function."""
+
+    def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(fn)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return await fn(*args, **kwargs)
+            except (TypeError, AttributeError):
+                given = args[0] if args else kwargs.get(param)
+                check_shape(given, types, what=param, error=WireFormatError, walk=True)
+                raise
+
+        return call
+
+    return wrap
 
 
 def fail(message: str, path: str) -> NoReturn:

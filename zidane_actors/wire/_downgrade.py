@@ -8,6 +8,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..model import NativeBlock
+from ._common import diagnosed
 from ._json import json_text
 from ._provider_data import ANTHROPIC, CHAT, RESPONSES
 
@@ -219,6 +220,7 @@ def _texts_any(content: object) -> list[str]:
     return out
 
 
+@diagnosed("block", (NativeBlock,), one=True)
 def native_text(block: NativeBlock, path: str = "$") -> str | None:
     """The text another provider gets for ``block``, or ``None`` when it is dropped.
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import preview
 from ._common import fail
 
 __all__ = ["arguments_to_json", "copy_json_object", "copy_json_value", "json_text"]
@@ -16,7 +17,7 @@ def _copy(value: object, path: str, depth: int) -> Any:
     if depth > 256:
         fail("JSON nesting is too deep", path)
     if isinstance(value, float) and not math.isfinite(value):
-        fail(f"not a JSON number: {value!r}", path)
+        fail(f"not a JSON number: {preview(value)}", path)
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):
@@ -25,7 +26,7 @@ def _copy(value: object, path: str, depth: int) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                fail(f"object key {key!r} is not a string", path)
+                fail(f"object key {preview(key)} is not a string", path)
             out[key] = _copy(item, f"{path}.{key}", depth + 1)
         return out
     fail(f"not a JSON value: {type(value).__name__}", path)

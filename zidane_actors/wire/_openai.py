@@ -20,6 +20,7 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     call_input,
+    preview,
     reasoning_text,
 )
 from ._anthropic import refusal_text, tool_ids
@@ -27,6 +28,8 @@ from ._common import (
     arguments_from_json,
     as_list,
     as_mapping,
+    check_messages,
+    diagnosed,
     fail,
     get_opt_str,
     get_str,
@@ -82,6 +85,7 @@ def _short_id(call_id: str, widen: int) -> str:
     return hashlib.sha256(text).hexdigest()[:OPENAI_TOOL_ID_MAX_LENGTH]
 
 
+@diagnosed("messages")
 def openai_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     """Replacement ids for tool ids longer than OpenAI's 40 characters.
 
@@ -367,6 +371,7 @@ def _to_openai(msg: SessionMessage, system_role: str, ctx: ConvertContext) -> li
     return _chat_assistant(msg, ctx)
 
 
+@diagnosed("msg", one=True)
 def to_openai(
     msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None
 ) -> list[dict[str, Any]]:
@@ -382,9 +387,11 @@ def to_openai(
     ``on_downgrade``; tool ids over 40 characters are remapped
     (:func:`openai_tool_id_map`); a message with nothing left yields none.
     """
+    check_messages(msg, one=True)
     return _to_openai(msg, "system", ConvertContext(openai_tool_id_map([msg]), 0, on_downgrade))
 
 
+@diagnosed("messages")
 def to_openai_request(
     messages: Sequence[SessionMessage],
     *,
@@ -396,6 +403,7 @@ def to_openai_request(
     System messages use ``system_role`` (``developer`` for o-series models)
     unless they came as the other; one tool-id map for the conversation.
     """
+    check_messages(messages)
     ids = openai_tool_id_map(messages)
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
@@ -451,7 +459,7 @@ def _chat_tool_call_from(value: object, path: str) -> ToolCallBlock:
             input=arguments_from_json(get_str(function, "arguments", f"{path}.function")),
         )
     else:
-        fail(f"unsupported tool call type {kind!r}", f"{path}.type")
+        fail(f"unsupported tool call type {preview(kind)}", f"{path}.type")
     return _with_data(block, _chat_tool_call(block, path, CANONICAL), call, CHAT, path)  # type: ignore[no-any-return]
 
 
@@ -506,7 +514,7 @@ def from_openai(msg: Mapping[str, Any]) -> SessionMessage:
             role="user", content=(NativeBlock(provider=CHAT, data=copy_json_object(m, "$")),)
         )
     if role not in ("system", "developer", "user", "assistant"):
-        fail(f"unsupported role {role!r}", "$.role")
+        fail(f"unsupported role {preview(role)}", "$.role")
     neutral_role: Role = "system" if role == "developer" else role
     content = m.get("content")
     blocks: list[SessionContentBlock] = []
@@ -757,6 +765,9 @@ def _responses_message(
             starts = {"form": "string"}  # another format wrote it as a string: so does this one
         joins = bool(data_for(getattr(block, "provider_data", None), RESPONSES).get("join"))
         if isinstance(block, NativeBlock) and block.provider == RESPONSES:
+            if not store and _id_only_reasoning(block.data):
+                ctx.report(path, "dropped", "reasoning")  # as a ReasoningBlock without signature
+                continue
             items.flush()  # a whole item (parts of a Responses payload never stand alone)
             items.add(copy_json_object(block.data, f"{path}.data"), index)
         elif isinstance(block, ToolResultBlock):
@@ -794,6 +805,16 @@ def _responses_message(
     items.flush()
 
 
+def _id_only_reasoning(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a reasoning item without ``encrypted_content``: known by id only.
+
+    Only an API that stored the item can resolve such an id; a request sent
+    with ``store: false`` is refused when it holds one.
+    """
+    encrypted = item.get("encrypted_content")
+    return item.get("type") == "reasoning" and not (isinstance(encrypted, str) and encrypted)
+
+
 def _follows(items: list[dict[str, Any]], i: int) -> bool:
     j = i + 1
     while j < len(items) and items[j].get("type") == "reasoning":
@@ -805,6 +826,7 @@ def _follows(items: list[dict[str, Any]], i: int) -> bool:
     return kind in _OUTPUT_ITEMS or (kind == "message" and item.get("role") == "assistant")
 
 
+@diagnosed("messages")
 def to_openai_responses(
     messages: Sequence[SessionMessage],
     *,
@@ -822,8 +844,10 @@ def to_openai_responses(
     belongs to follows it. Tool ids over 40 characters are remapped.
     ``store=False`` is for a request sent with ``store: false``: the API
     keeps no items then, so reasoning known only by its id (no
-    ``encrypted_content``) is dropped and reported instead of replayed.
+    ``encrypted_content``: a reasoning block, or a native reasoning item) is
+    dropped and reported instead of replayed.
     """
+    check_messages(messages)
     ids = openai_tool_id_map(messages)
     items = _Items()
     for index, message in enumerate(messages):
@@ -888,7 +912,7 @@ def _message_item_from(
 ) -> tuple[Role, tuple[SessionContentBlock, ...]]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        fail(f"unsupported role {role!r}", f"{path}.role")
+        fail(f"unsupported role {preview(role)}", f"{path}.role")
     neutral: Role = "system" if role == "developer" else role
     content = item.get("content")
     form = "string" if isinstance(content, str) else "list"

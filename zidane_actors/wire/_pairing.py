@@ -16,6 +16,7 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
 )
+from ._common import diagnosed
 
 __all__ = [
     "SYNTHETIC_TOOL_RESULT_PLACEHOLDER",
@@ -87,6 +88,7 @@ def orphaned_tool_result_marker(call_id: str) -> str:
 # ---------------------------------------------------------------- wire-time repair
 
 
+@diagnosed("messages")
 def ensure_tool_result_pairing(
     messages: Sequence[SessionMessage],
     *,
@@ -228,6 +230,7 @@ def _reuse_unchanged(
 # ---------------------------------------------------------------- persist-safe heal
 
 
+@diagnosed("turns")
 def drop_invalid_tool_pairings(
     turns: Sequence[T],
     *,

@@ -15,7 +15,9 @@ from ..model import (
     SessionTurn,
     TextBlock,
     ToolResultBlock,
+    preview,
 )
+from ._common import diagnosed, diagnosed_async
 from ._pairing import PairingRepair, ensure_tool_result_pairing
 
 __all__ = [
@@ -32,6 +34,7 @@ ResolveContentRef = Callable[[ImageBlock | FileBlock], Awaitable[ImageBlock | Fi
 """Turns a ``ref`` image/file block into one carrying inline data or a URL."""
 
 
+@diagnosed("messages")
 def ensure_ends_with_user_message(
     messages: Sequence[SessionMessage], directive: str = DEFAULT_USER_TAIL_DIRECTIVE
 ) -> list[SessionMessage]:
@@ -55,12 +58,13 @@ async def _resolve(
         return block
     if resolve is None:
         raise WireFormatError(
-            f"content ref {block.ref!r} needs a resolve_content_ref to reach the wire", path=path
+            f"content ref {preview(block.ref)} needs a resolve_content_ref to reach the wire",
+            path=path,
         )
     resolved = await resolve(block)
     if not isinstance(resolved, ImageBlock | FileBlock) or resolved.ref is not None:
         raise WireFormatError(
-            f"resolve_content_ref left content ref {block.ref!r} unresolved", path=path
+            f"resolve_content_ref left content ref {preview(block.ref)} unresolved", path=path
         )
     return resolved
 
@@ -82,6 +86,7 @@ async def _resolve_block(
     return block
 
 
+@diagnosed_async("turns")
 async def to_wire_messages(
     turns: Sequence[SessionTurn | SessionMessage],
     *,

@@ -22,6 +22,7 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..model import preview
 from ._common import fail
 from ._json import copy_json_value
 
@@ -173,7 +174,7 @@ def _walk(
     obj: dict[str, Any], pointer: object, *, create: bool
 ) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(pointer, str) or not pointer.startswith("/"):
-        fail(f"providerData pointer {pointer!r} is not a JSON Pointer", "$.providerData")
+        fail(f"providerData pointer {preview(pointer)} is not a JSON Pointer", "$.providerData")
     tokens = [_unescape(t) for t in pointer[1:].split("/")]
     node: dict[str, Any] = obj
     for token in tokens[:-1]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..model import ReasoningBlock
+from ._common import diagnosed
 
 __all__ = ["provider_family", "reasoning_wire_action"]
 
@@ -18,6 +19,7 @@ def provider_family(provider: str) -> str:
     return name
 
 
+@diagnosed("block", (ReasoningBlock,), one=True)
 def reasoning_wire_action(
     block: ReasoningBlock, provider: str, *, store: bool = True
 ) -> Literal["keep", "drop"]:
