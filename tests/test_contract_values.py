@@ -47,6 +47,8 @@ from zidane_actors.model import (
     AppendTurnsOptions,
     ArtifactFilter,
     ExtraFields,
+    FileBlock,
+    ImageBlock,
     ReasoningBlock,
     RunUserWait,
     Schedule,
@@ -67,6 +69,7 @@ from zidane_actors.model import (
     encode,
     normalize_artifact_input,
 )
+from zidane_actors.model._checked import checked_turns
 from zidane_actors.server._openapi import openapi_document
 from zidane_actors.stores import (
     create_file_map_store,
@@ -601,6 +604,7 @@ def _id_calls(store: Any) -> dict[str, Callable[[], Awaitable[object]]]:
     return calls
 
 
+@pytest.mark.filterwarnings("ignore:mutate_turns is deprecated:DeprecationWarning")
 async def test_every_id_argument_is_validated(store: Any) -> None:
     await store.save(session())
     before = await store.load("s1")
@@ -633,6 +637,24 @@ def test_required_fields_are_always_written() -> None:
     # Documents written before (without those fields) still decode.
     old = decode(b'{"id":"s","createdAt":1,"updatedAt":2}', SessionData)
     assert (old.status, old.metadata, old.turns, old.runs) == ("idle", {}, (), ())
+
+
+def test_openapi_lists_the_fields_the_spec_requires() -> None:
+    """``SessionData``'s ``status``, ``metadata``, ``turns`` and ``runs`` are required in the
+    spec and always written; a reader still fills them in, so msgspec alone would list them
+    as optional. The OpenAPI document lists them (and ``TurnUsage``'s ``input``/``output``)."""
+    schemas = openapi_document(frozenset({"save_meta"}))["components"]["schemas"]
+    assert schemas["SessionData"]["required"] == [
+        "id",
+        "createdAt",
+        "updatedAt",
+        "status",
+        "metadata",
+        "turns",
+        "runs",
+    ]
+    assert schemas["TurnUsage"]["required"] == ["input", "output"]
+    assert "agentId" not in schemas["SessionData"]["required"]
 
 
 def test_fields_a_document_leaves_out_stay_out() -> None:
@@ -818,6 +840,44 @@ def test_decode_of_a_deep_document_is_a_validation_error() -> None:
         decode(deep, SessionData)
 
 
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        (float("nan"), "$"),
+        (float("inf"), "$"),
+        ({"a": [1, {"b": float("-inf")}]}, "$.a[1].b"),
+        ({"kept": None, "x": float("nan")}, "$.x"),
+        ({"text": "\ud800", "x": float("nan")}, "$.x"),  # the lone-surrogate encoding path
+        (
+            SessionTurn(
+                id="t",
+                role="assistant",
+                content=(ToolCallBlock(id="c", name="f", input={"n": float("nan")}),),
+                created_at=1,
+            ),
+            "$.content[0].input.n",
+        ),
+        (
+            SessionTurn(
+                id="t",
+                role="user",
+                content=(TextBlock("x", extra_fields=ExtraFields({"odd": float("inf")})),),
+                created_at=1,
+            ),
+            "$.content[0].odd",
+        ),
+    ],
+    ids=["nan", "inf", "nested", "beside-null", "surrogate", "turn", "extra-field"],
+)
+def test_encode_refuses_non_finite_numbers_located(value: Any, path: str) -> None:
+    """msgspec writes NaN and infinities as ``null``, a different value on read: ``encode``
+    refuses them where they are, as ``check_json`` does; a real ``null`` still encodes."""
+    with pytest.raises(ValidationError, match="NaN and infinities are refused") as caught:
+        encode(value)
+    assert caught.value.path == path
+    assert encode({"a": None, "b": [1.5, None]}) == b'{"a":null,"b":[1.5,null]}'
+
+
 async def test_provider_tool_arguments_json_cannot_keep_stay_raw() -> None:
     """``NaN`` (which Python's json accepts) or nesting past the limit in a model's tool
     arguments keep the text verbatim, so the turn can still be stored and sent back."""
@@ -970,3 +1030,47 @@ async def test_session_calls_with_lone_surrogates_or_wrong_types() -> None:
                 await s.append_turns(bad)  # type: ignore[arg-type]
     assert decode(encode("\ud800"), str) == "\ud800"
     assert encode({"k": "a\udc00b"}) == b'{"k":"a\\udc00b"}'
+
+
+_WRONG_TURNS: list[tuple[dict[str, Any], str]] = [
+    ({"content": None}, "$.turns[0].content"),
+    ({"content": 5}, "$.turns[0].content"),
+    ({"content": (TextBlock(None),)}, "$.turns[0].content[0].text"),  # type: ignore[arg-type]
+    ({"id": ["unhashable"]}, "$.turns[0].id"),
+    ({"role": "bogus"}, "$.turns[0].role"),
+    ({"created_at": "now"}, "$.turns[0].createdAt"),
+    ({"usage": 5}, "$.turns[0].usage"),
+]
+
+
+@pytest.mark.parametrize(("fields", "path"), _WRONG_TURNS, ids=[p for _, p in _WRONG_TURNS])
+async def test_a_turn_built_with_a_wrong_type_is_refused_located(
+    fields: dict[str, Any], path: str
+) -> None:
+    """msgspec does not check types on construction: ``SessionTurn(content=None)`` builds.
+    Appending one raises a located ``ValidationError`` (a ``TypeError`` came from deep in
+    the checks before), and nothing is written; a dict standing for a block still reads
+    back as its block."""
+    base: dict[str, Any] = {"id": "t1", "role": "user", "content": (TextBlock("x"),)}
+    wrong = SessionTurn(**{"created_at": 1, **base, **fields})
+    with pytest.raises(ValidationError) as direct:
+        checked_turns([wrong])
+    assert direct.value.path == path
+    async with open_memory_store() as memory:
+        s = await create_session(store=memory, id="s1")
+        with pytest.raises(ValidationError) as caught:
+            await s.append_turns([wrong])
+        assert caught.value.path == path
+        assert s.turns == () and await memory.get_turns("s1") == []
+        as_dict = SessionTurn(
+            id="t2", role="user", content=({"type": "text", "text": "y"},), created_at=2
+        )  # type: ignore[arg-type]
+        await s.append_turns([as_dict])
+        assert [t.content for t in await memory.get_turns("s1")] == [(TextBlock("y"),)]
+
+
+def test_model_invariants_raise_the_library_error() -> None:
+    with pytest.raises(ValidationError, match="exactly one of"):
+        ImageBlock(data="aGk=", url="https://x", media_type="image/png")
+    with pytest.raises(ValidationError, match="mediaType"):
+        FileBlock(data="aGk=")

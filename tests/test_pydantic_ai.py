@@ -563,3 +563,39 @@ def test_a_history_read_from_a_session_is_the_callers_to_change(tmp_path: Path) 
         bare_args: Any = bare.args
         bare_args["k"].append(2)
         assert message_history(loaded)[:2] == messages
+
+
+@pytest.mark.parametrize("data", ["héllo", "not base64!!", "aGk", "aGk=!!"])
+def test_stored_media_data_that_is_not_base64_is_refused_located(data: str) -> None:
+    """pydantic-ai holds an image's bytes: data that is not base64 text (non-ASCII, outside
+    the alphabet, unpadded) is refused at its place, never decoded leniently or raised as a
+    bare ``ValueError``: on turns written here and on turns other code wrote alike."""
+    (turn,) = messages_to_turns(
+        [ModelRequest(parts=[UserPromptPart(["look", BinaryContent(PNG, media_type="image/png")])])]
+    )
+    image = turn.content[1]
+    assert isinstance(image, ImageBlock)
+    damaged = msgspec.structs.replace(
+        turn, content=(turn.content[0], msgspec.structs.replace(image, data=data))
+    )
+    first = SessionTurn("t0", "user", (TextBlock("hi"),), 1)
+    for candidate in (damaged, bare(damaged)):
+        with pytest.raises(ValidationError) as info:
+            turns_to_messages([first, candidate])
+        assert info.value.path == "$[1].content[1].data"
+
+
+def test_a_damaged_kept_message_is_refused_located() -> None:
+    (turn,) = messages_to_turns([ModelRequest(parts=[UserPromptPart("hi")])])
+    (block,) = turn.content
+    assert block.provider_data is not None
+    part = {**block.provider_data["part"], "timestamp": "not a time"}
+    damaged = msgspec.structs.replace(
+        turn,
+        content=(
+            msgspec.structs.replace(block, provider_data={**block.provider_data, "part": part}),
+        ),
+    )
+    with pytest.raises(ValidationError, match="timestamp") as info:
+        turns_to_messages([damaged])
+    assert info.value.path == "$[0]"

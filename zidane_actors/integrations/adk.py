@@ -75,6 +75,7 @@ from ..model import (
     key_segment,
     new_id,
     parse_json,
+    preview,
     validate_id,
 )
 from ..portal._thread import wait_future
@@ -210,7 +211,7 @@ def _check_exact(value: Any, path: str) -> None:
             raise ValidationError(f"{value} has no exact JSON form", path=path)
     elif isinstance(value, dict):
         for key, item in value.items():
-            step = key_segment(key) if isinstance(key, str) else f"[{key!r}]"
+            step = key_segment(key) if isinstance(key, str) else f"[{preview(key)}]"
             if isinstance(key, str) and has_lone_surrogate(key):
                 raise ValidationError(
                     "this key holds a lone surrogate, which ADK's JSON form replaces",
@@ -927,7 +928,9 @@ async def _merge_state(
             await back_off(attempt)
         else:
             return
-    raise ConflictError(f"scope session {zid!r} could not be written: {STALE_ATTEMPTS} races lost")
+    raise ConflictError(
+        f"scope session {preview(zid)} could not be written: {STALE_ATTEMPTS} races lost"
+    )
 
 
 async def _checkpoint(session: Session, state: dict[str, Any], count: int) -> None:

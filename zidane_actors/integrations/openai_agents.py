@@ -69,6 +69,7 @@ from ..model import (
     encode,
     new_id,
     parse_json,
+    preview,
     validate_id,
 )
 from ..portal._thread import wait_future
@@ -557,7 +558,7 @@ class ZidaneSession:
             if session is not None:
                 self._handle = session
             return session
-        raise ConflictError(f"session {self.session_id!r} could not be created or loaded")
+        raise ConflictError(f"session {preview(self.session_id)} could not be created or loaded")
 
     async def _tail(self, shared: _shared.SharedPortal, wanted: int) -> tuple[SessionTurn, ...]:
         """The newest turns holding ``wanted`` items, read from the store (the session unopened)."""
@@ -594,7 +595,7 @@ class ZidaneSession:
             with contextlib.suppress(ZidaneNotFound):  # nothing was written: write again
                 if await self._append_to(session, turns, records):
                     return
-        raise ConflictError(f"session {self.session_id!r} was deleted while being written")
+        raise ConflictError(f"session {preview(self.session_id)} was deleted while being written")
 
     @staticmethod
     async def _append_to(

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
 import msgspec
+import pydantic
 from pydantic_ai.messages import (
     BinaryContent,
     DocumentUrl,
@@ -78,6 +79,7 @@ from ..model import (
     key_segment,
     new_id,
     parse_json,
+    preview,
     reasoning_text,
     validate_id,
 )
@@ -388,7 +390,7 @@ def _refuse_altered(message: ModelMessage, back: list[ModelMessage], path: str) 
 def _first_difference(want: Any, got: Any, path: str) -> str | None:
     if isinstance(want, dict) and isinstance(got, dict):
         for key, value in want.items():
-            step = path + (key_segment(key) if isinstance(key, str) else f"[{key!r}]")
+            step = path + (key_segment(key) if isinstance(key, str) else f"[{preview(key)}]")
             if key not in got:
                 return step
             found = _first_difference(value, got[key], step)
@@ -599,7 +601,7 @@ def _parts(turn: SessionTurn) -> list[dict[str, Any] | Any] | None:
 
 
 def _message_from(
-    kept: Mapping[str, Any], parts: list[dict[str, Any]], run_id: str | None
+    kept: Mapping[str, Any], parts: list[dict[str, Any]], run_id: str | None, where: str
 ) -> ModelMessage:
     dumped = _thawed({**kept, "parts": parts})
     dumped.pop("provider", None)
@@ -608,7 +610,16 @@ def _message_from(
     legacy = {i: p for i, p in enumerate(parts) if p.get("part_kind") == "retry-prompt"}
     if legacy:  # pydantic-ai reads these as newer parts: build the deprecated part itself
         dumped["parts"] = [p for p in parts if p.get("part_kind") != "retry-prompt"]
-    (message,) = ModelMessagesTypeAdapter.validate_python([dumped])
+    try:
+        (message,) = ModelMessagesTypeAdapter.validate_python([dumped])
+    except pydantic.ValidationError as exc:  # what the turn keeps of the message is damaged
+        first = exc.errors()[0]
+        step = ".".join(str(p) for p in first["loc"][1:])[:200]
+        raise ValidationError(
+            f"the pydantic-ai message the turn keeps does not validate ({exc.error_count()}"
+            f" errors; first at {step}: {first['msg']})",
+            path=where,
+        ) from None
     if legacy and isinstance(message, ModelRequest):
         rebuilt: list[Any] = list(message.parts)
         with warnings.catch_warnings():
@@ -636,7 +647,25 @@ def _fields(message: ModelRequest) -> dict[str, Any]:
 
 
 def _binary(media_type: str | None, data: str) -> BinaryContent:
-    return BinaryContent(data=base64.b64decode(data), media_type=media_type or "")
+    return BinaryContent(data=base64.b64decode(data, validate=True), media_type=media_type or "")
+
+
+def _check_media_data(turn: SessionTurn, where: str) -> None:
+    """Refuse an image or file whose ``data`` is not base64 (pydantic-ai holds its bytes).
+
+    Strict: a character outside the base64 alphabet is never skipped, a
+    missing ``=`` never guessed (the bytes would not be the stored ones).
+    """
+    for index, block in enumerate(turn.content):
+        if isinstance(block, ImageBlock | FileBlock) and block.data is not None:
+            try:
+                base64.b64decode(block.data, validate=True)
+            except ValueError:  # binascii.Error; non-ASCII text
+                kind = "image" if isinstance(block, ImageBlock) else "file"
+                raise ValidationError(
+                    f"the {kind}'s data is not base64 text ({len(block.data)} characters)",
+                    path=f"{where}.content[{index}].data",
+                ) from None
 
 
 def _user_part(block: SessionContentBlock) -> Any:
@@ -720,28 +749,37 @@ def _parts_text(parts: Sequence[Any]) -> str:
 
 def turns_to_messages(turns: Iterable[SessionTurn]) -> list[ModelMessage]:
     """pydantic-ai messages for ``turns``: as pydantic-ai wrote them where the turns
-    keep what their blocks do not hold, else built from the neutral content."""
+    keep what their blocks do not hold, else built from the neutral content.
+
+    An image or file whose ``data`` is not base64 text is refused with a
+    :class:`~zidane_actors.errors.ValidationError` at ``$[i].content[j].data``.
+    """
     messages: list[ModelMessage] = []
     joined: list[dict[str, Any]] = []  # system prompts waiting for their request
-    for turn in turns:
+    joined_at = "$"  # the turn the first of them came from
+    for position, turn in enumerate(turns):
+        where = f"$[{position}]"
+        _check_media_data(turn, where)
         data = turn.provider_data or {}
         kept = data.get("message") if data.get("provider") == PYDANTIC_AI_PROVIDER else None
         parts = _parts(turn) if kept is not None or data.get("joins") else None
         if parts is not None and data.get("joins") == "next":
+            joined_at = joined_at if joined else where
             joined.extend(parts)
             continue
         if parts is not None and isinstance(kept, dict):
-            messages.append(_message_from(kept, [*joined, *parts], turn.run_id))
+            at = joined_at if joined else where
+            messages.append(_message_from(kept, [*joined, *parts], turn.run_id, at))
             joined.clear()
             continue
         if joined:  # the request they opened is gone: keep them as their own request
-            messages.append(_message_from({"kind": "request"}, joined, turn.run_id))
+            messages.append(_message_from({"kind": "request"}, joined, turn.run_id, joined_at))
             joined = []
         message = _kept_message(turn) or _rebuilt(turn)
         if message is not None:
             messages.append(message)
     if joined:
-        messages.append(_message_from({"kind": "request"}, joined, None))
+        messages.append(_message_from({"kind": "request"}, joined, None, joined_at))
     return messages
 
 

@@ -63,6 +63,7 @@ from ..model import (
     encode,
     new_id,
     parse_json,
+    preview,
     validate_id,
     validate_request_id,
 )
@@ -211,10 +212,10 @@ def _ui_error(exc: Exception, session_id: str | None) -> tuple[int, str]:
 
 def _named(error: _ApiError, session_id: str | None) -> _ApiError:
     """``error`` with the session it concerns named, when its message does not say."""
-    if error.status < 500 or session_id is None or repr(session_id) in error.message:
+    if error.status < 500 or session_id is None or preview(session_id) in error.message:
         return error
     return _ApiError(
-        error.status, error.code, f"session {session_id!r}: {error.message}", error.path
+        error.status, error.code, f"session {preview(session_id)}: {error.message}", error.path
     )
 
 
@@ -342,7 +343,9 @@ class _Api:
             return {}
         digits = value.strip().removeprefix("W/").strip('"')
         if not digits.isdigit() or len(digits) > 19:
-            raise _ApiError(400, "invalid_header", f"If-Match must be a quoted rev, got {value!r}")
+            raise _ApiError(
+                400, "invalid_header", f"If-Match must be a quoted rev, got {preview(value)}"
+            )
         if not is_versioned(self.capabilities):
             raise _ApiError(501, "unsupported", "the backing store keeps no versions")
         return {"expected_rev": int(digits)}
@@ -427,20 +430,20 @@ class _Api:
         if is_versioned(self.capabilities):
             loaded = await cast(VersionedStore, self.store).load_versioned(sid)
             if loaded is None:
-                raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+                raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
             response = _json(loaded[0])
             response.headers[REV_HEADER] = str(loaded[1])
             return response
         data = await self.store.load(sid)
         if data is None:
-            raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
         return _json(data)
 
     async def get_rev(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         rev = await self._optional("get_rev")(sid)
         if rev is None:
-            raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
         return _json(RevResult(rev=rev))
 
     async def save(self, request: Request) -> Response:
@@ -497,7 +500,7 @@ class _Api:
         sid = _path_id(request, "sessionId", "session id")
         row = await self._optional("get_meta")(sid)
         if row is None:
-            raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
         return _json(row)
 
     async def save_meta(self, request: Request) -> Response:
@@ -628,7 +631,7 @@ class _Api:
         sid = _path_id(request, "sessionId", "session id")
         data = await self.store.load(sid)
         if data is None:
-            raise _ApiError(404, "session_not_found", f"no session {sid!r}")
+            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
         history = SessionHistory(turns=data.turns, runs=data.runs)
         return _json(HistoryState(history=history, rev=history_rev(history)))
 
@@ -649,7 +652,7 @@ class _Api:
             raise _ApiError(
                 409,
                 "rev_mismatch",
-                f"history of {sid!r} is at revision {exc.rev}, not {body.expected_rev}",
+                f"history of {preview(sid)} is at revision {exc.rev}, not {body.expected_rev}",
             ) from None
         rev = history_rev(body.history) if result == "ok" else None
         response = _json(HistoryResult(result=result, rev=rev))
@@ -696,7 +699,9 @@ class _Api:
         rid = validate_request_id(request.path_params["requestId"])
         record = await self._optional("find_send_request")(sid, rid)
         if record is None:
-            raise _ApiError(404, "send_request_not_found", f"no request {rid!r} in {sid!r}")
+            raise _ApiError(
+                404, "send_request_not_found", f"no request {preview(rid)} in {preview(sid)}"
+            )
         return _json(record)
 
     async def list_send_requests(self, request: Request) -> Response:
@@ -875,7 +880,8 @@ def _same(
         raise _ApiError(
             409,
             "id_mismatch",
-            f"{what} in the body ({body_value!r}) differs from the URL ({path_value!r})",
+            f"{what} in the body ({preview(body_value)})"
+            f" differs from the URL ({preview(path_value)})",
             where,
         )
 

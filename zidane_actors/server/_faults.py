@@ -14,6 +14,7 @@ import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ValidationError
+from ..model import preview
 from ._errors import error_response
 
 __all__ = ["FaultInjection", "parse_faults"]
@@ -40,10 +41,12 @@ def parse_faults(spec: str) -> FaultInjection:
         key, sep, raw = item.partition("=")
         if not sep or key not in ("delay_ms", "delay_every", "fail_every"):
             raise ValidationError(
-                f"fault spec item {item!r} is not delay_ms|delay_every|fail_every=N"
+                f"fault spec item {preview(item)} is not delay_ms|delay_every|fail_every=N"
             )
         if not raw.isdigit():
-            raise ValidationError(f"fault spec {key} must be a non-negative integer, got {raw!r}")
+            raise ValidationError(
+                f"fault spec {key} must be a non-negative integer, got {preview(raw)}"
+            )
         values[key] = int(raw)
     return FaultInjection(**values)
 

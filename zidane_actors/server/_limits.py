@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ValidationError
+from ..model import preview
 from ._errors import ApiError
 
 __all__ = [
@@ -47,12 +48,12 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> 
         or not value > 0
         or not math.isfinite(value)
     ):
-        raise ValidationError(f"{attribute.name} must be a positive number, got {value!r}")
+        raise ValidationError(f"{attribute.name} must be a positive number, got {preview(value)}")
 
 
 def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int):
-        raise ValidationError(f"{attribute.name} must be an integer, got {value!r}")
+        raise ValidationError(f"{attribute.name} must be an integer, got {preview(value)}")
     _positive(instance, attribute, value)
 
 

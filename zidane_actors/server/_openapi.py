@@ -6,6 +6,7 @@ from typing import Any, Final
 
 import attrs
 import msgspec
+import msgspec.inspect as mi
 
 from ..model import (
     ID_MAX_LENGTH,
@@ -22,6 +23,7 @@ from ..model import (
     SessionTurn,
 )
 from ..model._extra import EXTRA_KEY
+from ..model._types import RequiredDefault
 from ..stores._remote import (
     AppendTurnsBody,
     ClaimedResult,
@@ -107,6 +109,51 @@ def _schema_hook(type_: type) -> dict[str, Any]:
     if type_ is ExtraFields:
         return {"type": "object"}
     raise NotImplementedError
+
+
+def _structs(types: list[Any]) -> dict[str, type]:
+    """Every model type ``types`` reach, by the name its schema component has."""
+    found: dict[str, type] = {}
+
+    def walk(info: mi.Type) -> None:
+        if isinstance(info, mi.StructType):
+            if found.setdefault(info.cls.__name__, info.cls) is not info.cls:
+                return
+            for field in info.fields:
+                walk(field.type)
+        elif isinstance(info, mi.UnionType):
+            for member in info.types:
+                walk(member)
+        elif isinstance(info, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
+            walk(info.item_type)
+        elif isinstance(info, mi.TupleType):
+            for member in info.item_types:
+                walk(member)
+        elif isinstance(info, mi.DictType):
+            walk(info.value_type)
+
+    for info in mi.multi_type_info(types):
+        walk(info)
+    return found
+
+
+def _spec_required(components: dict[str, Any], structs: dict[str, type]) -> None:
+    """List as required the fields the spec requires that a reader still fills in when absent.
+
+    (``SessionData``'s ``status``, ``metadata``, ``turns`` and ``runs``, ``TurnUsage``'s
+    ``input`` and ``output``: every answer holds them; msgspec sees only their defaults.)
+    """
+    for name, schema in components.items():
+        cls = structs.get(name)
+        if cls is None:
+            continue
+        info = mi.type_info(cls)
+        assert isinstance(info, mi.StructType)
+        factories = {f.encode_name: f.default_factory for f in info.fields}
+        spec = {n for n, make in factories.items() if isinstance(make, RequiredDefault)}
+        if spec:  # in the fields' order, as msgspec lists the others
+            listed = set(schema.get("required", ())) | spec
+            schema["required"] = [n for n in factories if n in listed]
 
 
 def _tighten(components: dict[str, Any]) -> None:
@@ -442,6 +489,7 @@ def openapi_document(capabilities: frozenset[str]) -> dict[str, Any]:
     )
     schema_of = dict(zip([ErrorBody, *types], schemas, strict=True))
     _tighten(components)
+    _spec_required(components, _structs([ErrorBody, *types]))
     paths: dict[str, dict[str, Any]] = {}
     for op in ops:
         responses: dict[str, Any] = {

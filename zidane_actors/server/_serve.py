@@ -11,6 +11,7 @@ from hypercorn.typing import Framework
 
 from ..actors import open_store_actor
 from ..errors import ValidationError
+from ..model import preview
 from ..stores import SessionStore
 from ._app import create_app
 from ._faults import FaultInjection
@@ -41,7 +42,7 @@ async def serve(
     """
     if token is None and not is_loopback_host(host.removeprefix("[").removesuffix("]")):
         raise ValidationError(
-            f"refusing to serve on {host!r} without a token: anyone who can reach it could "
+            f"refusing to serve on {preview(host)} without a token: anyone who can reach it could "
             "read and write every session; bind a loopback address (127.0.0.1) or set a token"
         )
     limits = limits or ServerLimits()

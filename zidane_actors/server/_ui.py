@@ -42,6 +42,7 @@ from ..model import (
     SessionSearch,
     SessionSearchPage,
     SessionTurn,
+    preview,
     session_meta_row,
     validate_id,
 )
@@ -442,7 +443,7 @@ class _Ui:
         start = _param_count(request, "from", 0, 0)
         meta = await self.reader.meta(sid)
         if meta is None:
-            return 404, render_error(404, f"No session {sid!r} in this store.")
+            return 404, render_error(404, f"No session {preview(sid)} in this store.")
         now = self.clock()
         if "from" not in query_params(request) and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
@@ -467,7 +468,7 @@ class _Ui:
         start = _param_count(request, "from", 0, 0)
         found = await self.reader.store.get_turns(sid, index, 1)
         if not found:
-            return 404, render_error(404, f"Session {sid!r} has no turn #{index + 1}.")
+            return 404, render_error(404, f"Session {preview(sid)} has no turn #{index + 1}.")
         text = long_text(
             found[0],
             _param_count(request, "block", 0, 0),
