@@ -384,3 +384,24 @@ async def test_an_error_of_the_body_comes_out_as_itself_with_its_cause(kind: str
                 scope.cancel()
                 await trio.sleep_forever()
         assert scope.cancelled_caught
+
+
+async def test_host_entry_points_refuse_bad_ids_and_values_with_the_librarys_error() -> None:
+    # An unhashable or deeply nested argument is a located ValidationError, never a
+    # TypeError from a dict lookup or a RecursionError from building the message.
+    deep: list[object] = []
+    node = deep
+    for _ in range(3000):
+        child: list[object] = []
+        node.append(child)
+        node = child
+    async with open_session_host(MemoryStore()) as host:
+        with pytest.raises(ValidationError):
+            await host.load_session(["s"])  # type: ignore[arg-type]
+        with pytest.raises(ValidationError):
+            await host.create_session(id=["s"])  # type: ignore[arg-type]
+        with pytest.raises(ValidationError):
+            await host.delete_session({"s": 1})  # type: ignore[arg-type]
+        with pytest.raises(ValidationError) as refused:
+            await host.create_session(agent_id=deep)  # type: ignore[arg-type]
+        assert len(str(refused.value)) < 300

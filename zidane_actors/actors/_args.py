@@ -23,6 +23,7 @@ from ..model import (
     encode,
     key_segment,
     parse_json,
+    preview,
     validate_id,
 )
 from ..model._checked import check_values
@@ -56,7 +57,7 @@ def _checked_append_options(options: AppendTurnsOptions | None) -> AppendTurnsOp
 
 def _meta_value(key: str, value: Any) -> Any:
     """A copy of ``metadata[key]``'s new value, located at ``$.metadata.<key>`` when refused."""
-    return _json_copy(value, f"metadata[{key!r}]", "$.metadata" + key_segment(key), 1)
+    return _json_copy(value, f"metadata[{preview(key)}]", "$.metadata" + key_segment(key), 1)
 
 
 def _check_ids(values: Sequence[SessionTurn | SessionRun], field: str) -> None:
@@ -82,11 +83,11 @@ def _checked_key(key: object) -> str:
 
 def _checked_status(status: object) -> SessionStatus:
     if not isinstance(status, str) or status not in _STATUSES:
-        raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {status!r}")
+        raise ValidationError(f"status must be one of {sorted(_STATUSES)}, got {preview(status)}")
     return cast(SessionStatus, status)
 
 
 def _checked_agent(agent_id: object) -> str:
     if not isinstance(agent_id, str) or not agent_id:
-        raise ValidationError(f"agent id must be a non-empty string, got {agent_id!r}")
+        raise ValidationError(f"agent id must be a non-empty string, got {preview(agent_id)}")
     return agent_id

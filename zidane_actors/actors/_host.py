@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from ..errors import ActorClosed, ConflictError
-from ..model import JsonValue, SessionData
+from ..model import JsonValue, SessionData, validate_id
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor, open_service_nursery
@@ -130,6 +130,7 @@ class SessionHost:
         if _data is not None:
             id = _data.id if isinstance(_data, SessionData) else None
         if id is not None:
+            validate_id(id)
             # A load or create of this id under way decides first: wait for it.
             while (under_way := self._loading.get(id)) is not None:
                 await under_way.done.wait()
@@ -195,6 +196,7 @@ class SessionHost:
         stored run marker's staleness at ``clock()`` (default: the host's
         clock). Concurrent loads of one id share one read.
         """
+        validate_id(session_id)
         while True:
             self._check_open()
             existing = self._sessions.get(session_id)
@@ -248,6 +250,7 @@ class SessionHost:
         reuse the id. A handle kept elsewhere must not be written to again.
         """
         self._check_open()
+        validate_id(session_id)
         while (under_way := self._loading.get(session_id)) is not None:
             await under_way.done.wait()
             self._check_open()

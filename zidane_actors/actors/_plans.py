@@ -25,6 +25,7 @@ from ..model import (
     current_run_owner,
     new_id,
     normalize_artifact,
+    preview,
     upsert_runs,
 )
 from ..model._artifacts import clip_artifact_label
@@ -117,7 +118,7 @@ class _Planned(_View):
         current = next((r for r in self._data.runs if r.id == command.run_id), None)
         if current is None:
             raise ValidationError(
-                f"session {self.id!r} has no run {command.run_id!r}", path="$.runId"
+                f"session {self.id!r} has no run {preview(command.run_id)}", path="$.runId"
             )
         changes: dict[str, Any] = {"status": command.status, "ended_at": self._now()}
         if command.stats is not None:

@@ -389,6 +389,7 @@ class _SessionAPI(_Handle):
     metadata = _Read(Session.metadata)
     turns = _Read(Session.turns)
     runs = _Read(Session.runs)
+    rev = _Read(Session.rev)
     project_root = _Read(Session.project_root)
     is_empty = _Read(Session.is_empty)
     store = _Read(Session.store)  # the host's store actor: a trio object
