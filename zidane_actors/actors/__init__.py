@@ -1,4 +1,4 @@
-"""Layer 3: the actor runtime — sessions as trio actors, the store actor, the host."""
+"""Layer 4: the actor runtime — sessions as trio actors, the store actor, the host."""
 
 from ._actor import Actor, ActorState, ActorStatistics, Command, Reply, open_actor
 from ._build import create_session, load_session

@@ -19,11 +19,12 @@ from typing import Any
 import attrs
 import trio
 
+from .._nursery import open_service_nursery
 from ..errors import ActorClosed, ConflictError
 from ..model import JsonValue, SessionData, validate_id
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
-from ._actor import Actor, open_service_nursery
+from ._actor import Actor
 from ._build import _loaded_session_data, _new_session_data, _restored_session_data, _run_after
 from ._commands import _SessionCommand
 from ._session import Session

@@ -20,6 +20,7 @@ import attrs
 import outcome
 import trio
 
+from .._nursery import open_service_nursery
 from ..model import (
     AppendTurnsOptions,
     RunOwner,
@@ -40,7 +41,7 @@ from ..stores._protocol import (
     StoreWrite,
     store_capabilities,
 )
-from ._actor import Actor, ActorStatistics, Command, Reply, open_service_nursery
+from ._actor import Actor, ActorStatistics, Command, Reply
 
 __all__ = ["StoreActor", "StoreActorStatistics", "open_store_actor"]
 

@@ -50,8 +50,8 @@ from google.adk.sessions.state import State
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from .._nursery import open_service_nursery
 from ..actors import Session, SessionHost
-from ..actors._actor import open_service_nursery
 from ..actors._contention import STALE_ATTEMPTS, back_off
 from ..errors import ActorClosed, ConflictError, InvalidNameError, ValidationError
 from ..errors import SessionNotFoundError as ZidaneNotFound

@@ -1,4 +1,4 @@
-"""Layer 4: the ``SessionStore`` protocol and the bundled stores.
+"""Layer 3: the ``SessionStore`` protocol and the bundled stores.
 
 The PostgreSQL and remote stores are imported on first use of their names,
 so a process that neither opens one nor imports ``zidane_actors.server``

@@ -32,7 +32,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from ..actors._actor import open_service_nursery
+from .._nursery import open_service_nursery
 from ..errors import (
     ConflictError,
     CorruptDataError,
