@@ -17,16 +17,9 @@ from ._anthropic import (
 from ._common import RAW_ARGUMENTS_KEY
 from ._detect import auto_detect_and_convert
 from ._downgrade import DowngradeSink, WireDowngrade, WireDowngradeKind, native_text
-from ._openai import (
-    OPENAI_TOOL_ID_MAX_LENGTH,
-    from_openai,
-    from_openai_request,
-    from_openai_responses,
-    openai_tool_id_map,
-    to_openai,
-    to_openai_request,
-    to_openai_responses,
-)
+from ._openai_chat import from_openai, from_openai_request, to_openai, to_openai_request
+from ._openai_common import OPENAI_TOOL_ID_MAX_LENGTH, openai_tool_id_map
+from ._openai_responses import from_openai_responses, to_openai_responses
 from ._pairing import (
     SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
     PairingDrop,

@@ -8,7 +8,8 @@ from typing import Any
 from ..model import SessionMessage
 from ._anthropic import from_anthropic
 from ._common import as_mapping
-from ._openai import from_openai, from_openai_responses
+from ._openai_chat import from_openai
+from ._openai_responses import from_openai_responses
 
 __all__ = ["auto_detect_and_convert"]
 
