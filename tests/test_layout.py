@@ -39,7 +39,6 @@ MAX_LINES = 1_000
 STILL_LONGER = {
     "stores/_postgres.py": 2346,
     "stores/_sqlite.py": 1896,
-    "stores/_file_map.py": 1543,
     "stores/_remote.py": 1511,
     "server/_ui_render.py": 1306,
     "integrations/adk.py": 1149,

@@ -8,14 +8,6 @@ so a process that neither opens one nor imports ``zidane_actors.server``
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._file_map import (
-    DirectoryFileMapAdapter,
-    FileMapAdapter,
-    FileMapStore,
-    FileMapStoreOptions,
-    create_file_map_store,
-    open_directory_adapter,
-)
 from ._memory import MemoryStore, create_memory_store, open_memory_store
 from ._protocol import (
     OPTIONAL_METHODS,
@@ -36,6 +28,14 @@ from ._protocol import (
     store_capabilities,
 )
 from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite_store
+from .file_map import (
+    DirectoryFileMapAdapter,
+    FileMapAdapter,
+    FileMapStore,
+    FileMapStoreOptions,
+    create_file_map_store,
+    open_directory_adapter,
+)
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
