@@ -51,12 +51,9 @@ from ._run_owner import (
     run_claim_blocked,
 )
 from ._search import (
-    equal_sql,
     search_header_filters,
-    search_header_sql,
     search_page,
     search_words,
-    session_filter_sql,
     turn_search_text,
 )
 from ._send_requests import (
@@ -205,7 +202,6 @@ __all__ = [
     "demote_stale_running_status",
     "encode",
     "encode_str",
-    "equal_sql",
     "extra_json",
     "filter_artifacts",
     "fresh_turns",
@@ -231,13 +227,11 @@ __all__ = [
     "run_claim_blocked",
     "same_turn",
     "search_header_filters",
-    "search_header_sql",
     "search_page",
     "search_words",
     "select_artifact_evictions",
     "send_request_evictions",
     "send_request_fingerprint",
-    "session_filter_sql",
     "session_meta_row",
     "snapshot_status",
     "sort_artifacts",

@@ -8,10 +8,8 @@ from typing import Any, Final
 
 from msgspec import UNSET
 
-from ._ids import is_column_text
 from ._types import (
     SessionData,
-    SessionFilter,
     SessionMetaRow,
     SessionSearch,
     SessionSearchPage,
@@ -22,12 +20,9 @@ from ._types import (
 )
 
 __all__ = [
-    "equal_sql",
     "search_header_filters",
-    "search_header_sql",
     "search_page",
     "search_words",
-    "session_filter_sql",
     "turn_search_text",
 ]
 
@@ -94,55 +89,6 @@ def search_header_filters(search: SessionSearch) -> list[tuple[str, str, Any]]:
         if high is not None:
             found.append((column, "<", high))
     return found
-
-
-def search_header_sql(search: SessionSearch, placeholder: str) -> tuple[list[str], list[Any]]:
-    """:func:`search_header_filters` as SQL conditions over ``sessions s``, and their values.
-
-    ``placeholder`` is the driver's parameter mark (``?`` for SQLite, ``%s`` for psycopg).
-    """
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, operator, value in search_header_filters(search):
-        if value is None:
-            clauses.append(f"s.{column} {operator}")
-        elif operator == "=" and isinstance(value, str):
-            equal_sql(clauses, params, f"s.{column}", value, placeholder)
-        else:
-            clauses.append(f"s.{column} {operator} {placeholder}")
-            params.append(value)
-    return clauses, params
-
-
-def session_filter_sql(filter: SessionFilter, placeholder: str) -> tuple[list[str], list[Any]]:
-    """A ``SessionFilter``'s conditions as SQL over ``sessions s`` (its ``limit`` aside).
-
-    ``placeholder`` is the driver's parameter mark, as for :func:`search_header_sql`.
-    """
-    clauses: list[str] = []
-    params: list[Any] = []
-    equal_sql(clauses, params, "s.agent_id", filter.agent_id, placeholder)
-    if filter.project_root is None:
-        clauses.append("s.project_root IS NULL")
-    else:
-        equal_sql(clauses, params, "s.project_root", filter.project_root, placeholder)
-    return clauses, params
-
-
-def equal_sql(
-    clauses: list[str], params: list[Any], column: str, value: object, placeholder: str
-) -> None:
-    """Add ``column = value`` for a text filter value (``None`` or ``UNSET``: nothing).
-
-    No row holds text a column cannot (NUL, a lone surrogate: ``check_column_text``
-    refuses it in every store), so such a value matches none, never sent to the driver.
-    """
-    if isinstance(value, str):
-        if is_column_text(value):
-            clauses.append(f"{column} = {placeholder}")
-            params.append(value)
-        else:
-            clauses.append("1 = 0")
 
 
 _HOLDS: Final[dict[str, Callable[[Any, Any], bool]]] = {

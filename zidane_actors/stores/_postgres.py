@@ -75,7 +75,6 @@ from ..model import (
     current_run_owner,
     decoder,
     encode_str,
-    equal_sql,
     extra_json,
     filter_artifacts,
     fresh_turns,
@@ -85,11 +84,9 @@ from ..model import (
     patch_metadata,
     preview,
     run_claim_blocked,
-    search_header_sql,
     search_words,
     select_artifact_evictions,
     send_request_evictions,
-    session_filter_sql,
     snapshot_status,
     upsert_runs,
     validate_id,
@@ -122,6 +119,7 @@ from ._validate import (
     now_ms,
     warn_mutate_turns,
 )
+from .sql import POSTGRES, SharedSQL, equal_sql, search_header_sql, session_filter_sql
 
 __all__ = [
     "CHANGES_CHANNEL",
@@ -135,6 +133,7 @@ T = TypeVar("T")
 _Cursor: TypeAlias = psycopg.Cursor[tuple[Any, ...]]
 _Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
 
+_SQL: Final = SharedSQL(POSTGRES)
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _TRANSIENT: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _BACKOFF_S: Final = 0.05
@@ -233,7 +232,7 @@ def _versioned(
     if expected_rev is not None and before != expected_rev:
         raise stale(session_id, expected_rev, before)
     write()
-    cur.execute("SELECT rev FROM sessions WHERE id = %s", (session_id,))
+    cur.execute(_SQL.rev, (session_id,))
     row = cur.fetchone()
     return Revision(before, 0 if row is None else int(row[0]))
 
@@ -340,7 +339,7 @@ def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) 
 
 
 def _replace_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
-    cur.execute("DELETE FROM runs WHERE session_id = %s", (session_id,))
+    cur.execute(_SQL.delete_runs, (session_id,))
     _upsert_runs(cur, session_id, runs)
 
 
@@ -506,7 +505,7 @@ def _append_turns(
             "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
             (now_ms(), session_id),
         )
-    cur.execute("SELECT rev FROM sessions WHERE id = %s", (session_id,))
+    cur.execute(_SQL.rev, (session_id,))
     row = cur.fetchone()
     assert row is not None
     return Revision(before, int(row[0]))
@@ -749,7 +748,7 @@ def _held_for_send(cur: _Cursor, session_id: str) -> None:
     The header row is key-share locked until the write commits, so a delete
     running meanwhile waits, then drops the new record with the session.
     """
-    cur.execute("SELECT 1 FROM sessions WHERE id = %s FOR KEY SHARE", (session_id,))
+    cur.execute(_SQL.held_for_send, (session_id,))
     if cur.fetchone() is None:
         raise SessionNotFoundError(
             f"cannot claim a send request of unknown session {preview(session_id)}"
@@ -759,8 +758,8 @@ def _held_for_send(cur: _Cursor, session_id: str) -> None:
 
 def _delete(cur: _Cursor, session_id: str) -> None:
     validate_id(session_id)
-    cur.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
-    cur.execute("DELETE FROM send_requests WHERE session_id = %s", (session_id,))
+    cur.execute(_SQL.delete_session, (session_id,))
+    cur.execute(_SQL.delete_sends, (session_id,))
 
 
 def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
@@ -876,12 +875,12 @@ def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result:
     check_json(result, what="send result")
     if result is None:
         cur.execute(
-            "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
+            _SQL.delete_send,
             (session_id, request_id),
         )
     else:
         cur.execute(
-            "UPDATE send_requests SET result = %s WHERE session_id = %s AND request_id = %s",
+            _SQL.settle_send,
             (_json(result, "send result"), session_id, request_id),
         )
 
@@ -949,7 +948,7 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
     params: list[Any] = []
     if filter is not None:
         filter = checked(filter, SessionFilter, "session filter")
-        clauses, params = session_filter_sql(filter, "%s")
+        clauses, params = session_filter_sql(filter, POSTGRES.placeholder)
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     order = ' ORDER BY s.updated_at DESC, s.id COLLATE "C"'
     if filter is not None and filter.limit is not None:
@@ -974,7 +973,7 @@ def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
         clauses.append(f"s.id IN ({hits})")
         for word in words:
             params += [f"'{word}':*"] * 2
-    header, values = search_header_sql(search, "%s")
+    header, values = search_header_sql(search, POSTGRES.placeholder)
     clauses += header
     params += values
     return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
@@ -1566,7 +1565,7 @@ class PostgresStore:
         validate_id(session_id)
 
         def op(cur: _Cursor) -> int | None:
-            cur.execute("SELECT rev FROM sessions WHERE id = %s", (session_id,))
+            cur.execute(_SQL.rev, (session_id,))
             row = cur.fetchone()
             return None if row is None else int(row[0])
 
@@ -1651,7 +1650,7 @@ class PostgresStore:
         tail, params = _session_where(filter)
 
         def op(cur: _Cursor) -> builtins.list[str]:
-            cur.execute("SELECT s.id FROM sessions s" + tail, params)
+            cur.execute(_SQL.list_ids + tail, params)
             return [row[0] for row in cur.fetchall()]
 
         return await self._read(op)
@@ -1719,7 +1718,7 @@ class PostgresStore:
         validate_id(session_id)
 
         def op(cur: _Cursor) -> int | None:
-            cur.execute("SELECT run_epoch FROM sessions WHERE id = %s", (session_id,))
+            cur.execute(_SQL.run_epoch, (session_id,))
             row = cur.fetchone()
             return None if row is None else int(row[0])
 
@@ -1790,7 +1789,7 @@ class PostgresStore:
             )
             if running:
                 cur.executemany(
-                    "UPDATE runs SET body = %s WHERE session_id = %s AND id = %s",
+                    _SQL.update_run,
                     [
                         (
                             _json(msgspec.structs.replace(r, status="aborted"), "run"),
@@ -1900,8 +1899,7 @@ class PostgresStore:
 
         def op(cur: _Cursor) -> builtins.list[SendRequestRecord]:
             cur.execute(
-                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
-                " WHERE session_id = %s ORDER BY created_at, request_id",
+                _SQL.list_sends,
                 (session_id,),
             )
             return [_send_record(row[0], row[1:], session_id) for row in cur.fetchall()]
@@ -1918,7 +1916,7 @@ class PostgresStore:
         def op(cur: _Cursor) -> None:
             _held_for_send(cur, session_id)
             cur.execute(
-                "DELETE FROM send_requests WHERE session_id = %s AND request_id = %s",
+                _SQL.delete_send,
                 (session_id, record.request_id),
             )
             cur.execute(
@@ -1935,9 +1933,7 @@ class PostgresStore:
                 (session_id, send_request_evictions(others)),
             )
             cur.execute(
-                "INSERT INTO send_requests"
-                " (session_id, request_id, fingerprint, created_at, result)"
-                " VALUES (%s, %s, %s, %s, %s)",
+                _SQL.put_send,
                 (session_id, record.request_id, record.fingerprint, record.created_at, result),
             )
 
@@ -2114,14 +2110,16 @@ class PostgresStore:
                 ("kind", filter.kind),
                 ("uri", filter.uri),
             ):
-                equal_sql(clauses, params, column, value, "%s")
+                equal_sql(clauses, params, column, value, POSTGRES.placeholder)
             if filter.since is not None:
                 clauses.append("updated_at >= %s")
                 params.append(filter.since)
             if filter.project_root is None:
                 clauses.append("project_root IS NULL")
             else:
-                equal_sql(clauses, params, "project_root", filter.project_root, "%s")
+                equal_sql(
+                    clauses, params, "project_root", filter.project_root, POSTGRES.placeholder
+                )
         query = "SELECT body, session_id, id FROM artifacts"
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
@@ -2144,11 +2142,7 @@ class PostgresStore:
 
         def op(cur: _Cursor) -> None:
             cur.execute(
-                "INSERT INTO schedules (id, enabled, next_fire_at, created_at, body)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET"
-                " enabled = excluded.enabled, created_at = excluded.created_at,"
-                " body = excluded.body, next_fire_at = CASE WHEN %s"
-                " THEN schedules.next_fire_at ELSE excluded.next_fire_at END",
+                _SQL.save_schedule,
                 (
                     schedule.id,
                     schedule.enabled,
@@ -2168,7 +2162,7 @@ class PostgresStore:
         def op(cur: _Cursor) -> bool:
             cur.execute("DELETE FROM schedules WHERE id = %s RETURNING 1", (id,))
             found = cur.fetchone() is not None
-            cur.execute("DELETE FROM schedule_fires WHERE schedule_id = %s", (id,))
+            cur.execute(_SQL.delete_fires, (id,))
             return found
 
         return await self._write(op, idempotent=False)
@@ -2193,16 +2187,15 @@ class PostgresStore:
         body = _json(fire, "schedule fire")
 
         def op(cur: _Cursor) -> None:
-            cur.execute("SELECT 1 FROM schedules WHERE id = %s", (fire.schedule_id,))
+            cur.execute(_SQL.schedule_exists, (fire.schedule_id,))
             if cur.fetchone() is None:
                 return
             cur.execute(
-                "DELETE FROM schedule_fires WHERE schedule_id = %s AND id = %s",
+                _SQL.delete_fire,
                 (fire.schedule_id, fire.id),
             )
             cur.execute(
-                "INSERT INTO schedule_fires (schedule_id, id, fired_at, body)"
-                " VALUES (%s, %s, %s, %s)",
+                _SQL.insert_fire,
                 (fire.schedule_id, fire.id, fire.fired_at, body),
             )
             cur.execute(

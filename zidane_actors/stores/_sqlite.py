@@ -80,11 +80,9 @@ from ..model import (
     patch_metadata,
     preview,
     run_claim_blocked,
-    search_header_sql,
     search_words,
     select_artifact_evictions,
     send_request_evictions,
-    session_filter_sql,
     snapshot_status,
     validate_id,
     validate_request_id,
@@ -114,6 +112,7 @@ from ._validate import (
     checked_status,
     warn_mutate_turns,
 )
+from .sql import SQLITE, SharedSQL, search_header_sql, session_filter_sql
 
 __all__ = ["Durability", "SQLiteStore", "SQLiteStoreStatistics", "open_sqlite_store"]
 
@@ -129,6 +128,8 @@ Durability: TypeAlias = Literal["full", "normal", "off"]
 - ``"off"``: no fsync; survives a process crash only; a power loss or OS
   crash may drop recent commits or corrupt the database.
 """
+
+_SQL: Final = SharedSQL(SQLITE)
 
 _SYNCHRONOUS: Final = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
@@ -463,7 +464,7 @@ class SQLiteStore:
     @staticmethod
     def _rev(conn: _Conn, session_id: str) -> int:
         """The session's ``rev``, ``0`` when it does not exist."""
-        row = conn.execute("SELECT rev FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = conn.execute(_SQL.rev, (session_id,)).fetchone()
         return 0 if row is None else int(row[0])
 
     def _versioned(
@@ -502,7 +503,7 @@ class SQLiteStore:
     def _upsert_run(conn: _Conn, session_id: str, run: SessionRun) -> None:
         body = _run_body(run)
         updated = conn.execute(
-            "UPDATE runs SET body = ? WHERE session_id = ? AND id = ?",
+            _SQL.update_run,
             (body, session_id, run.id),
         ).rowcount
         if not updated:
@@ -514,7 +515,7 @@ class SQLiteStore:
 
     @staticmethod
     def _replace_runs(conn: _Conn, session_id: str, runs: Sequence[SessionRun]) -> None:
-        conn.execute("DELETE FROM runs WHERE session_id = ?", (session_id,))
+        conn.execute(_SQL.delete_runs, (session_id,))
         conn.executemany(
             "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?, ?, ?)",
             [(session_id, r.id, i, _run_body(r)) for i, r in enumerate(runs)],
@@ -840,8 +841,8 @@ class SQLiteStore:
             " WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
             (session_id, session_id),
         )
-        conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-        conn.execute("DELETE FROM send_requests WHERE session_id = ?", (session_id,))
+        conn.execute(_SQL.delete_session, (session_id,))
+        conn.execute(_SQL.delete_sends, (session_id,))
 
     async def delete(self, session_id: str) -> None:
         """Delete a session with its turns, runs, artifacts and send-request ids."""
@@ -854,7 +855,7 @@ class SQLiteStore:
         limit = ""
         if filter is not None:
             _valid_body(filter, SessionFilter, "session filter")
-            clauses, params = session_filter_sql(filter, "?")
+            clauses, params = session_filter_sql(filter, SQLITE.placeholder)
             if filter.limit is not None:
                 limit = f" LIMIT {int(filter.limit)}"
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
@@ -866,7 +867,7 @@ class SQLiteStore:
 
         def op(conn: _Conn) -> builtins.list[str]:
             rows = conn.execute(
-                f"SELECT s.id FROM sessions s{where} ORDER BY s.updated_at DESC, s.id{limit}",
+                f"{_SQL.list_ids}{where} ORDER BY s.updated_at DESC, s.id{limit}",
                 params,
             ).fetchall()
             return [r[0] for r in rows]
@@ -959,7 +960,7 @@ class SQLiteStore:
             )
             clauses.append(f"s.id IN ({hits})")
             params.extend(f'text : "{w}"*' for w in words)
-        header, values = search_header_sql(search, "?")
+        header, values = search_header_sql(search, SQLITE.placeholder)
         clauses += header
         params += values
         return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
@@ -1001,9 +1002,7 @@ class SQLiteStore:
         _session_id(session_id)
 
         def op(conn: _Conn) -> int | None:
-            row = conn.execute(
-                "SELECT run_epoch FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
+            row = conn.execute(_SQL.run_epoch, (session_id,)).fetchone()
             return None if row is None else int(row[0])
 
         return await self._read(op)
@@ -1149,7 +1148,7 @@ class SQLiteStore:
                 (session_id, epoch),
             )
             conn.executemany(
-                "UPDATE runs SET body = ? WHERE session_id = ? AND id = ?",
+                _SQL.update_run,
                 [
                     (encode(msgspec.structs.replace(r, status="aborted")), session_id, r.id)
                     for r in running
@@ -1388,7 +1387,7 @@ class SQLiteStore:
                 if record.request_id == request_id:
                     return SendRequestClaim(claimed=False, record=record)
             conn.executemany(
-                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                _SQL.delete_send,
                 [(session_id, rid) for rid in send_request_evictions(records)],
             )
             conn.execute(
@@ -1403,7 +1402,7 @@ class SQLiteStore:
     def _held_for_send(self, conn: _Conn, session_id: str) -> None:
         """Refuse a send request of a session this store does not hold (checked in the write's
         transaction): a session created later under that id would inherit the claim."""
-        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        if conn.execute(_SQL.held_for_send, (session_id,)).fetchone() is None:
             raise SessionNotFoundError(
                 f"cannot claim a send request: SQLite store {self._path} has no session"
                 f" {preview(session_id)} (save the session first)"
@@ -1436,12 +1435,12 @@ class SQLiteStore:
             raise ValidationError(f"send result is not JSON-serializable: {exc}") from None
         if result is None:
             conn.execute(
-                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                _SQL.delete_send,
                 (session_id, request_id),
             )
         else:
             conn.execute(
-                "UPDATE send_requests SET result = ? WHERE session_id = ? AND request_id = ?",
+                _SQL.settle_send,
                 (encoded, session_id, request_id),
             )
 
@@ -1459,8 +1458,7 @@ class SQLiteStore:
 
         def op(conn: _Conn) -> builtins.list[SendRequestRecord]:
             rows = conn.execute(
-                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
-                " WHERE session_id = ? ORDER BY created_at, request_id",
+                _SQL.list_sends,
                 (session_id,),
             ).fetchall()
             return [self._send_record(r, session_id) for r in rows]
@@ -1477,7 +1475,7 @@ class SQLiteStore:
         def op(conn: _Conn) -> None:
             self._held_for_send(conn, session_id)
             conn.execute(
-                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                _SQL.delete_send,
                 (session_id, record.request_id),
             )
             rows = conn.execute(
@@ -1487,12 +1485,11 @@ class SQLiteStore:
             ).fetchall()
             records = [self._send_record(r, session_id) for r in rows]
             conn.executemany(
-                "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?",
+                _SQL.delete_send,
                 [(session_id, rid) for rid in send_request_evictions(records)],
             )
             conn.execute(
-                "INSERT INTO send_requests"
-                " (session_id, request_id, fingerprint, created_at, result) VALUES (?, ?, ?, ?, ?)",
+                _SQL.put_send,
                 (session_id, record.request_id, record.fingerprint, record.created_at, result),
             )
 
@@ -1512,11 +1509,7 @@ class SQLiteStore:
 
         def op(conn: _Conn) -> None:
             conn.execute(
-                "INSERT INTO schedules (id, enabled, next_fire_at, created_at, body)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
-                " enabled = excluded.enabled, created_at = excluded.created_at,"
-                " body = excluded.body, next_fire_at = CASE WHEN ? THEN"
-                " schedules.next_fire_at ELSE excluded.next_fire_at END",
+                _SQL.save_schedule,
                 (
                     schedule.id,
                     schedule.enabled,
@@ -1554,7 +1547,7 @@ class SQLiteStore:
         validate_id(id, what="schedule id")
 
         def op(conn: _Conn) -> bool:
-            conn.execute("DELETE FROM schedule_fires WHERE schedule_id = ?", (id,))
+            conn.execute(_SQL.delete_fires, (id,))
             return conn.execute("DELETE FROM schedules WHERE id = ?", (id,)).rowcount > 0
 
         return await self._write(op)
@@ -1585,16 +1578,14 @@ class SQLiteStore:
         check_fire_ids(fire)
 
         def op(conn: _Conn) -> None:
-            if not conn.execute(
-                "SELECT 1 FROM schedules WHERE id = ?", (fire.schedule_id,)
-            ).fetchone():
+            if not conn.execute(_SQL.schedule_exists, (fire.schedule_id,)).fetchone():
                 return
             conn.execute(
-                "DELETE FROM schedule_fires WHERE schedule_id = ? AND id = ?",
+                _SQL.delete_fire,
                 (fire.schedule_id, fire.id),
             )
             conn.execute(
-                "INSERT INTO schedule_fires (schedule_id, id, fired_at, body) VALUES (?, ?, ?, ?)",
+                _SQL.insert_fire,
                 (fire.schedule_id, fire.id, fire.fired_at, body),
             )
             conn.execute(

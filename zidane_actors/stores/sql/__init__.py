@@ -1,0 +1,22 @@
+"""The SQL both SQL stores run, written once (layer 3, beneath ``_sqlite`` and ``_postgres``).
+
+- :mod:`._dialect`: what differs between SQLite and PostgreSQL in a statement's
+  text (the parameter mark, the insertion-order column, the lock clause).
+- :mod:`._statements`: the statements both stores run, rendered per dialect.
+- :mod:`._where`: the ``WHERE`` conditions of ``list``/``list_meta``/``search_meta``
+  (the rule itself, engine-free, stays in ``model``).
+"""
+
+from ._dialect import POSTGRES, SQLITE, Dialect
+from ._statements import SharedSQL
+from ._where import equal_sql, search_header_sql, session_filter_sql
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Dialect",
+    "SharedSQL",
+    "equal_sql",
+    "search_header_sql",
+    "session_filter_sql",
+]

@@ -1,0 +1,35 @@
+"""What differs between SQLite and PostgreSQL in the text of a shared statement."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect"]
+
+
+@attrs.frozen
+class Dialect:
+    """One engine's spelling of the few things its SQL says differently."""
+
+    name: str
+    placeholder: str
+    """The driver's parameter mark: ``?`` (sqlite3) or ``%s`` (psycopg)."""
+    order_column: str
+    """The column that keeps a table's insertion order: ``rowid`` or ``seq``."""
+    key_share: str
+    """The clause locking a read header row against a concurrent delete (or nothing)."""
+
+    def sql(self, text: str) -> str:
+        """``text``, written with ``?`` marks, in this dialect's parameter marks."""
+        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
+
+
+SQLITE: Final = Dialect(name="sqlite", placeholder="?", order_column="rowid", key_share="")
+"""SQLite: writes hold the database lock (``BEGIN IMMEDIATE``), so no row locks."""
+
+POSTGRES: Final = Dialect(
+    name="postgres", placeholder="%s", order_column="seq", key_share=" FOR KEY SHARE"
+)
+"""PostgreSQL through psycopg."""

@@ -1,0 +1,101 @@
+"""The statements both SQL stores run, written once with ``?`` marks.
+
+Each store holds one :class:`SharedSQL` rendered in its :class:`~._dialect.Dialect`
+at import, so a statement costs no formatting when it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._dialect import Dialect
+
+__all__ = ["SharedSQL"]
+
+# -- sessions --------------------------------------------------------------------------------------
+
+_REV: Final = "SELECT rev FROM sessions WHERE id = ?"
+_RUN_EPOCH: Final = "SELECT run_epoch FROM sessions WHERE id = ?"
+_DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = ?"
+_LIST_IDS: Final = "SELECT s.id FROM sessions s"
+_HELD: Final = "SELECT 1 FROM sessions WHERE id = ?"
+
+# -- runs ------------------------------------------------------------------------------------------
+
+_UPDATE_RUN: Final = "UPDATE runs SET body = ? WHERE session_id = ? AND id = ?"
+_DELETE_RUNS: Final = "DELETE FROM runs WHERE session_id = ?"
+
+# -- send requests ---------------------------------------------------------------------------------
+
+_SEND_COLUMNS: Final = "request_id, fingerprint, created_at, result"
+_LIST_SENDS: Final = (
+    f"SELECT {_SEND_COLUMNS} FROM send_requests"
+    " WHERE session_id = ? ORDER BY created_at, request_id"
+)
+_PUT_SEND: Final = (
+    "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at, result)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+_SETTLE_SEND: Final = "UPDATE send_requests SET result = ? WHERE session_id = ? AND request_id = ?"
+_DELETE_SEND: Final = "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?"
+_DELETE_SENDS: Final = "DELETE FROM send_requests WHERE session_id = ?"
+
+# -- schedules -------------------------------------------------------------------------------------
+
+_SAVE_SCHEDULE: Final = (
+    "INSERT INTO schedules (id, enabled, next_fire_at, created_at, body)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+    " enabled = excluded.enabled, created_at = excluded.created_at,"
+    " body = excluded.body, next_fire_at = CASE WHEN ? THEN"
+    " schedules.next_fire_at ELSE excluded.next_fire_at END"
+)
+_SCHEDULE_EXISTS: Final = "SELECT 1 FROM schedules WHERE id = ?"
+_DELETE_FIRES: Final = "DELETE FROM schedule_fires WHERE schedule_id = ?"
+_DELETE_FIRE: Final = "DELETE FROM schedule_fires WHERE schedule_id = ? AND id = ?"
+_INSERT_FIRE: Final = (
+    "INSERT INTO schedule_fires (schedule_id, id, fired_at, body) VALUES (?, ?, ?, ?)"
+)
+
+
+class SharedSQL:
+    """The shared statements in one dialect's spelling."""
+
+    __slots__ = (
+        "delete_fire",
+        "delete_fires",
+        "delete_runs",
+        "delete_send",
+        "delete_sends",
+        "delete_session",
+        "held_for_send",
+        "insert_fire",
+        "list_ids",
+        "list_sends",
+        "put_send",
+        "rev",
+        "run_epoch",
+        "save_schedule",
+        "schedule_exists",
+        "settle_send",
+        "update_run",
+    )
+
+    def __init__(self, dialect: Dialect) -> None:
+        sql = dialect.sql
+        self.rev = sql(_REV)
+        self.run_epoch = sql(_RUN_EPOCH)
+        self.delete_session = sql(_DELETE_SESSION)
+        self.list_ids = _LIST_IDS
+        self.held_for_send = sql(_HELD) + dialect.key_share
+        self.update_run = sql(_UPDATE_RUN)
+        self.delete_runs = sql(_DELETE_RUNS)
+        self.list_sends = sql(_LIST_SENDS)
+        self.put_send = sql(_PUT_SEND)
+        self.settle_send = sql(_SETTLE_SEND)
+        self.delete_send = sql(_DELETE_SEND)
+        self.delete_sends = sql(_DELETE_SENDS)
+        self.save_schedule = sql(_SAVE_SCHEDULE)
+        self.schedule_exists = sql(_SCHEDULE_EXISTS)
+        self.delete_fires = sql(_DELETE_FIRES)
+        self.delete_fire = sql(_DELETE_FIRE)
+        self.insert_fire = sql(_INSERT_FIRE)
