@@ -47,9 +47,9 @@ trio.run(main)
 with start_host("sqlite:p.db") as host:
     host.create_session(id="two")
 assert not {"psycopg", "httpx"} & set(sys.modules), sorted({"psycopg", "httpx"} & set(sys.modules))
-from zidane_actors.stores import _postgres, _remote
+from zidane_actors.stores import _postgres, remote
 assert zidane_actors.open_postgres_store is _postgres.open_postgres_store
-assert zidane_actors.stores.RemoteStore is _remote.RemoteStore
+assert zidane_actors.stores.RemoteStore is remote.RemoteStore
 """
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60

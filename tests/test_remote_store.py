@@ -51,7 +51,7 @@ from zidane_actors.stores import (
     create_memory_store,
     create_remote_store,
 )
-from zidane_actors.stores._remote import MAX_BATCH_WRITES
+from zidane_actors.stores.remote import MAX_BATCH_WRITES
 
 _SERVERS: dict[str, ServerProcess] = {}
 

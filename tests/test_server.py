@@ -26,7 +26,7 @@ from zidane_actors.model import (
 )
 from zidane_actors.server import ServerLimits, create_app, serve, served_capabilities
 from zidane_actors.stores import MemoryStore, SessionStore, create_memory_store, create_remote_store
-from zidane_actors.stores._remote import history_rev
+from zidane_actors.stores.remote import history_rev
 
 
 class RequiredOnly:

@@ -69,7 +69,7 @@ from ..model import (
 )
 from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
-from ..stores._remote import (
+from ..stores.remote._bodies import (
     IF_MATCH_HEADER,
     REV_AFTER_HEADER,
     REV_BEFORE_HEADER,

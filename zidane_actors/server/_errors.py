@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from starlette.responses import Response
 
 from ..model import encode
-from ..stores._remote import ErrorBody, ErrorDetail
+from ..stores.remote._bodies import ErrorBody, ErrorDetail
 
 __all__ = ["ApiError", "error_response"]
 

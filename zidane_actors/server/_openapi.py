@@ -24,7 +24,7 @@ from ..model import (
 )
 from ..model._extra import EXTRA_KEY
 from ..model._types import RequiredDefault
-from ..stores._remote import (
+from ..stores.remote._bodies import (
     AppendTurnsBody,
     ClaimedResult,
     ClaimFireBody,

@@ -1,8 +1,8 @@
 """Layer 3: the ``SessionStore`` protocol and the bundled stores.
 
 The PostgreSQL and remote stores are imported on first use of their names,
-so a process that neither opens one nor imports ``zidane_actors.server``
-(its error bodies are the remote store's) never loads psycopg or httpx.
+so a process that opens neither never loads psycopg or httpx (the server
+imports only the REST bodies, ``stores.remote._bodies``).
 """
 
 import importlib
@@ -39,15 +39,15 @@ from .file_map import (
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
-    from ._remote import RemoteStore, RemoteStoreStatistics, create_remote_store
+    from .remote._client import RemoteStore, RemoteStoreStatistics, create_remote_store
 
 _LAZY = {
     "PostgresStore": "._postgres",
     "PostgresStoreStatistics": "._postgres",
     "open_postgres_store": "._postgres",
-    "RemoteStore": "._remote",
-    "RemoteStoreStatistics": "._remote",
-    "create_remote_store": "._remote",
+    "RemoteStore": ".remote._client",
+    "RemoteStoreStatistics": ".remote._client",
+    "create_remote_store": ".remote._client",
 }
 
 

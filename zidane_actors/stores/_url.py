@@ -55,7 +55,7 @@ async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
         stack.push_async_callback(file_map.aclose)
         return file_map
     if url.startswith(("http://", "https://")):
-        from ._remote import create_remote_store  # its driver loads only when used
+        from .remote import create_remote_store  # its driver loads only when used
 
         token = os.environ.get(TOKEN_ENV)
         headers = {"authorization": f"Bearer {token}"} if token else None

@@ -1,8 +1,5 @@
 """A ``SessionStore`` that talks to the REST session API (``zidane_actors.server``).
 
-The request and response bodies of that API are defined here, next to the
-client, so the server (a later layer) and the client share one definition.
-
 Idempotent calls (GET, PUT, PATCH, DELETE and the turn append, which the
 server deduplicates by turn id) are retried with exponential backoff and
 jitter on transport errors, timeouts and 5xx answers. Claims are never
@@ -13,36 +10,31 @@ from __future__ import annotations
 
 import builtins
 import functools
-import hashlib
 import math
 import random
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
-from urllib.parse import quote, urlencode
+from typing import Any, Final, TypeVar
 
 import attrs
 import httpx
 import msgspec
 import outcome
 import trio
-from msgspec import UNSET
 
-from ..errors import (
+from ...errors import (
     ConflictError,
-    CorruptDataError,
     InvalidNameError,
     RemoteStoreError,
     SessionNotFoundError,
     StaleSessionError,
     StoreClosedError,
-    StoreError,
     StoreUnavailableError,
     UnsupportedOperationError,
     ValidationError,
 )
-from ..model import (
+from ...model import (
     AppendTurnsOptions,
     ArtifactFilter,
     JsonValue,
@@ -67,15 +59,9 @@ from ..model import (
     current_run_owner,
     decode,
     decoder,
-    encode,
-    normalize_artifact,
     preview,
-    validate_id,
-    validate_request_id,
 )
-from ..model._checked import CheckedTurns
-from ..model._types import EpochMs
-from ._protocol import (
+from .._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
@@ -84,56 +70,75 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
 )
-from ._validate import (
-    check_artifact_filter_ids,
-    check_artifact_ids,
+from .._validate import (
     check_fire_ids,
     checked,
     checked_int,
-    checked_status,
     warn_mutate_turns,
+)
+from ._bodies import (
+    IF_MATCH_HEADER,
+    MAX_BATCH_WRITES,
+    REV_AFTER_HEADER,
+    REV_BEFORE_HEADER,
+    REV_HEADER,
+    AppendTurnsBody,
+    ClaimedResult,
+    ClaimFireBody,
+    ClaimRunBody,
+    ClaimRunResult,
+    ClaimSendRequestBody,
+    DeletedResult,
+    DemotedResult,
+    DemoteStaleRunBody,
+    ErrorBody,
+    ErrorDetail,
+    HistoryBody,
+    HistoryResult,
+    HistoryState,
+    IdResult,
+    IdsResult,
+    PatchMetaBody,
+    RevResult,
+    SaveMetaBody,
+    SettleSendRequestBody,
+    UpdateRunBody,
+    UpdateStatusBody,
+    UpsertArtifactResult,
+    WritesResult,
+    history_rev,
+)
+from ._requests import (
+    BATCH_BYTES,
+    DEFAULT_MAX_ANSWER_BYTES,
+    append_turns_write,
+    artifact_params,
+    checked_filter,
+    delete_artifact_write,
+    delete_write,
+    encode_write,
+    encoded_body,
+    filter_params,
+    patch_meta_write,
+    request_seg,
+    same_id,
+    save_meta_write,
+    save_write,
+    seg,
+    settle_send_request_write,
+    too_big,
+    typed,
+    typed_or_none,
+    update_run_write,
+    update_status_write,
+    upsert_artifact_write,
+    with_query,
 )
 
 __all__ = [
-    "MAX_BATCH_WRITES",
-    "AnyWrite",
-    "AppendTurnsBody",
-    "AppendTurnsWrite",
-    "ClaimFireBody",
-    "ClaimRunBody",
-    "ClaimRunResult",
-    "ClaimSendRequestBody",
-    "ClaimedResult",
-    "DeleteArtifactWrite",
-    "DeleteWrite",
-    "DeletedResult",
-    "ErrorBody",
-    "ErrorDetail",
-    "HistoryBody",
-    "HistoryResult",
-    "HistoryState",
-    "IdResult",
-    "IdsResult",
-    "PatchMetaBody",
-    "PatchMetaWrite",
     "RemoteStore",
     "RemoteStoreStatistics",
-    "SaveMetaBody",
-    "SaveMetaWrite",
-    "SaveWrite",
-    "SettleSendRequestBody",
-    "SettleSendRequestWrite",
-    "UpdateRunBody",
-    "UpdateRunWrite",
-    "UpdateStatusBody",
-    "UpdateStatusWrite",
-    "UpsertArtifactResult",
-    "UpsertArtifactWrite",
-    "WriteOutcome",
-    "WritesBody",
-    "WritesResult",
     "create_remote_store",
-    "history_rev",
 ]
 
 T = TypeVar("T")
@@ -146,409 +151,6 @@ _RETRY_AFTER_CAP_S: Final = 10.0
 _HISTORY_ATTEMPTS: Final = 8
 
 
-class _Body(
-    msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", forbid_unknown_fields=True
-):
-    """Base of the API's request and response bodies."""
-
-
-class ErrorDetail(_Body, frozen=True):
-    """What went wrong: a stable ``code``, a readable ``message``, the bad field's ``path``."""
-
-    code: str
-    message: str
-    path: str | None = None
-
-
-class ErrorBody(_Body, frozen=True):
-    """Every error answer of the API."""
-
-    error: ErrorDetail
-
-
-REV_HEADER: Final = "zidane-rev"
-"""``GET /sessions/{id}``: the ``rev`` the answered session is at (a versioned store)."""
-REV_BEFORE_HEADER: Final = "zidane-rev-before"
-REV_AFTER_HEADER: Final = "zidane-rev-after"
-"""A session write's :class:`~zidane_actors.stores.Revision` (a versioned store)."""
-IF_MATCH_HEADER: Final = "if-match"
-"""A conditional write's expected ``rev`` (``"7"``); a stale one answers 409 ``stale_session``."""
-
-
-class RevResult(_Body, frozen=True):
-    """``GET /sessions/{id}/rev``: the session's ``rev``."""
-
-    rev: int
-
-
-class RevisionBody(_Body, frozen=True):
-    """A write's revision in a ``POST /writes`` outcome."""
-
-    before: int
-    after: int
-
-
-class AppendTurnsBody(_Body, frozen=True):
-    """``POST /sessions/{id}/turns``."""
-
-    turns: tuple[SessionTurn, ...]
-    options: AppendTurnsOptions | None = None
-
-
-class UpdateRunBody(_Body, frozen=True):
-    """``PUT /sessions/{id}/runs/{runId}``."""
-
-    run: SessionRun
-    options: UpdateRunOptions | None = None
-
-
-class UpdateStatusBody(_Body, frozen=True):
-    """``PUT /sessions/{id}/status``."""
-
-    status: SessionStatus
-    owner: RunOwner | None = None
-    preserve_updated_at: bool = False
-
-
-class SaveMetaBody(_Body, frozen=True):
-    """``PUT /sessions/{id}/meta``."""
-
-    session: SessionData
-    options: SaveMetaOptions | None = None
-
-
-class PatchMetaBody(_Body, frozen=True):
-    """``PATCH /sessions/{id}/meta``: keys to set, and keys to remove."""
-
-    set: dict[str, JsonValue] = msgspec.field(default_factory=dict)
-    remove: tuple[str, ...] = ()
-
-
-class ClaimRunBody(_Body, frozen=True):
-    """``POST /sessions/{id}/claim-run``."""
-
-    stale_at: EpochMs
-    owner: RunOwner | None = None
-
-
-class DemoteStaleRunBody(_Body, frozen=True):
-    """``POST /sessions/{id}/demote-stale-run``: the loader's staleness horizon and clock."""
-
-    stale_at: EpochMs
-    now: EpochMs
-
-
-class DemotedResult(_Body, frozen=True):
-    """Whether a stale-running demotion was written."""
-
-    demoted: bool
-
-
-class ClaimRunResult(_Body, frozen=True):
-    """The answer of a run claim."""
-
-    claimed: bool
-    previous: SessionStatus | None = None
-
-
-class HistoryState(_Body, frozen=True):
-    """``GET /sessions/{id}/history``: the history and its revision."""
-
-    history: SessionHistory
-    rev: str
-
-
-class HistoryBody(_Body, frozen=True):
-    """``PUT /sessions/{id}/history``: write ``history`` if the stored one is at ``expectedRev``."""
-
-    history: SessionHistory
-    expected_rev: str
-
-
-class HistoryResult(_Body, frozen=True):
-    """The answer of a history write; ``rev`` is the stored revision afterwards."""
-
-    result: Literal["ok", "no-session", "unchanged"]
-    rev: str | None = None
-
-
-class ClaimSendRequestBody(_Body, frozen=True):
-    """``POST /sessions/{id}/send-requests/{requestId}/claim``."""
-
-    fingerprint: str
-
-
-class SettleSendRequestBody(_Body, frozen=True):
-    """``PUT /sessions/{id}/send-requests/{requestId}/result``; ``null`` drops the claim."""
-
-    result: JsonValue
-
-
-class UpsertArtifactResult(_Body, frozen=True):
-    """The stored artifact, or ``null`` for an unknown session."""
-
-    artifact: SessionArtifact | None
-
-
-MAX_BATCH_WRITES: Final = 1000
-"""Most writes one ``POST /writes`` carries (422 beyond)."""
-
-
-class _Write(_Body, frozen=True, tag_field="op"):
-    """Base of the writes of ``POST /writes``: one store write each, tagged by ``op``."""
-
-
-class AppendTurnsWrite(_Write, frozen=True, tag="appendTurns"):
-    """``append_turns`` in a batch."""
-
-    session_id: str
-    turns: tuple[SessionTurn, ...]
-    options: AppendTurnsOptions | None = None
-
-
-class SaveWrite(_Write, frozen=True, tag="save"):
-    """``save`` in a batch (only while the session is at ``expectedRev``, when given)."""
-
-    session: SessionData
-    expected_rev: int | None = None
-
-
-class DeleteWrite(_Write, frozen=True, tag="delete"):
-    """``delete`` in a batch."""
-
-    session_id: str
-
-
-class UpdateRunWrite(_Write, frozen=True, tag="updateRun"):
-    """``update_run`` in a batch."""
-
-    session_id: str
-    run: SessionRun
-    options: UpdateRunOptions | None = None
-
-
-class UpdateStatusWrite(_Write, frozen=True, tag="updateStatus"):
-    """``update_status`` in a batch."""
-
-    session_id: str
-    status: SessionStatus
-    owner: RunOwner | None = None
-    preserve_updated_at: bool = False
-
-
-class SaveMetaWrite(_Write, frozen=True, tag="saveMeta"):
-    """``save_meta`` in a batch (only while the session is at ``expectedRev``, when given)."""
-
-    session: SessionData
-    options: SaveMetaOptions | None = None
-    expected_rev: int | None = None
-
-
-class PatchMetaWrite(_Write, frozen=True, tag="patchMeta"):
-    """``patch_meta`` in a batch: keys to set, and keys to remove."""
-
-    session_id: str
-    set: dict[str, JsonValue] = msgspec.field(default_factory=dict)
-    remove: tuple[str, ...] = ()
-
-
-class SettleSendRequestWrite(_Write, frozen=True, tag="settleSendRequest"):
-    """``settle_send_request`` in a batch."""
-
-    session_id: str
-    request_id: str
-    result: JsonValue
-
-
-class UpsertArtifactWrite(_Write, frozen=True, tag="upsertArtifact"):
-    """``upsert_artifact`` in a batch."""
-
-    artifact: SessionArtifact
-
-
-class DeleteArtifactWrite(_Write, frozen=True, tag="deleteArtifact"):
-    """``delete_artifact`` in a batch."""
-
-    session_id: str
-    artifact_id: str
-
-
-AnyWrite: TypeAlias = (
-    AppendTurnsWrite
-    | SaveWrite
-    | DeleteWrite
-    | UpdateRunWrite
-    | UpdateStatusWrite
-    | SaveMetaWrite
-    | PatchMetaWrite
-    | SettleSendRequestWrite
-    | UpsertArtifactWrite
-    | DeleteArtifactWrite
-)
-"""One write of ``POST /writes``."""
-
-
-class WritesBody(_Body, frozen=True):
-    """``POST /writes``: store writes applied in order, in one transaction where the store can."""
-
-    writes: Annotated[tuple[AnyWrite, ...], msgspec.Meta(max_length=MAX_BATCH_WRITES)]
-
-
-class WriteOutcome(_Body, frozen=True):
-    """What became of one write: the status its own route would answer, and its error.
-
-    ``artifact`` is the stored artifact of an ``upsertArtifact`` (absent for an
-    unknown session); ``revision`` a session write's revision on a versioned store.
-    """
-
-    status: int
-    error: ErrorDetail | None = None
-    artifact: SessionArtifact | None = None
-    revision: RevisionBody | None = None
-
-
-class WritesResult(_Body, frozen=True):
-    """The answer of ``POST /writes``: one outcome per write, in order."""
-
-    outcomes: tuple[WriteOutcome, ...]
-
-
-class ClaimFireBody(_Body, frozen=True):
-    """``POST /schedules/{id}/claim-fire``."""
-
-    due_at: EpochMs
-    next: EpochMs | None
-
-
-class ClaimedResult(_Body, frozen=True):
-    """Whether a claim took."""
-
-    claimed: bool
-
-
-class DeletedResult(_Body, frozen=True):
-    """Whether a delete removed something."""
-
-    deleted: bool
-
-
-class IdResult(_Body, frozen=True):
-    """A generated id."""
-
-    id: str
-
-
-class IdsResult(_Body, frozen=True):
-    """Session ids, most recently updated first."""
-
-    ids: tuple[str, ...]
-
-
-def history_rev(history: SessionHistory) -> str:
-    """The revision of a history: SHA-256 of its canonical JSON.
-
-    A content hash works over every backing store (none has to keep a
-    counter), and a client can compute the revision of the history it is
-    about to write, which tells it whether a write whose answer was lost
-    has landed.
-    """
-    return hashlib.sha256(encode(history)).hexdigest()
-
-
-def _with_query(path: str, params: Mapping[str, str] | None) -> str:
-    """``path`` with its query; a lone surrogate as its UTF-8 bytes, as the server reads it."""
-    return f"{path}?{urlencode(params, errors='surrogatepass')}" if params else path
-
-
-def _filter_params(filter: SessionFilter | None) -> dict[str, str]:
-    params: dict[str, str] = {}
-    if filter is None:
-        return params
-    if filter.agent_id is not None:
-        params["agentId"] = filter.agent_id
-    if filter.limit is not None:
-        params["limit"] = str(filter.limit)
-    if isinstance(filter.project_root, str):
-        params["projectRoot"] = filter.project_root
-    elif filter.project_root is None:
-        params["untaggedOnly"] = "true"
-    return params
-
-
-def _artifact_params(filter: ArtifactFilter | None) -> dict[str, str]:
-    params: dict[str, str] = {}
-    if filter is None:
-        return params
-    for key, value in (
-        ("kind", filter.kind),
-        ("sessionId", filter.session_id),
-        ("uri", filter.uri),
-    ):
-        if value is not None:
-            params[key] = value
-    if filter.limit is not None:
-        params["limit"] = str(filter.limit)
-    if filter.since is not None:
-        params["since"] = str(filter.since)
-    if isinstance(filter.project_root, str):
-        params["projectRoot"] = filter.project_root
-    elif filter.project_root is None:
-        params["untaggedOnly"] = "true"
-    return params
-
-
-def _seg(value: str, what: str) -> str:
-    """An id checked safe for a URL path segment (no escaping needed)."""
-    return validate_id(value, what=what)
-
-
-DEFAULT_MAX_ANSWER_BYTES: Final = 256 * 1024 * 1024
-"""Largest answer body the remote client reads (``max_answer_bytes``)."""
-
-
-def _too_big(url: str, what: str, limit: int) -> StoreError:
-    return StoreError(f"the answer of {what} from {url} is over {limit} bytes (max_answer_bytes)")
-
-
-def _same_id(got: str, asked: str, what: str) -> None:
-    """Refuse an answer about another record than the one asked for."""
-    if got != asked:
-        raise CorruptDataError(
-            f"the answer of {what} is about {preview(got)}, not {preview(asked)}"
-        )
-
-
-def _request_seg(value: str) -> str:
-    """A send request id as one URL path segment: any text, percent-encoded."""
-    return quote(validate_request_id(value), safe="")
-
-
-def _typed(value: object, type_: type[T], what: str) -> T:
-    """``value`` if it is a ``type_``, else a :class:`ValidationError` naming ``what``."""
-    if not isinstance(value, type_):
-        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _typed_or_none(value: object, type_: type[T], what: str) -> T | None:
-    return None if value is None else _typed(value, type_, what)
-
-
-def _checked_filter(filter: object) -> ArtifactFilter | None:
-    checked = _typed_or_none(filter, ArtifactFilter, "filter")
-    check_artifact_filter_ids(checked)
-    return checked
-
-
-def _without_unset(data: SessionData) -> SessionData:
-    """``data`` without ``UNSET`` metadata values: absent keys mean the same, and JSON
-    has no ``undefined``."""
-    if not any(v is UNSET for v in data.metadata.values()):
-        return data
-    metadata = {k: v for k, v in data.metadata.items() if v is not UNSET}
-    return msgspec.structs.replace(data, metadata=metadata)
-
-
 def _backoff(attempt: int) -> float:
     """Full-jitter exponential backoff: uniform in ``[0, min(cap, base * 2**attempt)]``."""
     return random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
@@ -558,92 +160,6 @@ def _retry_after(response: httpx.Response) -> float:
     """The delay a 503 asks for (``Retry-After`` in seconds, capped), else 0."""
     raw = response.headers.get("retry-after", "")
     return min(float(raw), _RETRY_AFTER_CAP_S) if raw.isascii() and raw.isdigit() else 0.0
-
-
-def _encoded_body(body: object, where: str) -> bytes | None:
-    """``body`` as JSON, checked first (``ValidationError`` naming ``where``); ``None`` stays.
-
-    Appended turns checked once already (a ``CheckedTurns``) are sent as their bodies.
-    """
-    if body is None:
-        return None
-    if isinstance(body, AppendTurnsBody | AppendTurnsWrite) and type(body.turns) is CheckedTurns:
-        turns = msgspec.Raw(b"[" + b",".join(body.turns.bodies) + b"]")
-        rest = msgspec.structs.replace(body, turns=())
-        check_model(rest, what=f"{where} body")
-        body = msgspec.structs.replace(rest, turns=turns)
-    else:
-        check_model(body, what=f"{where} body")
-    try:
-        return encode(body)
-    except (TypeError, OverflowError) as exc:
-        raise ValidationError(f"{where}: body cannot be encoded as JSON: {exc}") from None
-
-
-# The checks of each write method, shared by its own route and by POST /writes.
-
-
-def _save_write(data: object, *, expected_rev: int | None = None) -> SaveWrite:
-    data = _typed(data, SessionData, "session")
-    _seg(data.id, "session id")
-    return SaveWrite(session=_without_unset(data), expected_rev=expected_rev)
-
-
-def _append_turns_write(
-    session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
-) -> AppendTurnsWrite:
-    if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
-        raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
-    checked = (
-        turns
-        if type(turns) is CheckedTurns
-        else tuple(_typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
-    )
-    return AppendTurnsWrite(
-        session_id=_seg(session_id, "session id"),
-        turns=checked,
-        options=_typed_or_none(options, AppendTurnsOptions, "options"),
-    )
-
-
-def _delete_write(session_id: str) -> DeleteWrite:
-    return DeleteWrite(session_id=_seg(session_id, "session id"))
-
-
-def _update_run_write(
-    session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-) -> UpdateRunWrite:
-    run = _typed(run, SessionRun, "run")
-    options = _typed_or_none(options, UpdateRunOptions, "options")
-    _seg(run.id, "run id")
-    return UpdateRunWrite(session_id=_seg(session_id, "session id"), run=run, options=options)
-
-
-def _update_status_write(
-    session_id: str,
-    status: SessionStatus,
-    *,
-    owner: RunOwner | None = None,
-    preserve_updated_at: bool = False,
-) -> UpdateStatusWrite:
-    owner = _typed_or_none(owner, RunOwner, "owner")
-    if status == "running" and owner is None:
-        owner = current_run_owner()
-    return UpdateStatusWrite(
-        session_id=_seg(session_id, "session id"),
-        status=checked_status(status),
-        owner=owner,
-        preserve_updated_at=preserve_updated_at,
-    )
-
-
-def _save_meta_write(
-    data: SessionData, options: SaveMetaOptions | None = None, *, expected_rev: int | None = None
-) -> SaveMetaWrite:
-    data = _typed(data, SessionData, "session")
-    options = _typed_or_none(options, SaveMetaOptions, "options")
-    _seg(data.id, "session id")
-    return SaveMetaWrite(session=_without_unset(data), options=options, expected_rev=expected_rev)
 
 
 def _if_match(expected_rev: int | None) -> dict[str, str] | None:
@@ -665,67 +181,6 @@ def _revision(response: httpx.Response | None) -> Revision | None:
             f"the server answered bad revision headers {preview(before)}, {preview(after)}",
             status=response.status_code,
         ) from None
-
-
-def _patch_meta_write(session_id: str, patch: Mapping[str, JsonValue]) -> PatchMetaWrite:
-    if not isinstance(patch, Mapping):
-        raise ValidationError(f"patch must be a mapping, got {type(patch).__name__}")
-    return PatchMetaWrite(
-        session_id=_seg(session_id, "session id"),
-        set={k: v for k, v in patch.items() if v is not UNSET},
-        remove=tuple(k for k, v in patch.items() if v is UNSET),
-    )
-
-
-def _settle_send_request_write(
-    session_id: str, request_id: str, result: JsonValue
-) -> SettleSendRequestWrite:
-    return SettleSendRequestWrite(
-        session_id=_seg(session_id, "session id"),
-        request_id=validate_request_id(request_id),
-        result=result,
-    )
-
-
-def _upsert_artifact_write(artifact: SessionArtifact) -> UpsertArtifactWrite:
-    artifact = normalize_artifact(_typed(artifact, SessionArtifact, "artifact"))
-    check_artifact_ids(artifact)
-    _seg(artifact.session_id, "session id")
-    return UpsertArtifactWrite(artifact=artifact)
-
-
-def _delete_artifact_write(session_id: str, artifact_id: str) -> DeleteArtifactWrite:
-    return DeleteArtifactWrite(
-        session_id=_seg(session_id, "session id"), artifact_id=_seg(artifact_id, "artifact id")
-    )
-
-
-_WRITE_BUILDERS: Final[Mapping[str, Callable[..., _Write]]] = {
-    "append_turns": _append_turns_write,
-    "delete": _delete_write,
-    "delete_artifact": _delete_artifact_write,
-    "patch_meta": _patch_meta_write,
-    "save": _save_write,
-    "save_meta": _save_meta_write,
-    "settle_send_request": _settle_send_request_write,
-    "update_run": _update_run_write,
-    "update_status": _update_status_write,
-    "upsert_artifact": _upsert_artifact_write,
-}
-
-# A POST /writes body stays well under the server's default body limit (32 MiB).
-_BATCH_BYTES: Final = 8 * 1024 * 1024
-
-
-def _encode_write(write: StoreWrite) -> bytes:
-    """``write`` as the JSON of one ``POST /writes`` entry, checked as its own method checks."""
-    build = _WRITE_BUILDERS.get(write.method) if isinstance(write, StoreWrite) else None
-    if build is None:
-        name = getattr(write, "method", type(write).__name__)
-        raise UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
-    encoded = _encoded_body(build(*write.args, **write.kwargs), f"{write.method} write")
-    assert encoded is not None
-    return encoded
 
 
 @attrs.frozen
@@ -802,7 +257,7 @@ class RemoteStore:
         """
         if self._closed:
             raise StoreClosedError(f"remote store {self.url} is closed")
-        content = body if isinstance(body, bytes) else _encoded_body(body, f"{method} {path}")
+        content = body if isinstance(body, bytes) else encoded_body(body, f"{method} {path}")
         sent = dict(headers or {})
         if content is not None:
             sent["content-type"] = "application/json"
@@ -817,7 +272,7 @@ class RemoteStore:
             try:
                 with trio.fail_after(self.timeout_ms / 1000):
                     request = self._client.build_request(
-                        method, _with_query(path, params), content=content, headers=sent or None
+                        method, with_query(path, params), content=content, headers=sent or None
                     )
                     response = await self._read(request, f"{method} {path}")
             except (httpx.TransportError, trio.TooSlowError) as exc:
@@ -854,13 +309,13 @@ class RemoteStore:
         try:
             declared = streamed.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
-                raise _too_big(self.url, what, limit)
+                raise too_big(self.url, what, limit)
             chunks: list[bytes] = []
             size = 0
             async for chunk in streamed.aiter_bytes():
                 size += len(chunk)
                 if size > limit:
-                    raise _too_big(self.url, what, limit)
+                    raise too_big(self.url, what, limit)
                 chunks.append(chunk)
         finally:
             await streamed.aclose()
@@ -895,12 +350,12 @@ class RemoteStore:
 
     async def load(self, session_id: str) -> SessionData | None:
         """The session, or ``None`` when the server has none with that id."""
-        path = f"/sessions/{_seg(session_id, 'session id')}"
+        path = f"/sessions/{seg(session_id, 'session id')}"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
         data = decode(response.content, SessionData, what=f"answer of GET {path}")
-        _same_id(data.id, session_id, f"GET {path}")
+        same_id(data.id, session_id, f"GET {path}")
         return data
 
     async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
@@ -908,7 +363,7 @@ class RemoteStore:
 
         Raises :class:`UnsupportedOperationError` when the server's store keeps no versions.
         """
-        path = f"/sessions/{_seg(session_id, 'session id')}"
+        path = f"/sessions/{seg(session_id, 'session id')}"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
@@ -916,12 +371,12 @@ class RemoteStore:
         if rev is None or not rev.isdigit():
             raise UnsupportedOperationError(f"GET {path}: the server's store keeps no versions")
         data = decode(response.content, SessionData, what=f"answer of GET {path}")
-        _same_id(data.id, session_id, f"GET {path}")
+        same_id(data.id, session_id, f"GET {path}")
         return data, int(rev)
 
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (``GET /sessions/{id}/rev``), or ``None`` when absent."""
-        path = f"/sessions/{_seg(session_id, 'session id')}/rev"
+        path = f"/sessions/{seg(session_id, 'session id')}/rev"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
@@ -932,7 +387,7 @@ class RemoteStore:
 
         With ``expected_rev``, only while the session is at that ``rev``.
         """
-        write = _save_write(data)
+        write = save_write(data)
         path = f"/sessions/{write.session.id}"
         try:
             response = await self._request(
@@ -949,7 +404,7 @@ class RemoteStore:
         options: AppendTurnsOptions | None = None,
     ) -> Revision | None:
         """Append turns; a stored identical turn is skipped, so a retry never duplicates."""
-        write = _append_turns_write(session_id, turns, options)
+        write = append_turns_write(session_id, turns, options)
         body = AppendTurnsBody(turns=write.turns, options=write.options)
         return _revision(
             await self._request(
@@ -967,7 +422,7 @@ class RemoteStore:
         turns = await self._json(
             tuple[SessionTurn, ...],
             "GET",
-            f"/sessions/{_seg(session_id, 'session id')}/turns",
+            f"/sessions/{seg(session_id, 'session id')}/turns",
             params=params,
             retry=True,
         )
@@ -977,7 +432,7 @@ class RemoteStore:
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> Revision | None:
         """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
-        write = _update_run_write(session_id, run, options)
+        write = update_run_write(session_id, run, options)
         path = f"/sessions/{write.session_id}/runs/{write.run.id}"
         body = UpdateRunBody(run=write.run, options=write.options)
         return _revision(await self._request("PUT", path, body=body, retry=True))
@@ -991,7 +446,7 @@ class RemoteStore:
         preserve_updated_at: bool = False,
     ) -> Revision | None:
         """Set the status; ``running`` records ``owner`` (default: this client process)."""
-        write = _update_status_write(
+        write = update_status_write(
             session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
         )
         body = UpdateStatusBody(
@@ -1006,12 +461,12 @@ class RemoteStore:
     async def delete(self, session_id: str) -> None:
         """Delete a session (``DELETE /sessions/{id}``)."""
         await self._request(
-            "DELETE", f"/sessions/{_delete_write(session_id).session_id}", retry=True
+            "DELETE", f"/sessions/{delete_write(session_id).session_id}", retry=True
         )
 
     async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""
-        params = _filter_params(_typed_or_none(filter, SessionFilter, "filter"))
+        params = filter_params(typed_or_none(filter, SessionFilter, "filter"))
         result = await self._json(IdsResult, "GET", "/sessions", params=params, retry=True)
         return builtins.list(result.ids)
 
@@ -1021,13 +476,13 @@ class RemoteStore:
         self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
     ) -> RunClaim:
         """Claim the session for a run on the server, atomically (never retried)."""
-        owner = _typed_or_none(owner, RunOwner, "owner")
+        owner = typed_or_none(owner, RunOwner, "owner")
         stale_at = checked_int(stale_at, "stale_at")
         body = ClaimRunBody(stale_at=stale_at, owner=owner or current_run_owner())
         result = await self._json(
             ClaimRunResult,
             "POST",
-            f"/sessions/{_seg(session_id, 'session id')}/claim-run",
+            f"/sessions/{seg(session_id, 'session id')}/claim-run",
             body=body,
             retry=False,
         )
@@ -1041,7 +496,7 @@ class RemoteStore:
         result = await self._json(
             DemotedResult,
             "POST",
-            f"/sessions/{_seg(session_id, 'session id')}/demote-stale-run",
+            f"/sessions/{seg(session_id, 'session id')}/demote-stale-run",
             body=DemoteStaleRunBody(
                 stale_at=checked_int(stale_at, "stale_at"), now=checked_int(now, "now")
             ),
@@ -1054,7 +509,7 @@ class RemoteStore:
         result = await self._json(
             ClaimedResult,
             "POST",
-            f"/schedules/{_seg(id, 'schedule id')}/claim-fire",
+            f"/schedules/{seg(id, 'schedule id')}/claim-fire",
             body=ClaimFireBody(due_at=due_at, next=next),
             retry=False,
         )
@@ -1065,8 +520,8 @@ class RemoteStore:
     ) -> SendRequestClaim:
         """Claim a request id atomically on the server (never retried)."""
         path = (
-            f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_request_seg(request_id)}/claim"
+            f"/sessions/{seg(session_id, 'session id')}"
+            f"/send-requests/{request_seg(request_id)}/claim"
         )
         return await self._json(
             SendRequestClaim,
@@ -1078,40 +533,38 @@ class RemoteStore:
 
     async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
         """Remove one artifact; unknown ids are a no-op."""
-        write = _delete_artifact_write(session_id, artifact_id)
+        write = delete_artifact_write(session_id, artifact_id)
         path = f"/sessions/{write.session_id}/artifacts/{write.artifact_id}"
         await self._request("DELETE", path, retry=True)
 
     async def delete_schedule(self, id: str) -> bool:
         """Remove a schedule and its fires; ``False`` when it was gone."""
         result = await self._json(
-            DeletedResult, "DELETE", f"/schedules/{_seg(id, 'schedule id')}", retry=True
+            DeletedResult, "DELETE", f"/schedules/{seg(id, 'schedule id')}", retry=True
         )
         return result.deleted
 
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
-        path = (
-            f"/sessions/{_seg(session_id, 'session id')}/send-requests/{_request_seg(request_id)}"
-        )
+        path = f"/sessions/{seg(session_id, 'session id')}/send-requests/{request_seg(request_id)}"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
         record = decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
-        _same_id(record.request_id, request_id, f"GET {path}")
+        same_id(record.request_id, request_id, f"GET {path}")
         return record
 
     async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
         """Every request id the session holds, oldest claim first."""
-        path = f"/sessions/{_seg(session_id, 'session id')}/send-requests"
+        path = f"/sessions/{seg(session_id, 'session id')}/send-requests"
         return await self._json(builtins.list[SendRequestRecord], "GET", path, retry=True)
 
     async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
         """Store ``record`` exactly as given (idempotent, so retried)."""
         record = checked(record, SendRequestRecord, "send request")
         path = (
-            f"/sessions/{_seg(session_id, 'session id')}"
-            f"/send-requests/{_request_seg(record.request_id)}"
+            f"/sessions/{seg(session_id, 'session id')}"
+            f"/send-requests/{request_seg(record.request_id)}"
         )
         await self._request("PUT", path, body=record, retry=True)
 
@@ -1125,12 +578,12 @@ class RemoteStore:
 
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One session's header row, or ``None``."""
-        path = f"/sessions/{_seg(session_id, 'session id')}/meta"
+        path = f"/sessions/{seg(session_id, 'session id')}/meta"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
         row = decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
-        _same_id(row.id, session_id, f"GET {path}")
+        same_id(row.id, session_id, f"GET {path}")
         return row
 
     async def list_artifacts(
@@ -1141,7 +594,7 @@ class RemoteStore:
             tuple[SessionArtifact, ...],
             "GET",
             "/artifacts",
-            params=_artifact_params(_checked_filter(filter)),
+            params=artifact_params(checked_filter(filter)),
             retry=True,
         )
         return builtins.list(result)
@@ -1152,14 +605,14 @@ class RemoteStore:
             tuple[SessionMetaRow, ...],
             "GET",
             "/session-meta",
-            params=_filter_params(_typed_or_none(filter, SessionFilter, "filter")),
+            params=filter_params(typed_or_none(filter, SessionFilter, "filter")),
             retry=True,
         )
         return builtins.list(result)
 
     async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
         """Sessions matching ``search``, as the server's store answers ``GET /session-search``."""
-        search = _typed(search, SessionSearch, "search")
+        search = typed(search, SessionSearch, "search")
         fields = msgspec.to_builtins(search)
         params = {k: str(v) for k, v in fields.items() if k != "projectRoot"}
         if "projectRoot" in fields:
@@ -1177,7 +630,7 @@ class RemoteStore:
         result = await self._json(
             tuple[ScheduleFire, ...],
             "GET",
-            f"/schedules/{_seg(schedule_id, 'schedule id')}/fires",
+            f"/schedules/{seg(schedule_id, 'schedule id')}/fires",
             params={"limit": str(checked_int(limit, "limit"))},
             retry=True,
         )
@@ -1189,7 +642,7 @@ class RemoteStore:
         return builtins.list(result)
 
     async def _history(self, session_id: str) -> HistoryState | None:
-        path = f"/sessions/{_seg(session_id, 'session id')}/history"
+        path = f"/sessions/{seg(session_id, 'session id')}/history"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
@@ -1211,7 +664,7 @@ class RemoteStore:
         With ``expected_rev`` the write also needs the session at that
         ``rev`` (``StaleSessionError`` otherwise, never retried here).
         """
-        path = f"/sessions/{_seg(session_id, 'session id')}/history"
+        path = f"/sessions/{seg(session_id, 'session id')}/history"
         for _ in range(_HISTORY_ATTEMPTS):
             state = await self._history(session_id)
             if state is None:
@@ -1272,7 +725,7 @@ class RemoteStore:
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
-        write = _patch_meta_write(session_id, patch)
+        write = patch_meta_write(session_id, patch)
         body = PatchMetaBody(set=write.set, remove=write.remove)
         return _revision(
             await self._request(
@@ -1282,11 +735,11 @@ class RemoteStore:
 
     async def record_schedule_fire(self, fire: ScheduleFire) -> None:
         """Store a fire (``POST``, not retried: a repeat would be a second fire)."""
-        fire = _typed(fire, ScheduleFire, "fire")
+        fire = typed(fire, ScheduleFire, "fire")
         check_fire_ids(fire)
         await self._request(
             "POST",
-            f"/schedules/{_seg(fire.schedule_id, 'schedule id')}/fires",
+            f"/schedules/{seg(fire.schedule_id, 'schedule id')}/fires",
             body=fire,
             retry=False,
         )
@@ -1302,7 +755,7 @@ class RemoteStore:
 
         With ``expected_rev``, only while the session is at that ``rev``.
         """
-        write = _save_meta_write(data, options)
+        write = save_meta_write(data, options)
         try:
             response = await self._request(
                 "PUT",
@@ -1317,11 +770,11 @@ class RemoteStore:
 
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule."""
-        schedule = _typed(schedule, Schedule, "schedule")
+        schedule = typed(schedule, Schedule, "schedule")
         params = {"keepNextFireAt": "true"} if keep_next_fire_at else None
         await self._request(
             "PUT",
-            f"/schedules/{_seg(schedule.id, 'schedule id')}",
+            f"/schedules/{seg(schedule.id, 'schedule id')}",
             body=schedule,
             params=params,
             retry=True,
@@ -1331,14 +784,14 @@ class RemoteStore:
         self, session_id: str, request_id: str, result: JsonValue
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim."""
-        write = _settle_send_request_write(session_id, request_id, result)
-        path = f"/sessions/{write.session_id}/send-requests/{_request_seg(write.request_id)}/result"
+        write = settle_send_request_write(session_id, request_id, result)
+        path = f"/sessions/{write.session_id}/send-requests/{request_seg(write.request_id)}/result"
         body = SettleSendRequestBody(result=write.result)
         await self._request("PUT", path, body=body, retry=True)
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``; ``None`` for an unknown session."""
-        write = _upsert_artifact_write(artifact)
+        write = upsert_artifact_write(artifact)
         path = f"/sessions/{write.artifact.session_id}/artifacts"
         result = await self._json(
             UpsertArtifactResult, "PUT", path, body=write.artifact, retry=True
@@ -1363,11 +816,11 @@ class RemoteStore:
         size = 0
         for i, write in enumerate(writes):
             try:
-                encoded = _encode_write(write)
+                encoded = encode_write(write)
             except Exception as exc:
                 results[i] = outcome.Error(exc)
                 continue
-            if chunk and (len(chunk) == MAX_BATCH_WRITES or size + len(encoded) > _BATCH_BYTES):
+            if chunk and (len(chunk) == MAX_BATCH_WRITES or size + len(encoded) > BATCH_BYTES):
                 await self._send_writes(chunk, writes, results)
                 chunk, size = [], 0
             chunk.append((i, encoded))
