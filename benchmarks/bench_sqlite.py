@@ -626,7 +626,7 @@ async def many_sessions(tmp: Path) -> None:
 
 async def search(tmp: Path) -> None:
     from zidane_actors.model import SessionSearch
-    from zidane_actors.stores._sqlite_schema import _turn_text
+    from zidane_actors.stores.sqlite._schema import _turn_text
 
     turns = [step_turn(i % 100, i) for i in range(10_000)]
     rows = [(f"s{i % 100:03d}", i, t.id, t.role, encode(t)) for i, t in enumerate(turns)]

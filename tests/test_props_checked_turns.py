@@ -34,7 +34,7 @@ from zidane_actors.model._checked import (
     checked_turns,
 )
 from zidane_actors.model._json import MAX_JSON_DEPTH
-from zidane_actors.stores._sqlite import _turn_rows_of
+from zidane_actors.stores.sqlite._rows import _turn_rows_of
 
 _BAD_VALUES = st.sampled_from([math.nan, math.inf, b"x", {1, 2}, {1: "int key"}])
 

@@ -41,8 +41,8 @@ from zidane_actors.model import (
     turn_search_text,
 )
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
-from zidane_actors.stores._sqlite import _turn_json
-from zidane_actors.stores._sqlite_schema import (
+from zidane_actors.stores.sqlite._rows import _turn_json
+from zidane_actors.stores.sqlite._schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     SEARCH_CATCH_UP,

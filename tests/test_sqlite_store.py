@@ -52,7 +52,7 @@ from zidane_actors.stores import (
     StoreWrite,
     open_sqlite_store,
 )
-from zidane_actors.stores._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, migrate
+from zidane_actors.stores.sqlite._schema import MIGRATIONS, SCHEMA_VERSION, migrate
 
 
 class TestSQLiteContract(StoreContract):

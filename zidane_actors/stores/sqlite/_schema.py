@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias
 
-from ..errors import MigrationWarning, StoreError
-from ..model import ID_MAX_LENGTH, encode, parse_json
+from ...errors import MigrationWarning, StoreError
+from ...model import ID_MAX_LENGTH, encode, parse_json
 
 __all__ = [
     "MIGRATIONS",

@@ -1,0 +1,579 @@
+"""The SQLite store's plumbing (one worker thread, busy retries) and session writes."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from ...errors import (
+    ConflictError,
+    CorruptDataError,
+    SessionNotFoundError,
+    StoreError,
+    StoreUnavailableError,
+)
+from ...model import (
+    AppendTurnsOptions,
+    RunOwner,
+    SessionData,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    current_run_owner,
+    extra_json,
+    fresh_turns,
+    preview,
+    snapshot_status,
+)
+from .._protocol import (
+    Revision,
+    stale,
+)
+from .._thread import WorkerThread
+from .._validate import (
+    checked_int,
+    checked_status,
+)
+from ._rows import (
+    _APPEND_TURN,
+    _BUMP,
+    _BUSY_CODES,
+    _CORRUPT_CODES,
+    _SQL,
+    SQLiteStoreStatistics,
+    T,
+    _AppendPlan,
+    _Busy,
+    _Conn,
+    _decode_extra,
+    _decode_metadata,
+    _decode_owner,
+    _decode_row,
+    _decode_turns,
+    _metadata_json,
+    _now,
+    _owner_json,
+    _primary_code,
+    _row_body,
+    _run_body,
+    _session_id,
+    _turn_json,
+    _turn_rows_of,
+    _valid_body,
+    _valid_header,
+)
+
+__all__ = ["SQLiteBase"]
+
+
+class SQLiteBase:
+    """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
+
+    Create it with :func:`open_sqlite_store`. Besides the protocol it offers
+    :meth:`run_epoch` (the lease epoch ``claim_run`` bumps),
+    :meth:`apply_writes` (group commit) and :meth:`statistics`.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], worker: WorkerThread[_Conn], *, busy_retries: int
+    ) -> None:
+        self._path = os.fspath(path)
+        self._worker = worker
+        self._busy_retries = busy_retries
+        self._transactions = 0
+        self._busy_retry_count = 0
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    def statistics(self) -> SQLiteStoreStatistics:
+        """Transaction and retry counters, and tasks queued for the connection."""
+        return SQLiteStoreStatistics(
+            path=self._path,
+            transactions=self._transactions,
+            busy_retries=self._busy_retry_count,
+            tasks_waiting=self._worker.jobs_waiting,
+        )
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def _in_transaction(self, fn: Callable[[_Conn], T], write: bool, conn: _Conn) -> T:
+        """``fn(conn)`` in one transaction; runs in the connection's thread."""
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+        self._transactions += 1
+        return result
+
+    def _translate(self, exc: sqlite3.Error) -> Exception:
+        code = _primary_code(exc)
+        if code in _BUSY_CODES or "locked" in str(exc):
+            return _Busy(str(exc))
+        if code in _CORRUPT_CODES:
+            return CorruptDataError(f"SQLite database {self._path} is corrupt: {exc}")
+        if "malformed JSON" in str(exc):  # a JSON function met a stored value it cannot read
+            return CorruptDataError(f"SQLite database {self._path} holds bad JSON: {exc}")
+        return StoreError(f"SQLite database {self._path}: {exc}")
+
+    async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
+        delay = 0.01
+        job = functools.partial(self._in_transaction, fn, write)
+        for attempt in range(self._busy_retries + 1):
+            try:
+                return await self._worker.run(job)
+            except _Busy as exc:
+                if attempt == self._busy_retries:
+                    raise StoreUnavailableError(
+                        f"SQLite database {self._path} stayed locked after "
+                        f"{self._busy_retries} retries: {exc}"
+                    ) from None
+                self._busy_retry_count += 1
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    async def _read(self, fn: Callable[[_Conn], T]) -> T:
+        return await self._run(fn, write=False)
+
+    async def _write(self, fn: Callable[[_Conn], T]) -> T:
+        return await self._run(fn, write=True)
+
+    async def aclose(self) -> None:
+        """Close the connection; later calls raise ``StoreClosedError``. Idempotent.
+
+        Calls still queued for the connection fail with ``StoreClosedError``
+        (nothing of them applied); the one in hand finishes first.
+        """
+        await self._worker.aclose()
+
+    # -- shared row helpers (run inside a transaction) -----------------------------
+
+    @staticmethod
+    def _header(conn: _Conn, session_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = conn.execute(
+            "SELECT agent_id, project_root, status, metadata, created_at, updated_at,"
+            " run_owner, run_epoch, rev, extra FROM sessions WHERE id = ?",
+            (session_id,),
+        ).fetchone()
+        return row
+
+    @staticmethod
+    def _turn_rows(conn: _Conn, session_id: str) -> builtins.list[tuple[int, str, str, bytes]]:
+        return conn.execute(
+            "SELECT seq, id, role, body FROM turns WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+
+    @staticmethod
+    def _runs(conn: _Conn, session_id: str) -> tuple[SessionRun, ...]:
+        rows = conn.execute(
+            "SELECT id, body FROM runs WHERE session_id = ? ORDER BY position", (session_id,)
+        ).fetchall()
+        return tuple(
+            _decode_row(body, SessionRun, "runs", session_id, f"run {preview(run_id)}")
+            for run_id, body in rows
+        )
+
+    @staticmethod
+    def _rev(conn: _Conn, session_id: str) -> int:
+        """The session's ``rev``, ``0`` when it does not exist."""
+        row = conn.execute(_SQL.rev, (session_id,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _versioned(
+        self, conn: _Conn, session_id: str, expected_rev: int | None, write: Callable[[], object]
+    ) -> Revision:
+        """``write()`` if the session is at ``expected_rev`` (when given); its revision."""
+        before = self._rev(conn, session_id)
+        if expected_rev is not None and before != expected_rev:
+            raise stale(session_id, expected_rev, before)
+        write()
+        return Revision(before, self._rev(conn, session_id))
+
+    @staticmethod
+    def _bump(conn: _Conn, session_id: str, *, updated_at: int | None) -> None:
+        if updated_at is None:
+            conn.execute("UPDATE sessions SET rev = rev + 1 WHERE id = ?", (session_id,))
+        else:
+            conn.execute(
+                "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?",
+                (updated_at, session_id),
+            )
+
+    @staticmethod
+    def _append_rows(
+        conn: _Conn, session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
+    ) -> None:
+        conn.executemany(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+            [
+                (session_id, seq, tid, role, _row_body(body, tid, role))
+                for seq, tid, role, body in rows
+            ],
+        )
+
+    @staticmethod
+    def _upsert_run(conn: _Conn, session_id: str, run: SessionRun) -> None:
+        body = _run_body(run)
+        updated = conn.execute(
+            _SQL.update_run,
+            (body, session_id, run.id),
+        ).rowcount
+        if not updated:
+            conn.execute(
+                "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?,"
+                " (SELECT COALESCE(MAX(position), -1) + 1 FROM runs WHERE session_id = ?), ?)",
+                (session_id, run.id, session_id, body),
+            )
+
+    @staticmethod
+    def _replace_runs(conn: _Conn, session_id: str, runs: Sequence[SessionRun]) -> None:
+        conn.execute(_SQL.delete_runs, (session_id,))
+        conn.executemany(
+            "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?, ?, ?)",
+            [(session_id, r.id, i, _run_body(r)) for i, r in enumerate(runs)],
+        )
+
+    def _write_header(self, conn: _Conn, data: SessionData, metadata: Mapping[str, Any]) -> None:
+        stored = conn.execute(
+            "SELECT status, run_owner FROM sessions WHERE id = ?", (data.id,)
+        ).fetchone()
+        stored_status = stored[0] if stored else None
+        stored_owner = _decode_owner(stored[1], data.id) if stored else None
+        status, owner = snapshot_status(stored_status, stored_owner, data.status)
+        conn.execute(
+            "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
+            " updated_at, run_owner, extra, rev)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT rev + 1 FROM rev_floor))"
+            " ON CONFLICT (id) DO UPDATE SET agent_id = excluded.agent_id,"
+            " project_root = excluded.project_root, status = excluded.status,"
+            " metadata = excluded.metadata, created_at = excluded.created_at,"
+            " updated_at = excluded.updated_at, run_owner = excluded.run_owner,"
+            " extra = excluded.extra, rev = sessions.rev + 1",
+            (
+                data.id,
+                data.agent_id,
+                data.project_root,
+                status,
+                _metadata_json(metadata),
+                data.created_at,
+                data.updated_at,
+                None if owner is None else _owner_json(owner),
+                extra_json(data.extra_fields),
+            ),
+        )
+
+    # -- required methods ---------------------------------------------------------
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The whole session (header, turns, runs), or ``None``."""
+        loaded = await self.load_versioned(session_id)
+        return None if loaded is None else loaded[0]
+
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The whole session and its ``rev``, read in one transaction; ``None`` when absent."""
+        return await self._read(self._load_op(session_id))
+
+    def _load_op(self, session_id: str) -> Callable[[_Conn], tuple[SessionData, int] | None]:
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> tuple[SessionData, int] | None:
+            head = self._header(conn, session_id)
+            if head is None:
+                return None
+            (
+                agent_id,
+                project_root,
+                status,
+                metadata,
+                created_at,
+                updated_at,
+                owner,
+                _,
+                rev,
+                extra,
+            ) = head
+            data = SessionData(
+                id=session_id,
+                created_at=created_at,
+                updated_at=updated_at,
+                status=status,
+                metadata=_decode_metadata(metadata, session_id),
+                turns=_decode_turns(session_id, self._turn_rows(conn, session_id)),
+                runs=self._runs(conn, session_id),
+                agent_id=agent_id,
+                project_root=project_root,
+                run_owner=_decode_owner(owner, session_id),
+                extra_fields=_decode_extra(extra, session_id),
+            )
+            return data, int(rev)
+
+        return op
+
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev`` (one indexed read), or ``None`` when absent."""
+        return await self._read(self._get_rev_op(session_id))
+
+    def _get_rev_op(self, session_id: str) -> Callable[[_Conn], int | None]:
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> int | None:
+            rev = self._rev(conn, session_id)
+            return rev or None
+
+        return op
+
+    def _op_save(
+        self, conn: _Conn, data: SessionData, *, expected_rev: int | None = None
+    ) -> Revision:
+        data = _valid_header(data)
+        rows = _turn_rows_of(data.turns, 0, "$.turns")
+
+        def write() -> None:
+            self._write_header(conn, data, data.metadata)
+            conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
+            self._append_rows(conn, data.id, rows)
+            self._replace_runs(conn, data.id, data.runs)
+
+        return self._versioned(conn, data.id, expected_rev, write)
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+        """Create or overwrite the whole document (turns and runs replaced).
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        return await self._write(lambda conn: self._op_save(conn, data, expected_rev=expected_rev))
+
+    @staticmethod
+    def _append_plan(
+        session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
+    ) -> _AppendPlan:
+        """The validated ``(session id, insert parameters, run)`` of one append."""
+        _session_id(session_id)
+        values = [
+            (session_id, tid, role, _row_body(body, tid, role))
+            for _, tid, role, body in _turn_rows_of(turns, 0)
+        ]
+        run = None
+        if options is not None:
+            _valid_body(options, AppendTurnsOptions, "append options")
+            run = options.run
+        return session_id, values, run
+
+    def _missing(self, session_id: str) -> SessionNotFoundError:
+        return SessionNotFoundError(
+            f"cannot append turns: SQLite store {self._path} has no session {preview(session_id)}"
+        )
+
+    def _op_append_turns(
+        self,
+        conn: _Conn,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> Revision:
+        session_id, values, run = self._append_plan(session_id, turns, options)
+        if values:
+            try:
+                added = conn.executemany(_APPEND_TURN, values).rowcount
+            except sqlite3.IntegrityError:  # the foreign key: no such session
+                raise self._missing(session_id) from None
+            if added != len(values):
+                self._check_retried(conn, session_id, values)
+            if not added and run is None:  # every turn was stored already: a retried append
+                rev = self._rev(conn, session_id)
+                return Revision(rev, rev)
+        elif run is None:
+            rev = self._rev(conn, session_id)
+            if rev:
+                return Revision(rev, rev)
+            raise self._missing(session_id)
+        bumped = conn.execute(_BUMP + " RETURNING rev", (_now(), session_id)).fetchone()
+        if bumped is None:
+            raise self._missing(session_id)
+        if run is not None:
+            self._upsert_run(conn, session_id, run)
+        return Revision(bumped[0] - 1, bumped[0])
+
+    @staticmethod
+    def _check_retried(
+        conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
+    ) -> None:
+        """Raise ``ConflictError`` if a skipped turn id is stored with other content.
+
+        Reads only the rows of the appended ids (index lookups), and only when
+        the insert skipped some: a retried append costs nothing more.
+        """
+        held = {}
+        for _, tid, role, body in values:
+            stored_role, stored = conn.execute(
+                "SELECT role, body FROM turns WHERE session_id = ? AND id = ?", (session_id, tid)
+            ).fetchone()
+            theirs = _turn_json(tid, stored_role, stored)
+            if theirs != _turn_json(tid, role, body):
+                held[tid] = _decode_row(
+                    theirs, SessionTurn, "turns", session_id, f"id {preview(tid)}"
+                )
+        if held:
+            incoming = [
+                _decode_row(_turn_json(*v[1:]), SessionTurn, "turns", session_id, "")
+                for v in values
+            ]
+            fresh_turns(session_id, incoming, held)
+
+    def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> builtins.list[Revision]:
+        """Consecutive appends of turns (no run) in two ``executemany`` statements.
+
+        Equivalent to applying them one by one: each session's turns keep their
+        order (each row's ``seq`` follows the rows inserted before it). Raises
+        when a session is missing or a turn id is stored already (a retry or a
+        conflict), so the caller redoes the writes one by one.
+        """
+        now = _now()
+        sids = sorted({p[0] for p in plans})
+        revs = dict(
+            conn.execute(
+                f"SELECT id, rev FROM sessions WHERE id IN ({', '.join('?' * len(sids))})", sids
+            ).fetchall()
+        )
+        if conn.executemany(_BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
+            raise SessionNotFoundError("an appended-to session is missing")
+        values = [v for p in plans for v in p[1]]
+        if conn.executemany(_APPEND_TURN, values).rowcount != len(values):
+            raise ConflictError("a batched append repeats a stored turn id")
+        revisions = []
+        for sid, _, _ in plans:  # each append bumped its session's rev by one, in order
+            revs[sid] += 1
+            revisions.append(Revision(revs[sid] - 1, revs[sid]))
+        return revisions
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> Revision:
+        """Append turns in O(1) of the history; ``options.run`` is upserted in the same commit."""
+        return await self._write(
+            lambda conn: self._op_append_turns(conn, session_id, turns, options)
+        )
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """Turns ``from_`` (0-based) onward, at most ``limit``, oldest first."""
+        return await self._read(self._get_turns_op(session_id, from_, limit))
+
+    def _get_turns_op(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> Callable[[_Conn], builtins.list[SessionTurn]]:
+        _session_id(session_id)
+        checked_int(from_, "from_")
+        if limit is not None:
+            checked_int(limit, "limit")
+
+        def op(conn: _Conn) -> builtins.list[SessionTurn]:
+            rows = conn.execute(
+                "SELECT seq, id, role, body FROM turns WHERE session_id = ? AND seq >= ?"
+                " ORDER BY seq LIMIT ?",
+                (session_id, from_, -1 if limit is None else limit),
+            ).fetchall()
+            return list(_decode_turns(session_id, rows))
+
+        return op
+
+    def _op_update_run(
+        self,
+        conn: _Conn,
+        session_id: str,
+        run: SessionRun,
+        options: UpdateRunOptions | None = None,
+    ) -> Revision:
+        _session_id(session_id)
+        _run_body(run)
+        if options is not None:
+            _valid_body(options, UpdateRunOptions, "update run options")
+        before = self._rev(conn, session_id)
+        if not before:
+            return Revision(0, 0)
+        self._upsert_run(conn, session_id, run)
+        self._bump(conn, session_id, updated_at=_now())
+        return Revision(before, before + 1)
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> Revision:
+        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
+        return await self._write(lambda conn: self._op_update_run(conn, session_id, run, options))
+
+    def _op_update_status(
+        self,
+        conn: _Conn,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> Revision:
+        _session_id(session_id)
+        checked_status(status)
+        owner = (owner or current_run_owner()) if status == "running" else None
+        row = conn.execute(
+            "UPDATE sessions SET status = ?, run_owner = ?, rev = rev + 1,"
+            " updated_at = CASE WHEN ? THEN updated_at ELSE ? END WHERE id = ? RETURNING rev",
+            (
+                status,
+                None if owner is None else _owner_json(owner),
+                preserve_updated_at,
+                _now(),
+                session_id,
+            ),
+        ).fetchone()
+        return Revision(0, 0) if row is None else Revision(row[0] - 1, row[0])
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> Revision:
+        """Set the status (``running`` records ``owner``); unknown ids are a no-op."""
+        return await self._write(
+            lambda conn: self._op_update_status(
+                conn, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
+            )
+        )
+
+    def _op_delete(self, conn: _Conn, session_id: str) -> None:
+        _session_id(session_id)
+        # Remember the last rev, so a session re-created with this id continues past it.
+        conn.execute(
+            "UPDATE rev_floor SET rev = MAX(rev, (SELECT rev FROM sessions WHERE id = ?))"
+            " WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
+            (session_id, session_id),
+        )
+        conn.execute(_SQL.delete_session, (session_id,))
+        conn.execute(_SQL.delete_sends, (session_id,))
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session with its turns, runs, artifacts and send-request ids."""
+        await self._write(lambda conn: self._op_delete(conn, session_id))

@@ -1,0 +1,485 @@
+"""The SQLite store's listing, metadata, search, run claims and history rewrites."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from ...errors import (
+    CorruptDataError,
+    ValidationError,
+)
+from ...model import (
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionSearch,
+    SessionSearchPage,
+    SessionTurn,
+    corrupt_meta_row,
+    current_run_owner,
+    decode,
+    encode,
+    merge_session_metadata,
+    patch_metadata,
+    run_claim_blocked,
+    search_words,
+)
+from .._protocol import (
+    HistoryMutation,
+    MutateResult,
+    Revision,
+    RevisionSink,
+    RunClaim,
+    TurnsMutation,
+    stale,
+)
+from .._validate import (
+    checked_int,
+    warn_mutate_turns,
+)
+from ..sql import SQLITE, search_header_sql, session_filter_sql
+from ._base import SQLiteBase
+from ._rows import (
+    _SQL,
+    _Conn,
+    _decode_metadata,
+    _decode_owner,
+    _decode_row,
+    _decode_turns,
+    _metadata_json,
+    _now,
+    _owner_json,
+    _run_body,
+    _session_id,
+    _turn_json,
+    _turn_rows_of,
+    _valid_body,
+    _valid_header,
+)
+from ._schema import SEARCH_CATCH_UP
+
+__all__ = ["SQLiteMeta"]
+
+
+class SQLiteMeta(SQLiteBase):
+    """Listing, metadata, search, run claims and history rewrites."""
+
+    @staticmethod
+    def _where(filter: SessionFilter | None) -> tuple[str, builtins.list[Any], str]:
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        limit = ""
+        if filter is not None:
+            _valid_body(filter, SessionFilter, "session filter")
+            clauses, params = session_filter_sql(filter, SQLITE.placeholder)
+            if filter.limit is not None:
+                limit = f" LIMIT {int(filter.limit)}"
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return where, params, limit
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, most recently updated first."""
+        where, params, limit = self._where(filter)
+
+        def op(conn: _Conn) -> builtins.list[str]:
+            rows = conn.execute(
+                f"{_SQL.list_ids}{where} ORDER BY s.updated_at DESC, s.id{limit}",
+                params,
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._read(op)
+
+    # -- header reads ---------------------------------------------------------------
+
+    # The counts and the first user turn's seq are kept in the row by triggers
+    # (schema v4), so a listed session costs one turn lookup at most: its first user
+    # turn, joined when the metadata holds no title.
+    _META_SELECT: Final = (
+        "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
+        " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
+        " s.artifact_count, t.id, t.role, t.body FROM sessions s"
+        " LEFT JOIN turns t ON t.session_id = s.id AND t.seq = CASE"
+        " WHEN NOT json_valid(s.metadata) THEN NULL"
+        " WHEN json_type(s.metadata, '$.title') IS NULL THEN s.first_user_seq END"
+    )
+
+    @staticmethod
+    def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
+        (sid, agent_id, project_root, status, metadata, created_at, updated_at, owner, rev,
+         turns, users, runs, artifacts, first_id, first_role, first_body) = row  # fmt: skip
+        first = None
+        if first_body is not None:
+            first_json = _turn_json(first_id, first_role, first_body)
+            first = _decode_row(first_json, SessionTurn, "turns", sid, "its first user turn")
+        return SessionMetaRow(
+            id=sid,
+            metadata=_decode_metadata(metadata, sid),
+            run_count=runs,
+            turn_count=turns,
+            updated_at=updated_at,
+            user_message_count=users,
+            agent_id=agent_id,
+            artifact_count=artifacts,
+            created_at=created_at,
+            first_user_turn=first,
+            project_root=project_root,
+            rev=rev,
+            run_owner=_decode_owner(owner, sid),
+            status=status,
+        )
+
+    @classmethod
+    def _listed_row(cls, row: tuple[Any, ...]) -> SessionMetaRow:
+        """``_meta_row``, or the row naming a session whose header does not decode."""
+        try:
+            return cls._meta_row(row)
+        except CorruptDataError as exc:
+            return corrupt_meta_row(row[0], row[6], exc)
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One header row with its counts, without reading the turns."""
+        return await self._read(self._get_meta_op(session_id))
+
+    def _get_meta_op(self, session_id: str) -> Callable[[_Conn], SessionMetaRow | None]:
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> SessionMetaRow | None:
+            row = conn.execute(f"{self._META_SELECT} WHERE s.id = ?", (session_id,)).fetchone()
+            return None if row is None else self._meta_row(row)
+
+        return op
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Header rows with SQL aggregates, most recently updated first, in one query."""
+        where, params, limit = self._where(filter)
+
+        def op(conn: _Conn) -> builtins.list[SessionMetaRow]:
+            rows = conn.execute(
+                f"{self._META_SELECT}{where} ORDER BY s.updated_at DESC, s.id{limit}", params
+            ).fetchall()
+            return [self._listed_row(r) for r in rows]
+
+        return await self._read(op)
+
+    @staticmethod
+    def _search_where(search: SessionSearch) -> tuple[str, builtins.list[Any]]:
+        """The WHERE clause of ``search`` over ``sessions s``: words through the FTS5 index."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        words = search_words(search.text or "")
+        if words:
+            # Each word is a prefix of a word somewhere in the session: one index lookup per
+            # word, the session ids intersected. Words are letters and digits only.
+            hits = " INTERSECT ".join(
+                "SELECT session_id FROM search WHERE search MATCH ?" for _ in words
+            )
+            clauses.append(f"s.id IN ({hits})")
+            params.extend(f'text : "{w}"*' for w in words)
+        header, values = search_header_sql(search, SQLITE.placeholder)
+        clauses += header
+        params += values
+        return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """Sessions matching ``search`` (words found in the FTS5 index), one page and a count.
+
+        The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
+        A search for words first indexes the turns written since the last one (in its
+        own transaction: appends only queue their turns), so it sees every stored turn.
+        """
+        _valid_body(search, SessionSearch, "session search")
+        where, params = self._search_where(search)
+        order = "s.created_at" if search.order == "created" else "s.updated_at"
+        words = bool(search_words(search.text or ""))
+
+        def op(conn: _Conn) -> SessionSearchPage:
+            if words:
+                for statement in SEARCH_CATCH_UP:
+                    conn.execute(statement)
+            rows = conn.execute(
+                f"{self._META_SELECT}{where} ORDER BY {order} DESC, s.id LIMIT ? OFFSET ?",
+                [*params, search.limit, search.offset],
+            ).fetchall()
+            (found,) = conn.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM sessions s{where} LIMIT ?)",
+                [*params, search.count_limit + 1],
+            ).fetchone()
+            return SessionSearchPage(
+                rows=tuple(self._listed_row(r) for r in rows),
+                total=min(found, search.count_limit),
+                total_exact=found <= search.count_limit,
+            )
+
+        return await (self._write(op) if words else self._read(op))
+
+    async def run_epoch(self, session_id: str) -> int | None:
+        """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> int | None:
+            row = conn.execute(_SQL.run_epoch, (session_id,)).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(op)
+
+    # -- header writes ---------------------------------------------------------------
+
+    def _op_save_meta(
+        self,
+        conn: _Conn,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
+        data = _valid_header(data)
+        return self._versioned(
+            conn, data.id, expected_rev, lambda: self._save_meta_checked(conn, data, options)
+        )
+
+    def _save_meta_checked(
+        self, conn: _Conn, data: SessionData, options: SaveMetaOptions | None
+    ) -> None:
+        for run in data.runs:
+            _run_body(run)
+        keys = None
+        if options is not None:
+            keys = decode(
+                _valid_body(options, SaveMetaOptions, "save_meta options"), SaveMetaOptions
+            ).meta_keys
+        stored = conn.execute("SELECT metadata FROM sessions WHERE id = ?", (data.id,)).fetchone()
+        metadata = merge_session_metadata(
+            None if stored is None else _decode_metadata(stored[0], data.id), data.metadata, keys
+        )
+        self._write_header(conn, data, metadata)
+        for run in data.runs:
+            self._upsert_run(conn, data.id, run)
+
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
+        """Write the header (``metaKeys`` merge) and upsert the snapshot's runs; turns untouched."""
+        return await self._write(
+            lambda conn: self._op_save_meta(conn, data, options, expected_rev=expected_rev)
+        )
+
+    def _op_patch_meta(
+        self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
+    ) -> Revision:
+        return self._versioned(
+            conn, session_id, None, lambda: self._patch_meta_checked(conn, session_id, patch)
+        )
+
+    def _patch_meta_checked(
+        self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
+    ) -> None:
+        _session_id(session_id)
+        if not isinstance(patch, Mapping):
+            raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
+        _metadata_json(patch)
+        stored = conn.execute(
+            "SELECT metadata FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if stored is None:
+            return
+        merged = patch_metadata(_decode_metadata(stored[0], session_id), patch)
+        conn.execute(
+            "UPDATE sessions SET metadata = ?, rev = rev + 1 WHERE id = ?",
+            (_metadata_json(merged), session_id),
+        )
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+        """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
+        return await self._write(lambda conn: self._op_patch_meta(conn, session_id, patch))
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Set ``running`` in one IMMEDIATE transaction unless a live owner holds it.
+
+        A successful claim records ``owner`` (default: this process), stamps
+        ``updatedAt`` and bumps ``run_epoch``; an unknown id is claimed
+        without writing a row.
+        """
+        _session_id(session_id)
+        checked_int(stale_at, "stale_at")
+        claimer_json = _owner_json(owner or current_run_owner())
+
+        def op(conn: _Conn) -> RunClaim:
+            row = conn.execute(
+                "SELECT status, run_owner, updated_at FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                return RunClaim(claimed=True)
+            status, stored_owner, updated_at = row
+            now = _now()
+            if run_claim_blocked(
+                status, _decode_owner(stored_owner, session_id), updated_at, stale_at, now
+            ):
+                return RunClaim(claimed=False)
+            conn.execute(
+                "UPDATE sessions SET status = 'running', run_owner = ?, updated_at = ?,"
+                " run_epoch = run_epoch + 1, rev = rev + 1 WHERE id = ?",
+                (claimer_json, now, session_id),
+            )
+            return RunClaim(claimed=True, previous=status)
+
+        return await self._write(op)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write a load's stale-running demotion in one IMMEDIATE transaction, if still stale.
+
+        The marker is re-read under the write lock and judged by
+        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
+        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
+        """
+        _session_id(session_id)
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+
+        def op(conn: _Conn) -> bool:
+            row = conn.execute(
+                "SELECT status, run_owner, updated_at, run_epoch FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return False
+            status, owner, updated_at, epoch = row
+            if run_claim_blocked(
+                status, _decode_owner(owner, session_id), updated_at, stale_at, now
+            ):
+                return False
+            running = [r for r in self._runs(conn, session_id) if r.status == "running"]
+            if status != "running" and not running:
+                return False
+            conn.execute(
+                "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
+                " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
+                " ELSE run_owner END, rev = rev + 1 WHERE id = ? AND run_epoch = ?",
+                (session_id, epoch),
+            )
+            conn.executemany(
+                _SQL.update_run,
+                [
+                    (encode(msgspec.structs.replace(r, status="aborted")), session_id, r.id)
+                    for r in running
+                ],
+            )
+            return True
+
+        return await self._write(op)
+
+    # -- history edits -------------------------------------------------------------------
+
+    def _mutate(
+        self,
+        session_id: str,
+        edit: Callable[[tuple[SessionTurn, ...], tuple[SessionRun, ...]], SessionHistory | None],
+        expected_rev: int | None,
+    ) -> Callable[[_Conn], tuple[MutateResult, Revision]]:
+        def op(conn: _Conn) -> tuple[MutateResult, Revision]:
+            before = self._rev(conn, session_id)
+            if expected_rev is not None and before != expected_rev:
+                raise stale(session_id, expected_rev, before)
+            result = edit_stored(conn)
+            return result, Revision(before, self._rev(conn, session_id))
+
+        def edit_stored(conn: _Conn) -> MutateResult:
+            if self._header(conn, session_id) is None:
+                return "no-session"
+            rows = self._turn_rows(conn, session_id)
+            turns = _decode_turns(session_id, rows)
+            runs = self._runs(conn, session_id)
+            result = edit(turns, runs)
+            if result is None:
+                return "unchanged"
+            if not isinstance(result, SessionHistory):
+                raise ValidationError(
+                    "a history mutation must return a SessionHistory or None, "
+                    f"got {type(result).__name__}"
+                )
+            if result.turns is not turns:
+                new_rows = _turn_rows_of(result.turns, 0, "$.turns")
+                keep = 0
+                for (_, tid, role, old), (_, *new) in zip(rows, new_rows, strict=False):
+                    if [tid, role, _turn_json(tid, role, old)] != new:
+                        break  # another id, role or turn: rewritten from here on
+                    keep += 1
+                conn.execute(
+                    "DELETE FROM turns WHERE session_id = ? AND seq >= ?", (session_id, keep)
+                )
+                self._append_rows(conn, session_id, new_rows[keep:])
+            if result.runs is not runs and result.runs != runs:
+                self._replace_runs(conn, session_id, result.runs)
+            self._bump(conn, session_id, updated_at=_now())
+            return "ok"
+
+        return op
+
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction.
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        _session_id(session_id)
+
+        def edit(
+            turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
+        ) -> SessionHistory | None:
+            return mutate(SessionHistory(turns=turns, runs=runs))
+
+        return self._told(
+            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
+        )
+
+    @staticmethod
+    def _told(
+        done: tuple[MutateResult, Revision], on_revision: RevisionSink | None
+    ) -> MutateResult:
+        result, revision = done
+        if on_revision is not None and revision.before:
+            on_revision(revision)
+        return result
+
+    async def mutate_turns(
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Deprecated turns-only form of :meth:`mutate_history` (runs untouched)."""
+        warn_mutate_turns()
+        _session_id(session_id)
+
+        def edit(
+            turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
+        ) -> SessionHistory | None:
+            result = mutate(turns)
+            return None if result is None else SessionHistory(turns=tuple(result), runs=runs)
+
+        return self._told(
+            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
+        )

@@ -1,0 +1,267 @@
+"""The SQLite store's row codecs and the constants its modules share."""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
+
+import attrs
+import msgspec
+from msgspec import UNSET
+
+from ...errors import (
+    CorruptDataError,
+    ValidationError,
+)
+from ...model import (
+    ExtraFields,
+    RunOwner,
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    check_json,
+    check_model,
+    check_unique_turn_ids,
+    decode,
+    decoder,
+    parse_json,
+    preview,
+    validate_id,
+)
+from ...model._checked import CheckedTurns
+from ...model._codec import encode_checked
+from .._validate import (
+    checked_header,
+)
+from ..sql import SQLITE, SharedSQL
+
+__all__ = ["Durability", "SQLiteStoreStatistics"]
+
+T = TypeVar("T")
+
+Durability: TypeAlias = Literal["full", "normal", "off"]
+"""How hard a commit is pushed to disk (``PRAGMA synchronous`` under WAL).
+
+- ``"full"``: every commit fsyncs the WAL; an acknowledged write survives a
+  process crash and a power loss.
+- ``"normal"``: survives a process crash (``kill -9``); a power loss or OS
+  crash may drop the last commits, never corrupting the file.
+- ``"off"``: no fsync; survives a process crash only; a power loss or OS
+  crash may drop recent commits or corrupt the database.
+"""
+
+_SQL: Final = SharedSQL(SQLITE)
+
+_SYNCHRONOUS: Final = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
+_BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+_CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+_Conn: TypeAlias = sqlite3.Connection
+
+_AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRun | None]
+
+_BUMP: Final = "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?"
+# The next seq is read per row, so rows inserted by one executemany follow each other.
+# A turn id the session holds already is skipped here; the caller compares its row.
+_APPEND_TURN: Final = (
+    "INSERT INTO turns (session_id, seq, id, role, body) VALUES"
+    " (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM turns WHERE session_id = ?1), ?2, ?3, ?4)"
+    " ON CONFLICT (session_id, id) DO NOTHING"
+)
+
+
+def _primary_code(exc: sqlite3.Error) -> int:
+    """The primary result code of ``exc`` (``SQLITE_BUSY`` for ``SQLITE_BUSY_RECOVERY``…)."""
+    return int(getattr(exc, "sqlite_errorcode", 0)) & 0xFF
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+_TURN: Final = decoder(SessionTurn)
+_METADATA: Final = decoder(dict[str, Any])
+# The connection's page cache (KiB, negative): loads of long sessions re-read
+# their pages from it rather than through the OS (SQLite's default is 2 MiB).
+_CACHE_KIB: Final = 65_536
+
+
+class _Busy(Exception):
+    """Internal: the database stayed locked past the busy timeout."""
+
+
+@attrs.frozen
+class SQLiteStoreStatistics:
+    """Counters of one open store (``SQLiteStore.statistics()``)."""
+
+    path: str
+    transactions: int
+    busy_retries: int
+    tasks_waiting: int
+
+
+def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, where: str) -> T:
+    try:
+        value: T = (_TURN if type_ is SessionTurn else decoder(cast(Hashable, type_))).decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise CorruptDataError(
+            f"table {table}: row of session {preview(session_id)}"
+            f" at {where} does not decode: {reason}"
+        ) from None
+    return value
+
+
+# A turn row holds the turn's id and role in its columns only: its body is the rest of
+# the turn's JSON, ``{"content":…}`` (schema v9). A body that starts with the id is a whole
+# turn: a row written before v9, or a turn whose JSON does not start with its id and role.
+_WHOLE: Final = b'{"id":'
+_json_text: Final = msgspec.json.Encoder().encode
+
+
+def _row_body(body: bytes, turn_id: str, role: str) -> bytes:
+    """The body a row stores for the turn whose JSON is ``body``: without its id and role."""
+    head = b'{"id":%s,"role":%s,' % (_json_text(turn_id), _json_text(role))
+    return b"{" + body[len(head) :] if body.startswith(head) else body
+
+
+def _turn_json(turn_id: str, role: str, body: bytes | str) -> bytes:
+    """The whole JSON of the turn a row holds (a body given as text is read as UTF-8)."""
+    if type(body) is not bytes:  # another program's value: text is read, anything else refused
+        body = body.encode() if isinstance(body, str) else b""
+    if body.startswith(_WHOLE):
+        return body
+    return b'{"id":%s,"role":%s,%s' % (_json_text(turn_id), _json_text(role), body[1:])
+
+
+def _decode_turns(
+    session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
+) -> tuple[SessionTurn, ...]:
+    """Decode turn rows (``seq, id, role, body``); name a bad row's seq.
+
+    Each body is decoded as its own document, so a row holding two
+    (``{...},{...}``) is refused rather than read as two turns.
+    """
+    decode_turn = _TURN.decode
+    try:
+        return tuple(
+            [
+                decode_turn(body if body.startswith(_WHOLE) else _turn_json(tid, role, body))
+                for _, tid, role, body in rows
+            ]
+        )
+    except (
+        msgspec.ValidationError,
+        msgspec.DecodeError,
+        RecursionError,
+        TypeError,
+        AttributeError,
+    ):
+        pass
+    return tuple(
+        _decode_row(_turn_json(tid, role, body), SessionTurn, "turns", session_id, f"seq {seq}")
+        for seq, tid, role, body in rows
+    )
+
+
+def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
+    if raw == "{}":
+        return {}
+    try:  # the decoder held, not looked up: this runs for every row list_meta answers
+        metadata: dict[str, Any] = _METADATA.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
+    return metadata
+
+
+def _decode_extra(raw: str | None, session_id: str) -> ExtraFields | None:
+    if raw is None:
+        return None
+    return ExtraFields(
+        _decode_row(raw.encode(), dict[str, Any], "sessions", session_id, "column extra")
+    )
+
+
+def _decode_owner(raw: str | None, session_id: str) -> RunOwner | None:
+    if raw is None:
+        return None
+    return _decode_row(raw.encode(), RunOwner, "sessions", session_id, "column run_owner")
+
+
+def _metadata_json(metadata: Mapping[str, Any]) -> str:
+    if not isinstance(metadata, Mapping):
+        raise ValidationError("session metadata must be a mapping with string keys")
+    kept = {k: v for k, v in metadata.items() if v is not UNSET}
+    check_json(kept, what="session metadata", path="$.metadata")
+    try:
+        return encode_checked(kept).decode()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"session metadata is not JSON-serializable: {exc}") from None
+
+
+def _valid_body(value: object, type_: type[T], what: str, path: str = "$") -> bytes:
+    """``value`` encoded, after checking it decodes back as ``type_`` (constraints, tags)."""
+    if type(value) is not type_ and not isinstance(value, type_):
+        raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    check_model(value, what=what, path=path)
+    try:
+        body = encode_checked(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not JSON-serializable: {exc}") from None
+    decode(body, type_, what=what)
+    return body
+
+
+def _valid_header(data: object) -> SessionData:
+    """``data`` with its header fields checked (turns and runs are checked one by one)."""
+    data = checked_header(data)
+    metadata = parse_json(_metadata_json(data.metadata))
+    header = msgspec.structs.replace(data, metadata=metadata, turns=(), runs=())
+    _valid_body(header, SessionData, "session data")
+    return data
+
+
+def _turn_rows_of(
+    turns: object, start: int, where: str = "$"
+) -> builtins.list[tuple[int, str, str, bytes]]:
+    """Validated ``(seq, id, role, body)`` rows for ``turns`` numbered from ``start``.
+
+    ``where`` locates ``turns`` in the caller's argument (``$.turns`` in a save).
+    Turn ids must be distinct (``check_unique_turn_ids``). A ``CheckedTurns``
+    was checked already: its rows take its bodies.
+    """
+    if type(turns) is CheckedTurns:
+        pairs = enumerate(zip(turns, turns.bodies, strict=True), start)
+        return [(seq, t.id, t.role, body) for seq, (t, body) in pairs]
+    # Lists and tuples first: the Sequence ABC check is slow on this hot path.
+    if not isinstance(turns, (list, tuple)) and (
+        isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence)
+    ):
+        raise ValidationError(
+            f"turns must be a sequence of SessionTurn, got {type(turns).__name__}"
+        )
+    rows = []
+    for i, turn in enumerate(turns):
+        body = _valid_body(turn, SessionTurn, f"turn {i}", f"{where}[{i}]")
+        validate_id(turn.id, what=f"turn id at $[{i}]")
+        rows.append((start + i, turn.id, turn.role, body))
+    check_unique_turn_ids(cast(Sequence[SessionTurn], turns), path=where)
+    return rows
+
+
+def _run_body(run: object) -> bytes:
+    body = _valid_body(run, SessionRun, "run")
+    assert isinstance(run, SessionRun)
+    validate_id(run.id, what="run id")
+    return body
+
+
+def _owner_json(owner: RunOwner) -> str:
+    return _valid_body(owner, RunOwner, "run owner").decode()
+
+
+def _session_id(value: object) -> str:
+    return validate_id(value, what="session id")

@@ -1,0 +1,612 @@
+"""The SQLite store: artifacts, send requests, schedules and batched writes on top."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import msgspec
+import outcome
+from msgspec import UNSET
+
+from ...errors import (
+    SessionNotFoundError,
+    StoreError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from ...model import (
+    FIRE_HISTORY,
+    ArtifactFilter,
+    JsonValue,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    check_artifact_id_free,
+    check_json,
+    encode,
+    filter_artifacts,
+    merge_artifact,
+    new_id,
+    normalize_artifact,
+    preview,
+    select_artifact_evictions,
+    send_request_evictions,
+    validate_id,
+    validate_request_id,
+)
+from .._protocol import (
+    WRITE_METHODS,
+    StoreWrite,
+)
+from .._validate import (
+    check_artifact_filter_ids,
+    check_artifact_ids,
+    check_fire_ids,
+    checked,
+    checked_int,
+)
+from ._meta import SQLiteMeta
+from ._rows import (
+    _SQL,
+    T,
+    _AppendPlan,
+    _Busy,
+    _Conn,
+    _decode_row,
+    _now,
+    _session_id,
+    _valid_body,
+)
+
+__all__ = ["SQLiteStore"]
+
+
+class SQLiteStore(SQLiteMeta):
+    """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
+
+    Create it with :func:`open_sqlite_store`. Besides the protocol it offers
+    :meth:`run_epoch` (the lease epoch ``claim_run`` bumps),
+    :meth:`apply_writes` (group commit) and :meth:`statistics`.
+    """
+
+    # -- artifacts -------------------------------------------------------------------------
+
+    @staticmethod
+    def _artifacts(conn: _Conn, session_id: str) -> builtins.list[SessionArtifact]:
+        rows = conn.execute(
+            "SELECT id, body FROM artifacts WHERE session_id = ? ORDER BY rowid", (session_id,)
+        ).fetchall()
+        return [
+            _decode_row(body, SessionArtifact, "artifacts", session_id, f"artifact {preview(aid)}")
+            for aid, body in rows
+        ]
+
+    def _op_upsert_artifact(self, conn: _Conn, artifact: SessionArtifact) -> SessionArtifact | None:
+        body = _valid_body(artifact, SessionArtifact, "artifact")
+        normalized = normalize_artifact(artifact)
+        if normalized is not artifact:
+            artifact, body = normalized, encode(normalized)
+        check_artifact_ids(artifact)
+        sid = artifact.session_id
+        if self._header(conn, sid) is None:
+            return None
+        row = conn.execute(
+            "SELECT id, body FROM artifacts WHERE session_id = ? AND kind = ? AND uri = ?",
+            (sid, artifact.kind, artifact.uri),
+        ).fetchone()
+        if row is not None:
+            existing = _decode_row(
+                row[1], SessionArtifact, "artifacts", sid, f"artifact {preview(row[0])}"
+            )
+            stored = merge_artifact(existing, artifact)
+            conn.execute(
+                "UPDATE artifacts SET body = ? WHERE session_id = ? AND id = ?",
+                (encode(stored), sid, existing.id),
+            )
+        else:
+            held = conn.execute(
+                "SELECT body FROM artifacts WHERE session_id = ? AND id = ?", (sid, artifact.id)
+            ).fetchone()
+            if held is not None:
+                where = f"artifact {preview(artifact.id)}"
+                holder = _decode_row(held[0], SessionArtifact, "artifacts", sid, where)
+                check_artifact_id_free(artifact, holder)
+            stored = artifact
+            evict = select_artifact_evictions(self._artifacts(conn, sid))
+            conn.executemany(
+                "DELETE FROM artifacts WHERE session_id = ? AND id = ?",
+                [(sid, aid) for aid in evict],
+            )
+            conn.execute(
+                "INSERT INTO artifacts (session_id, id, kind, uri, body) VALUES (?, ?, ?, ?, ?)",
+                (sid, artifact.id, artifact.kind, artifact.uri, body),
+            )
+        self._bump(conn, sid, updated_at=None)
+        return stored
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)`` (``merge_artifact``), evicting past the cap."""
+        return await self._write(lambda conn: self._op_upsert_artifact(conn, artifact))
+
+    def _op_delete_artifact(self, conn: _Conn, session_id: str, artifact_id: str) -> None:
+        _session_id(session_id)
+        validate_id(artifact_id, what="artifact id")
+        if conn.execute(
+            "DELETE FROM artifacts WHERE session_id = ? AND id = ?", (session_id, artifact_id)
+        ).rowcount:
+            self._bump(conn, session_id, updated_at=None)
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        await self._write(lambda conn: self._op_delete_artifact(conn, session_id, artifact_id))
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
+        if filter is not None:
+            _valid_body(filter, ArtifactFilter, "artifact filter")
+        check_artifact_filter_ids(filter)
+
+        def op(conn: _Conn) -> builtins.list[SessionArtifact]:
+            if filter is not None and filter.session_id is not None:
+                return filter_artifacts(self._artifacts(conn, filter.session_id), filter)
+            rows = conn.execute("SELECT session_id, id, body FROM artifacts").fetchall()
+            return filter_artifacts(
+                (
+                    _decode_row(body, SessionArtifact, "artifacts", sid, f"artifact {preview(aid)}")
+                    for sid, aid, body in rows
+                ),
+                filter,
+            )
+
+        return await self._read(op)
+
+    # -- send requests ------------------------------------------------------------------------
+
+    @staticmethod
+    def _send_record(row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
+        request_id, fingerprint, created_at, result = row
+        value: Any = UNSET
+        if result is not None:
+            value = _decode_row(
+                result, object, "send_requests", session_id, f"request {preview(request_id)}"
+            )
+        return SendRequestRecord(
+            request_id=request_id, fingerprint=fingerprint, created_at=created_at, result=value
+        )
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Claim ``request_id`` in one insert-or-detect step, keeping the newest ids per session."""
+        _session_id(session_id)
+        validate_request_id(request_id, what="send request id")
+        if not isinstance(fingerprint, str):
+            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+
+        def op(conn: _Conn) -> SendRequestClaim:
+            self._held_for_send(conn, session_id)
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+            records = [self._send_record(r, session_id) for r in rows]
+            for record in records:
+                if record.request_id == request_id:
+                    return SendRequestClaim(claimed=False, record=record)
+            conn.executemany(
+                _SQL.delete_send,
+                [(session_id, rid) for rid in send_request_evictions(records)],
+            )
+            conn.execute(
+                "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (session_id, request_id, fingerprint, _now()),
+            )
+            return SendRequestClaim(claimed=True)
+
+        return await self._write(op)
+
+    def _held_for_send(self, conn: _Conn, session_id: str) -> None:
+        """Refuse a send request of a session this store does not hold (checked in the write's
+        transaction): a session created later under that id would inherit the claim."""
+        if conn.execute(_SQL.held_for_send, (session_id,)).fetchone() is None:
+            raise SessionNotFoundError(
+                f"cannot claim a send request: SQLite store {self._path} has no session"
+                f" {preview(session_id)} (save the session first)"
+            )
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record holding ``request_id``, without claiming it."""
+        _session_id(session_id)
+        validate_request_id(request_id, what="send request id")
+
+        def op(conn: _Conn) -> SendRequestRecord | None:
+            row = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ? AND request_id = ?",
+                (session_id, request_id),
+            ).fetchone()
+            return None if row is None else self._send_record(row, session_id)
+
+        return await self._read(op)
+
+    def _op_settle_send_request(
+        self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        _session_id(session_id)
+        validate_request_id(request_id, what="send request id")
+        check_json(result, what="send result")
+        try:
+            encoded = encode(result)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValidationError(f"send result is not JSON-serializable: {exc}") from None
+        if result is None:
+            conn.execute(
+                _SQL.delete_send,
+                (session_id, request_id),
+            )
+        else:
+            conn.execute(
+                _SQL.settle_send,
+                (encoded, session_id, request_id),
+            )
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
+        await self._write(
+            lambda conn: self._op_settle_send_request(conn, session_id, request_id, result)
+        )
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> builtins.list[SendRequestRecord]:
+            rows = conn.execute(
+                _SQL.list_sends,
+                (session_id,),
+            ).fetchall()
+            return [self._send_record(r, session_id) for r in rows]
+
+        return await self._read(op)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        _session_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_request_id(record.request_id, what="send request id")
+        result = None if record.result is UNSET else encode(record.result)
+
+        def op(conn: _Conn) -> None:
+            self._held_for_send(conn, session_id)
+            conn.execute(
+                _SQL.delete_send,
+                (session_id, record.request_id),
+            )
+            rows = conn.execute(
+                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+            records = [self._send_record(r, session_id) for r in rows]
+            conn.executemany(
+                _SQL.delete_send,
+                [(session_id, rid) for rid in send_request_evictions(records)],
+            )
+            conn.execute(
+                _SQL.put_send,
+                (session_id, record.request_id, record.fingerprint, record.created_at, result),
+            )
+
+        await self._write(op)
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _fire(body: bytes, schedule_id: str) -> ScheduleFire:
+        return _decode_row(body, ScheduleFire, "schedule_fires", schedule_id, "a fire")
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
+        _valid_body(schedule, Schedule, "schedule")
+        validate_id(schedule.id, what="schedule id")
+        body = encode(msgspec.structs.replace(schedule, last_fire=None, next_fire_at=None))
+
+        def op(conn: _Conn) -> None:
+            conn.execute(
+                _SQL.save_schedule,
+                (
+                    schedule.id,
+                    schedule.enabled,
+                    schedule.next_fire_at,
+                    schedule.created_at,
+                    body,
+                    keep_next_fire_at,
+                ),
+            )
+
+        await self._write(op)
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule with its newest fire, oldest first."""
+
+        def op(conn: _Conn) -> builtins.list[Schedule]:
+            rows = conn.execute(
+                "SELECT s.id, s.next_fire_at, s.body, (SELECT f.body FROM schedule_fires f"
+                " WHERE f.schedule_id = s.id ORDER BY f.fired_at DESC, f.rowid DESC LIMIT 1)"
+                " FROM schedules s ORDER BY s.created_at, s.id"
+            ).fetchall()
+            return [
+                msgspec.structs.replace(
+                    _decode_row(body, Schedule, "schedules", sid, "its row"),
+                    next_fire_at=next_fire_at,
+                    last_fire=None if fire is None else self._fire(fire, sid),
+                )
+                for sid, next_fire_at, body, fire in rows
+            ]
+
+        return await self._read(op)
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+        validate_id(id, what="schedule id")
+
+        def op(conn: _Conn) -> bool:
+            conn.execute(_SQL.delete_fires, (id,))
+            return conn.execute("DELETE FROM schedules WHERE id = ?", (id,)).rowcount > 0
+
+        return await self._write(op)
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Move ``nextFireAt`` from ``due_at`` to ``next`` if still due: once across processes."""
+        validate_id(id, what="schedule id")
+        checked_int(due_at, "due_at")
+        if next is not None:
+            checked_int(next, "next")
+
+        def op(conn: _Conn) -> bool:
+            return (
+                conn.execute(
+                    "UPDATE schedules SET next_fire_at = ?"
+                    " WHERE id = ? AND enabled AND next_fire_at = ?",
+                    (next, id, due_at),
+                ).rowcount
+                == 1
+            )
+
+        return await self._write(op)
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire, keeping the newest ``FIRE_HISTORY`` of its schedule."""
+
+        body = _valid_body(fire, ScheduleFire, "schedule fire")
+        check_fire_ids(fire)
+
+        def op(conn: _Conn) -> None:
+            if not conn.execute(_SQL.schedule_exists, (fire.schedule_id,)).fetchone():
+                return
+            conn.execute(
+                _SQL.delete_fire,
+                (fire.schedule_id, fire.id),
+            )
+            conn.execute(
+                _SQL.insert_fire,
+                (fire.schedule_id, fire.id, fire.fired_at, body),
+            )
+            conn.execute(
+                "DELETE FROM schedule_fires WHERE schedule_id = ? AND rowid NOT IN"
+                " (SELECT rowid FROM schedule_fires WHERE schedule_id = ?"
+                "  ORDER BY fired_at DESC, rowid DESC LIMIT ?)",
+                (fire.schedule_id, fire.schedule_id, FIRE_HISTORY),
+            )
+
+        await self._write(op)
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest first."""
+        validate_id(schedule_id, what="schedule id")
+        checked_int(limit, "limit")
+
+        def op(conn: _Conn) -> builtins.list[ScheduleFire]:
+            rows = conn.execute(
+                "SELECT body FROM schedule_fires WHERE schedule_id = ?"
+                " ORDER BY fired_at DESC, rowid DESC LIMIT ?",
+                (schedule_id, limit),
+            ).fetchall()
+            return [self._fire(r[0], schedule_id) for r in rows]
+
+        return await self._read(op)
+
+    # -- ids ------------------------------------------------------------------------------------
+
+    async def generate_session_id(self) -> str:
+        """A new random session id."""
+        return new_id()
+
+    async def generate_turn_id(self) -> str:
+        """A new random turn id."""
+        return new_id()
+
+    # -- group commit ---------------------------------------------------------------------------
+
+    def _write_op(self, write: StoreWrite) -> Callable[..., Any] | None:
+        """The ``_op_*`` applying ``write``, or ``None`` when it is not a batchable write."""
+        if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
+            return None
+        op: Callable[..., Any] = getattr(self, f"_op_{write.method}")
+        return op
+
+    @staticmethod
+    def _refusal(write: object) -> outcome.Error:
+        name = getattr(write, "method", type(write).__name__)
+        return outcome.Error(
+            UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
+        )
+
+    def _in_savepoint(self, conn: _Conn, fn: Callable[[], T]) -> outcome.Outcome[T]:
+        """``fn()`` inside a SAVEPOINT: rolled back alone when it raises, its error answered.
+
+        A busy database or a transaction SQLite itself aborted is raised instead:
+        the whole transaction must be retried or failed.
+        """
+        conn.execute("SAVEPOINT w")
+        try:
+            result: outcome.Outcome[T] = outcome.Value(fn())
+        except sqlite3.Error as exc:
+            translated = self._translate(exc)
+            if isinstance(translated, _Busy) or not conn.in_transaction:
+                raise
+            conn.execute("ROLLBACK TO w")
+            result = outcome.Error(translated)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO w")
+            result = outcome.Error(exc)
+        conn.execute("RELEASE w")
+        return result
+
+    async def _apply_one(
+        self, write: StoreWrite, fn: Callable[..., Any] | None
+    ) -> outcome.Outcome[Any]:
+        """A lone write in its own transaction, no SAVEPOINT: its failure rolls it all back."""
+        if fn is None:
+            return self._refusal(write)
+        try:
+            return outcome.Value(
+                await self._write(lambda conn: fn(conn, *write.args, **write.kwargs))
+            )
+        except Exception as exc:
+            return outcome.Error(exc)
+
+    def _read_op(self, read: StoreWrite) -> Callable[[_Conn], Any] | None:
+        """The op of one read ``apply_reads`` can make in its transaction (``None``: it can't)."""
+        method = read.method
+        if method == "get_meta":
+            return self._get_meta_op(*read.args, **read.kwargs)
+        if method == "get_rev":
+            return self._get_rev_op(*read.args, **read.kwargs)
+        if method == "get_turns":
+            return self._get_turns_op(*read.args, **read.kwargs)
+        if method == "load_versioned":
+            return self._load_op(*read.args, **read.kwargs)
+        if method == "load":
+            op = self._load_op(*read.args, **read.kwargs)
+            return lambda conn: None if (loaded := op(conn)) is None else loaded[0]
+        return None
+
+    def _each(
+        self, ops: Sequence[Callable[[_Conn], Any]], conn: _Conn
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Run ``ops`` in the open transaction: one outcome each (a busy database fails all)."""
+        answers: builtins.list[outcome.Outcome[Any]] = []
+        for op in ops:
+            try:
+                answers.append(outcome.Value(op(conn)))
+            except sqlite3.Error as exc:
+                error = self._translate(exc)
+                if isinstance(error, _Busy):
+                    raise  # the whole transaction is tried again
+                answers.append(outcome.Error(error))
+            except Exception as exc:
+                answers.append(outcome.Error(exc))
+        return answers
+
+    async def apply_reads(self, reads: Sequence[StoreWrite]) -> builtins.list[outcome.Outcome[Any]]:
+        """Make ``reads`` (calls of ``READ_METHODS``); one outcome per read, in order.
+
+        The header, rev, turn and whole-session reads run in ONE read transaction,
+        so they see one snapshot and reach the connection's thread together;
+        other reads are made one by one after them (reads do not depend on
+        each other's order).
+        """
+        results: builtins.list[outcome.Outcome[Any] | None] = [None] * len(reads)
+        placed: builtins.list[int] = []
+        ops: builtins.list[Callable[[_Conn], Any]] = []
+        for index, read in enumerate(reads):
+            try:
+                op = self._read_op(read)
+            except Exception as exc:  # the arguments are refused: the read's own error
+                results[index] = outcome.Error(exc)
+                continue
+            if op is not None:
+                placed.append(index)
+                ops.append(op)
+        if ops:
+            try:
+                answers = await self._read(functools.partial(self._each, ops))
+            except Exception as exc:
+                answers = [outcome.Error(exc) for _ in ops]
+            for index, answer in zip(placed, answers, strict=True):
+                results[index] = answer
+        for index, read in enumerate(reads):
+            if results[index] is None:
+                method = getattr(self, read.method)
+                results[index] = await outcome.acapture(method, *read.args, **read.kwargs)
+        return cast(builtins.list[outcome.Outcome[Any]], results)
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Apply ``writes`` in order in ONE transaction.
+
+        The batch is tried under one SAVEPOINT; if any write raises, that attempt
+        is rolled back and the batch reruns with a SAVEPOINT per write, so a
+        failing write is rolled back alone and answered ``outcome.Error``. A
+        failed commit answers every write with that error. A lone write needs
+        no SAVEPOINT: its failure rolls back the whole transaction.
+        """
+        if not writes:
+            return []
+        fns = [self._write_op(w) for w in writes]
+        if len(writes) == 1:
+            return [await self._apply_one(writes[0], fns[0])]
+
+        def all_at_once(conn: _Conn) -> builtins.list[Any]:
+            # Runs of plain appends (turns, no run) share two executemany statements.
+            results: builtins.list[Any] = []
+            plans: builtins.list[_AppendPlan] = []
+            for fn, w in zip(fns, writes, strict=True):
+                assert fn is not None
+                if w.method == "append_turns" and not w.kwargs:
+                    plan = self._append_plan(*w.args)
+                    if plan[1] and plan[2] is None:
+                        plans.append(plan)
+                        continue
+                if plans:
+                    results += self._bulk_append(conn, plans)
+                    plans = []
+                results.append(fn(conn, *w.args, **w.kwargs))
+            if plans:
+                results += self._bulk_append(conn, plans)
+            return results
+
+        def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
+            # The common case: every write succeeds, and one savepoint covers them all.
+            if all(fn is not None for fn in fns):
+                batch = self._in_savepoint(conn, lambda: all_at_once(conn))
+                if type(batch) is outcome.Value:
+                    return [outcome.Value(v) for v in batch.value]
+            # A write failed (or was refused up front): one savepoint per write.
+            return [
+                self._refusal(w)
+                if fn is None
+                else self._in_savepoint(conn, functools.partial(fn, conn, *w.args, **w.kwargs))
+                for w, fn in zip(writes, fns, strict=True)
+            ]
+
+        try:
+            return await self._write(op)
+        except StoreError as exc:
+            return [outcome.Error(exc) for _ in writes]
