@@ -14,14 +14,16 @@ import concurrent.futures as cf
 import functools
 import os
 import threading
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
 
 import attrs
 
 from ..errors import ActorClosed
 from ..portal._api import host_opener
-from ..portal._thread import Portal
+from ..portal._thread import Portal, wait_future
 
-__all__ = ["SharedPortal", "acquire", "held", "release"]
+__all__ = ["AsyncShare", "Share", "SharedPortal", "acquire", "held", "release"]
 
 
 @attrs.define(eq=False)
@@ -103,3 +105,66 @@ def close_all() -> None:
         shared.portal.close()
     for shared in portals:
         shared.portal.stopped.result()
+
+
+class AsyncShare:
+    """An integration object holding a share of a portal (``_shared``), and ``async with``.
+
+    ``__aexit__`` awaits the subclass's ``aclose``; ``_let_go`` gives the
+    share up once, answering the portal's ``stopped`` when it was the last.
+    """
+
+    _shared: SharedPortal | None
+
+    if TYPE_CHECKING:
+
+        async def aclose(self) -> None: ...
+
+    def _open(self) -> SharedPortal:
+        return held(self._shared, self)
+
+    def _let_go(self) -> cf.Future[None] | None:
+        shared, self._shared = self._shared, None
+        return None if shared is None else release(shared)
+
+    async def _let_go_async(self) -> None:
+        """:meth:`_let_go`, then wait (without blocking the loop) for the portal it closed."""
+        stopped = self._let_go()
+        if stopped is not None:
+            await wait_future(stopped)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Share(AsyncShare):
+    """:class:`AsyncShare` with ``with`` too (``__exit__`` calls the subclass's ``close``)."""
+
+    if TYPE_CHECKING:
+
+        def close(self) -> None: ...
+
+    def _let_go_blocking(self) -> None:
+        """:meth:`_let_go`, then wait (blocking) for the portal it closed."""
+        stopped = self._let_go()
+        if stopped is not None:
+            stopped.result()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -22,8 +22,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
@@ -67,7 +66,7 @@ DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
 T = TypeVar("T")
 
 
-class ZidaneSessionService(BaseSessionService):
+class ZidaneSessionService(BaseSessionService, _shared.AsyncShare):
     """A google-adk session service kept in a zidane store.
 
     ``store`` is a store URL as the CLI takes it (``sqlite:PATH``, ``memory:``,
@@ -105,23 +104,10 @@ class ZidaneSessionService(BaseSessionService):
 
     async def aclose(self) -> None:
         """Release this service's share of the portal (the last share closes the store)."""
-        shared, self._shared = self._shared, None
-        if shared is not None:
-            stopped = _shared.release(shared)
-            if stopped is not None:
-                await wait_future(stopped)
-                _drop_closed_hosts()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+        stopped = self._let_go()
+        if stopped is not None:
+            await wait_future(stopped)
+            _drop_closed_hosts()
 
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(host, *args)`` in the portal's trio thread.
@@ -134,9 +120,6 @@ class ZidaneSessionService(BaseSessionService):
         shared = self._open()
         await wait_future(shared.ready)
         return await shared.portal.call_async(fn, shared.portal.host, *args)
-
-    def _open(self) -> _shared.SharedPortal:
-        return _shared.held(self._shared, self)
 
     # -- BaseSessionService -----------------------------------------------------
 

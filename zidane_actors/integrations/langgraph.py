@@ -22,8 +22,7 @@ from __future__ import annotations
 import base64
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -127,7 +126,7 @@ def _prompt(checkpoint: Checkpoint) -> str | None:
     return None
 
 
-class ZidaneSaver(BaseCheckpointSaver[float]):
+class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
     """A LangGraph checkpointer over a zidane store.
 
     ``store`` is a store URL as the CLI takes it (``sqlite:PATH``, ``memory:``,
@@ -164,52 +163,19 @@ class ZidaneSaver(BaseCheckpointSaver[float]):
 
     def close(self) -> None:
         """Release this saver's share of the portal (the last share closes the store)."""
-        shared, self._shared = self._shared, None
-        if shared is not None:
-            stopped = _shared.release(shared)
-            if stopped is not None:
-                stopped.result()
+        self._let_go_blocking()
 
     async def aclose(self) -> None:
         """:meth:`close`, awaited without blocking the event loop."""
-        shared, self._shared = self._shared, None
-        if shared is not None:
-            stopped = _shared.release(shared)
-            if stopped is not None:
-                await wait_future(stopped)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def _held(self) -> _shared.SharedPortal:
-        return _shared.held(self._shared, self)
+        await self._let_go_async()
 
     def _call(self, fn: Any, *args: Any) -> Any:
-        shared = self._held()
+        shared = self._open()
         shared.ready.result()
         return shared.portal.call(fn, shared.portal.host, *args)
 
     async def _acall(self, fn: Any, *args: Any) -> Any:
-        shared = self._held()
+        shared = self._open()
         await wait_future(shared.ready)
         return await shared.portal.call_async(fn, shared.portal.host, *args)
 

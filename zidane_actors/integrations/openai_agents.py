@@ -27,8 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import msgspec
@@ -314,7 +313,7 @@ class _Hooks(RunHooks[Any]):
             call.final = True
 
 
-class ZidaneSession:
+class ZidaneSession(_shared.Share):
     """An openai-agents ``Session`` kept in a zidane store.
 
     ``store`` is a store URL as the CLI takes it (``sqlite:PATH``, ``memory:``,
@@ -455,42 +454,16 @@ class ZidaneSession:
 
         Blocks until that close is done; use :meth:`aclose` from asyncio code.
         """
-        stopped = self._release()
-        if stopped is not None:
-            stopped.result()
+        self._let_go_blocking()
 
     async def aclose(self) -> None:
         """:meth:`close` without blocking the asyncio loop."""
-        stopped = self._release()
-        if stopped is not None:
-            await wait_future(stopped)
+        await self._let_go_async()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def _release(self) -> Any:
-        shared, self._shared = self._shared, None
+    def _let_go(self) -> Any:
+        stopped = super()._let_go()
         self._handle = None
-        return None if shared is None else _shared.release(shared)
+        return stopped
 
     # -- Runner calls -------------------------------------------------------------
 
@@ -536,9 +509,6 @@ class ZidaneSession:
             return
 
     # -- the trio side ----------------------------------------------------------
-
-    def _open(self) -> _shared.SharedPortal:
-        return _shared.held(self._shared, self)
 
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         shared = self._open()
