@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, cast
 
 import pydantic
-import trio
 from google.adk.events.event import Event
 from google.adk.sessions.state import State
 from pydantic import TypeAdapter
@@ -52,17 +51,6 @@ _STALE: Final = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
 )
-
-_locks: weakref.WeakKeyDictionary[Session, trio.Lock] = weakref.WeakKeyDictionary()
-
-
-def _lock_for(session: Session) -> trio.Lock:
-    # Only ever called in the trio thread that owns ``session``.
-    lock = _locks.get(session)
-    if lock is None:
-        lock = _locks[session] = trio.Lock()
-    return lock
-
 
 # -- ids ---------------------------------------------------------------------
 

@@ -39,7 +39,6 @@ from ._adk_events import (
     _fold,
     _last_event,
     _last_update,
-    _lock_for,
     _marker,
     _merged,
     _pairing_for,
@@ -56,6 +55,7 @@ from ._adk_state import (
     _settle,
     _update_scopes,
 )
+from ._shared import SessionLocks
 
 
 @attrs.frozen
@@ -73,6 +73,9 @@ class _Append:
 
 
 # -- the trio side -------------------------------------------------------------
+
+_lock_for: Final = SessionLocks()
+"""Each ADK session's lock for its appends (in the trio thread)."""
 
 KEEP_HANDLES: Final = 10_000
 """Session handles kept per host, newest use last, so reads find them without the store."""

@@ -138,6 +138,21 @@ class _Thread:
         self.landed.set()
         self.landed = trio.Event()
 
+    async def appended(
+        self, session: Session, new: list[SessionTurn], run: SessionRun | None
+    ) -> bool:
+        """``new`` appended in one step, or ``False`` (index and handle forgotten) when
+        another writer came first or the session went away: the caller reads again."""
+        try:
+            await session.append_turns(
+                new, AppendTurnsOptions(run=run) if run is not None else None
+            )
+        except (ConflictError, ActorClosed, SessionNotFoundError):
+            self.index = None
+            self.session = None
+            return False
+        return True
+
 
 _threads: weakref.WeakKeyDictionary[SessionHost, OrderedDict[str, _Thread]] = (
     weakref.WeakKeyDictionary()
@@ -369,13 +384,7 @@ class ThreadOps:
                     return  # the same checkpoint again: stored
                 run = self._run(session, run_id, prompt, now, new)
                 new.append(_record_turn(turn_id, body, now, run))
-                try:
-                    await session.append_turns(
-                        new, AppendTurnsOptions(run=run) if run is not None else None
-                    )
-                except (ConflictError, ActorClosed, SessionNotFoundError):
-                    thread.index = None
-                    thread.session = None
+                if not await thread.appended(session, new, run):
                     continue
                 thread.checkpoint_landed()
                 return
@@ -437,13 +446,7 @@ class ThreadOps:
                     return
                 run = self._run(session, run_id, None, now, new, error=error)
                 new.append(_record_turn(turn_id, body, now, run))
-                try:
-                    await session.append_turns(
-                        new, AppendTurnsOptions(run=run) if run is not None else None
-                    )
-                except (ConflictError, ActorClosed, SessionNotFoundError):
-                    thread.index = None
-                    thread.session = None
+                if not await thread.appended(session, new, run):
                     continue
                 return
         raise ConflictError(f"writes of {preview(cid)}: {_RETRIES} writers raced for its turns")

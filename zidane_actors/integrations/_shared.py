@@ -14,16 +14,21 @@ import concurrent.futures as cf
 import functools
 import os
 import threading
+import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 import attrs
+import trio
 
 from ..errors import ActorClosed
 from ..portal._api import host_opener
 from ..portal._thread import Portal, wait_future
 
-__all__ = ["AsyncShare", "Share", "SharedPortal", "acquire", "held", "release"]
+if TYPE_CHECKING:
+    from ..actors import Session
+
+__all__ = ["AsyncShare", "SessionLocks", "Share", "SharedPortal", "acquire", "held", "release"]
 
 
 @attrs.define(eq=False)
@@ -168,3 +173,19 @@ class Share(AsyncShare):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class SessionLocks:
+    """A trio lock per session, made on first use and forgotten with the session.
+
+    Only ever called in the trio thread that owns the sessions.
+    """
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakKeyDictionary[Session, trio.Lock] = weakref.WeakKeyDictionary()
+
+    def __call__(self, session: Session) -> trio.Lock:
+        lock = self._locks.get(session)
+        if lock is None:
+            lock = self._locks[session] = trio.Lock()
+        return lock

@@ -92,15 +92,8 @@ DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
 
 T = TypeVar("T")
 
-_locks: weakref.WeakKeyDictionary[Session, trio.Lock] = weakref.WeakKeyDictionary()
-
-
-def _lock_for(session: Session) -> trio.Lock:
-    # Only ever called in the trio thread that owns ``session``.
-    lock = _locks.get(session)
-    if lock is None:
-        lock = _locks[session] = trio.Lock()
-    return lock
+_lock_for: Final = _shared.SessionLocks()
+"""Each session's lock for the writes of this door (in the trio thread)."""
 
 
 def _now_ms() -> int:
