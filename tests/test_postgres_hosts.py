@@ -22,7 +22,7 @@ from test_postgres_store import DSN, admin, fresh_schema, session
 
 from zidane_actors.model import Schedule
 from zidane_actors.stores import PostgresStore, open_postgres_store
-from zidane_actors.stores._postgres_schema import SCHEMA_VERSION
+from zidane_actors.stores.postgres._schema import SCHEMA_VERSION
 
 HOSTS = 4
 ROUNDS = 8

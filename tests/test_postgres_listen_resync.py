@@ -18,7 +18,7 @@ from test_postgres_store import DSN, admin, fresh_schema, session, turn
 
 from zidane_actors.actors import open_session_host
 from zidane_actors.stores import open_postgres_store
-from zidane_actors.stores._postgres import _Conn
+from zidane_actors.stores.postgres._conn import _Conn
 
 DEADLINE_S = 10.0
 """Bounds a stuck test: never a claim about how fast anything is."""

@@ -48,7 +48,7 @@ from zidane_actors.stores import (
     open_memory_store,
     open_postgres_store,
 )
-from zidane_actors.stores._postgres_schema import _V1, SCHEMA_VERSION
+from zidane_actors.stores.postgres._schema import _V1, SCHEMA_VERSION
 
 DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 FAST_DSN = DSN + " options='-c synchronous_commit=off'"

@@ -38,13 +38,13 @@ from .file_map import (
 )
 
 if TYPE_CHECKING:
-    from ._postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
+    from .postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
     from .remote._client import RemoteStore, RemoteStoreStatistics, create_remote_store
 
 _LAZY = {
-    "PostgresStore": "._postgres",
-    "PostgresStoreStatistics": "._postgres",
-    "open_postgres_store": "._postgres",
+    "PostgresStore": ".postgres",
+    "PostgresStoreStatistics": ".postgres",
+    "open_postgres_store": ".postgres",
     "RemoteStore": ".remote._client",
     "RemoteStoreStatistics": ".remote._client",
     "create_remote_store": ".remote._client",

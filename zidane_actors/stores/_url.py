@@ -42,7 +42,7 @@ async def _enter_store(url: str, stack: AsyncExitStack) -> SessionStore:
             raise ValidationError("sqlite store URL needs a path: sqlite:PATH")
         return await stack.enter_async_context(open_sqlite_store(path))
     if url.startswith(("postgres://", "postgresql://", "postgres:")):
-        from ._postgres import open_postgres_store  # its driver loads only when used
+        from .postgres import open_postgres_store  # its driver loads only when used
 
         dsn = url if "://" in url else url.removeprefix("postgres:")
         return await stack.enter_async_context(open_postgres_store(dsn))

@@ -13,7 +13,7 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
-from ..errors import StoreError
+from ...errors import StoreError
 
 __all__ = ["SCHEMA_VERSION", "SEARCH_CATCH_UP", "migrate"]
 

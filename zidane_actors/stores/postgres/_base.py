@@ -1,0 +1,432 @@
+"""The PostgreSQL store's plumbing (pool, retries, pipelining, LISTEN) and session writes."""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import outcome
+import psycopg
+import trio
+
+from ...errors import (
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+    UnsupportedOperationError,
+)
+from ...model import (
+    AppendTurnsOptions,
+    RunOwner,
+    SessionData,
+    SessionFilter,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    preview,
+    validate_id,
+)
+from .._protocol import (
+    Revision,
+    StoreWrite,
+)
+from .._validate import (
+    checked_int,
+)
+from ._conn import (
+    _QUIET,
+    ChangeListener,
+    PostgresStoreStatistics,
+    _ChangeFeed,
+    _Conn,
+    _connection_lost,
+    _Outages,
+)
+from ._reads import (
+    _AGG,
+    _decode_list,
+    _session_where,
+)
+from ._rows import (
+    _BACKOFF_S,
+    _SQL,
+    _TRANSIENT,
+    T,
+    _Cursor,
+    _extra,
+    _map_error,
+    _SlowPath,
+)
+from ._writes import (
+    _WRITES,
+    _append_one,
+    _append_turns,
+    _checked_append,
+    _delete,
+    _metadata,
+    _owner,
+    _pipelined_writes,
+    _save,
+    _update_run,
+    _update_status,
+)
+
+__all__ = ["PostgresBase"]
+
+
+@attrs.define(eq=False)
+class PostgresBase:
+    """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
+
+    Build it with :func:`open_postgres_store`. Beyond the protocol it offers
+    :meth:`run_epoch`, the fencing token every successful :meth:`claim_run`
+    increments.
+    """
+
+    _schema: str
+    _writer: _Conn
+    _pool: builtins.list[_Conn]
+    _idle_send: trio.MemorySendChannel[_Conn]
+    _idle_recv: trio.MemoryReceiveChannel[_Conn]
+    _max_retries: int
+    _outages: _Outages
+    _closed: bool = False
+    _retries: int = 0
+    _fallbacks: int = 0
+    _feed: _ChangeFeed | None = None
+
+    def subscribe_changes(
+        self, listener: ChangeListener, *, on_resync: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
+        """Call ``listener(session_id, rev)`` in the trio thread for each session change.
+
+        Only a store opened with ``listen=True`` reports anything (changes of
+        every writer of the schema, this store's own included). It is a hint
+        that makes caches refresh sooner, never a guarantee: a notification
+        sent while the listening connection was down is lost. So once that
+        connection listens again, ``on_resync()`` is called in the trio thread:
+        the subscriber re-checks the ``rev`` of what it holds. Exceptions of
+        either callback are logged. Answers the unsubscribe function.
+        """
+        token = object()
+        feed = self._feed
+        if feed is not None:
+            feed.listeners[token] = listener
+            if on_resync is not None:
+                feed.resync_listeners[token] = on_resync
+
+        def unsubscribe() -> None:
+            if feed is not None:
+                feed.listeners.pop(token, None)
+                feed.resync_listeners.pop(token, None)
+
+        return unsubscribe
+
+    # -- plumbing --------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"PostgreSQL store on schema {self._schema!r} is closed")
+
+    def _transact(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
+        """Run ``op`` in one transaction, retrying transient failures a bounded number of times.
+
+        Serialization failures and deadlocks roll back, so they are always
+        retried; a lost connection is retried when ``op`` is idempotent or
+        never started (``BEGIN`` failed). A connection that failed, or that an
+        error left inside a transaction or in pipeline mode, is discarded: the
+        next attempt (or operation) opens a fresh one.
+        """
+        with _QUIET.active():
+            return self._attempts(conn, op, idempotent)
+
+    def _attempts(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
+        self._check_open()  # again: the store may have closed while this waited for ``conn``
+        last: BaseException | None = None
+        for attempt in range(self._max_retries + 1):
+            if attempt:
+                self._retries += 1
+                time.sleep(_BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                raw = conn.ensure()
+            except psycopg.OperationalError as exc:
+                self._outages.lost(None, exc)
+                last = exc
+                continue
+            started = False
+            try:
+                with raw.transaction(), raw.cursor() as cur:
+                    started = True
+                    result = op(cur)
+                self._outages.answered()
+                return result
+            except _TRANSIENT as exc:
+                last = exc
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not _connection_lost(raw, exc):
+                    raise _map_error(exc) from None
+                conn.discard()
+                self._outages.lost(conn, exc)
+                if started and not idempotent:
+                    self._outages.gave_up()
+                    raise StoreUnavailableError(
+                        f"PostgreSQL connection lost during a non-idempotent write"
+                        f" (its outcome is unknown): {exc}"
+                    ) from exc
+                last = exc
+            except psycopg.Error as exc:
+                raise _map_error(exc) from None
+            finally:
+                conn.discard_unless_reusable()
+        self._outages.gave_up()
+        raise StoreUnavailableError(
+            f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
+        ) from last
+
+    async def _batch(self, op: Callable[[_Cursor], T]) -> T:
+        """Run a batch of writes on the batch connection (batches lock many rows: one at a
+        time, so they cannot deadlock one another)."""
+        self._check_open()
+        return await trio.to_thread.run_sync(
+            self._transact, self._writer, op, True, limiter=self._writer.limiter
+        )
+
+    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+        """Run one write on any idle pooled connection (it locks at most one session row)."""
+        self._check_open()
+        async with self._pooled() as conn:
+            return await trio.to_thread.run_sync(
+                self._transact, conn, op, idempotent, limiter=conn.limiter
+            )
+
+    @asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[_Conn]:
+        conn = await self._idle_recv.receive()
+        try:
+            yield conn
+        finally:
+            self._idle_send.send_nowait(conn)
+
+    async def _read(self, op: Callable[[_Cursor], T]) -> T:
+        self._check_open()
+        async with self._pooled() as conn:
+            return await trio.to_thread.run_sync(
+                self._transact, conn, op, True, limiter=conn.limiter
+            )
+
+    def statistics(self) -> PostgresStoreStatistics:
+        """Pool size, idle pooled connections, retries made, reconnects and feed resyncs so far."""
+        conns = [self._writer, *(c for c in self._pool if c is not self._writer)]
+        return PostgresStoreStatistics(
+            schema=self._schema,
+            connections=len(conns),
+            idle_pooled=self._idle_send.statistics().current_buffer_used,
+            retries=self._retries,
+            reconnects=sum(c.reconnects for c in conns),
+            batch_fallbacks=self._fallbacks,
+            outages=self._outages.count,
+            resyncs=self._feed.resyncs if self._feed is not None else 0,
+        )
+
+    async def aclose(self) -> None:
+        """Close every connection once its current operation finished. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in {id(c): c for c in [self._writer, *self._pool]}.values():
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(conn.discard, limiter=conn.limiter)
+
+    # -- required methods ------------------------------------------------
+
+    async def load(self, session_id: str) -> SessionData | None:
+        """The whole session in one statement (a consistent snapshot), or ``None``."""
+        loaded = await self.load_versioned(session_id)
+        return None if loaded is None else loaded[0]
+
+    async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
+        """The whole session and its ``rev`` in one statement, or ``None``."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> tuple[SessionData, int] | None:
+            cur.execute(
+                "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
+                " run_owner::text,"
+                f" (SELECT {_AGG} FROM turns WHERE session_id = s.id),"
+                f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev, extra"
+                " FROM sessions s WHERE id = %s",
+                (session_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                return None
+            data = SessionData(
+                id=session_id,
+                created_at=row[0],
+                updated_at=row[1],
+                status=row[2],
+                agent_id=row[3],
+                project_root=row[4],
+                metadata=_metadata(row[5], session_id),
+                run_owner=_owner(row[6], session_id),
+                turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
+                runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
+                extra_fields=None if row[10] is None else _extra(row[10], session_id),
+            )
+            return data, int(row[9])
+
+        return await self._read(op)
+
+    async def get_rev(self, session_id: str) -> int | None:
+        """The session's ``rev`` (one indexed read), or ``None`` when absent."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> int | None:
+            cur.execute(_SQL.rev, (session_id,))
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(op)
+
+    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+        """Create or overwrite the whole document (turns and runs replaced).
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        return await self._write(lambda cur: _save(cur, data, expected_rev=expected_rev))
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[SessionTurn],
+        options: AppendTurnsOptions | None = None,
+    ) -> Revision:
+        """Append turns; a stored identical turn is skipped (a retry), a different one conflicts.
+
+        Turns without a run go in one statement; if one of their ids is stored
+        already (a retry, a conflict, a concurrent append), the append reruns in
+        two steps that compare the stored rows.
+        """
+        unique, run = _checked_append(session_id, turns, options)
+        if unique and run is None:
+            try:
+                return await self._write(lambda cur: _append_one(cur, session_id, unique))
+            except _SlowPath:
+                pass
+        return await self._write(lambda cur: _append_turns(cur, session_id, turns, options))
+
+    async def get_turns(
+        self, session_id: str, from_: int = 0, limit: int | None = None
+    ) -> builtins.list[SessionTurn]:
+        """Turns ``from_``… (at most ``limit``), oldest first; ``[]`` for an unknown id."""
+        validate_id(session_id)
+        checked_int(from_, "from_")
+        if limit is not None:
+            checked_int(limit, "limit")
+
+        def op(cur: _Cursor) -> builtins.list[SessionTurn]:
+            cur.execute(
+                f"SELECT {_AGG} FROM (SELECT seq, body FROM turns"
+                " WHERE session_id = %s AND seq >= %s ORDER BY seq LIMIT %s) t",
+                (session_id, from_, limit),
+            )
+            row = cur.fetchone()
+            return list(
+                _decode_list(cur, row[0] if row else None, SessionTurn, "turns", session_id)
+            )
+
+        return await self._read(op)
+
+    async def update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> Revision:
+        """Upsert one run record; an unknown session id is a no-op."""
+        return await self._write(lambda cur: _update_run(cur, session_id, run, options))
+
+    async def update_status(
+        self,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        owner: RunOwner | None = None,
+        preserve_updated_at: bool = False,
+    ) -> Revision:
+        """Set the status; ``running`` records ``owner`` (default: this process)."""
+        return await self._write(
+            lambda cur: _update_status(
+                cur, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
+            )
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session with its turns, runs, artifacts and send-request ids."""
+        await self._write(lambda cur: _delete(cur, session_id))
+
+    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+        """Session ids, most recently updated first, filtered."""
+        tail, params = _session_where(filter)
+
+        def op(cur: _Cursor) -> builtins.list[str]:
+            cur.execute(_SQL.list_ids + tail, params)
+            return [row[0] for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    # -- batching --------------------------------------------------------
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        """Apply ``writes`` in one transaction, in order; a failing write fails alone.
+
+        The batch first runs without savepoints, each run of plain appends as
+        one statement (retries skipped, appends to unknown sessions failing
+        alone) and other writes pipelined; if any other write fails, or a turn
+        id is stored with other text, that attempt is rolled back and the batch
+        reruns with each write in its own savepoint.
+        """
+
+        def fast(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+            return _pipelined_writes(cur.connection, writes)
+
+        def savepoints(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+            conn = cur.connection
+            results: builtins.list[outcome.Outcome[Any]] = []
+            for write in writes:
+                fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
+                if fn is None:
+                    results.append(
+                        outcome.Error(
+                            UnsupportedOperationError(
+                                f"{preview(getattr(write, 'method', type(write).__name__))}"
+                                " is not a batchable write"
+                            )
+                        )
+                    )
+                    continue
+                try:
+                    with conn.transaction():
+                        value = fn(cur, *write.args, **write.kwargs)
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    raise
+                except Exception as exc:
+                    results.append(outcome.Error(_map_error(exc)))
+                else:
+                    results.append(outcome.Value(value))
+            return results
+
+        try:
+            try:
+                return await self._batch(fast)
+            except _SlowPath:
+                self._fallbacks += 1
+                return await self._batch(savepoints)
+        except StoreError as exc:
+            return [outcome.Error(exc) for _ in writes]
+
+    # -- optional methods ------------------------------------------------

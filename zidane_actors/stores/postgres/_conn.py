@@ -1,0 +1,302 @@
+"""The PostgreSQL store's connections: reconnects, outages, the LISTEN change feed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeAlias
+
+import attrs
+import psycopg
+import trio
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from ._rows import (
+    _SERVER_GONE,
+    _Connection,
+    _log,
+)
+
+__all__ = ["CHANGES_CHANNEL", "ChangeListener", "PostgresStoreStatistics"]
+
+# ---------------------------------------------------------------------------
+# Connections
+
+
+def _connection_lost(raw: _Connection, exc: psycopg.Error) -> bool:
+    """Whether ``exc`` ended the server session (rather than failing one statement on it).
+
+    libpq's own failures carry no SQLSTATE (a dead socket, a connection left
+    in pipeline mode); class 08 is a connection exception.
+    """
+    state = exc.sqlstate
+    return raw.closed or state is None or state.startswith("08") or state in _SERVER_GONE
+
+
+def _reusable(raw: _Connection) -> bool:
+    """Open, outside any transaction and out of pipeline mode: safe for the next operation."""
+    pgconn = raw.pgconn
+    return (
+        not raw.closed
+        and pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        and pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
+
+
+class _QuietPsycopg(logging.Filter):
+    """Drops psycopg's ``error ignored …`` warnings on threads running a store transaction.
+
+    psycopg writes one whenever the rollback or pipeline exit that follows a
+    lost connection fails too: one per failed operation, on top of the error
+    the store handles. The store logs each outage once instead (:class:`_Outages`).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        self._local.active = True
+        try:
+            yield
+        finally:
+            self._local.active = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            getattr(self._local, "active", False) and str(record.msg).startswith("error ignored")
+        )
+
+
+_QUIET: Final = _QuietPsycopg()
+
+
+def _quiet_psycopg() -> None:
+    for name in ("psycopg", "psycopg.transaction"):
+        logging.getLogger(name).addFilter(_QUIET)  # once: ``addFilter`` skips a filter it has
+
+
+@attrs.define
+class _Outages:
+    """A store's failure episodes: from the first lost connection (or failed connect) to the
+    next operation that succeeds. Each is logged when it starts (``WARNING``) and when it
+    ends (``INFO``), never once per operation. Shared by the store's connections (threads).
+    """
+
+    schema: str
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+    count: int = 0
+    since: float | None = None
+    failed: int = 0
+
+    def lost(self, conn: _Conn | None, exc: BaseException) -> None:
+        """A connection failed (``conn``: one that had connected; ``None``: a connect).
+
+        A connection opened before the latest episode began dies of that
+        episode (a restart ends every server session, each noticed on its
+        next use): no new episode.
+        """
+        with self.lock:
+            if self.since is not None or (conn is not None and conn.opened_in < self.count):
+                return
+            self.count += 1
+            self.since = time.monotonic()
+            self.failed = 0
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _log.warning(
+            "PostgreSQL store %r: server unavailable (%s); reconnecting on demand,"
+            " not logged again until it answers",
+            self.schema,
+            reason,
+        )
+
+    def gave_up(self) -> None:
+        """An operation failed with ``StoreUnavailableError`` during the current episode."""
+        with self.lock:
+            self.failed += 1
+
+    def answered(self) -> None:
+        """An operation succeeded: the episode under way, if any, is over."""
+        if self.since is None:  # the common case, without the lock
+            return
+        with self.lock:
+            if self.since is None:
+                return
+            down, failed = time.monotonic() - self.since, self.failed
+            self.since = None
+        _log.info(
+            "PostgreSQL store %r: the server answers again after %.2f s"
+            " (%d operations failed meanwhile)",
+            self.schema,
+            down,
+            failed,
+        )
+
+
+@attrs.define
+class _Conn:
+    """One database connection, reconnected on demand, used by one thread at a time.
+
+    A connection is reused only while :func:`_reusable`; any other is closed
+    and replaced on next use.
+    """
+
+    dsn: str
+    schema: str
+    connect_timeout: float
+    outages: _Outages
+    limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    raw: _Connection | None = None
+    connected: bool = False
+    reconnects: int = 0
+    opened_in: int = 0
+    """``outages.count`` when this connection was opened."""
+
+    def ensure(self) -> _Connection:
+        if self.raw is not None and _reusable(self.raw):
+            return self.raw
+        self.discard()
+        options: dict[str, Any] = {"connect_timeout": max(1, round(self.connect_timeout))}
+        if "application_name" not in conninfo_to_dict(self.dsn):
+            options["application_name"] = f"zidane_actors:{self.schema}"
+        raw: _Connection = psycopg.connect(self.dsn, autocommit=True, **options)
+        try:
+            raw.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        except BaseException:
+            raw.close()
+            raise
+        if self.connected:
+            self.reconnects += 1
+        self.connected = True
+        self.opened_in = self.outages.count
+        self.raw = raw
+        return raw
+
+    def discard(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
+            self.raw = None
+
+    def discard_unless_reusable(self) -> None:
+        if self.raw is not None and not _reusable(self.raw):
+            self.discard()
+
+
+CHANGES_CHANNEL: Final = "zidane_sessions"
+"""The ``LISTEN`` channel of session changes: payload ``"<schema> <session id> <rev>"``.
+
+``rev`` is ``0`` for a deleted session.
+"""
+
+_NOTIFY_SQL: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('zidane_actors.notify.' || current_schema(), 0));
+CREATE OR REPLACE FUNCTION notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('zidane_sessions', TG_TABLE_SCHEMA || ' ' || OLD.id || ' 0');
+    ELSE
+        PERFORM pg_notify('zidane_sessions', TG_TABLE_SCHEMA || ' ' || NEW.id || ' ' || NEW.rev);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER sessions_notify AFTER INSERT OR DELETE OR UPDATE OF rev ON sessions
+    FOR EACH ROW EXECUTE FUNCTION notify_session_change();
+"""
+"""Make every change of a session's ``rev`` notify :data:`CHANGES_CHANNEL` (idempotent)."""
+
+ChangeListener: TypeAlias = Callable[[str, int], None]
+"""Told ``(session_id, rev)`` when another writer changed a session (``rev`` ``0``: deleted).
+
+Changes made while the listening connection was down are never told: its
+subscriber's ``on_resync`` is called instead once it listens again.
+"""
+
+
+@attrs.define(eq=False)
+class _ChangeFeed:
+    """A connection listening on :data:`CHANGES_CHANNEL`, telling listeners in the trio thread.
+
+    Notifications are a hint: one sent while the connection was down is never
+    replayed. So once a lost connection listens again, subscribers are told to
+    resync (check the ``rev`` of what they hold), and readers keep checking
+    ``rev`` themselves.
+    """
+
+    conn: _Conn
+    token: trio.lowlevel.TrioToken
+    listeners: dict[object, ChangeListener] = attrs.field(factory=dict)
+    resync_listeners: dict[object, Callable[[], None]] = attrs.field(factory=dict)
+    stopped: bool = False
+    delivered: int = 0
+    resyncs: int = 0
+    """Times the connection listened again after a loss (each told subscribers to resync)."""
+
+    def _deliver(self, payload: str) -> None:
+        schema, _, rest = payload.partition(" ")
+        session_id, _, rev = rest.partition(" ")
+        if schema != self.conn.schema or not rev.isdigit():
+            return
+        self.delivered += 1
+        for listener in list(self.listeners.values()):
+            try:
+                listener(session_id, int(rev))
+            except Exception:
+                _log.exception("a session change listener failed")
+
+    def _resync(self) -> None:
+        self.resyncs += 1
+        for on_resync in list(self.resync_listeners.values()):
+            try:
+                on_resync()
+            except Exception:
+                _log.exception("a session change resync listener failed")
+
+    def run(self) -> None:
+        """Listen until :attr:`stopped` (runs in a worker thread; reconnects after a loss).
+
+        Every ``LISTEN`` but the first follows a loss: subscribers resync once
+        it is in place, so a change committed after that point is told and one
+        committed before it is found by their ``rev`` checks.
+        """
+        listened = False
+        while not self.stopped:
+            try:
+                raw = self.conn.ensure()
+                raw.execute(f"LISTEN {CHANGES_CHANNEL}")
+                if listened:
+                    trio.from_thread.run_sync(self._resync, trio_token=self.token)
+                listened = True
+                while not self.stopped:
+                    for note in raw.notifies(timeout=0.2):
+                        trio.from_thread.run_sync(
+                            self._deliver, note.payload, trio_token=self.token
+                        )
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self.conn.discard()
+                time.sleep(0.2)  # the server is away: try again shortly
+            except trio.RunFinishedError:
+                return
+        self.conn.discard()
+
+
+@attrs.frozen
+class PostgresStoreStatistics:
+    """What :meth:`PostgresStore.statistics` reports."""
+
+    schema: str
+    connections: int
+    idle_pooled: int
+    retries: int
+    reconnects: int
+    batch_fallbacks: int
+    """Batches rerun with savepoints because a write of the pipelined attempt failed."""
+    outages: int
+    """Failure episodes so far: from a lost connection to the next operation that succeeds."""
+    resyncs: int
+    """Times the change feed (``listen=True``) listened again after losing its connection,
+    each telling subscribers to resync."""

@@ -1,0 +1,239 @@
+"""The PostgreSQL store's reads: meta rows, filters, histories, send requests, schedules."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from ...errors import (
+    CorruptDataError,
+    ValidationError,
+)
+from ...model import (
+    Schedule,
+    ScheduleFire,
+    SendRequestRecord,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionSearch,
+    SessionTurn,
+    corrupt_meta_row,
+    decoder,
+    preview,
+    search_words,
+    validate_id,
+)
+from .._protocol import (
+    HistoryMutation,
+    MutateResult,
+)
+from .._validate import (
+    check_ids,
+    checked,
+    checked_items,
+    now_ms,
+)
+from ..sql import POSTGRES, search_header_sql, session_filter_sql
+from ._rows import (
+    _Cursor,
+    _decode,
+)
+from ._writes import (
+    _lock_header,
+    _metadata,
+    _owner,
+    _replace_runs,
+    _replace_turns,
+)
+
+__all__ = []
+
+_META_SELECT: Final = (
+    "SELECT s.id, s.metadata, s.created_at, s.updated_at, s.status, s.agent_id,"
+    " s.project_root, s.run_owner::text, s.rev, s.turn_count, s.user_turn_count,"
+    " (SELECT count(*) FROM runs r WHERE r.session_id = s.id),"
+    " (SELECT count(*) FROM artifacts a WHERE a.session_id = s.id),"
+    " (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
+    "  ORDER BY t.seq LIMIT 1)"
+    " FROM sessions s"
+)
+
+
+def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
+    session_id = row[0]
+    metadata = _metadata(row[1], session_id)
+    first_user = None
+    if row[13] is not None and "title" not in metadata:
+        first_user = _decode(
+            row[13], SessionTurn, "turns", f"(session_id={preview(session_id)}) first"
+        )
+    return SessionMetaRow(
+        id=session_id,
+        metadata=metadata,
+        run_count=row[11],
+        turn_count=row[9],
+        updated_at=row[3],
+        user_message_count=row[10],
+        agent_id=row[5],
+        artifact_count=row[12],
+        created_at=row[2],
+        first_user_turn=first_user,
+        project_root=row[6],
+        rev=row[8],
+        run_owner=_owner(row[7], session_id),
+        status=row[4],
+    )
+
+
+def _listed_row(row: tuple[Any, ...]) -> SessionMetaRow:
+    """``_meta_row``, or the row naming a session whose header does not decode."""
+    try:
+        return _meta_row(row)
+    except CorruptDataError as exc:
+        return corrupt_meta_row(row[0], row[3], exc)
+
+
+def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filter is not None:
+        filter = checked(filter, SessionFilter, "session filter")
+        clauses, params = session_filter_sql(filter, POSTGRES.placeholder)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    order = ' ORDER BY s.updated_at DESC, s.id COLLATE "C"'
+    if filter is not None and filter.limit is not None:
+        order += " LIMIT %s"
+        params.append(filter.limit)
+    return where + order, params
+
+
+def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``search`` over ``sessions s``: words through the GIN indexes."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    words = search_words(search.text or "")
+    if words:
+        # Each word is a prefix of a word of the session's header or of one of its turns;
+        # the session ids are intersected. Words are letters and digits only.
+        hits = " INTERSECT ".join(
+            "(SELECT t.session_id FROM turns t WHERE t.words @@ %s::tsquery"
+            " UNION SELECT h.id FROM sessions h WHERE h.words @@ %s::tsquery)"
+            for _ in words
+        )
+        clauses.append(f"s.id IN ({hits})")
+        for word in words:
+            params += [f"'{word}':*"] * 2
+    header, values = search_header_sql(search, POSTGRES.placeholder)
+    clauses += header
+    params += values
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
+
+
+_AGG: Final = "count(*) || ':' || string_agg(body, ',' ORDER BY seq)"
+"""Rows' JSON bodies joined by commas, after their count (``NULL`` for no rows)."""
+
+
+def _decode_list(
+    cur: _Cursor, text: str | None, type_: Any, table: str, session_id: str
+) -> tuple[Any, ...]:
+    """Decode ``table`` rows aggregated as ``"<count>:<body>,<body>…"`` (:data:`_AGG`).
+
+    Names the bad row on failure. The count catches a row holding two
+    documents (``{...},{...}``), which the joined array would read as two items.
+    """
+    if text is None:
+        return ()
+    count, _, bodies = text.partition(":")
+    try:
+        items: tuple[Any, ...] = decoder(tuple[type_, ...]).decode(f"[{bodies}]")
+        if len(items) == int(count):
+            return items
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    cur.execute(
+        f"SELECT seq, body FROM {table} WHERE session_id = %s ORDER BY seq",
+        (session_id,),
+    )
+    for seq, body in cur.fetchall():
+        _decode(body, type_, table, f"(session_id={preview(session_id)}, seq={seq})")
+    raise CorruptDataError(f"{table} rows of session {preview(session_id)} do not decode")
+
+
+def _history(cur: _Cursor, session_id: str) -> SessionHistory:
+    cur.execute(
+        f"SELECT (SELECT {_AGG} FROM turns WHERE session_id = %s),"
+        f" (SELECT {_AGG} FROM runs WHERE session_id = %s)",
+        (session_id, session_id),
+    )
+    row = cur.fetchone()
+    assert row is not None
+    return SessionHistory(
+        turns=_decode_list(cur, row[0], SessionTurn, "turns", session_id),
+        runs=_decode_list(cur, row[1], SessionRun, "runs", session_id),
+    )
+
+
+def _mutate(
+    cur: _Cursor, session_id: str, mutate: HistoryMutation, *, runs_too: bool
+) -> MutateResult:
+    validate_id(session_id)
+    if _lock_header(cur, session_id) is None:
+        return "no-session"
+    history = _history(cur, session_id)
+    result = mutate(history)
+    if result is None:
+        return "unchanged"
+    if not isinstance(result, SessionHistory):
+        raise ValidationError(
+            "mutate_history callback must return a SessionHistory or None,"
+            f" got {type(result).__name__}"
+        )
+    turns = checked_items(result.turns, SessionTurn, "history turns")
+    runs = history.runs
+    if runs_too and result.runs != history.runs:
+        runs = checked_items(result.runs, SessionRun, "history runs")
+    check_ids(turns, runs)
+    if turns != history.turns:
+        _replace_turns(cur, session_id, turns)
+    if runs is not history.runs:
+        _replace_runs(cur, session_id, runs)
+    cur.execute(
+        "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
+        (now_ms(), session_id),
+    )
+    return "ok"
+
+
+def _send_record(request_id: str, row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
+    result: Any = UNSET
+    if row[2] is not None:
+        result = _decode(
+            row[2],
+            Any,
+            "send_requests",
+            f"(session_id={preview(session_id)}, request_id={preview(request_id)})",
+        )
+    return SendRequestRecord(
+        request_id=request_id, fingerprint=row[0], created_at=row[1], result=result
+    )
+
+
+def _schedule(row: tuple[Any, ...]) -> Schedule:
+    schedule: Schedule = _decode(row[0], Schedule, "schedules", f"id={preview(row[1])}")
+    last_fire = None
+    if row[3] is not None:
+        last_fire = _decode(
+            row[3], ScheduleFire, "schedule_fires", f"schedule_id={preview(row[1])}"
+        )
+    return msgspec.structs.replace(schedule, next_fire_at=row[2], last_fire=last_fire)
+
+
+def _gen_uuid(cur: _Cursor) -> str:
+    cur.execute("SELECT gen_random_uuid()::text")
+    row = cur.fetchone()
+    assert row is not None
+    return str(row[0])

@@ -1,0 +1,101 @@
+"""The PostgreSQL store's codecs, error mapping and the constants its modules share."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Final, TypeAlias, TypeVar
+
+import msgspec
+import psycopg
+from msgspec import UNSET
+from psycopg import errors as pg_errors
+
+from ...errors import (
+    ConflictError,
+    CorruptDataError,
+    StoreError,
+    StoreUnavailableError,
+    ValidationError,
+    ZidaneActorsError,
+)
+from ...model import (
+    ExtraFields,
+    SessionData,
+    decoder,
+    encode_str,
+    preview,
+)
+from .._validate import (
+    checked,
+    checked_header,
+)
+from ..sql import POSTGRES, SharedSQL
+
+__all__ = []
+
+
+T = TypeVar("T")
+_Cursor: TypeAlias = psycopg.Cursor[tuple[Any, ...]]
+_Connection: TypeAlias = psycopg.Connection[tuple[Any, ...]]
+
+_SQL: Final = SharedSQL(POSTGRES)
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_TRANSIENT: Final = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+_BACKOFF_S: Final = 0.05
+_SERVER_GONE: Final = frozenset({"57P01", "57P02", "57P03"})
+"""SQLSTATEs of a server session ended by the server: admin shutdown (``pg_terminate_backend``,
+a fast stop), crash shutdown, and a server still starting."""
+_log = logging.getLogger("zidane_actors.stores.postgres")
+
+
+class _SlowPath(Exception):
+    """A write of a savepoint-free batch failed: roll back and rerun with savepoints."""
+
+
+def _json(value: object, what: str) -> str:
+    try:
+        return encode_str(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValidationError(f"{what} is not JSON-encodable: {exc}") from None
+
+
+def _extra(text: str, session_id: str) -> ExtraFields:
+    return ExtraFields(
+        _decode(text, dict[str, Any], "sessions", f"{preview(session_id)} column extra")
+    )
+
+
+def _checked_data(data: object) -> SessionData:
+    """``data`` validated; metadata keys mapped to ``UNSET`` are dropped (absent = removed)."""
+    checked_header(data)
+    assert isinstance(data, SessionData)
+    metadata = {k: v for k, v in data.metadata.items() if v is not UNSET}
+    return checked(msgspec.structs.replace(data, metadata=metadata), SessionData, "session data")
+
+
+def _decode(text: str | None, type_: Any, table: str, key: str) -> Any:
+    if text is None:
+        raise CorruptDataError(f"{table} row {key} has no value where JSON was expected")
+    try:
+        return decoder(type_).decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise CorruptDataError(f"{table} row {key} does not decode: {reason}") from None
+
+
+def _map_error(exc: BaseException) -> BaseException:
+    """A psycopg failure as the matching :mod:`zidane_actors.errors` exception."""
+    if isinstance(exc, ZidaneActorsError) or not isinstance(exc, psycopg.Error):
+        return exc
+    diag = exc.diag.message_primary or str(exc)
+    if isinstance(exc, psycopg.IntegrityError):
+        mapped: ZidaneActorsError = ConflictError(f"PostgreSQL refused the write: {diag}")
+    elif isinstance(exc, psycopg.DataError):
+        mapped = ValidationError(f"PostgreSQL refused a value: {diag}")
+    elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        mapped = StoreUnavailableError(f"PostgreSQL is unavailable: {diag}")
+    else:
+        mapped = StoreError(f"PostgreSQL error: {diag}")
+    mapped.__cause__ = exc
+    return mapped

@@ -1,0 +1,628 @@
+"""The PostgreSQL store: claims, send requests, meta and search, artifacts, schedules."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import msgspec
+from msgspec import UNSET
+
+from ...errors import (
+    ValidationError,
+)
+from ...model import (
+    FIRE_HISTORY,
+    ArtifactFilter,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    Schedule,
+    ScheduleFire,
+    SendRequestClaim,
+    SendRequestRecord,
+    SessionArtifact,
+    SessionData,
+    SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
+    SessionRun,
+    SessionSearch,
+    SessionSearchPage,
+    SessionTurn,
+    current_run_owner,
+    filter_artifacts,
+    preview,
+    run_claim_blocked,
+    search_words,
+    send_request_evictions,
+    validate_id,
+    validate_request_id,
+)
+from ...model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
+from .._protocol import (
+    HistoryMutation,
+    MutateResult,
+    Revision,
+    RevisionSink,
+    RunClaim,
+    TurnsMutation,
+)
+from .._validate import (
+    check_artifact_filter_ids,
+    check_fire_ids,
+    checked,
+    checked_int,
+    checked_items,
+    now_ms,
+    warn_mutate_turns,
+)
+from ..sql import POSTGRES, equal_sql
+from ._base import PostgresBase
+from ._reads import (
+    _META_SELECT,
+    _gen_uuid,
+    _listed_row,
+    _meta_row,
+    _mutate,
+    _schedule,
+    _search_where,
+    _send_record,
+    _session_where,
+)
+from ._rows import (
+    _SQL,
+    _Cursor,
+    _decode,
+    _json,
+)
+from ._schema import SEARCH_CATCH_UP
+from ._writes import (
+    _artifact_row,
+    _delete_artifact,
+    _held_for_send,
+    _lock_header,
+    _owner,
+    _patch_meta,
+    _save_meta,
+    _settle_send_request,
+    _upsert_artifact,
+    _versioned,
+)
+
+__all__ = ["PostgresStore"]
+
+
+@attrs.define(eq=False)
+class PostgresStore(PostgresBase):
+    """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
+
+    Build it with :func:`open_postgres_store`. Beyond the protocol it offers
+    :meth:`run_epoch`, the fencing token every successful :meth:`claim_run`
+    increments.
+    """
+
+    async def run_epoch(self, session_id: str) -> int | None:
+        """The session's lease epoch (bumped by every claim), or ``None`` for an unknown id.
+
+        A run holder passes it along with its writes so a later claimant can
+        fence off a holder that lost its claim.
+        """
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> int | None:
+            cur.execute(_SQL.run_epoch, (session_id,))
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._read(op)
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Set ``running`` under a row lock unless a live owner holds it; bumps ``run_epoch``."""
+        validate_id(session_id)
+        checked_int(stale_at, "stale_at")
+        claimant = current_run_owner() if owner is None else checked(owner, RunOwner, "run owner")
+
+        def op(cur: _Cursor) -> RunClaim:
+            header = _lock_header(cur, session_id)
+            if header is None:
+                return RunClaim(claimed=True)
+            status, owner_text, updated_at = header[0], header[1], header[2]
+            now = now_ms()
+            stored_owner = _owner(owner_text, session_id)
+            if run_claim_blocked(status, stored_owner, updated_at, stale_at, now):
+                return RunClaim(claimed=False)
+            cur.execute(
+                "UPDATE sessions SET status = 'running', run_owner = %s::jsonb, updated_at = %s,"
+                " run_epoch = run_epoch + 1, rev = nextval('revs') WHERE id = %s",
+                (_json(claimant, "run owner"), now, session_id),
+            )
+            return RunClaim(claimed=True, previous=status)
+
+        return await self._write(op, idempotent=False)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write a load's stale-running demotion under the row lock, only if still stale.
+
+        The marker is re-read with ``FOR UPDATE`` and judged by
+        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
+        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
+        """
+        validate_id(session_id)
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+
+        def op(cur: _Cursor) -> bool:
+            cur.execute(
+                "SELECT status, run_owner::text, updated_at, run_epoch"
+                " FROM sessions WHERE id = %s FOR UPDATE",
+                (session_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                return False
+            status, owner_text, updated_at, epoch = row
+            if run_claim_blocked(status, _owner(owner_text, session_id), updated_at, stale_at, now):
+                return False
+            cur.execute("SELECT id, body FROM runs WHERE session_id = %s", (session_id,))
+            runs = [
+                _decode(body, SessionRun, "runs", f"id={preview(rid)}")
+                for rid, body in cur.fetchall()
+            ]
+            running = [r for r in runs if r.status == "running"]
+            if status != "running" and not running:
+                return False
+            cur.execute(
+                "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
+                " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
+                " ELSE run_owner END, rev = nextval('revs') WHERE id = %s AND run_epoch = %s",
+                (session_id, epoch),
+            )
+            if running:
+                cur.executemany(
+                    _SQL.update_run,
+                    [
+                        (
+                            _json(msgspec.structs.replace(r, status="aborted"), "run"),
+                            session_id,
+                            r.id,
+                        )
+                        for r in running
+                    ],
+                )
+            return True
+
+        return await self._write(op)
+
+    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
+        """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled: one winner across hosts."""
+        validate_id(id, what="schedule id")
+        checked_int(due_at, "due_at")
+        if next is not None:
+            checked_int(next, "next")
+
+        def op(cur: _Cursor) -> bool:
+            cur.execute(
+                "UPDATE schedules SET next_fire_at = %s"
+                " WHERE id = %s AND enabled AND next_fire_at = %s RETURNING 1",
+                (next, id, due_at),
+            )
+            return cur.fetchone() is not None
+
+        return await self._write(op, idempotent=False)
+
+    async def claim_send_request(
+        self, session_id: str, request_id: str, fingerprint: str
+    ) -> SendRequestClaim:
+        """Insert the request id or answer the record holding it; keeps the newest ids only.
+
+        The session must exist (:class:`SessionNotFoundError`).
+        """
+        validate_id(session_id)
+        validate_request_id(request_id, what="request id")
+        if not isinstance(fingerprint, str):
+            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+
+        def op(cur: _Cursor) -> SendRequestClaim:
+            _held_for_send(cur, session_id)
+            cur.execute(
+                "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
+                (session_id, request_id, fingerprint, now_ms()),
+            )
+            inserted = cur.fetchone()
+            if inserted is None:
+                cur.execute(
+                    "SELECT fingerprint, created_at, result FROM send_requests"
+                    " WHERE session_id = %s AND request_id = %s",
+                    (session_id, request_id),
+                )
+                row = cur.fetchone()
+                assert row is not None
+                return SendRequestClaim(
+                    claimed=False, record=_send_record(request_id, row, session_id)
+                )
+            cur.execute("SELECT count(*) FROM send_requests WHERE session_id = %s", (session_id,))
+            count = cur.fetchone()
+            if count is not None and count[0] > _SEND_REQUEST_HISTORY:
+                cur.execute(
+                    "SELECT request_id, fingerprint, created_at FROM send_requests"
+                    " WHERE session_id = %s AND seq <> %s ORDER BY seq",
+                    (session_id, inserted[0]),
+                )
+                others = [
+                    SendRequestRecord(request_id=r[0], fingerprint=r[1], created_at=r[2])
+                    for r in cur.fetchall()
+                ]
+                cur.execute(
+                    "DELETE FROM send_requests WHERE session_id = %s AND request_id = ANY(%s)",
+                    (session_id, send_request_evictions(others)),
+                )
+            return SendRequestClaim(claimed=True)
+
+        return await self._write(op, idempotent=False)
+
+    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
+        """The record of a claimed request id, or ``None``."""
+        validate_id(session_id)
+        validate_request_id(request_id, what="request id")
+
+        def op(cur: _Cursor) -> SendRequestRecord | None:
+            cur.execute(
+                "SELECT fingerprint, created_at, result FROM send_requests"
+                " WHERE session_id = %s AND request_id = %s",
+                (session_id, request_id),
+            )
+            row = cur.fetchone()
+            return None if row is None else _send_record(request_id, row, session_id)
+
+        return await self._read(op)
+
+    async def settle_send_request(
+        self, session_id: str, request_id: str, result: JsonValue
+    ) -> None:
+        """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
+        await self._write(lambda cur: _settle_send_request(cur, session_id, request_id, result))
+
+    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
+        """Every request id the session holds, oldest claim first (for copies and exports)."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> builtins.list[SendRequestRecord]:
+            cur.execute(
+                _SQL.list_sends,
+                (session_id,),
+            )
+            return [_send_record(row[0], row[1:], session_id) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
+        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
+        validate_id(session_id)
+        record = checked(record, SendRequestRecord, "send request")
+        validate_request_id(record.request_id, what="send request id")
+        result = None if record.result is UNSET else _json(record.result, "send result")
+
+        def op(cur: _Cursor) -> None:
+            _held_for_send(cur, session_id)
+            cur.execute(
+                _SQL.delete_send,
+                (session_id, record.request_id),
+            )
+            cur.execute(
+                "SELECT request_id, fingerprint, created_at FROM send_requests"
+                " WHERE session_id = %s ORDER BY seq",
+                (session_id,),
+            )
+            others = [
+                SendRequestRecord(request_id=r[0], fingerprint=r[1], created_at=r[2])
+                for r in cur.fetchall()
+            ]
+            cur.execute(
+                "DELETE FROM send_requests WHERE session_id = %s AND request_id = ANY(%s)",
+                (session_id, send_request_evictions(others)),
+            )
+            cur.execute(
+                _SQL.put_send,
+                (session_id, record.request_id, record.fingerprint, record.created_at, result),
+            )
+
+        await self._write(op, idempotent=False)
+
+    async def generate_session_id(self) -> str:
+        """A UUID from the server's ``gen_random_uuid()``."""
+        return await self._read(_gen_uuid)
+
+    async def generate_turn_id(self) -> str:
+        """A UUID from the server's ``gen_random_uuid()``."""
+        return await self._read(_gen_uuid)
+
+    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+        """One session's summary row, answered from the header and indexes."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> SessionMetaRow | None:
+            cur.execute(_META_SELECT + " WHERE s.id = %s", (session_id,))
+            row = cur.fetchone()
+            return None if row is None else _meta_row(row)
+
+        return await self._read(op)
+
+    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+        """Session summaries, most recently updated first, in one query."""
+        tail, params = _session_where(filter)
+
+        def op(cur: _Cursor) -> builtins.list[SessionMetaRow]:
+            cur.execute(_META_SELECT + tail, params)
+            return [_listed_row(row) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+        """Sessions matching ``search`` (words found through GIN indexes), a page and a count.
+
+        The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
+        A search for words first computes the words of the turns written since the last
+        one (writes leave them to it), so it finds every turn stored before it began,
+        but for one being rewritten or deleted at that very moment.
+        """
+        search = checked(search, SessionSearch, "session search")
+        where, params = _search_where(search)
+        order = "s.created_at" if search.order == "created" else "s.updated_at"
+        words = bool(search_words(search.text or ""))
+
+        def op(cur: _Cursor) -> SessionSearchPage:
+            # The page's ids first, so the per-row subqueries run for its rows only.
+            cur.execute(
+                f"{_META_SELECT} WHERE s.id IN (SELECT s.id FROM sessions s{where}"
+                f' ORDER BY {order} DESC, s.id COLLATE "C" LIMIT %s OFFSET %s)'
+                f' ORDER BY {order} DESC, s.id COLLATE "C"',
+                [*params, search.limit, search.offset],
+            )
+            rows = tuple(_listed_row(row) for row in cur.fetchall())
+            cur.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM sessions s{where} LIMIT %s) m",
+                [*params, search.count_limit + 1],
+            )
+            counted = cur.fetchone()
+            found = int(counted[0]) if counted is not None else 0
+            return SessionSearchPage(
+                rows=rows,
+                total=min(found, search.count_limit),
+                total_exact=found <= search.count_limit,
+            )
+
+        if words:
+            await self._write(lambda cur: cur.execute(SEARCH_CATCH_UP))
+        return await self._read(op)
+
+    async def save_meta(
+        self,
+        data: SessionData,
+        options: SaveMetaOptions | None = None,
+        *,
+        expected_rev: int | None = None,
+    ) -> Revision:
+        """Persist the header and upsert the snapshot's runs; turns are never touched."""
+        return await self._write(
+            lambda cur: _save_meta(cur, data, options, expected_rev=expected_rev)
+        )
+
+    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+        """Merge ``patch`` into stored metadata under a row lock; unknown ids are a no-op."""
+        return await self._write(lambda cur: _patch_meta(cur, session_id, patch))
+
+    async def _mutate_versioned(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        runs_too: bool,
+        expected_rev: int | None,
+        on_revision: RevisionSink | None,
+    ) -> MutateResult:
+        result: list[MutateResult] = []
+
+        def op(cur: _Cursor) -> Revision:
+            result[:] = [_mutate(cur, session_id, mutate, runs_too=runs_too)]
+            return Revision(0, 0)
+
+        revision = await self._write(
+            lambda cur: _versioned(cur, session_id, expected_rev, lambda: op(cur)),
+            idempotent=False,
+        )
+        if on_revision is not None and revision.before:
+            on_revision(revision)
+        return result[0]
+
+    async def mutate_history(
+        self,
+        session_id: str,
+        mutate: HistoryMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Read, rewrite and store turns and runs in one transaction holding the row lock.
+
+        With ``expected_rev``, only while the stored ``rev`` is that one.
+        """
+        return await self._mutate_versioned(
+            session_id, mutate, runs_too=True, expected_rev=expected_rev, on_revision=on_revision
+        )
+
+    async def mutate_turns(
+        self,
+        session_id: str,
+        mutate: TurnsMutation,
+        *,
+        expected_rev: int | None = None,
+        on_revision: RevisionSink | None = None,
+    ) -> MutateResult:
+        """Deprecated turns-only form of :meth:`mutate_history`."""
+        warn_mutate_turns()
+
+        def on_history(history: SessionHistory) -> SessionHistory | None:
+            turns = mutate(history.turns)
+            if turns is None:
+                return None
+            return SessionHistory(
+                turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs
+            )
+
+        return await self._mutate_versioned(
+            session_id,
+            on_history,
+            runs_too=False,
+            expected_rev=expected_rev,
+            on_revision=on_revision,
+        )
+
+    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+        """Upsert on ``(sessionId, kind, uri)``; unknown sessions answer ``None``."""
+        return await self._write(lambda cur: _upsert_artifact(cur, artifact))
+
+    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
+        await self._write(lambda cur: _delete_artifact(cur, session_id, artifact_id))
+
+    async def list_artifacts(
+        self, filter: ArtifactFilter | None = None
+    ) -> builtins.list[SessionArtifact]:
+        """Artifacts, newest first, filtered in SQL and ordered like ``filter_artifacts``."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if filter is not None:
+            filter = checked(filter, ArtifactFilter, "artifact filter")
+            check_artifact_filter_ids(filter)
+            for column, value in (
+                ("session_id", filter.session_id),
+                ("kind", filter.kind),
+                ("uri", filter.uri),
+            ):
+                equal_sql(clauses, params, column, value, POSTGRES.placeholder)
+            if filter.since is not None:
+                clauses.append("updated_at >= %s")
+                params.append(filter.since)
+            if filter.project_root is None:
+                clauses.append("project_root IS NULL")
+            else:
+                equal_sql(
+                    clauses, params, "project_root", filter.project_root, POSTGRES.placeholder
+                )
+        query = "SELECT body, session_id, id FROM artifacts"
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += ' ORDER BY updated_at DESC, id COLLATE "C"'
+        if filter is not None and filter.limit is not None:
+            query += " LIMIT %s"
+            params.append(filter.limit)
+
+        def op(cur: _Cursor) -> builtins.list[SessionArtifact]:
+            cur.execute(query, params)
+            return filter_artifacts((_artifact_row(row) for row in cur.fetchall()), filter)
+
+        return await self._read(op)
+
+    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
+        schedule = checked(schedule, Schedule, "schedule")
+        validate_id(schedule.id, what="schedule id")
+        body = _json(msgspec.structs.replace(schedule, last_fire=None), "schedule")
+
+        def op(cur: _Cursor) -> None:
+            cur.execute(
+                _SQL.save_schedule,
+                (
+                    schedule.id,
+                    schedule.enabled,
+                    schedule.next_fire_at,
+                    schedule.created_at,
+                    body,
+                    keep_next_fire_at,
+                ),
+            )
+
+        await self._write(op)
+
+    async def delete_schedule(self, id: str) -> bool:
+        """Remove a schedule and its fires; ``False`` when it was gone."""
+        validate_id(id, what="schedule id")
+
+        def op(cur: _Cursor) -> bool:
+            cur.execute("DELETE FROM schedules WHERE id = %s RETURNING 1", (id,))
+            found = cur.fetchone() is not None
+            cur.execute(_SQL.delete_fires, (id,))
+            return found
+
+        return await self._write(op, idempotent=False)
+
+    async def list_schedules(self) -> builtins.list[Schedule]:
+        """Every schedule with its newest fire, oldest first."""
+
+        def op(cur: _Cursor) -> builtins.list[Schedule]:
+            cur.execute(
+                "SELECT s.body, s.id, s.next_fire_at, (SELECT f.body FROM schedule_fires f"
+                " WHERE f.schedule_id = s.id ORDER BY f.fired_at DESC, f.seq DESC LIMIT 1)"
+                ' FROM schedules s ORDER BY s.created_at, s.id COLLATE "C"'
+            )
+            return [_schedule(row) for row in cur.fetchall()]
+
+        return await self._read(op)
+
+    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+        """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
+        fire = checked(fire, ScheduleFire, "schedule fire")
+        check_fire_ids(fire)
+        body = _json(fire, "schedule fire")
+
+        def op(cur: _Cursor) -> None:
+            cur.execute(_SQL.schedule_exists, (fire.schedule_id,))
+            if cur.fetchone() is None:
+                return
+            cur.execute(
+                _SQL.delete_fire,
+                (fire.schedule_id, fire.id),
+            )
+            cur.execute(
+                _SQL.insert_fire,
+                (fire.schedule_id, fire.id, fire.fired_at, body),
+            )
+            cur.execute(
+                "DELETE FROM schedule_fires WHERE schedule_id = %s AND seq IN"
+                " (SELECT seq FROM schedule_fires WHERE schedule_id = %s"
+                "  ORDER BY fired_at DESC, seq DESC OFFSET %s)",
+                (fire.schedule_id, fire.schedule_id, FIRE_HISTORY),
+            )
+
+        await self._write(op)
+
+    async def list_schedule_fires(
+        self, schedule_id: str, limit: int
+    ) -> builtins.list[ScheduleFire]:
+        """A schedule's fires, newest first."""
+        validate_id(schedule_id, what="schedule id")
+        count = checked_int(limit, "limit")
+
+        def op(cur: _Cursor) -> builtins.list[ScheduleFire]:
+            cur.execute(
+                "SELECT body, id FROM schedule_fires WHERE schedule_id = %s"
+                " ORDER BY fired_at DESC, seq DESC LIMIT %s",
+                (schedule_id, count),
+            )
+            return [
+                _decode(
+                    row[0],
+                    ScheduleFire,
+                    "schedule_fires",
+                    f"(schedule_id={preview(schedule_id)}, id={preview(row[1])})",
+                )
+                for row in cur.fetchall()
+            ]
+
+        return await self._read(op)

@@ -1,0 +1,775 @@
+"""The PostgreSQL store's writes, each a synchronous step on one transaction's cursor."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import outcome
+import psycopg
+from psycopg import errors as pg_errors
+
+from ...errors import (
+    SessionNotFoundError,
+)
+from ...model import (
+    ARTIFACTS_PER_SESSION_CAP,
+    AppendTurnsOptions,
+    JsonValue,
+    RunOwner,
+    SaveMetaOptions,
+    SessionArtifact,
+    SessionData,
+    SessionRun,
+    SessionStatus,
+    SessionTurn,
+    UpdateRunOptions,
+    check_artifact_id_free,
+    check_json,
+    current_run_owner,
+    decoder,
+    extra_json,
+    fresh_turns,
+    merge_artifact,
+    merge_session_metadata,
+    normalize_artifact,
+    patch_metadata,
+    preview,
+    select_artifact_evictions,
+    snapshot_status,
+    upsert_runs,
+    validate_id,
+    validate_request_id,
+)
+from ...model._checked import CheckedTurns
+from .._protocol import (
+    Revision,
+    StoreWrite,
+    stale,
+)
+from .._validate import (
+    check_artifact_ids,
+    check_ids,
+    checked,
+    checked_items,
+    checked_meta_patch,
+    checked_status,
+    now_ms,
+)
+from ._rows import (
+    _SQL,
+    _checked_data,
+    _Connection,
+    _Cursor,
+    _decode,
+    _json,
+    _SlowPath,
+)
+
+__all__ = []
+
+# ---------------------------------------------------------------------------
+# Row access (synchronous, inside one transaction on the given cursor)
+
+
+def _lock_header(cur: _Cursor, session_id: str) -> tuple[Any, ...] | None:
+    cur.execute(
+        "SELECT status, run_owner::text, updated_at, metadata"
+        " FROM sessions WHERE id = %s FOR UPDATE",
+        (session_id,),
+    )
+    return cur.fetchone()
+
+
+def _locked_rev(cur: _Cursor, session_id: str) -> int:
+    """The session's ``rev`` with its row locked for this transaction; ``0`` when absent."""
+    cur.execute("SELECT rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    row = cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _versioned(
+    cur: _Cursor, session_id: str, expected_rev: int | None, write: Callable[[], object]
+) -> Revision:
+    """``write()`` if the session is at ``expected_rev`` (when given); its revision.
+
+    The row lock holds the rev until commit. A session expected absent
+    (``0``) takes a transaction-scoped advisory lock on its id first, so
+    two hosts creating one id at once are serialized and the second fails.
+    """
+    validate_id(session_id)
+    before = _locked_rev(cur, session_id)
+    if before == 0 and expected_rev == 0:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (session_id,))
+        before = _locked_rev(cur, session_id)
+    if expected_rev is not None and before != expected_rev:
+        raise stale(session_id, expected_rev, before)
+    write()
+    cur.execute(_SQL.rev, (session_id,))
+    row = cur.fetchone()
+    return Revision(before, 0 if row is None else int(row[0]))
+
+
+def _owner(text: str | None, session_id: str) -> RunOwner | None:
+    if text is None:
+        return None
+    owner: RunOwner = _decode(text, RunOwner, "sessions", f"id={preview(session_id)} run_owner")
+    return owner
+
+
+def _metadata(text: str, session_id: str) -> dict[str, Any]:
+    value: dict[str, Any] = _decode(
+        text, dict[str, Any], "sessions", f"id={preview(session_id)} metadata"
+    )
+    return value
+
+
+def _insert_turns(
+    cur: _Cursor, session_id: str, start: int, turns: Sequence[SessionTurn], bodies: Sequence[str]
+) -> None:
+    """Insert ``turns`` (encoded as ``bodies``) at seq ``start``…."""
+    if not turns:
+        return
+    cur.execute(
+        "INSERT INTO turns (session_id, seq, id, role, body)"
+        " SELECT %s, s, i, r, b FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[])"
+        " AS u(s, i, r, b)",
+        (
+            session_id,
+            list(range(start, start + len(turns))),
+            [t.id for t in turns],
+            [t.role for t in turns],
+            bodies,
+        ),
+    )
+
+
+def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
+    runs = upsert_runs((), runs)
+    if not runs:
+        return
+    cur.execute(
+        "INSERT INTO runs (session_id, id, seq, body)"
+        " SELECT %s, i, (SELECT coalesce(max(seq), -1) FROM runs WHERE session_id = %s) + o, b"
+        " FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS u(i, b, o)"
+        " ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body",
+        (
+            session_id,
+            session_id,
+            [r.id for r in runs],
+            [_json(r, f"run {preview(r.id)}") for r in runs],
+        ),
+    )
+
+
+_KEEP_PREFIX_SQL: Final = """
+WITH new AS (
+    SELECT u.o - 1 AS seq, u.i, u.r, u.h
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(hashes)b::bytea[])
+        WITH ORDINALITY AS u(i, r, h, o)
+), kept AS (
+    SELECT coalesce(min(n.seq), %(count)s) AS n
+    FROM new n LEFT JOIN turns t ON t.session_id = %(sid)s AND t.seq = n.seq
+    WHERE t.seq IS NULL OR t.id <> n.i OR t.role <> n.r
+        OR sha256(convert_to(t.body, 'UTF8')) <> n.h
+), gone AS (
+    DELETE FROM turns WHERE session_id = %(sid)s AND seq >= (SELECT n FROM kept)
+)
+SELECT n FROM kept
+"""
+"""Delete the stored turns from the first one the new list does not repeat; answer its seq.
+
+Stored rows are compared by id, role and the SHA-256 of their text, so only
+digests travel, and a row is kept only when its text is exactly the new one.
+"""
+
+
+def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> None:
+    """Replace every turn (ids already checked unique by ``check_ids``).
+
+    The stored prefix the new list repeats stays as it is: a save that only
+    changes the header, or adds turns, writes no stored turn again.
+    """
+    bodies = [_json(t, f"turn {preview(t.id)}") for t in turns]
+    cur.execute(
+        _KEEP_PREFIX_SQL,
+        {
+            "sid": session_id,
+            "ids": [t.id for t in turns],
+            "roles": [t.role for t in turns],
+            "hashes": [hashlib.sha256(b.encode()).digest() for b in bodies],
+            "count": len(turns),
+        },
+    )
+    row = cur.fetchone()
+    assert row is not None
+    kept = int(row[0])
+    _insert_turns(cur, session_id, kept, turns[kept:], bodies[kept:])
+    cur.execute(
+        "UPDATE sessions SET turn_count = %s, user_turn_count = %s WHERE id = %s",
+        (len(turns), sum(1 for t in turns if t.role == "user"), session_id),
+    )
+
+
+def _replace_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
+    cur.execute(_SQL.delete_runs, (session_id,))
+    _upsert_runs(cur, session_id, runs)
+
+
+def _write_header(
+    cur: _Cursor, data: SessionData, metadata: Mapping[str, Any], keys: Sequence[str] | None
+) -> None:
+    validate_id(data.id)
+    stored = _lock_header(cur, data.id)
+    stored_status = stored[0] if stored else None
+    stored_owner = _owner(stored[1], data.id) if stored else None
+    stored_meta = _metadata(stored[3], data.id) if stored else None
+    status, owner = snapshot_status(stored_status, stored_owner, data.status)
+    merged = merge_session_metadata(stored_meta, metadata, keys)
+    cur.execute(
+        "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
+        " metadata, run_owner, extra)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+        " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
+        " updated_at = excluded.updated_at, status = excluded.status,"
+        " agent_id = excluded.agent_id, project_root = excluded.project_root,"
+        " metadata = excluded.metadata, run_owner = excluded.run_owner, extra = excluded.extra,"
+        " rev = nextval('revs')",
+        (
+            data.id,
+            data.created_at,
+            data.updated_at,
+            status,
+            data.agent_id,
+            data.project_root,
+            _json(merged, f"metadata of session {preview(data.id)}"),
+            None if owner is None else _json(owner, "run owner"),
+            extra_json(data.extra_fields),
+        ),
+    )
+
+
+def _save(cur: _Cursor, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+    data = _checked_data(data)
+    check_ids(data.turns, data.runs)
+
+    def write() -> None:
+        _write_header(cur, data, data.metadata, None)
+        _replace_turns(cur, data.id, data.turns)
+        _replace_runs(cur, data.id, data.runs)
+
+    return _versioned(cur, data.id, expected_rev, write)
+
+
+def _save_meta(
+    cur: _Cursor,
+    data: SessionData,
+    options: SaveMetaOptions | None = None,
+    *,
+    expected_rev: int | None = None,
+) -> Revision:
+    data = _checked_data(data)
+    check_ids((), data.runs)
+    keys = None
+    if options is not None:
+        keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
+
+    def write() -> None:
+        _write_header(cur, data, data.metadata, keys)
+        _upsert_runs(cur, data.id, data.runs)
+
+    return _versioned(cur, data.id, expected_rev, write)
+
+
+_FRESH_TURNS: Final = """
+fresh AS (
+    SELECT u.i, u.r, u.b, row_number() OVER (ORDER BY u.o) - 1 AS n
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
+        WITH ORDINALITY AS u(i, r, b, o)
+)"""
+_COUNT_ADDED: Final = """
+UPDATE sessions SET
+    turn_count = turn_count + (SELECT count(*) FROM added),
+    user_turn_count = user_turn_count + (SELECT count(*) FROM added WHERE role = 'user'),
+    updated_at = %(now)s, rev = nextval('revs')
+WHERE id = %(sid)s
+"""
+
+_APPEND_SQL: Final = (
+    "WITH"
+    + _FRESH_TURNS
+    + """, added AS (
+    INSERT INTO turns (session_id, seq, id, role, body)
+    SELECT %(sid)s, %(start)s + n, i, r, b FROM fresh
+    RETURNING role
+)"""
+    + _COUNT_ADDED
+)
+"""After the row lock and the stored-id check: insert at dense seqs, count them."""
+
+_APPEND_ONE_SQL: Final = (
+    "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s FOR UPDATE),"
+    + _FRESH_TURNS
+    + """, added AS (
+    INSERT INTO turns (session_id, seq, id, role, body)
+    SELECT %(sid)s, head.turn_count + n, i, r, b FROM fresh, head
+    RETURNING role
+)"""
+    + _COUNT_ADDED
+    + " RETURNING (SELECT rev FROM head), rev"
+)
+"""A single append (outside a batch) as one statement.
+
+A turn id already stored (a retried append, or a conflicting one) fails
+the unique constraint on ``(session_id, id)``, and the append then reruns on
+the two-step path, which compares the stored rows (``fresh_turns``).
+"""
+
+
+def _checked_append(
+    session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
+) -> tuple[list[SessionTurn], SessionRun | None]:
+    """Validated copies of the turns (ids safe and distinct) and the run of an append."""
+    validate_id(session_id)
+    unchecked: tuple[SessionTurn, ...] = ()
+    if type(turns) is CheckedTurns:  # checked already: copies decoded from its bodies
+        valid = tuple(map(decoder(SessionTurn).decode, turns.bodies))
+    else:
+        valid = unchecked = checked_items(turns, SessionTurn, "turns")
+    run = None
+    if options is not None:
+        run = checked(options, AppendTurnsOptions, "append options").run
+    check_ids(unchecked, () if run is None else (run,))
+    return list(valid), run
+
+
+def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, Any]:
+    return {
+        "sid": session_id,
+        "ids": [t.id for t in turns],
+        "roles": [t.role for t in turns],
+        "bodies": [_json(t, f"turn {preview(t.id)}") for t in turns],
+        "now": now_ms(),
+    }
+
+
+def _append_turns(
+    cur: _Cursor,
+    session_id: str,
+    turns: Sequence[SessionTurn],
+    options: AppendTurnsOptions | None = None,
+) -> Revision:
+    valid, run = _checked_append(session_id, turns, options)
+    # The row lock serializes appends to one session across hosts; the next
+    # statement's snapshot then sees every turn committed before it.
+    cur.execute("SELECT turn_count, rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    header = cur.fetchone()
+    if header is None:
+        raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
+    before = int(header[1])
+    unique = valid and list(fresh_turns(session_id, valid, _stored_turns(cur, session_id, valid)))
+    if not unique and run is None:
+        return Revision(before, before)
+    if unique:
+        cur.execute(_APPEND_SQL, {**_append_params(session_id, unique), "start": header[0]})
+    if run is not None:
+        _upsert_runs(cur, session_id, (run,))
+        cur.execute(
+            "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s",
+            (now_ms(), session_id),
+        )
+    cur.execute(_SQL.rev, (session_id,))
+    row = cur.fetchone()
+    assert row is not None
+    return Revision(before, int(row[0]))
+
+
+def _stored_turns(
+    cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]
+) -> dict[str, SessionTurn]:
+    """The stored turns holding one of ``turns``' ids (index lookups, not the history)."""
+    cur.execute(
+        "SELECT id, body FROM turns WHERE session_id = %s AND id = ANY(%s)",
+        (session_id, [t.id for t in turns]),
+    )
+    return {
+        tid: _decode(body, SessionTurn, "turns", f"id={preview(tid)}")
+        for tid, body in cur.fetchall()
+    }
+
+
+def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> Revision:
+    """Append already checked, distinct ``turns`` with :data:`_APPEND_ONE_SQL`."""
+    try:
+        cur.execute(_APPEND_ONE_SQL, _append_params(session_id, turns))
+    except pg_errors.UniqueViolation:
+        raise _SlowPath from None
+    row = cur.fetchone()
+    if row is None:
+        raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
+    return Revision(int(row[0]), int(row[1]))
+
+
+_LOCK_SESSIONS_SQL: Final = (
+    'SELECT id, rev FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id COLLATE "C" FOR UPDATE'
+)
+"""Lock the session rows of a run of appends, in one order for every host."""
+
+_APPEND_BATCH_SQL: Final = """
+WITH input AS (
+    SELECT u.sid, u.i, u.r, u.b, u.o
+    FROM unnest(%(sids)b::text[], %(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
+        WITH ORDINALITY AS u(sid, i, r, b, o)
+), stored AS (
+    SELECT u.o, t.body = u.b AS same
+    FROM input u JOIN turns t ON t.session_id = u.sid AND t.id = u.i
+), fresh AS (
+    SELECT u.sid, u.i, u.r, u.b,
+        s.turn_count + row_number() OVER (PARTITION BY u.sid COLLATE "C" ORDER BY u.o) - 1 AS seq
+    FROM input u JOIN sessions s ON s.id = u.sid
+    WHERE NOT EXISTS (SELECT FROM stored WHERE stored.o = u.o)
+), added AS (
+    INSERT INTO turns (session_id, seq, id, role, body)
+    SELECT sid, seq, i, r, b FROM fresh
+    RETURNING session_id, role
+), counted AS (
+    SELECT session_id, count(*) AS n, count(*) FILTER (WHERE role = 'user') AS users
+    FROM added GROUP BY session_id
+), bumped AS (
+    UPDATE sessions s SET turn_count = s.turn_count + c.n,
+        user_turn_count = s.user_turn_count + c.users, updated_at = %(now)s, rev = nextval('revs')
+    FROM counted c WHERE s.id = c.session_id
+    RETURNING s.id, s.rev
+)
+SELECT (SELECT count(*) FROM stored WHERE NOT same),
+    (SELECT array_agg(id) FROM bumped), (SELECT array_agg(rev) FROM bumped)
+"""
+"""A run of appends (sessions locked, no session id + turn id twice) as one statement.
+
+Rows come in write order, each session's turns numbered on from its
+``turn_count``; a turn id stored with the same text is skipped (a retry),
+sessions gaining turns get their counters and ``rev`` bumped once (a run holds
+one append per session, so each append's revision is exact). It answers how
+many ids are stored with other text (the caller then reruns the batch on the
+savepoint path, whose :func:`fresh_turns` compares the documents) and the
+bumped sessions' new revs.
+"""
+
+
+@attrs.frozen
+class _Append:
+    """A batch's plain append (no run): its place, session and checked, distinct turns."""
+
+    index: int
+    session_id: str
+    turns: Sequence[SessionTurn]
+
+
+def _plain_append(
+    index: int,
+    session_id: str,
+    turns: Sequence[SessionTurn],
+    options: AppendTurnsOptions | None = None,
+) -> _Append | None:
+    """The append at ``index`` of a batch, checked; ``None`` when it also writes a run."""
+    valid, run = _checked_append(session_id, turns, options)
+    return None if run is not None else _Append(index, session_id, valid)
+
+
+def _append_run(
+    cur: _Cursor, run: Sequence[_Append], results: builtins.list[outcome.Outcome[Any] | None]
+) -> None:
+    """Apply ``run`` with :data:`_LOCK_SESSIONS_SQL` then :data:`_APPEND_BATCH_SQL`.
+
+    The insert's snapshot is taken once the rows are locked, so it sees every
+    turn committed to those sessions. Appends to unknown sessions fail alone.
+    """
+    cur.execute(_LOCK_SESSIONS_SQL, (sorted({a.session_id for a in run}),))
+    found = {row[0]: int(row[1]) for row in cur.fetchall()}
+    sids: builtins.list[str] = []
+    ids: builtins.list[str] = []
+    roles: builtins.list[str] = []
+    bodies: builtins.list[str] = []
+    for append in run:
+        if append.session_id not in found:
+            results[append.index] = outcome.Error(
+                SessionNotFoundError(
+                    f"cannot append turns to unknown session {preview(append.session_id)}"
+                )
+            )
+            continue
+        rev = found[append.session_id]
+        results[append.index] = outcome.Value(Revision(rev, rev))  # until the bump says more
+        for turn in append.turns:
+            sids.append(append.session_id)
+            ids.append(turn.id)
+            roles.append(turn.role)
+            bodies.append(_json(turn, f"turn {preview(turn.id)}"))
+    if not ids:
+        return
+    cur.execute(
+        _APPEND_BATCH_SQL,
+        {"sids": sids, "ids": ids, "roles": roles, "bodies": bodies, "now": now_ms()},
+    )
+    answer = cur.fetchone()
+    if answer is None or answer[0]:
+        raise _SlowPath
+    bumped = dict(zip(answer[1] or (), answer[2] or (), strict=True))
+    for append in run:
+        if append.session_id in bumped:
+            results[append.index] = outcome.Value(
+                Revision(found[append.session_id], int(bumped[append.session_id]))
+            )
+
+
+def _pipelined_writes(
+    conn: _Connection, writes: Sequence[StoreWrite]
+) -> builtins.list[outcome.Outcome[Any]]:
+    """Every write of a batch, in order; runs of plain appends as one statement each.
+
+    Other writes are pipelined (sent without waiting for answers they do not
+    read). A run ends before a write that is no plain append or that appends
+    to a session the run appends to already (so each append's revision is
+    exact). Any failure raises :class:`_SlowPath` (the caller rolls back and
+    reruns the batch with savepoints), so every outcome here is a value or an
+    append's :class:`SessionNotFoundError`.
+    """
+    results: builtins.list[outcome.Outcome[Any] | None] = []
+    run: builtins.list[_Append] = []
+    sessions: set[str] = set()
+    try:
+        with conn.pipeline(), conn.cursor() as cur:
+            for index, write in enumerate(writes):
+                fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
+                if fn is None:
+                    raise _SlowPath
+                append = None
+                if write.method == "append_turns":
+                    append = _plain_append(index, *write.args, **write.kwargs)
+                if run and (append is None or append.session_id in sessions):
+                    _append_run(cur, run, results)
+                    run.clear()
+                    sessions.clear()
+                if append is not None:
+                    run.append(append)
+                    sessions.add(append.session_id)
+                    results.append(None)
+                else:
+                    results.append(outcome.Value(fn(cur, *write.args, **write.kwargs)))
+            if run:
+                _append_run(cur, run, results)
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except Exception:
+        raise _SlowPath from None
+    done = [r for r in results if r is not None]
+    assert len(done) == len(writes)
+    return done
+
+
+def _update_run(
+    cur: _Cursor, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+) -> Revision:
+    validate_id(session_id)
+    run = checked(run, SessionRun, "run")
+    check_ids((), (run,))
+    if options is not None:
+        checked(options, UpdateRunOptions, "update run options")
+    before = _locked_rev(cur, session_id)
+    if not before:
+        return Revision(0, 0)
+    cur.execute(
+        "UPDATE sessions SET updated_at = %s, rev = nextval('revs') WHERE id = %s RETURNING rev",
+        (now_ms(), session_id),
+    )
+    row = cur.fetchone()
+    _upsert_runs(cur, session_id, (run,))
+    return Revision(before, before if row is None else int(row[0]))
+
+
+def _update_status(
+    cur: _Cursor,
+    session_id: str,
+    status: SessionStatus,
+    *,
+    owner: RunOwner | None = None,
+    preserve_updated_at: bool = False,
+) -> Revision:
+    validate_id(session_id)
+    checked_status(status)
+    if owner is not None:
+        owner = checked(owner, RunOwner, "run owner")
+    if status == "running":
+        owner_json: str | None = _json(owner or current_run_owner(), "run owner")
+    else:
+        owner_json = None
+    before = _locked_rev(cur, session_id)
+    if not before:
+        return Revision(0, 0)
+    cur.execute(
+        "UPDATE sessions SET status = %s, run_owner = %s::jsonb, rev = nextval('revs'),"
+        " updated_at = CASE WHEN %s THEN updated_at ELSE %s END WHERE id = %s RETURNING rev",
+        (status, owner_json, preserve_updated_at, now_ms(), session_id),
+    )
+    row = cur.fetchone()
+    return Revision(before, before if row is None else int(row[0]))
+
+
+def _held_for_send(cur: _Cursor, session_id: str) -> None:
+    """Refuse a send request of a session the store does not hold.
+
+    The header row is key-share locked until the write commits, so a delete
+    running meanwhile waits, then drops the new record with the session.
+    """
+    cur.execute(_SQL.held_for_send, (session_id,))
+    if cur.fetchone() is None:
+        raise SessionNotFoundError(
+            f"cannot claim a send request of unknown session {preview(session_id)}"
+            " (save the session first)"
+        )
+
+
+def _delete(cur: _Cursor, session_id: str) -> None:
+    validate_id(session_id)
+    cur.execute(_SQL.delete_session, (session_id,))
+    cur.execute(_SQL.delete_sends, (session_id,))
+
+
+def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+    validate_id(session_id)
+    patch = checked_meta_patch(patch)
+    return _versioned(cur, session_id, None, lambda: _patch_locked(cur, session_id, patch))
+
+
+def _patch_locked(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+    header = _lock_header(cur, session_id)
+    if header is None:
+        return
+    merged = patch_metadata(_metadata(header[3], session_id), patch)
+    cur.execute(
+        "UPDATE sessions SET metadata = %s, rev = nextval('revs') WHERE id = %s",
+        (_json(merged, f"metadata of session {preview(session_id)}"), session_id),
+    )
+
+
+def _artifact_row(row: tuple[Any, ...]) -> SessionArtifact:
+    artifact: SessionArtifact = _decode(
+        row[0],
+        SessionArtifact,
+        "artifacts",
+        f"(session_id={preview(row[1])}, id={preview(row[2])})",
+    )
+    return artifact
+
+
+def _touch(cur: _Cursor, session_id: str) -> None:
+    cur.execute("UPDATE sessions SET rev = nextval('revs') WHERE id = %s", (session_id,))
+
+
+def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact | None:
+    artifact = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
+    check_artifact_ids(artifact)
+    if _lock_header(cur, artifact.session_id) is None:
+        return None
+    cur.execute(
+        "SELECT body, session_id, id FROM artifacts"
+        " WHERE session_id = %s AND kind = %s AND uri = %s",
+        (artifact.session_id, artifact.kind, artifact.uri),
+    )
+    found = cur.fetchone()
+    if found is not None:
+        stored = merge_artifact(_artifact_row(found), artifact)
+        cur.execute(
+            "UPDATE artifacts SET body = %s, updated_at = %s, project_root = %s"
+            " WHERE session_id = %s AND id = %s",
+            (
+                _json(stored, "artifact"),
+                stored.updated_at,
+                stored.project_root,
+                stored.session_id,
+                stored.id,
+            ),
+        )
+        _touch(cur, stored.session_id)
+        return stored
+    cur.execute(
+        "SELECT body, session_id, id FROM artifacts WHERE session_id = %s AND id = %s",
+        (artifact.session_id, artifact.id),
+    )
+    held = cur.fetchone()
+    check_artifact_id_free(artifact, None if held is None else _artifact_row(held))
+    cur.execute("SELECT count(*) FROM artifacts WHERE session_id = %s", (artifact.session_id,))
+    count = cur.fetchone()
+    evict: list[str] = []
+    if count is not None and count[0] + 1 > ARTIFACTS_PER_SESSION_CAP:
+        cur.execute(
+            "SELECT body, session_id, id FROM artifacts WHERE session_id = %s ORDER BY seq",
+            (artifact.session_id,),
+        )
+        evict = select_artifact_evictions([_artifact_row(row) for row in cur.fetchall()])
+    if evict:
+        cur.execute(
+            "DELETE FROM artifacts WHERE session_id = %s AND id = ANY(%s)",
+            (artifact.session_id, evict),
+        )
+    cur.execute(
+        "INSERT INTO artifacts"
+        " (session_id, id, kind, uri, project_root, created_at, updated_at, body)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            artifact.session_id,
+            artifact.id,
+            artifact.kind,
+            artifact.uri,
+            artifact.project_root,
+            artifact.created_at,
+            artifact.updated_at,
+            _json(artifact, "artifact"),
+        ),
+    )
+    _touch(cur, artifact.session_id)
+    return artifact
+
+
+def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
+    validate_id(session_id)
+    validate_id(artifact_id, what="artifact id")
+    cur.execute(
+        "DELETE FROM artifacts WHERE session_id = %s AND id = %s RETURNING 1",
+        (session_id, artifact_id),
+    )
+    if cur.fetchone() is not None:
+        _touch(cur, session_id)
+
+
+def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
+    validate_id(session_id)
+    validate_request_id(request_id, what="request id")
+    check_json(result, what="send result")
+    if result is None:
+        cur.execute(
+            _SQL.delete_send,
+            (session_id, request_id),
+        )
+    else:
+        cur.execute(
+            _SQL.settle_send,
+            (_json(result, "send result"), session_id, request_id),
+        )
+
+
+_WRITES: Final[Mapping[str, Callable[..., Any]]] = {
+    "append_turns": _append_turns,
+    "delete": _delete,
+    "delete_artifact": _delete_artifact,
+    "patch_meta": _patch_meta,
+    "save": _save,
+    "save_meta": _save_meta,
+    "settle_send_request": _settle_send_request,
+    "update_run": _update_run,
+    "update_status": _update_status,
+    "upsert_artifact": _upsert_artifact,
+}
