@@ -40,7 +40,7 @@ from zidane_actors.model import (
 from zidane_actors.server import create_app
 from zidane_actors.server._html import el, safe_image_src, safe_link
 from zidane_actors.server._ui import CONTENT_SECURITY_POLICY
-from zidane_actors.server._ui_render import SessionPage, render_session
+from zidane_actors.server._ui_session import SessionPage, render_session
 from zidane_actors.stores import (
     SessionStore,
     create_file_map_store,
@@ -745,7 +745,8 @@ async def test_favicon_is_served_without_a_token() -> None:
 
 
 def test_durations_and_schedule_times_read_naturally() -> None:
-    from zidane_actors.server._ui_render import _duration, render_schedules
+    from zidane_actors.server._ui_common import _duration
+    from zidane_actors.server._ui_schedules import render_schedules
 
     assert _duration(15 * 60_000) == "15 min"
     assert _duration(15 * 60_000 + 5_000) == "15 min 5 s"
@@ -804,7 +805,7 @@ async def test_a_running_session_whose_owner_is_gone_shows_as_stale_and_is_not_p
 
 async def test_reading_markdown_pretty_json_capped_outputs_and_folded_result_cards() -> None:
     from zidane_actors.server._ui import MORE_CHARS
-    from zidane_actors.server._ui_render import SHOWN_CHARS
+    from zidane_actors.server._ui_session import SHOWN_CHARS
 
     huge = "line of tool output\n" * 11_000  # 220 KB
     turns = (

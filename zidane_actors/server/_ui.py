@@ -49,19 +49,10 @@ from ..model import (
 from ..stores import SessionStore, store_capabilities
 from ._html import Html
 from ._query import query_params
-from ._ui_render import (
-    SessionPage,
-    SessionsPage,
-    last_page_start,
-    long_text,
-    render_error,
-    render_more,
-    render_schedules,
-    render_session,
-    render_sessions,
-    session_title,
-    shown_status,
-)
+from ._ui_common import render_error, session_title, shown_status
+from ._ui_list import SessionsPage, render_sessions
+from ._ui_schedules import render_schedules
+from ._ui_session import SessionPage, last_page_start, long_text, render_more, render_session
 
 __all__ = ["CONTENT_SECURITY_POLICY", "is_public_ui_path", "ui_routes"]
 

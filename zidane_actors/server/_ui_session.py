@@ -1,24 +1,18 @@
-"""HTML fragments of the session browser, built with :mod:`._html` (escaped by construction)."""
+"""One session's page of the session browser: transcript, runs, artifacts."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, Final
-from urllib.parse import urlencode
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 import attrs
 import msgspec
 
 from ..model import (
-    RUN_OWNER_HOLD_MS,
     FileBlock,
     ImageBlock,
     NativeBlock,
     ReasoningBlock,
-    Schedule,
-    ScheduleFire,
     SessionArtifact,
     SessionContentBlock,
     SessionMetaRow,
@@ -28,425 +22,41 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     call_input,
-    encode,
     parse_json,
     reasoning_text,
-    run_claim_blocked,
 )
 from ..wire import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from ._html import Html, Node, el, safe_image_src, safe_link, ui_fragment_path, ui_path
 from ._markdown import render_markdown
+from ._ui_common import (
+    _badge,
+    _clip,
+    _cost,
+    _count,
+    _duration,
+    _facts,
+    _json_text,
+    _mark,
+    _nav,
+    _query,
+    _token,
+    _when,
+    session_title,
+    shown_status,
+)
 
 __all__ = [
+    "SHOWN_CHARS",
     "SessionPage",
-    "SessionsPage",
     "last_page_start",
     "long_text",
-    "render_error",
     "render_more",
-    "render_schedules",
     "render_session",
-    "render_sessions",
-    "session_title",
-    "shown_status",
 ]
 
-TITLE_CHARS: Final = 120
 CHART_RUNS: Final = 60
 _ORPHAN_MARKER: Final = "[Orphaned tool result removed:"
 _HEALED_TURN_SUFFIX: Final = ".interrupted"
-
-
-def session_title(metadata: Mapping[str, Any], first_user: SessionTurn | None) -> str:
-    """``metadata.title``, else the first user turn's text on one line (may be empty)."""
-    title = metadata.get("title")
-    if isinstance(title, str) and title.strip():
-        return title
-    if first_user is not None:
-        text = " ".join(b.text for b in first_user.content if isinstance(b, TextBlock))
-        return " ".join(text.split())[:TITLE_CHARS]
-    return ""
-
-
-# -- small pieces -------------------------------------------------------------
-
-
-def _when(ms: int | None, *, zone: bool = False) -> Html:
-    """An epoch-ms time in UTC; ``zone`` says so where no column header does."""
-    if ms is None:
-        return Html("–")
-    try:
-        at = datetime.fromtimestamp(ms / 1000, UTC)
-    except (OverflowError, OSError, ValueError):
-        return el("span", None, str(ms))
-    shown = at.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if zone else "")
-    return el("time", {"datetime": at.isoformat()}, shown)
-
-
-def _count(n: int | None) -> str:
-    return "–" if n is None else f"{n:,}"
-
-
-def _cost(value: float | None) -> str:
-    return "–" if value is None else f"${value:,.4f}"
-
-
-def _duration(ms: float | None) -> str:
-    if ms is None:
-        return "–"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, seconds = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-
-
-def shown_status(row: SessionMetaRow, now: int) -> str:
-    """The status a reader should see: a stored ``running`` whose owner is gone is ``stale``.
-
-    The owner is judged by the claim rule (``run_claim_blocked``): on this host
-    by its pid, elsewhere by the ``RUN_OWNER_HOLD_MS`` staleness horizon.
-    """
-    status = row.status or "idle"
-    if status != "running":
-        return status
-    blocked = run_claim_blocked(
-        status, row.run_owner, row.updated_at, stale_at=now - RUN_OWNER_HOLD_MS, now=now
-    )
-    return "running" if blocked else "stale"
-
-
-def _badge(status: str | None) -> Html:
-    value = status or "idle"
-    if value == "stale":
-        title = "stored as running, but its owner is gone (the process exited or stopped writing)"
-        return el("span", {"class": "badge status-stale", "title": title}, "stale (owner gone)")
-    return el("span", {"class": f"badge status-{_token(value)}"}, value)
-
-
-def _mark(text: str, title: str) -> Html:
-    return el("span", {"class": "badge mark", "title": title}, text)
-
-
-def _token(value: str) -> str:
-    """``value`` reduced to a CSS class fragment."""
-    return "".join(c if c.isascii() and c.isalnum() else "-" for c in value)[:40]
-
-
-def _json_text(value: object) -> str:
-    return json.dumps(parse_json(encode(value)), indent=2, ensure_ascii=False)
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _session_link(sid: str, text: Node = None) -> Html:
-    return el("a", {"href": ui_path("sessions", sid)}, text if text is not None else sid)
-
-
-def _nav(current: str) -> Html:
-    links = [("sessions", "/ui/", "Sessions"), ("schedules", "/ui/schedules", "Schedules")]
-    return el(
-        "nav",
-        {"class": "tabs"},
-        [
-            el("a", {"href": href, "aria-current": "page" if key == current else None}, label)
-            for key, href, label in links
-        ],
-    )
-
-
-def render_error(status: int, message: str) -> Html:
-    """An error fragment (the page shows it in place of the content)."""
-    return el(
-        "section",
-        {"class": "page error", "data-status": status},
-        _nav(""),
-        el("h1", None, f"Error {status}"),
-        el("p", None, message),
-    )
-
-
-# -- the session list ---------------------------------------------------------
-
-
-@attrs.frozen
-class SessionsPage:
-    """One page of the session list and the filters that made it."""
-
-    rows: tuple[SessionMetaRow, ...]
-    has_next: bool
-    page: int
-    params: Mapping[str, str]
-    now: int
-    """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
-    scanned: int | None = None
-    """Set when a filtered scan stopped after this many sessions, short of the page."""
-    total: int | None = None
-    """How many sessions match (from ``search_meta``); ``None`` when the store cannot count."""
-    total_exact: bool = True
-    """False when more than ``total`` match (the store stopped counting there)."""
-    page_size: int = 50
-
-
-def _query(params: Mapping[str, object]) -> str:
-    """A URL query; a lone surrogate (a stored agent id may hold one) as its UTF-8 bytes."""
-    return urlencode(params, errors="surrogatepass")
-
-
-def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
-    merged = {**params, **changes}
-    query = _query({k: v for k, v in merged.items() if v is not None})
-    return "/ui/" + (f"?{query}" if query else "")
-
-
-def _choice(name: str, label: str, options: Sequence[tuple[str, str]], chosen: str | None) -> Html:
-    return el(
-        "label",
-        None,
-        label,
-        el(
-            "select",
-            {"name": name},
-            [el("option", {"value": v, "selected": v == chosen}, text) for v, text in options],
-        ),
-    )
-
-
-def _filter_form(
-    params: Mapping[str, str], statuses: Sequence[str], *, searchable: bool = False
-) -> Html:
-    def field(name: str, label: str, placeholder: str, kind: str = "text") -> Html:
-        return el(
-            "label",
-            None,
-            label,
-            el(
-                "input",
-                {
-                    "type": "search" if name == "q" else kind,
-                    "name": name,
-                    "value": params.get(name, ""),
-                    "placeholder": placeholder,
-                },
-            ),
-        )
-
-    status = params.get("status")
-    return el(
-        "form",
-        {"class": "filters", "method": "get", "action": "/ui/", "role": "search"},
-        field(
-            "q", "Search", "words in messages, tools, titles, ids" if searchable else "title or id"
-        ),
-        field("agent", "Agent", "agent id"),
-        field("project", "Project", "project root"),
-        el(
-            "label",
-            {"class": "check"},
-            el(
-                "input",
-                {
-                    "type": "checkbox",
-                    "name": "untagged",
-                    "value": "1",
-                    "checked": "untagged" in params,
-                },
-            ),
-            "untagged only",
-        ),
-        el(
-            "label",
-            None,
-            "Status",
-            el(
-                "select",
-                {"name": "status"},
-                el("option", {"value": ""}, "any"),
-                [el("option", {"value": s, "selected": s == status}, s) for s in statuses],
-            ),
-        ),
-        _choice(
-            "dates",
-            "Dates",
-            [("updated", "updated"), ("created", "created")],
-            params.get("dates", "updated"),
-        ),
-        field("from", "from", "YYYY-MM-DD", "date"),
-        field("to", "to", "YYYY-MM-DD", "date"),
-        _choice(
-            "sort",
-            "Sort",
-            [("updated", "newest updated"), ("created", "newest created")],
-            params.get("sort", "updated"),
-        )
-        if searchable
-        else None,
-        el("button", {"type": "submit"}, "Filter"),
-        el("a", {"href": "/ui/", "class": "clear"}, "Clear"),
-    )
-
-
-def _corrupt_row(row: SessionMetaRow) -> Html:
-    """A listed session whose stored header does not decode: named, marked, explained."""
-    return el(
-        "tr",
-        {"class": "session-row corrupt", "data-session-id": row.id},
-        el(
-            "td",
-            {"class": "title"},
-            _session_link(row.id, el("span", {"class": "muted"}, "(unreadable)")),
-            el("div", {"class": "sid"}, row.id),
-        ),
-        el("td", {"colspan": "2", "class": "wide corrupt-reason"}, _clip(row.corrupt or "", 300)),
-        el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
-        el("td", {"class": "num"}, "–"),
-        el("td", {"class": "num wide"}, "–"),
-        el("td", None, _when(row.updated_at)),
-    )
-
-
-def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Html:
-    if row.corrupt is not None:
-        return _corrupt_row(row)
-    title = session_title(row.metadata, row.first_user_turn)
-    agent: Node = (
-        el("a", {"href": _list_url(params, agent=row.agent_id, page=None)}, row.agent_id)
-        if row.agent_id is not None
-        else "–"
-    )
-    project: Node
-    if row.project_root is None:
-        project = el(
-            "a",
-            {"href": _list_url(params, project=None, untagged="1", page=None), "class": "muted"},
-            "untagged",
-        )
-    else:
-        project = el(
-            "a",
-            {"href": _list_url(params, project=row.project_root, untagged=None, page=None)},
-            row.project_root,
-        )
-    return el(
-        "tr",
-        {"class": "session-row", "data-session-id": row.id},
-        el(
-            "td",
-            {"class": "title"},
-            _session_link(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
-            el("div", {"class": "sid"}, row.id),
-        ),
-        el("td", {"class": "wide"}, agent),
-        el("td", {"class": "wide"}, project),
-        el("td", None, _badge(shown_status(row, now))),
-        el("td", {"class": "num"}, _count(row.turn_count)),
-        el("td", {"class": "num wide"}, _count(row.run_count)),
-        el("td", None, _when(row.updated_at)),
-    )
-
-
-def _page_numbers(current: int, last: int) -> list[int | None]:
-    """Pages to link: the first, the last and two either side of ``current``; ``None`` is a gap."""
-    shown = sorted({1, last, *range(max(1, current - 2), min(last, current + 2) + 1)})
-    out: list[int | None] = []
-    for n in shown:
-        if out and n - (out[-1] or 0) > 1:
-            out.append(None)
-        out.append(n)
-    return out
-
-
-def _pager(page: SessionsPage) -> Html:
-    prev = (
-        el("a", {"href": _list_url(page.params, page=str(page.page - 1)), "rel": "prev"}, "← Newer")
-        if page.page > 1
-        else None
-    )
-    nxt = (
-        el("a", {"href": _list_url(page.params, page=str(page.page + 1)), "rel": "next"}, "Older →")
-        if page.has_next
-        else None
-    )
-    if page.total is None:
-        return el("nav", {"class": "pager"}, prev, el("span", None, f"Page {page.page}"), nxt)
-    last = max(1, -(-page.total // page.page_size), page.page)
-    numbers: list[Node] = []
-    for n in _page_numbers(page.page, last):
-        if n is None:
-            numbers.append(el("span", {"class": "gap"}, "…"))
-        elif n == page.page:
-            numbers.append(el("span", {"class": "current", "aria-current": "page"}, str(n)))
-        else:
-            numbers.append(
-                el(
-                    "a",
-                    {"href": _list_url(page.params, page=str(n)), "class": "page-number"},
-                    str(n),
-                )
-            )
-    if not page.total_exact:
-        numbers.append(el("span", {"class": "gap"}, "…"))
-    count = f"{page.total:,}{'' if page.total_exact else '+'} session"
-    count += "" if page.total == 1 and page.total_exact else "s"
-    return el(
-        "nav",
-        {"class": "pager"},
-        prev,
-        el("span", {"class": "pages"}, numbers),
-        nxt,
-        el("span", {"class": "total"}, count),
-    )
-
-
-def render_sessions(
-    page: SessionsPage, statuses: Sequence[str], *, searchable: bool = False
-) -> Html:
-    """The session list: filters, one page of rows, page links (numbered when counted)."""
-    head = ["Title", "Agent", "Project", "Status", "Turns", "Runs", "Updated (UTC)"]
-    wide = {"Agent", "Project", "Runs"}  # left out on a narrow screen
-    body: Node
-    if page.rows:
-        body = el(
-            "table",
-            {"class": "sessions"},
-            el(
-                "thead",
-                None,
-                el(
-                    "tr",
-                    None,
-                    [el("th", {"class": "wide"} if h in wide else None, h) for h in head],
-                ),
-            ),
-            el("tbody", None, [_session_row(r, page.params, page.now) for r in page.rows]),
-        )
-    else:
-        body = el("p", {"class": "empty"}, "No sessions match.")
-    more: Node = None
-    if page.scanned is not None:
-        further = str(page.scanned * 4)
-        more = el(
-            "p",
-            {"class": "scan-limit"},
-            f"Searched the {page.scanned:,} most recently updated sessions only. ",
-            el("a", {"href": _list_url(page.params, scan=further)}, f"Search {further} sessions"),
-        )
-    return el(
-        "section",
-        {"class": "page", "data-page": "sessions", "data-title": "Sessions"},
-        _nav("sessions"),
-        el("h1", None, "Sessions"),
-        _filter_form(page.params, statuses, searchable=searchable),
-        body,
-        more,
-        _pager(page),
-    )
-
 
 # -- one session --------------------------------------------------------------
 
@@ -1166,10 +776,6 @@ def _artifacts(artifacts: list[SessionArtifact] | None) -> Html:
     return el("section", {"class": "artifacts"}, el("h2", None, "Artifacts"), body)
 
 
-def _facts(items: Iterable[tuple[str, Node]]) -> Html:
-    return el("dl", {"class": "facts"}, [(el("dt", None, k), el("dd", None, v)) for k, v in items])
-
-
 def render_session(page: SessionPage) -> Html:
     """One session: header, run tree and chart, one page of the transcript, artifacts."""
     meta = page.meta
@@ -1219,88 +825,4 @@ def render_session(page: SessionPage) -> Html:
             el("h2", None, "Metadata"),
             el("pre", None, _json_text(meta.metadata)),
         ),
-    )
-
-
-# -- schedules ----------------------------------------------------------------
-
-
-def _every(s: Schedule) -> str:
-    if s.cron:
-        return f"cron {s.cron}" + (f" ({s.timezone})" if s.timezone else "")
-    if s.interval_ms:
-        return f"every {_duration(s.interval_ms)}"
-    return "once"
-
-
-def _fire(fire: ScheduleFire) -> Html:
-    return el(
-        "li",
-        {"class": "fire"},
-        _badge(fire.status),
-        " fired ",
-        _when(fire.fired_at, zone=True),
-        " (due ",
-        _when(fire.due_at, zone=True),
-        ")",
-        [" · ", _session_link(fire.session_id)] if fire.session_id else None,
-        [
-            " · ",
-            el(
-                "a",
-                {"href": f"{ui_path('sessions', fire.session_id)}#run-{fire.run_id}"},
-                f"run {fire.run_id}",
-            ),
-        ]
-        if fire.session_id and fire.run_id
-        else None,
-        el("span", {"class": "run-error"}, f" {fire.error}") if fire.error else None,
-    )
-
-
-def render_schedules(schedules: list[tuple[Schedule, list[ScheduleFire]]] | None) -> Html:
-    """Every schedule with its recent fires, newest first."""
-    body: Node
-    if schedules is None:
-        body = el("p", {"class": "muted"}, "This store does not keep schedules.")
-    elif not schedules:
-        body = el("p", {"class": "empty"}, "No schedules.")
-    else:
-        body = [
-            el(
-                "article",
-                {"class": "schedule", "data-schedule-id": s.id},
-                el(
-                    "h2",
-                    None,
-                    s.name or s.id,
-                    " ",
-                    el("span", {"class": "badge"}, "enabled" if s.enabled else "disabled"),
-                ),
-                _facts(
-                    [
-                        ("id", el("code", None, s.id)),
-                        ("when", _every(s)),
-                        ("next fire", _when(s.next_fire_at, zone=True)),
-                        ("agent", s.agent_id or "–"),
-                        (
-                            "session",
-                            _session_link(s.session_id) if s.session_id else "new each time",
-                        ),
-                        ("prompt", _clip(s.prompt, 300)),
-                    ]
-                ),
-                el("h3", None, "Recent fires"),
-                el("ul", {"class": "fires"}, [_fire(f) for f in fires])
-                if fires
-                else el("p", {"class": "muted"}, "Never fired."),
-            )
-            for s, fires in schedules
-        ]
-    return el(
-        "section",
-        {"class": "page", "data-page": "schedules", "data-title": "Schedules"},
-        _nav("schedules"),
-        el("h1", None, "Schedules"),
-        body,
     )
