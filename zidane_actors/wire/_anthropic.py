@@ -35,6 +35,7 @@ from ._common import (
     get_str,
     normalize_media_type,
     reindex,
+    tool_id_map,
 )
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
 from ._json import copy_json_object
@@ -58,7 +59,6 @@ __all__ = [
     "refusal_text",
     "to_anthropic",
     "to_anthropic_request",
-    "tool_ids",
 ]
 
 ANTHROPIC_IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -300,17 +300,6 @@ def _candidate(call_id: str, widen: int) -> str:
     return f"{stem}_{digest}_{widen}"
 
 
-def tool_ids(messages: Iterable[SessionMessage]) -> list[str]:
-    ids: dict[str, None] = {}
-    for message in messages:
-        for block in message.content:
-            if isinstance(block, ToolCallBlock):
-                ids[block.id] = None
-            elif isinstance(block, ToolResultBlock):
-                ids[block.call_id] = None
-    return list(ids)
-
-
 @diagnosed("messages")
 def anthropic_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     """Replacement ids for the tool ids Anthropic would reject (``^[a-zA-Z0-9_-]+$``).
@@ -319,18 +308,7 @@ def anthropic_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     original id (sanitized stem + sha256 prefix, so it is deterministic) and
     widened until it collides with no other id of ``messages``.
     """
-    ids = tool_ids(messages)
-    taken = {i for i in ids if _VALID_ID.fullmatch(i)}
-    mapping: dict[str, str] = {}
-    for call_id in sorted(i for i in ids if i not in taken):
-        widen = 0
-        candidate = _candidate(call_id, widen)
-        while candidate in taken:
-            widen += 1
-            candidate = _candidate(call_id, widen)
-        mapping[call_id] = candidate
-        taken.add(candidate)
-    return mapping
+    return tool_id_map(messages, lambda i: _VALID_ID.fullmatch(i) is not None, _candidate)
 
 
 def _emit_image(block: ImageBlock, path: str) -> dict[str, Any]:

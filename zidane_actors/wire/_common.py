@@ -5,13 +5,20 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import msgspec
 
 from ..errors import WireFormatError
-from ..model import SessionMessage, SessionTurn, check_json, check_shape
+from ..model import (
+    SessionMessage,
+    SessionTurn,
+    ToolCallBlock,
+    ToolResultBlock,
+    check_json,
+    check_shape,
+)
 
 __all__ = [
     "RAW_ARGUMENTS_KEY",
@@ -28,6 +35,7 @@ __all__ = [
     "parse_data_url",
     "reindex",
     "to_data_url",
+    "tool_id_map",
 ]
 
 RAW_ARGUMENTS_KEY = "_raw"
@@ -197,3 +205,34 @@ def reindex(exc: WireFormatError, index: int) -> WireFormatError:
     suffix = f" (at {exc.path})"
     message = text[: -len(suffix)] if exc.path and text.endswith(suffix) else text
     return WireFormatError(message, path=f"$[{index}]{path[1:]}")
+
+
+def tool_id_map(
+    messages: Iterable[SessionMessage],
+    keep: Callable[[str], bool],
+    candidate: Callable[[str, int], str],
+) -> dict[str, str]:
+    """Replacement ids for the tool ids of ``messages`` not to ``keep``.
+
+    Both sides of a pair get the same replacement: ``candidate(id, widen)``,
+    ``widen`` counting up from 0 until it collides with no other id (kept or
+    given), ids taken in sorted order so the map is deterministic.
+    """
+    ids: dict[str, None] = {}
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolCallBlock):
+                ids[block.id] = None
+            elif isinstance(block, ToolResultBlock):
+                ids[block.call_id] = None
+    taken = {i for i in ids if keep(i)}
+    mapping: dict[str, str] = {}
+    for call_id in sorted(i for i in ids if i not in taken):
+        widen = 0
+        replacement = candidate(call_id, widen)
+        while replacement in taken:
+            widen += 1
+            replacement = candidate(call_id, widen)
+        mapping[call_id] = replacement
+        taken.add(replacement)
+    return mapping

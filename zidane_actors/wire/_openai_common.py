@@ -15,13 +15,13 @@ from ..model import (
     SessionMessage,
     TextBlock,
 )
-from ._anthropic import tool_ids
 from ._common import (
     diagnosed,
     fail,
     normalize_media_type,
     parse_data_url,
     to_data_url,
+    tool_id_map,
 )
 from ._downgrade import ConvertContext, foreign_text
 from ._provider_data import (
@@ -66,18 +66,7 @@ def openai_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     plus a sha256 prefix of the whole id (deterministic), widened until it
     collides with no other id of ``messages``.
     """
-    ids = tool_ids(messages)
-    taken = {i for i in ids if len(i) <= OPENAI_TOOL_ID_MAX_LENGTH}
-    mapping: dict[str, str] = {}
-    for call_id in sorted(i for i in ids if i not in taken):
-        widen = 0
-        candidate = _short_id(call_id, widen)
-        while candidate in taken:
-            widen += 1
-            candidate = _short_id(call_id, widen)
-        mapping[call_id] = candidate
-        taken.add(candidate)
-    return mapping
+    return tool_id_map(messages, lambda i: len(i) <= OPENAI_TOOL_ID_MAX_LENGTH, _short_id)
 
 
 def _image_from_url(url: str) -> ImageBlock:
