@@ -36,7 +36,7 @@ import datetime
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
 
 import msgspec
 import pydantic
@@ -294,45 +294,34 @@ def _turns_of(message: ModelMessage, price: Price | None, lean: bool) -> list[Se
         del dumped["run_id"]
     created_at = _epoch_ms(message.timestamp)
     kept = _tagged(message=dumped)
+
+    def turn(
+        role: Literal["system", "user", "assistant"],
+        blocks: Sequence[SessionContentBlock],
+        data: dict[str, Any],
+        usage: TurnUsage | None = None,
+    ) -> SessionTurn:
+        return SessionTurn(
+            id=new_id(),
+            role=role,
+            content=tuple(blocks),
+            created_at=created_at,
+            run_id=run_id,
+            usage=usage,
+            provider_data=data,
+        )
+
     if isinstance(message, ModelResponse):
         content = _response_blocks(message.parts, part_dumps)
-        return [
-            SessionTurn(
-                id=new_id(),
-                role="assistant",
-                content=tuple(content),
-                created_at=created_at,
-                run_id=run_id,
-                usage=_usage(message, price),
-                provider_data=kept,
-            )
-        ]
+        return [turn("assistant", content, kept, _usage(message, price))]
     system, content = _request_blocks(message.parts, part_dumps)
     turns = []
     if system:
         # Joined to the next turn's message on the way back.
         joined = None if content else kept
-        turns.append(
-            SessionTurn(
-                id=new_id(),
-                role="system",
-                content=tuple(system),
-                created_at=created_at,
-                run_id=run_id,
-                provider_data=joined or _tagged(joins="next"),
-            )
-        )
+        turns.append(turn("system", system, joined or _tagged(joins="next")))
     if content or not system:
-        turns.append(
-            SessionTurn(
-                id=new_id(),
-                role="user",
-                content=tuple(content),
-                created_at=created_at,
-                run_id=run_id,
-                provider_data=kept,
-            )
-        )
+        turns.append(turn("user", content, kept))
     return turns
 
 
