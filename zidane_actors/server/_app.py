@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from typing import Any, Final, TypeVar, cast
 
 import attrs
 import msgspec
-import outcome
 import trio
 from msgspec import UNSET
 from starlette.applications import Starlette
@@ -35,19 +33,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (
-    ConflictError,
-    CorruptDataError,
-    InvalidNameError,
-    SessionNotFoundError,
-    StaleSessionError,
-    StoreClosedError,
-    StoreError,
-    StoreUnavailableError,
-    UnsupportedOperationError,
     ValidationError,
 )
 from ..model import (
-    MAX_JSON_DEPTH,
     ArtifactFilter,
     Schedule,
     ScheduleFire,
@@ -67,60 +55,47 @@ from ..model import (
     validate_id,
     validate_request_id,
 )
-from ..stores import BatchingStore, MutateResult, SessionStore, StoreWrite, store_capabilities
+from ..stores import MutateResult, SessionStore, store_capabilities
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
 from ..stores.remote._bodies import (
     IF_MATCH_HEADER,
     REV_AFTER_HEADER,
     REV_BEFORE_HEADER,
     REV_HEADER,
-    AnyWrite,
     AppendTurnsBody,
-    AppendTurnsWrite,
     ClaimedResult,
     ClaimFireBody,
     ClaimRunBody,
     ClaimRunResult,
     ClaimSendRequestBody,
-    DeleteArtifactWrite,
     DeletedResult,
-    DeleteWrite,
     DemotedResult,
     DemoteStaleRunBody,
-    ErrorDetail,
     HistoryBody,
     HistoryResult,
     HistoryState,
     IdResult,
     IdsResult,
     PatchMetaBody,
-    PatchMetaWrite,
-    RevisionBody,
     RevResult,
     SaveMetaBody,
-    SaveMetaWrite,
-    SaveWrite,
     SettleSendRequestBody,
-    SettleSendRequestWrite,
     UpdateRunBody,
-    UpdateRunWrite,
     UpdateStatusBody,
-    UpdateStatusWrite,
     UpsertArtifactResult,
-    UpsertArtifactWrite,
-    WriteOutcome,
-    WritesBody,
-    WritesResult,
     history_rev,
 )
 from ._errors import ApiError as _ApiError
 from ._errors import error_response as _error_response
+from ._errors import mapped_error as _mapped
+from ._errors import worth_a_traceback as _worth_a_traceback
 from ._guard import Guard, SecurityHeaders
 from ._limits import Admission, AnswerBudget, BodyBudget, CloseUnread, ServerLimits, read_body
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 from ._query import query_params
 from ._ui import ui_routes
+from ._writes import WritesRoutes
 
 __all__ = ["create_app", "served_capabilities"]
 
@@ -164,44 +139,6 @@ def _written(revision: object) -> Response:
         return _no_content()
     headers = {REV_BEFORE_HEADER: str(revision.before), REV_AFTER_HEADER: str(revision.after)}
     return Response(status_code=204, headers=headers)
-
-
-def _mapped(exc: BaseException) -> _ApiError:
-    """The API error for a library exception raised while serving."""
-    if isinstance(exc, InvalidNameError):
-        return _ApiError(400, "invalid_name", str(exc), exc.path)
-    if isinstance(exc, ValidationError):
-        return _ApiError(422, "invalid", str(exc), exc.path)
-    if isinstance(exc, OverflowError):  # e.g. an integer past SQLite's 64 bits
-        return _ApiError(422, "out_of_range", f"a number is out of the store's range: {exc}")
-    if isinstance(exc, SessionNotFoundError):
-        return _ApiError(404, "session_not_found", str(exc))
-    if isinstance(exc, StaleSessionError):
-        return _ApiError(409, "stale_session", str(exc))
-    if isinstance(exc, ConflictError):
-        return _ApiError(409, "conflict", str(exc))
-    if isinstance(exc, UnsupportedOperationError):
-        return _ApiError(501, "unsupported", str(exc))
-    if isinstance(exc, (StoreUnavailableError, StoreClosedError)):
-        return _ApiError(503, "store_unavailable", str(exc))
-    if isinstance(exc, CorruptDataError):
-        return _ApiError(500, "corrupt_data", str(exc))
-    if isinstance(exc, RecursionError):  # a stored value nested past what encoders recurse
-        return _ApiError(
-            500,
-            "corrupt_data",
-            "stored data is nested deeper than JSON can be written back "
-            f"(this version writes at most {MAX_JSON_DEPTH} levels)",
-        )
-    if isinstance(exc, StoreError):
-        return _ApiError(500, "store_error", str(exc))
-    return _ApiError(500, "internal", f"internal error: {type(exc).__name__}")
-
-
-def _worth_a_traceback(error: _ApiError) -> bool:
-    """A 5xx other than ``store_unavailable``: the store reports its own outages (PostgreSQL:
-    one line each), and a traceback per request while it is down would flood the log."""
-    return error.status >= 500 and error.code != "store_unavailable"
 
 
 def _ui_error(exc: Exception, session_id: str | None) -> tuple[int, str]:
@@ -324,7 +261,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 @attrs.define(eq=False)
-class _Api:
+class _Api(WritesRoutes):
     """The route handlers over one backing store."""
 
     store: SessionStore
@@ -543,88 +480,6 @@ class _Api:
             demoted = await demote(sid, stale_at=body.stale_at, now=body.now)
         return _json(DemotedResult(demoted=demoted))
 
-    # -- batches ---------------------------------------------------------
-
-    async def apply_writes(self, request: Request) -> Response:
-        """Apply a batch of store writes in order; one outcome per write (``POST /writes``).
-
-        Every id is checked first (a bad one refuses the whole batch, 400);
-        then each write answers what its own route would: the writes that
-        pass are applied in one transaction when the store is a
-        ``BatchingStore``, holding the lock of every session they touch.
-        """
-        body = await self._body(request, WritesBody)
-        for i, write in enumerate(body.writes):
-            _check_write_ids(write, f"$.writes[{i}]")
-        calls = [self._store_write(write) for write in body.writes]
-        async with AsyncExitStack() as held:
-            for sid in sorted({_write_session(write) for write in body.writes}):
-                await held.enter_async_context(self.locks.hold(sid))
-            done = iter(await self._apply([c for c in calls if isinstance(c, StoreWrite)]))
-        results = [call if isinstance(call, _ApiError) else next(done) for call in calls]
-        return _json(WritesResult(outcomes=tuple(map(self._outcome, body.writes, results))))
-
-    def _store_write(self, write: AnyWrite) -> StoreWrite | _ApiError:
-        """The store call of ``write``, or the error its own route would answer first."""
-        if isinstance(write, AppendTurnsWrite):
-            return StoreWrite("append_turns", (write.session_id, write.turns, write.options))
-        if isinstance(write, SaveWrite):
-            return StoreWrite("save", (write.session,), _expected_of(write.expected_rev))
-        if isinstance(write, DeleteWrite):
-            return StoreWrite("delete", (write.session_id,))
-        if isinstance(write, UpdateRunWrite):
-            return StoreWrite("update_run", (write.session_id, write.run, write.options))
-        if isinstance(write, UpdateStatusWrite):
-            kwargs = {"owner": write.owner, "preserve_updated_at": write.preserve_updated_at}
-            return StoreWrite("update_status", (write.session_id, write.status), kwargs)
-        method, args = _optional_write(write)
-        if method not in self.capabilities:
-            return _ApiError(501, "unsupported", f"the backing store does not implement {method}")
-        if isinstance(write, SaveMetaWrite):
-            return StoreWrite(method, args, _expected_of(write.expected_rev))
-        if isinstance(write, PatchMetaWrite):
-            both = sorted(set(write.set) & set(write.remove))
-            if both:
-                return _ApiError(
-                    409, "conflicting_patch", f"keys both set and removed: {both}", "$.remove"
-                )
-        return StoreWrite(method, args)
-
-    async def _apply(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
-        if not writes:
-            return []
-        if isinstance(self.store, BatchingStore):
-            try:
-                return await self.store.apply_writes(writes)
-            except Exception as exc:  # the commit failed: every write shares its error
-                return [outcome.Error(exc) for _ in writes]
-        results: list[outcome.Outcome[Any]] = []
-        for write in writes:
-            method: Callable[..., Awaitable[Any]] = getattr(self.writer, write.method)
-            try:
-                results.append(outcome.Value(await method(*write.args, **write.kwargs)))
-            except Exception as exc:  # a cancellation is not an outcome: it propagates
-                results.append(outcome.Error(exc))
-        return results
-
-    def _outcome(self, write: AnyWrite, result: outcome.Outcome[Any] | _ApiError) -> WriteOutcome:
-        if isinstance(result, outcome.Value):
-            if isinstance(write, UpsertArtifactWrite):
-                return WriteOutcome(status=200, artifact=result.value)
-            if type(result.value) is Revision:
-                revision = RevisionBody(before=result.value.before, after=result.value.after)
-                return WriteOutcome(status=204, revision=revision)
-            return WriteOutcome(status=204)
-        if isinstance(result, _ApiError):
-            error = result
-        else:
-            assert isinstance(result, outcome.Error)
-            error = _mapped(result.error)
-            if _worth_a_traceback(error):
-                _log.error("POST /writes: %s failed", type(write).__name__, exc_info=result.error)
-        detail = ErrorDetail(code=error.code, message=error.message, path=error.path)
-        return WriteOutcome(status=error.status, error=detail)
-
     # -- history ---------------------------------------------------------
 
     async def get_history(self, request: Request) -> Response:
@@ -808,63 +663,6 @@ class _Api:
         validate_id(fire.id, what="fire id")
         await record(fire)
         return _no_content()
-
-
-def _expected_of(expected_rev: int | None) -> dict[str, int]:
-    return {} if expected_rev is None else {"expected_rev": expected_rev}
-
-
-def _write_session(write: AnyWrite) -> str:
-    """The session ``write`` touches."""
-    if isinstance(write, (SaveWrite, SaveMetaWrite)):
-        return write.session.id
-    if isinstance(write, UpsertArtifactWrite):
-        return write.artifact.session_id
-    return write.session_id
-
-
-def _optional_write(write: AnyWrite) -> tuple[str, tuple[Any, ...]]:
-    """The optional store method and arguments of ``write`` (one the store may lack)."""
-    if isinstance(write, SaveMetaWrite):
-        return "save_meta", (write.session, write.options)
-    if isinstance(write, PatchMetaWrite):
-        patch: dict[str, Any] = dict(write.set)
-        patch.update(dict.fromkeys(write.remove, UNSET))
-        return "patch_meta", (write.session_id, patch)
-    if isinstance(write, SettleSendRequestWrite):
-        return "settle_send_request", (write.session_id, write.request_id, write.result)
-    if isinstance(write, UpsertArtifactWrite):
-        return "upsert_artifact", (write.artifact,)
-    assert isinstance(write, DeleteArtifactWrite)
-    return "delete_artifact", (write.session_id, write.artifact_id)
-
-
-def _check_write_ids(write: AnyWrite, where: str) -> None:
-    """Every id of ``write`` is a safe id (``InvalidNameError`` naming it otherwise)."""
-    ids: list[tuple[str, str]] = []
-    if isinstance(write, (SaveWrite, SaveMetaWrite)):
-        ids.append((write.session.id, "session.id"))
-        ids += [(t.id, f"session.turns[{k}].id") for k, t in enumerate(write.session.turns)]
-        ids += [(r.id, f"session.runs[{k}].id") for k, r in enumerate(write.session.runs)]
-    elif isinstance(write, UpsertArtifactWrite):
-        ids += [
-            (write.artifact.session_id, "artifact.sessionId"),
-            (write.artifact.id, "artifact.id"),
-        ]
-    else:
-        ids.append((write.session_id, "sessionId"))
-    if isinstance(write, AppendTurnsWrite):
-        ids += [(t.id, f"turns[{k}].id") for k, t in enumerate(write.turns)]
-        if write.options is not None and write.options.run is not None:
-            ids.append((write.options.run.id, "options.run.id"))
-    elif isinstance(write, UpdateRunWrite):
-        ids.append((write.run.id, "run.id"))
-    elif isinstance(write, SettleSendRequestWrite):  # a client's key, any text: never a path
-        validate_request_id(write.request_id, what=f"{where}.requestId")
-    elif isinstance(write, DeleteArtifactWrite):
-        ids.append((write.artifact_id, "artifactId"))
-    for value, field in ids:
-        validate_id(value, what=f"{where}.{field}")
 
 
 def _same(
