@@ -6,7 +6,7 @@ import builtins
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import outcome
@@ -38,6 +38,7 @@ from .._protocol import (
 from .._validate import (
     checked_int,
 )
+from ..sql import POSTGRES, Dialect
 from ._conn import (
     _QUIET,
     ChangeListener,
@@ -218,6 +219,15 @@ class PostgresBase:
             return await trio.to_thread.run_sync(
                 self._transact, conn, op, True, limiter=conn.limiter
             )
+
+    # The shared SQL (``..sql``) runs its steps through these.
+    _dialect: ClassVar[Dialect] = POSTGRES
+
+    async def _sql_read(self, op: Callable[[Any], T]) -> T:
+        return await self._read(op)
+
+    async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
+        return await self._write(op, idempotent=idempotent)
 
     def statistics(self) -> PostgresStoreStatistics:
         """Pool size, idle pooled connections, retries made, reconnects and feed resyncs so far."""

@@ -13,14 +13,12 @@ from msgspec import UNSET
 from ...errors import (
     ValidationError,
 )
+from ...model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ...model import (
-    FIRE_HISTORY,
     ArtifactFilter,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
-    Schedule,
-    ScheduleFire,
     SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
@@ -41,7 +39,6 @@ from ...model import (
     validate_id,
     validate_request_id,
 )
-from ...model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from .._protocol import (
     HistoryMutation,
     MutateResult,
@@ -52,14 +49,13 @@ from .._protocol import (
 )
 from .._validate import (
     check_artifact_filter_ids,
-    check_fire_ids,
     checked,
     checked_int,
     checked_items,
     now_ms,
     warn_mutate_turns,
 )
-from ..sql import POSTGRES, equal_sql
+from ..sql import POSTGRES, SQLSchedules, equal_sql
 from ._base import PostgresBase
 from ._reads import (
     _META_SELECT,
@@ -67,7 +63,6 @@ from ._reads import (
     _listed_row,
     _meta_row,
     _mutate,
-    _schedule,
     _search_where,
     _send_record,
     _session_where,
@@ -96,7 +91,7 @@ __all__ = ["PostgresStore"]
 
 
 @attrs.define(eq=False)
-class PostgresStore(PostgresBase):
+class PostgresStore(PostgresBase, SQLSchedules):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -197,23 +192,6 @@ class PostgresStore(PostgresBase):
             return True
 
         return await self._write(op)
-
-    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
-        """Move ``nextFireAt`` from ``due_at`` to ``next`` if enabled: one winner across hosts."""
-        validate_id(id, what="schedule id")
-        checked_int(due_at, "due_at")
-        if next is not None:
-            checked_int(next, "next")
-
-        def op(cur: _Cursor) -> bool:
-            cur.execute(
-                "UPDATE schedules SET next_fire_at = %s"
-                " WHERE id = %s AND enabled AND next_fire_at = %s RETURNING 1",
-                (next, id, due_at),
-            )
-            return cur.fetchone() is not None
-
-        return await self._write(op, idempotent=False)
 
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
@@ -526,103 +504,5 @@ class PostgresStore(PostgresBase):
         def op(cur: _Cursor) -> builtins.list[SessionArtifact]:
             cur.execute(query, params)
             return filter_artifacts((_artifact_row(row) for row in cur.fetchall()), filter)
-
-        return await self._read(op)
-
-    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
-        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
-        schedule = checked(schedule, Schedule, "schedule")
-        validate_id(schedule.id, what="schedule id")
-        body = _json(msgspec.structs.replace(schedule, last_fire=None), "schedule")
-
-        def op(cur: _Cursor) -> None:
-            cur.execute(
-                _SQL.save_schedule,
-                (
-                    schedule.id,
-                    schedule.enabled,
-                    schedule.next_fire_at,
-                    schedule.created_at,
-                    body,
-                    keep_next_fire_at,
-                ),
-            )
-
-        await self._write(op)
-
-    async def delete_schedule(self, id: str) -> bool:
-        """Remove a schedule and its fires; ``False`` when it was gone."""
-        validate_id(id, what="schedule id")
-
-        def op(cur: _Cursor) -> bool:
-            cur.execute("DELETE FROM schedules WHERE id = %s RETURNING 1", (id,))
-            found = cur.fetchone() is not None
-            cur.execute(_SQL.delete_fires, (id,))
-            return found
-
-        return await self._write(op, idempotent=False)
-
-    async def list_schedules(self) -> builtins.list[Schedule]:
-        """Every schedule with its newest fire, oldest first."""
-
-        def op(cur: _Cursor) -> builtins.list[Schedule]:
-            cur.execute(
-                "SELECT s.body, s.id, s.next_fire_at, (SELECT f.body FROM schedule_fires f"
-                " WHERE f.schedule_id = s.id ORDER BY f.fired_at DESC, f.seq DESC LIMIT 1)"
-                ' FROM schedules s ORDER BY s.created_at, s.id COLLATE "C"'
-            )
-            return [_schedule(row) for row in cur.fetchall()]
-
-        return await self._read(op)
-
-    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
-        """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
-        fire = checked(fire, ScheduleFire, "schedule fire")
-        check_fire_ids(fire)
-        body = _json(fire, "schedule fire")
-
-        def op(cur: _Cursor) -> None:
-            cur.execute(_SQL.schedule_exists, (fire.schedule_id,))
-            if cur.fetchone() is None:
-                return
-            cur.execute(
-                _SQL.delete_fire,
-                (fire.schedule_id, fire.id),
-            )
-            cur.execute(
-                _SQL.insert_fire,
-                (fire.schedule_id, fire.id, fire.fired_at, body),
-            )
-            cur.execute(
-                "DELETE FROM schedule_fires WHERE schedule_id = %s AND seq IN"
-                " (SELECT seq FROM schedule_fires WHERE schedule_id = %s"
-                "  ORDER BY fired_at DESC, seq DESC OFFSET %s)",
-                (fire.schedule_id, fire.schedule_id, FIRE_HISTORY),
-            )
-
-        await self._write(op)
-
-    async def list_schedule_fires(
-        self, schedule_id: str, limit: int
-    ) -> builtins.list[ScheduleFire]:
-        """A schedule's fires, newest first."""
-        validate_id(schedule_id, what="schedule id")
-        count = checked_int(limit, "limit")
-
-        def op(cur: _Cursor) -> builtins.list[ScheduleFire]:
-            cur.execute(
-                "SELECT body, id FROM schedule_fires WHERE schedule_id = %s"
-                " ORDER BY fired_at DESC, seq DESC LIMIT %s",
-                (schedule_id, count),
-            )
-            return [
-                _decode(
-                    row[0],
-                    ScheduleFire,
-                    "schedule_fires",
-                    f"(schedule_id={preview(schedule_id)}, id={preview(row[1])})",
-                )
-                for row in cur.fetchall()
-            ]
 
         return await self._read(op)

@@ -3,11 +3,14 @@
 - :mod:`._dialect`: what differs between SQLite and PostgreSQL in a statement's
   text (the parameter mark, the insertion-order column, the lock clause).
 - :mod:`._statements`: the statements both stores run, rendered per dialect.
+- :mod:`._schedules`: the schedule methods, a mixin of both stores.
+- :mod:`._codec`: row decoding.
 - :mod:`._where`: the ``WHERE`` conditions of ``list``/``list_meta``/``search_meta``
   (the rule itself, engine-free, stays in ``model``).
 """
 
 from ._dialect import POSTGRES, SQLITE, Dialect
+from ._schedules import SQLSchedules
 from ._statements import SharedSQL
 from ._where import equal_sql, search_header_sql, session_filter_sql
 
@@ -15,6 +18,7 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
+    "SQLSchedules",
     "SharedSQL",
     "equal_sql",
     "search_header_sql",

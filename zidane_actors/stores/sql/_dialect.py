@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import attrs
+
+from ...model import encode, encode_str
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect"]
 
@@ -20,16 +23,32 @@ class Dialect:
     """The column that keeps a table's insertion order: ``rowid`` or ``seq``."""
     key_share: str
     """The clause locking a read header row against a concurrent delete (or nothing)."""
+    text_order: str
+    """What makes ``ORDER BY`` a text column compare code points (SQLite's own order)."""
+    encode: Callable[[object], bytes | str]
+    """A JSON body as its column holds it: ``BLOB`` bytes (SQLite), ``text`` (PostgreSQL)."""
 
     def sql(self, text: str) -> str:
         """``text``, written with ``?`` marks, in this dialect's parameter marks."""
         return text if self.placeholder == "?" else text.replace("?", self.placeholder)
 
 
-SQLITE: Final = Dialect(name="sqlite", placeholder="?", order_column="rowid", key_share="")
+SQLITE: Final = Dialect(
+    name="sqlite",
+    placeholder="?",
+    order_column="rowid",
+    key_share="",
+    text_order="",
+    encode=encode,
+)
 """SQLite: writes hold the database lock (``BEGIN IMMEDIATE``), so no row locks."""
 
 POSTGRES: Final = Dialect(
-    name="postgres", placeholder="%s", order_column="seq", key_share=" FOR KEY SHARE"
+    name="postgres",
+    placeholder="%s",
+    order_column="seq",
+    key_share=" FOR KEY SHARE",
+    text_order=' COLLATE "C"',
+    encode=encode_str,
 )
 """PostgreSQL through psycopg."""

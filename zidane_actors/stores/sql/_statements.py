@@ -40,42 +40,21 @@ _SETTLE_SEND: Final = "UPDATE send_requests SET result = ? WHERE session_id = ? 
 _DELETE_SEND: Final = "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?"
 _DELETE_SENDS: Final = "DELETE FROM send_requests WHERE session_id = ?"
 
-# -- schedules -------------------------------------------------------------------------------------
-
-_SAVE_SCHEDULE: Final = (
-    "INSERT INTO schedules (id, enabled, next_fire_at, created_at, body)"
-    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
-    " enabled = excluded.enabled, created_at = excluded.created_at,"
-    " body = excluded.body, next_fire_at = CASE WHEN ? THEN"
-    " schedules.next_fire_at ELSE excluded.next_fire_at END"
-)
-_SCHEDULE_EXISTS: Final = "SELECT 1 FROM schedules WHERE id = ?"
-_DELETE_FIRES: Final = "DELETE FROM schedule_fires WHERE schedule_id = ?"
-_DELETE_FIRE: Final = "DELETE FROM schedule_fires WHERE schedule_id = ? AND id = ?"
-_INSERT_FIRE: Final = (
-    "INSERT INTO schedule_fires (schedule_id, id, fired_at, body) VALUES (?, ?, ?, ?)"
-)
-
 
 class SharedSQL:
     """The shared statements in one dialect's spelling."""
 
     __slots__ = (
-        "delete_fire",
-        "delete_fires",
         "delete_runs",
         "delete_send",
         "delete_sends",
         "delete_session",
         "held_for_send",
-        "insert_fire",
         "list_ids",
         "list_sends",
         "put_send",
         "rev",
         "run_epoch",
-        "save_schedule",
-        "schedule_exists",
         "settle_send",
         "update_run",
     )
@@ -94,8 +73,3 @@ class SharedSQL:
         self.settle_send = sql(_SETTLE_SEND)
         self.delete_send = sql(_DELETE_SEND)
         self.delete_sends = sql(_DELETE_SENDS)
-        self.save_schedule = sql(_SAVE_SCHEDULE)
-        self.schedule_exists = sql(_SCHEDULE_EXISTS)
-        self.delete_fires = sql(_DELETE_FIRES)
-        self.delete_fire = sql(_DELETE_FIRE)
-        self.insert_fire = sql(_INSERT_FIRE)

@@ -7,7 +7,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 
@@ -41,6 +41,7 @@ from .._validate import (
     checked_int,
     checked_status,
 )
+from ..sql import SQLITE, Dialect
 from ._rows import (
     _APPEND_TURN,
     _BUMP,
@@ -154,6 +155,15 @@ class SQLiteBase:
 
     async def _write(self, fn: Callable[[_Conn], T]) -> T:
         return await self._run(fn, write=True)
+
+    # The shared SQL (``..sql``) runs its steps through these: a write holds the database lock.
+    _dialect: ClassVar[Dialect] = SQLITE
+
+    async def _sql_read(self, op: Callable[[Any], T]) -> T:
+        return await self._run(op, write=False)
+
+    async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
+        return await self._run(op, write=True)
 
     async def aclose(self) -> None:
         """Close the connection; later calls raise ``StoreClosedError``. Idempotent.

@@ -8,7 +8,6 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-import msgspec
 import outcome
 from msgspec import UNSET
 
@@ -19,11 +18,8 @@ from ...errors import (
     ValidationError,
 )
 from ...model import (
-    FIRE_HISTORY,
     ArtifactFilter,
     JsonValue,
-    Schedule,
-    ScheduleFire,
     SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
@@ -47,10 +43,9 @@ from .._protocol import (
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
-    check_fire_ids,
     checked,
-    checked_int,
 )
+from ..sql import SQLSchedules
 from ._meta import SQLiteMeta
 from ._rows import (
     _SQL,
@@ -67,7 +62,7 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta):
+class SQLiteStore(SQLiteMeta, SQLSchedules):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers
@@ -310,125 +305,6 @@ class SQLiteStore(SQLiteMeta):
             )
 
         await self._write(op)
-
-    # -- schedules -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _fire(body: bytes, schedule_id: str) -> ScheduleFire:
-        return _decode_row(body, ScheduleFire, "schedule_fires", schedule_id, "a fire")
-
-    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
-        """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
-        _valid_body(schedule, Schedule, "schedule")
-        validate_id(schedule.id, what="schedule id")
-        body = encode(msgspec.structs.replace(schedule, last_fire=None, next_fire_at=None))
-
-        def op(conn: _Conn) -> None:
-            conn.execute(
-                _SQL.save_schedule,
-                (
-                    schedule.id,
-                    schedule.enabled,
-                    schedule.next_fire_at,
-                    schedule.created_at,
-                    body,
-                    keep_next_fire_at,
-                ),
-            )
-
-        await self._write(op)
-
-    async def list_schedules(self) -> builtins.list[Schedule]:
-        """Every schedule with its newest fire, oldest first."""
-
-        def op(conn: _Conn) -> builtins.list[Schedule]:
-            rows = conn.execute(
-                "SELECT s.id, s.next_fire_at, s.body, (SELECT f.body FROM schedule_fires f"
-                " WHERE f.schedule_id = s.id ORDER BY f.fired_at DESC, f.rowid DESC LIMIT 1)"
-                " FROM schedules s ORDER BY s.created_at, s.id"
-            ).fetchall()
-            return [
-                msgspec.structs.replace(
-                    _decode_row(body, Schedule, "schedules", sid, "its row"),
-                    next_fire_at=next_fire_at,
-                    last_fire=None if fire is None else self._fire(fire, sid),
-                )
-                for sid, next_fire_at, body, fire in rows
-            ]
-
-        return await self._read(op)
-
-    async def delete_schedule(self, id: str) -> bool:
-        """Remove a schedule and its fires; ``False`` when it was gone."""
-        validate_id(id, what="schedule id")
-
-        def op(conn: _Conn) -> bool:
-            conn.execute(_SQL.delete_fires, (id,))
-            return conn.execute("DELETE FROM schedules WHERE id = ?", (id,)).rowcount > 0
-
-        return await self._write(op)
-
-    async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
-        """Move ``nextFireAt`` from ``due_at`` to ``next`` if still due: once across processes."""
-        validate_id(id, what="schedule id")
-        checked_int(due_at, "due_at")
-        if next is not None:
-            checked_int(next, "next")
-
-        def op(conn: _Conn) -> bool:
-            return (
-                conn.execute(
-                    "UPDATE schedules SET next_fire_at = ?"
-                    " WHERE id = ? AND enabled AND next_fire_at = ?",
-                    (next, id, due_at),
-                ).rowcount
-                == 1
-            )
-
-        return await self._write(op)
-
-    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
-        """Store a fire, keeping the newest ``FIRE_HISTORY`` of its schedule."""
-
-        body = _valid_body(fire, ScheduleFire, "schedule fire")
-        check_fire_ids(fire)
-
-        def op(conn: _Conn) -> None:
-            if not conn.execute(_SQL.schedule_exists, (fire.schedule_id,)).fetchone():
-                return
-            conn.execute(
-                _SQL.delete_fire,
-                (fire.schedule_id, fire.id),
-            )
-            conn.execute(
-                _SQL.insert_fire,
-                (fire.schedule_id, fire.id, fire.fired_at, body),
-            )
-            conn.execute(
-                "DELETE FROM schedule_fires WHERE schedule_id = ? AND rowid NOT IN"
-                " (SELECT rowid FROM schedule_fires WHERE schedule_id = ?"
-                "  ORDER BY fired_at DESC, rowid DESC LIMIT ?)",
-                (fire.schedule_id, fire.schedule_id, FIRE_HISTORY),
-            )
-
-        await self._write(op)
-
-    async def list_schedule_fires(
-        self, schedule_id: str, limit: int
-    ) -> builtins.list[ScheduleFire]:
-        """A schedule's fires, newest first."""
-        validate_id(schedule_id, what="schedule id")
-        checked_int(limit, "limit")
-
-        def op(conn: _Conn) -> builtins.list[ScheduleFire]:
-            rows = conn.execute(
-                "SELECT body FROM schedule_fires WHERE schedule_id = ?"
-                " ORDER BY fired_at DESC, rowid DESC LIMIT ?",
-                (schedule_id, limit),
-            ).fetchall()
-            return [self._fire(r[0], schedule_id) for r in rows]
-
-        return await self._read(op)
 
     # -- ids ------------------------------------------------------------------------------------
 
