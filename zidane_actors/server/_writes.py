@@ -8,18 +8,16 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import outcome
-from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..model import encode, validate_id, validate_request_id
 from ..stores import BatchingStore, SessionStore, StoreWrite
-from ..stores._protocol import Revision
+from ..stores._protocol import OPTIONAL_METHODS, Revision
 from ..stores.remote._bodies import (
     AnyWrite,
     AppendTurnsWrite,
     DeleteArtifactWrite,
-    DeleteWrite,
     ErrorDetail,
     PatchMetaWrite,
     RevisionBody,
@@ -27,7 +25,6 @@ from ..stores.remote._bodies import (
     SaveWrite,
     SettleSendRequestWrite,
     UpdateRunWrite,
-    UpdateStatusWrite,
     UpsertArtifactWrite,
     WriteOutcome,
     WritesBody,
@@ -79,29 +76,17 @@ class WritesRoutes:
 
     def _store_write(self, write: AnyWrite) -> StoreWrite | _ApiError:
         """The store call of ``write``, or the error its own route would answer first."""
-        if isinstance(write, AppendTurnsWrite):
-            return StoreWrite("append_turns", (write.session_id, write.turns, write.options))
-        if isinstance(write, SaveWrite):
-            return StoreWrite("save", (write.session,), _expected_of(write.expected_rev))
-        if isinstance(write, DeleteWrite):
-            return StoreWrite("delete", (write.session_id,))
-        if isinstance(write, UpdateRunWrite):
-            return StoreWrite("update_run", (write.session_id, write.run, write.options))
-        if isinstance(write, UpdateStatusWrite):
-            kwargs = {"owner": write.owner, "preserve_updated_at": write.preserve_updated_at}
-            return StoreWrite("update_status", (write.session_id, write.status), kwargs)
-        method, args = _optional_write(write)
-        if method not in self.capabilities:
+        method = write.method
+        if method in OPTIONAL_METHODS and method not in self.capabilities:
             return _ApiError(501, "unsupported", f"the backing store does not implement {method}")
-        if isinstance(write, SaveMetaWrite):
-            return StoreWrite(method, args, _expected_of(write.expected_rev))
         if isinstance(write, PatchMetaWrite):
             both = sorted(set(write.set) & set(write.remove))
             if both:
                 return _ApiError(
                     409, "conflicting_patch", f"keys both set and removed: {both}", "$.remove"
                 )
-        return StoreWrite(method, args)
+        args, kwargs = write.store_call()
+        return StoreWrite(method, args, kwargs)
 
     async def _apply(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
         if not writes:
@@ -139,10 +124,6 @@ class WritesRoutes:
         return WriteOutcome(status=error.status, error=detail)
 
 
-def _expected_of(expected_rev: int | None) -> dict[str, int]:
-    return {} if expected_rev is None else {"expected_rev": expected_rev}
-
-
 def _write_session(write: AnyWrite) -> str:
     """The session ``write`` touches."""
     if isinstance(write, (SaveWrite, SaveMetaWrite)):
@@ -150,22 +131,6 @@ def _write_session(write: AnyWrite) -> str:
     if isinstance(write, UpsertArtifactWrite):
         return write.artifact.session_id
     return write.session_id
-
-
-def _optional_write(write: AnyWrite) -> tuple[str, tuple[Any, ...]]:
-    """The optional store method and arguments of ``write`` (one the store may lack)."""
-    if isinstance(write, SaveMetaWrite):
-        return "save_meta", (write.session, write.options)
-    if isinstance(write, PatchMetaWrite):
-        patch: dict[str, Any] = dict(write.set)
-        patch.update(dict.fromkeys(write.remove, UNSET))
-        return "patch_meta", (write.session_id, patch)
-    if isinstance(write, SettleSendRequestWrite):
-        return "settle_send_request", (write.session_id, write.request_id, write.result)
-    if isinstance(write, UpsertArtifactWrite):
-        return "upsert_artifact", (write.artifact,)
-    assert isinstance(write, DeleteArtifactWrite)
-    return "delete_artifact", (write.session_id, write.artifact_id)
 
 
 def _check_write_ids(write: AnyWrite, where: str) -> None:

@@ -7,9 +7,11 @@ The server (``zidane_actors.server``) and the remote store's client
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Final, Literal, TypeAlias
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, get_args
 
 import msgspec
+from msgspec import UNSET
 
 from ...model import (
     AppendTurnsOptions,
@@ -26,6 +28,7 @@ from ...model import (
     encode,
 )
 from ...model._types import EpochMs
+from .._protocol import WRITE_METHODS
 
 __all__ = [
     "IF_MATCH_HEADER",
@@ -33,6 +36,7 @@ __all__ = [
     "REV_AFTER_HEADER",
     "REV_BEFORE_HEADER",
     "REV_HEADER",
+    "WRITE_BODIES",
     "AnyWrite",
     "AppendTurnsBody",
     "AppendTurnsWrite",
@@ -226,80 +230,142 @@ MAX_BATCH_WRITES: Final = 1000
 class _Write(_Body, frozen=True, tag_field="op"):
     """Base of the writes of ``POST /writes``: one store write each, tagged by ``op``."""
 
+    method: ClassVar[str]
+    """The store write it makes (a ``WRITE_METHODS`` name)."""
+
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The positional and keyword arguments of that store write."""
+        raise NotImplementedError
+
 
 class AppendTurnsWrite(_Write, frozen=True, tag="appendTurns"):
     """``append_turns`` in a batch."""
+
+    method: ClassVar[str] = "append_turns"
 
     session_id: str
     turns: tuple[SessionTurn, ...]
     options: AppendTurnsOptions | None = None
 
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session_id, self.turns, self.options), {}
+
 
 class SaveWrite(_Write, frozen=True, tag="save"):
     """``save`` in a batch (only while the session is at ``expectedRev``, when given)."""
 
+    method: ClassVar[str] = "save"
+
     session: SessionData
     expected_rev: int | None = None
+
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session,), _expected(self.expected_rev)
 
 
 class DeleteWrite(_Write, frozen=True, tag="delete"):
     """``delete`` in a batch."""
 
+    method: ClassVar[str] = "delete"
+
     session_id: str
+
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session_id,), {}
 
 
 class UpdateRunWrite(_Write, frozen=True, tag="updateRun"):
     """``update_run`` in a batch."""
 
+    method: ClassVar[str] = "update_run"
+
     session_id: str
     run: SessionRun
     options: UpdateRunOptions | None = None
 
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session_id, self.run, self.options), {}
+
 
 class UpdateStatusWrite(_Write, frozen=True, tag="updateStatus"):
     """``update_status`` in a batch."""
+
+    method: ClassVar[str] = "update_status"
 
     session_id: str
     status: SessionStatus
     owner: RunOwner | None = None
     preserve_updated_at: bool = False
 
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session_id, self.status), {
+            "owner": self.owner,
+            "preserve_updated_at": self.preserve_updated_at,
+        }
+
 
 class SaveMetaWrite(_Write, frozen=True, tag="saveMeta"):
     """``save_meta`` in a batch (only while the session is at ``expectedRev``, when given)."""
+
+    method: ClassVar[str] = "save_meta"
 
     session: SessionData
     options: SaveMetaOptions | None = None
     expected_rev: int | None = None
 
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session, self.options), _expected(self.expected_rev)
+
 
 class PatchMetaWrite(_Write, frozen=True, tag="patchMeta"):
     """``patch_meta`` in a batch: keys to set, and keys to remove."""
+
+    method: ClassVar[str] = "patch_meta"
 
     session_id: str
     set: dict[str, JsonValue] = msgspec.field(default_factory=dict)
     remove: tuple[str, ...] = ()
 
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        patch: dict[str, Any] = dict(self.set)
+        patch.update(dict.fromkeys(self.remove, UNSET))
+        return (self.session_id, patch), {}
+
 
 class SettleSendRequestWrite(_Write, frozen=True, tag="settleSendRequest"):
     """``settle_send_request`` in a batch."""
+
+    method: ClassVar[str] = "settle_send_request"
 
     session_id: str
     request_id: str
     result: JsonValue
 
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session_id, self.request_id, self.result), {}
+
 
 class UpsertArtifactWrite(_Write, frozen=True, tag="upsertArtifact"):
     """``upsert_artifact`` in a batch."""
 
+    method: ClassVar[str] = "upsert_artifact"
+
     artifact: SessionArtifact
+
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.artifact,), {}
 
 
 class DeleteArtifactWrite(_Write, frozen=True, tag="deleteArtifact"):
     """``delete_artifact`` in a batch."""
 
+    method: ClassVar[str] = "delete_artifact"
+
     session_id: str
     artifact_id: str
+
+    def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.session_id, self.artifact_id), {}
 
 
 AnyWrite: TypeAlias = (
@@ -315,6 +381,15 @@ AnyWrite: TypeAlias = (
     | DeleteArtifactWrite
 )
 """One write of ``POST /writes``."""
+
+WRITE_BODIES: Final[Mapping[str, type[AnyWrite]]] = {w.method: w for w in get_args(AnyWrite)}
+"""The body of each batchable store write, by method: one for each ``WRITE_METHODS`` name."""
+if WRITE_BODIES.keys() != WRITE_METHODS:  # the one table of batchable writes is WRITE_METHODS
+    raise ImportError(f"POST /writes bodies {sorted(WRITE_BODIES)} differ from WRITE_METHODS")
+
+
+def _expected(expected_rev: int | None) -> dict[str, Any]:
+    return {} if expected_rev is None else {"expected_rev": expected_rev}
 
 
 class WritesBody(_Body, frozen=True):

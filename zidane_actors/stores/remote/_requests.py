@@ -41,9 +41,7 @@ from ...model import (
     validate_request_id,
 )
 from ...model._checked import CheckedTurns
-from .._protocol import (
-    StoreWrite,
-)
+from .._protocol import WRITE_METHODS, StoreWrite
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -310,17 +308,18 @@ def delete_artifact_write(session_id: str, artifact_id: str) -> DeleteArtifactWr
 
 
 WRITE_BUILDERS: Final[Mapping[str, Callable[..., AnyWrite]]] = {
-    "append_turns": append_turns_write,
-    "delete": delete_write,
-    "delete_artifact": delete_artifact_write,
-    "patch_meta": patch_meta_write,
-    "save": save_write,
-    "save_meta": save_meta_write,
-    "settle_send_request": settle_send_request_write,
-    "update_run": update_run_write,
-    "update_status": update_status_write,
-    "upsert_artifact": upsert_artifact_write,
+    AppendTurnsWrite.method: append_turns_write,
+    DeleteWrite.method: delete_write,
+    DeleteArtifactWrite.method: delete_artifact_write,
+    PatchMetaWrite.method: patch_meta_write,
+    SaveWrite.method: save_write,
+    SaveMetaWrite.method: save_meta_write,
+    SettleSendRequestWrite.method: settle_send_request_write,
+    UpdateRunWrite.method: update_run_write,
+    UpdateStatusWrite.method: update_status_write,
+    UpsertArtifactWrite.method: upsert_artifact_write,
 }
+"""How each batchable write (``WRITE_METHODS``) is checked and built into its body."""
 
 # A POST /writes body stays well under the server's default body limit (32 MiB).
 BATCH_BYTES: Final = 8 * 1024 * 1024
@@ -328,10 +327,10 @@ BATCH_BYTES: Final = 8 * 1024 * 1024
 
 def encode_write(write: StoreWrite) -> bytes:
     """``write`` as the JSON of one ``POST /writes`` entry, checked as its own method checks."""
-    build = WRITE_BUILDERS.get(write.method) if isinstance(write, StoreWrite) else None
-    if build is None:
+    if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
         name = getattr(write, "method", type(write).__name__)
         raise UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
+    build = WRITE_BUILDERS[write.method]
     encoded = encoded_body(build(*write.args, **write.kwargs), f"{write.method} write")
     assert encoded is not None
     return encoded
