@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
-from msgspec import UNSET
 
 from ...errors import (
     CorruptDataError,
@@ -14,7 +13,6 @@ from ...errors import (
 from ...model import (
     Schedule,
     ScheduleFire,
-    SendRequestRecord,
     SessionFilter,
     SessionHistory,
     SessionMetaRow,
@@ -206,20 +204,6 @@ def _mutate(
         (now_ms(), session_id),
     )
     return "ok"
-
-
-def _send_record(request_id: str, row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
-    result: Any = UNSET
-    if row[2] is not None:
-        result = _decode(
-            row[2],
-            Any,
-            "send_requests",
-            f"(session_id={preview(session_id)}, request_id={preview(request_id)})",
-        )
-    return SendRequestRecord(
-        request_id=request_id, fingerprint=row[0], created_at=row[1], result=result
-    )
 
 
 def _schedule(row: tuple[Any, ...]) -> Schedule:

@@ -8,7 +8,6 @@ from typing import Any
 
 import attrs
 import msgspec
-from msgspec import UNSET
 
 from ...errors import (
     ValidationError,
@@ -55,7 +54,7 @@ from .._validate import (
     now_ms,
     warn_mutate_turns,
 )
-from ..sql import POSTGRES, SQLSchedules, equal_sql
+from ..sql import POSTGRES, SQLSchedules, SQLSendRequests, equal_sql, send_record
 from ._base import PostgresBase
 from ._reads import (
     _META_SELECT,
@@ -64,7 +63,6 @@ from ._reads import (
     _meta_row,
     _mutate,
     _search_where,
-    _send_record,
     _session_where,
 )
 from ._rows import (
@@ -82,7 +80,6 @@ from ._writes import (
     _owner,
     _patch_meta,
     _save_meta,
-    _settle_send_request,
     _upsert_artifact,
     _versioned,
 )
@@ -91,7 +88,7 @@ __all__ = ["PostgresStore"]
 
 
 @attrs.define(eq=False)
-class PostgresStore(PostgresBase, SQLSchedules):
+class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -193,6 +190,9 @@ class PostgresStore(PostgresBase, SQLSchedules):
 
         return await self._write(op)
 
+    def _sql_held_for_send(self, db: Any, session_id: str) -> None:
+        _held_for_send(db, session_id)
+
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
     ) -> SendRequestClaim:
@@ -215,15 +215,13 @@ class PostgresStore(PostgresBase, SQLSchedules):
             inserted = cur.fetchone()
             if inserted is None:
                 cur.execute(
-                    "SELECT fingerprint, created_at, result FROM send_requests"
+                    "SELECT request_id, fingerprint, created_at, result FROM send_requests"
                     " WHERE session_id = %s AND request_id = %s",
                     (session_id, request_id),
                 )
                 row = cur.fetchone()
                 assert row is not None
-                return SendRequestClaim(
-                    claimed=False, record=_send_record(request_id, row, session_id)
-                )
+                return SendRequestClaim(claimed=False, record=send_record(row, session_id))
             cur.execute("SELECT count(*) FROM send_requests WHERE session_id = %s", (session_id,))
             count = cur.fetchone()
             if count is not None and count[0] > _SEND_REQUEST_HISTORY:
@@ -243,74 +241,6 @@ class PostgresStore(PostgresBase, SQLSchedules):
             return SendRequestClaim(claimed=True)
 
         return await self._write(op, idempotent=False)
-
-    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
-        """The record of a claimed request id, or ``None``."""
-        validate_id(session_id)
-        validate_request_id(request_id, what="request id")
-
-        def op(cur: _Cursor) -> SendRequestRecord | None:
-            cur.execute(
-                "SELECT fingerprint, created_at, result FROM send_requests"
-                " WHERE session_id = %s AND request_id = %s",
-                (session_id, request_id),
-            )
-            row = cur.fetchone()
-            return None if row is None else _send_record(request_id, row, session_id)
-
-        return await self._read(op)
-
-    async def settle_send_request(
-        self, session_id: str, request_id: str, result: JsonValue
-    ) -> None:
-        """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
-        await self._write(lambda cur: _settle_send_request(cur, session_id, request_id, result))
-
-    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
-        """Every request id the session holds, oldest claim first (for copies and exports)."""
-        validate_id(session_id)
-
-        def op(cur: _Cursor) -> builtins.list[SendRequestRecord]:
-            cur.execute(
-                _SQL.list_sends,
-                (session_id,),
-            )
-            return [_send_record(row[0], row[1:], session_id) for row in cur.fetchall()]
-
-        return await self._read(op)
-
-    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
-        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
-        validate_id(session_id)
-        record = checked(record, SendRequestRecord, "send request")
-        validate_request_id(record.request_id, what="send request id")
-        result = None if record.result is UNSET else _json(record.result, "send result")
-
-        def op(cur: _Cursor) -> None:
-            _held_for_send(cur, session_id)
-            cur.execute(
-                _SQL.delete_send,
-                (session_id, record.request_id),
-            )
-            cur.execute(
-                "SELECT request_id, fingerprint, created_at FROM send_requests"
-                " WHERE session_id = %s ORDER BY seq",
-                (session_id,),
-            )
-            others = [
-                SendRequestRecord(request_id=r[0], fingerprint=r[1], created_at=r[2])
-                for r in cur.fetchall()
-            ]
-            cur.execute(
-                "DELETE FROM send_requests WHERE session_id = %s AND request_id = ANY(%s)",
-                (session_id, send_request_evictions(others)),
-            )
-            cur.execute(
-                _SQL.put_send,
-                (session_id, record.request_id, record.fingerprint, record.created_at, result),
-            )
-
-        await self._write(op, idempotent=False)
 
     async def generate_session_id(self) -> str:
         """A UUID from the server's ``gen_random_uuid()``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -28,7 +29,6 @@ from ...model import (
     SessionTurn,
     UpdateRunOptions,
     check_artifact_id_free,
-    check_json,
     current_run_owner,
     decoder,
     extra_json,
@@ -42,7 +42,6 @@ from ...model import (
     snapshot_status,
     upsert_runs,
     validate_id,
-    validate_request_id,
 )
 from ...model._checked import CheckedTurns
 from .._protocol import (
@@ -59,6 +58,7 @@ from .._validate import (
     checked_status,
     now_ms,
 )
+from ..sql import POSTGRES, settle_send_request
 from ._rows import (
     _SQL,
     _checked_data,
@@ -745,20 +745,7 @@ def _delete_artifact(cur: _Cursor, session_id: str, artifact_id: str) -> None:
         _touch(cur, session_id)
 
 
-def _settle_send_request(cur: _Cursor, session_id: str, request_id: str, result: JsonValue) -> None:
-    validate_id(session_id)
-    validate_request_id(request_id, what="request id")
-    check_json(result, what="send result")
-    if result is None:
-        cur.execute(
-            _SQL.delete_send,
-            (session_id, request_id),
-        )
-    else:
-        cur.execute(
-            _SQL.settle_send,
-            (_json(result, "send result"), session_id, request_id),
-        )
+_settle_send_request: Final = functools.partial(settle_send_request, POSTGRES)
 
 
 _WRITES: Final[Mapping[str, Callable[..., Any]]] = {

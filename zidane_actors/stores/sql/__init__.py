@@ -4,6 +4,7 @@
   text (the parameter mark, the insertion-order column, the lock clause).
 - :mod:`._statements`: the statements both stores run, rendered per dialect.
 - :mod:`._schedules`: the schedule methods, a mixin of both stores.
+- :mod:`._send_requests`: finding, listing, settling and putting send requests.
 - :mod:`._codec`: row decoding.
 - :mod:`._where`: the ``WHERE`` conditions of ``list``/``list_meta``/``search_meta``
   (the rule itself, engine-free, stays in ``model``).
@@ -11,6 +12,7 @@
 
 from ._dialect import POSTGRES, SQLITE, Dialect
 from ._schedules import SQLSchedules
+from ._send_requests import SQLSendRequests, send_record, settle_send_request
 from ._statements import SharedSQL
 from ._where import equal_sql, search_header_sql, session_filter_sql
 
@@ -19,8 +21,11 @@ __all__ = [
     "SQLITE",
     "Dialect",
     "SQLSchedules",
+    "SQLSendRequests",
     "SharedSQL",
     "equal_sql",
     "search_header_sql",
+    "send_record",
     "session_filter_sql",
+    "settle_send_request",
 ]

@@ -23,6 +23,9 @@ class Dialect:
     """The column that keeps a table's insertion order: ``rowid`` or ``seq``."""
     key_share: str
     """The clause locking a read header row against a concurrent delete (or nothing)."""
+    claim_order: str
+    """The ``ORDER BY`` of send requests as claimed: PostgreSQL's ``seq``; nothing for
+    SQLite, whose ``WITHOUT ROWID`` table answers them in key order."""
     text_order: str
     """What makes ``ORDER BY`` a text column compare code points (SQLite's own order)."""
     encode: Callable[[object], bytes | str]
@@ -38,6 +41,7 @@ SQLITE: Final = Dialect(
     placeholder="?",
     order_column="rowid",
     key_share="",
+    claim_order="",
     text_order="",
     encode=encode,
 )
@@ -48,6 +52,7 @@ POSTGRES: Final = Dialect(
     placeholder="%s",
     order_column="seq",
     key_share=" FOR KEY SHARE",
+    claim_order=" ORDER BY seq",
     text_order=' COLLATE "C"',
     encode=encode_str,
 )

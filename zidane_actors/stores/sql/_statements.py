@@ -27,16 +27,6 @@ _DELETE_RUNS: Final = "DELETE FROM runs WHERE session_id = ?"
 
 # -- send requests ---------------------------------------------------------------------------------
 
-_SEND_COLUMNS: Final = "request_id, fingerprint, created_at, result"
-_LIST_SENDS: Final = (
-    f"SELECT {_SEND_COLUMNS} FROM send_requests"
-    " WHERE session_id = ? ORDER BY created_at, request_id"
-)
-_PUT_SEND: Final = (
-    "INSERT INTO send_requests (session_id, request_id, fingerprint, created_at, result)"
-    " VALUES (?, ?, ?, ?, ?)"
-)
-_SETTLE_SEND: Final = "UPDATE send_requests SET result = ? WHERE session_id = ? AND request_id = ?"
 _DELETE_SEND: Final = "DELETE FROM send_requests WHERE session_id = ? AND request_id = ?"
 _DELETE_SENDS: Final = "DELETE FROM send_requests WHERE session_id = ?"
 
@@ -51,11 +41,8 @@ class SharedSQL:
         "delete_session",
         "held_for_send",
         "list_ids",
-        "list_sends",
-        "put_send",
         "rev",
         "run_epoch",
-        "settle_send",
         "update_run",
     )
 
@@ -68,8 +55,5 @@ class SharedSQL:
         self.held_for_send = sql(_HELD) + dialect.key_share
         self.update_run = sql(_UPDATE_RUN)
         self.delete_runs = sql(_DELETE_RUNS)
-        self.list_sends = sql(_LIST_SENDS)
-        self.put_send = sql(_PUT_SEND)
-        self.settle_send = sql(_SETTLE_SEND)
         self.delete_send = sql(_DELETE_SEND)
         self.delete_sends = sql(_DELETE_SENDS)

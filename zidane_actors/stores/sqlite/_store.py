@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import outcome
-from msgspec import UNSET
 
 from ...errors import (
     SessionNotFoundError,
@@ -21,10 +20,8 @@ from ...model import (
     ArtifactFilter,
     JsonValue,
     SendRequestClaim,
-    SendRequestRecord,
     SessionArtifact,
     check_artifact_id_free,
-    check_json,
     encode,
     filter_artifacts,
     merge_artifact,
@@ -43,9 +40,14 @@ from .._protocol import (
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
-    checked,
 )
-from ..sql import SQLSchedules
+from ..sql import (
+    SQLITE,
+    SQLSchedules,
+    SQLSendRequests,
+    send_record,
+    settle_send_request,
+)
 from ._meta import SQLiteMeta
 from ._rows import (
     _SQL,
@@ -62,7 +64,7 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta, SQLSchedules):
+class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers
@@ -165,18 +167,6 @@ class SQLiteStore(SQLiteMeta, SQLSchedules):
 
     # -- send requests ------------------------------------------------------------------------
 
-    @staticmethod
-    def _send_record(row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
-        request_id, fingerprint, created_at, result = row
-        value: Any = UNSET
-        if result is not None:
-            value = _decode_row(
-                result, object, "send_requests", session_id, f"request {preview(request_id)}"
-            )
-        return SendRequestRecord(
-            request_id=request_id, fingerprint=fingerprint, created_at=created_at, result=value
-        )
-
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
     ) -> SendRequestClaim:
@@ -187,13 +177,13 @@ class SQLiteStore(SQLiteMeta, SQLSchedules):
             raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
 
         def op(conn: _Conn) -> SendRequestClaim:
-            self._held_for_send(conn, session_id)
+            self._sql_held_for_send(conn, session_id)
             rows = conn.execute(
                 "SELECT request_id, fingerprint, created_at, result FROM send_requests"
                 " WHERE session_id = ?",
                 (session_id,),
             ).fetchall()
-            records = [self._send_record(r, session_id) for r in rows]
+            records = [send_record(r, session_id) for r in rows]
             for record in records:
                 if record.request_id == request_id:
                     return SendRequestClaim(claimed=False, record=record)
@@ -210,7 +200,7 @@ class SQLiteStore(SQLiteMeta, SQLSchedules):
 
         return await self._write(op)
 
-    def _held_for_send(self, conn: _Conn, session_id: str) -> None:
+    def _sql_held_for_send(self, conn: _Conn, session_id: str) -> None:
         """Refuse a send request of a session this store does not hold (checked in the write's
         transaction): a session created later under that id would inherit the claim."""
         if conn.execute(_SQL.held_for_send, (session_id,)).fetchone() is None:
@@ -219,92 +209,10 @@ class SQLiteStore(SQLiteMeta, SQLSchedules):
                 f" {preview(session_id)} (save the session first)"
             )
 
-    async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
-        """The record holding ``request_id``, without claiming it."""
-        _session_id(session_id)
-        validate_request_id(request_id, what="send request id")
-
-        def op(conn: _Conn) -> SendRequestRecord | None:
-            row = conn.execute(
-                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
-                " WHERE session_id = ? AND request_id = ?",
-                (session_id, request_id),
-            ).fetchone()
-            return None if row is None else self._send_record(row, session_id)
-
-        return await self._read(op)
-
     def _op_settle_send_request(
         self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
     ) -> None:
-        _session_id(session_id)
-        validate_request_id(request_id, what="send request id")
-        check_json(result, what="send result")
-        try:
-            encoded = encode(result)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValidationError(f"send result is not JSON-serializable: {exc}") from None
-        if result is None:
-            conn.execute(
-                _SQL.delete_send,
-                (session_id, request_id),
-            )
-        else:
-            conn.execute(
-                _SQL.settle_send,
-                (encoded, session_id, request_id),
-            )
-
-    async def settle_send_request(
-        self, session_id: str, request_id: str, result: JsonValue
-    ) -> None:
-        """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
-        await self._write(
-            lambda conn: self._op_settle_send_request(conn, session_id, request_id, result)
-        )
-
-    async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
-        """Every request id the session holds, oldest claim first (for copies and exports)."""
-        _session_id(session_id)
-
-        def op(conn: _Conn) -> builtins.list[SendRequestRecord]:
-            rows = conn.execute(
-                _SQL.list_sends,
-                (session_id,),
-            ).fetchall()
-            return [self._send_record(r, session_id) for r in rows]
-
-        return await self._read(op)
-
-    async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
-        """Store ``record`` exactly as given (a copy or an import), replacing its id's record."""
-        _session_id(session_id)
-        record = checked(record, SendRequestRecord, "send request")
-        validate_request_id(record.request_id, what="send request id")
-        result = None if record.result is UNSET else encode(record.result)
-
-        def op(conn: _Conn) -> None:
-            self._held_for_send(conn, session_id)
-            conn.execute(
-                _SQL.delete_send,
-                (session_id, record.request_id),
-            )
-            rows = conn.execute(
-                "SELECT request_id, fingerprint, created_at, result FROM send_requests"
-                " WHERE session_id = ?",
-                (session_id,),
-            ).fetchall()
-            records = [self._send_record(r, session_id) for r in rows]
-            conn.executemany(
-                _SQL.delete_send,
-                [(session_id, rid) for rid in send_request_evictions(records)],
-            )
-            conn.execute(
-                _SQL.put_send,
-                (session_id, record.request_id, record.fingerprint, record.created_at, result),
-            )
-
-        await self._write(op)
+        settle_send_request(SQLITE, conn, session_id, request_id, result)
 
     # -- ids ------------------------------------------------------------------------------------
 
