@@ -23,12 +23,10 @@ from ...model import (
     SessionArtifact,
     SessionData,
     SessionFilter,
-    SessionHistory,
     SessionMetaRow,
     SessionRun,
     SessionSearch,
     SessionSearchPage,
-    SessionTurn,
     current_run_owner,
     filter_artifacts,
     preview,
@@ -42,19 +40,15 @@ from .._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
-    RevisionSink,
     RunClaim,
-    TurnsMutation,
 )
 from .._validate import (
     check_artifact_filter_ids,
     checked,
     checked_int,
-    checked_items,
     now_ms,
-    warn_mutate_turns,
 )
-from ..sql import POSTGRES, SQLSchedules, SQLSendRequests, equal_sql, send_record
+from ..sql import POSTGRES, SQLHistoryEdits, SQLSchedules, SQLSendRequests, equal_sql, send_record
 from ._base import PostgresBase
 from ._reads import (
     _META_SELECT,
@@ -88,7 +82,7 @@ __all__ = ["PostgresStore"]
 
 
 @attrs.define(eq=False)
-class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests):
+class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -325,15 +319,14 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests):
         """Merge ``patch`` into stored metadata under a row lock; unknown ids are a no-op."""
         return await self._write(lambda cur: _patch_meta(cur, session_id, patch))
 
-    async def _mutate_versioned(
+    async def _sql_mutate(
         self,
         session_id: str,
         mutate: HistoryMutation,
         *,
         runs_too: bool,
         expected_rev: int | None,
-        on_revision: RevisionSink | None,
-    ) -> MutateResult:
+    ) -> tuple[MutateResult, Revision]:
         result: list[MutateResult] = []
 
         def op(cur: _Cursor) -> Revision:
@@ -344,52 +337,7 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests):
             lambda cur: _versioned(cur, session_id, expected_rev, lambda: op(cur)),
             idempotent=False,
         )
-        if on_revision is not None and revision.before:
-            on_revision(revision)
-        return result[0]
-
-    async def mutate_history(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Read, rewrite and store turns and runs in one transaction holding the row lock.
-
-        With ``expected_rev``, only while the stored ``rev`` is that one.
-        """
-        return await self._mutate_versioned(
-            session_id, mutate, runs_too=True, expected_rev=expected_rev, on_revision=on_revision
-        )
-
-    async def mutate_turns(
-        self,
-        session_id: str,
-        mutate: TurnsMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Deprecated turns-only form of :meth:`mutate_history`."""
-        warn_mutate_turns()
-
-        def on_history(history: SessionHistory) -> SessionHistory | None:
-            turns = mutate(history.turns)
-            if turns is None:
-                return None
-            return SessionHistory(
-                turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs
-            )
-
-        return await self._mutate_versioned(
-            session_id,
-            on_history,
-            runs_too=False,
-            expected_rev=expected_rev,
-            on_revision=on_revision,
-        )
+        return result[0], revision
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``; unknown sessions answer ``None``."""

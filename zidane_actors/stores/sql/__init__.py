@@ -3,6 +3,8 @@
 - :mod:`._dialect`: what differs between SQLite and PostgreSQL in a statement's
   text (the parameter mark, the insertion-order column, the lock clause).
 - :mod:`._statements`: the statements both stores run, rendered per dialect.
+- :mod:`._hooks`: what a store gives the shared methods (dialect, transactions).
+- :mod:`._history`: ``mutate_history`` and ``mutate_turns``.
 - :mod:`._schedules`: the schedule methods, a mixin of both stores.
 - :mod:`._send_requests`: finding, listing, settling and putting send requests.
 - :mod:`._codec`: row decoding.
@@ -11,6 +13,8 @@
 """
 
 from ._dialect import POSTGRES, SQLITE, Dialect
+from ._history import SQLHistoryEdits
+from ._hooks import SQLHooks
 from ._schedules import SQLSchedules
 from ._send_requests import SQLSendRequests, send_record, settle_send_request
 from ._statements import SharedSQL
@@ -20,6 +24,8 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
+    "SQLHistoryEdits",
+    "SQLHooks",
     "SQLSchedules",
     "SQLSendRequests",
     "SharedSQL",

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -12,6 +11,7 @@ from ...model import FIRE_HISTORY, Schedule, ScheduleFire, preview, validate_id
 from .._validate import check_fire_ids, checked, checked_int
 from ._codec import decode_row
 from ._dialect import Dialect
+from ._hooks import SQLHooks
 
 __all__ = ["SQLSchedules"]
 
@@ -66,7 +66,7 @@ def _fire(raw: bytes | str, schedule_id: str, fire_id: str | None = None) -> Sch
     return decode_row(raw, ScheduleFire, "schedule_fires", key)
 
 
-class SQLSchedules:
+class SQLSchedules(SQLHooks):
     """The schedule methods of a SQL store (``save_schedule`` … ``list_schedule_fires``).
 
     The store names its :class:`Dialect` and runs each step, a function of a
@@ -75,14 +75,6 @@ class SQLSchedules:
     """
 
     __slots__ = ()
-
-    _dialect: ClassVar[Dialect]
-
-    async def _sql_read(self, op: Callable[[Any], T]) -> T:
-        raise NotImplementedError
-
-    async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
-        raise NotImplementedError
 
     def _schedule_sql(self) -> _Statements:
         found = _BY_DIALECT.get(self._dialect.name)

@@ -7,8 +7,7 @@ PostgreSQL with an insert that detects the race.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from msgspec import UNSET
 
@@ -25,6 +24,7 @@ from ...model import (
 from .._validate import checked
 from ._codec import decode_row
 from ._dialect import Dialect
+from ._hooks import SQLHooks
 
 __all__ = ["SQLSendRequests", "send_record", "settle_send_request"]
 
@@ -99,18 +99,10 @@ def settle_send_request(
         db.execute(sql.settle, (body, session_id, request_id))
 
 
-class SQLSendRequests:
+class SQLSendRequests(SQLHooks):
     """The send-request methods of a SQL store but its claim (see :class:`SQLSchedules`)."""
 
     __slots__ = ()
-
-    _dialect: ClassVar[Dialect]
-
-    async def _sql_read(self, op: Callable[[Any], T]) -> T:
-        raise NotImplementedError
-
-    async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
-        raise NotImplementedError
 
     def _sql_held_for_send(self, db: Any, session_id: str) -> None:
         """Refuse a send request of a session the store does not hold."""

@@ -37,14 +37,11 @@ from .._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
-    RevisionSink,
     RunClaim,
-    TurnsMutation,
     stale,
 )
 from .._validate import (
     checked_int,
-    warn_mutate_turns,
 )
 from ..sql import SQLITE, search_header_sql, session_filter_sql
 from ._base import SQLiteBase
@@ -430,56 +427,19 @@ class SQLiteMeta(SQLiteBase):
 
         return op
 
-    async def mutate_history(
+    async def _sql_mutate(
         self,
         session_id: str,
         mutate: HistoryMutation,
         *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction.
-
-        With ``expected_rev``, only while the stored ``rev`` is that one.
-        """
-        _session_id(session_id)
-
+        runs_too: bool,
+        expected_rev: int | None,
+    ) -> tuple[MutateResult, Revision]:
+        # Runs are rewritten only when the edit answers others than it was given, which
+        # the turns-only form never does: ``runs_too`` needs no check here.
         def edit(
             turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
         ) -> SessionHistory | None:
             return mutate(SessionHistory(turns=turns, runs=runs))
 
-        return self._told(
-            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
-        )
-
-    @staticmethod
-    def _told(
-        done: tuple[MutateResult, Revision], on_revision: RevisionSink | None
-    ) -> MutateResult:
-        result, revision = done
-        if on_revision is not None and revision.before:
-            on_revision(revision)
-        return result
-
-    async def mutate_turns(
-        self,
-        session_id: str,
-        mutate: TurnsMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Deprecated turns-only form of :meth:`mutate_history` (runs untouched)."""
-        warn_mutate_turns()
-        _session_id(session_id)
-
-        def edit(
-            turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
-        ) -> SessionHistory | None:
-            result = mutate(turns)
-            return None if result is None else SessionHistory(turns=tuple(result), runs=runs)
-
-        return self._told(
-            await self._write(self._mutate(session_id, edit, expected_rev)), on_revision
-        )
+        return await self._write(self._mutate(session_id, edit, expected_rev))

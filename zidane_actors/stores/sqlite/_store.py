@@ -43,6 +43,7 @@ from .._validate import (
 )
 from ..sql import (
     SQLITE,
+    SQLHistoryEdits,
     SQLSchedules,
     SQLSendRequests,
     send_record,
@@ -64,7 +65,7 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests):
+class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers
