@@ -63,8 +63,15 @@ from ...model import (
     validate_request_id,
 )
 from .._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
-from .._sqlite import _metadata_json, _now, _run_body, _turn_rows_of, _valid_body, _valid_header
 from .._validate import checked, checked_int, checked_status, json_value
+from ..sqlite._rows import (
+    _metadata_json,
+    _now,
+    _run_body,
+    _turn_rows_of,
+    _valid_body,
+    _valid_header,
+)
 from ._directory import DirectoryFileMapAdapter
 from ._names import FileMapStoreOptions
 
