@@ -21,13 +21,10 @@ from ...errors import (
 )
 from ...model import (
     AppendTurnsOptions,
-    RunOwner,
     SessionData,
     SessionFilter,
     SessionRun,
-    SessionStatus,
     SessionTurn,
-    UpdateRunOptions,
     preview,
     validate_id,
 )
@@ -68,13 +65,10 @@ from ._writes import (
     _append_one,
     _append_turns,
     _checked_append,
-    _delete,
     _metadata,
     _owner,
     _pipelined_writes,
     _save,
-    _update_run,
-    _update_status,
 )
 
 __all__ = ["PostgresBase"]
@@ -229,6 +223,9 @@ class PostgresBase:
     async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
         return await self._write(op, idempotent=idempotent)
 
+    def _sql_step(self, method: str) -> Callable[..., Any]:
+        return _WRITES[method]
+
     def statistics(self) -> PostgresStoreStatistics:
         """Pool size, idle pooled connections, retries made, reconnects and feed resyncs so far."""
         conns = [self._writer, *(c for c in self._pool if c is not self._writer)]
@@ -351,31 +348,6 @@ class PostgresBase:
             )
 
         return await self._read(op)
-
-    async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> Revision:
-        """Upsert one run record; an unknown session id is a no-op."""
-        return await self._write(lambda cur: _update_run(cur, session_id, run, options))
-
-    async def update_status(
-        self,
-        session_id: str,
-        status: SessionStatus,
-        *,
-        owner: RunOwner | None = None,
-        preserve_updated_at: bool = False,
-    ) -> Revision:
-        """Set the status; ``running`` records ``owner`` (default: this process)."""
-        return await self._write(
-            lambda cur: _update_status(
-                cur, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
-            )
-        )
-
-    async def delete(self, session_id: str) -> None:
-        """Delete a session with its turns, runs, artifacts and send-request ids."""
-        await self._write(lambda cur: _delete(cur, session_id))
 
     async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""

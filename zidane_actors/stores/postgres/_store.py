@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -15,13 +14,10 @@ from ...errors import (
 from ...model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ...model import (
     ArtifactFilter,
-    JsonValue,
     RunOwner,
-    SaveMetaOptions,
     SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
-    SessionData,
     SessionFilter,
     SessionMetaRow,
     SessionRun,
@@ -48,7 +44,15 @@ from .._validate import (
     checked_int,
     now_ms,
 )
-from ..sql import POSTGRES, SQLHistoryEdits, SQLSchedules, SQLSendRequests, equal_sql, send_record
+from ..sql import (
+    POSTGRES,
+    SQLHistoryEdits,
+    SQLSchedules,
+    SQLSendRequests,
+    SQLWrites,
+    equal_sql,
+    send_record,
+)
 from ._base import PostgresBase
 from ._reads import (
     _META_SELECT,
@@ -68,13 +72,9 @@ from ._rows import (
 from ._schema import SEARCH_CATCH_UP
 from ._writes import (
     _artifact_row,
-    _delete_artifact,
     _held_for_send,
     _lock_header,
     _owner,
-    _patch_meta,
-    _save_meta,
-    _upsert_artifact,
     _versioned,
 )
 
@@ -82,7 +82,7 @@ __all__ = ["PostgresStore"]
 
 
 @attrs.define(eq=False)
-class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits):
+class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -303,22 +303,6 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits
             await self._write(lambda cur: cur.execute(SEARCH_CATCH_UP))
         return await self._read(op)
 
-    async def save_meta(
-        self,
-        data: SessionData,
-        options: SaveMetaOptions | None = None,
-        *,
-        expected_rev: int | None = None,
-    ) -> Revision:
-        """Persist the header and upsert the snapshot's runs; turns are never touched."""
-        return await self._write(
-            lambda cur: _save_meta(cur, data, options, expected_rev=expected_rev)
-        )
-
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
-        """Merge ``patch`` into stored metadata under a row lock; unknown ids are a no-op."""
-        return await self._write(lambda cur: _patch_meta(cur, session_id, patch))
-
     async def _sql_mutate(
         self,
         session_id: str,
@@ -338,14 +322,6 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits
             idempotent=False,
         )
         return result[0], revision
-
-    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
-        """Upsert on ``(sessionId, kind, uri)``; unknown sessions answer ``None``."""
-        return await self._write(lambda cur: _upsert_artifact(cur, artifact))
-
-    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
-        """Remove one artifact; unknown ids are a no-op."""
-        await self._write(lambda cur: _delete_artifact(cur, session_id, artifact_id))
 
     async def list_artifacts(
         self, filter: ArtifactFilter | None = None

@@ -7,6 +7,7 @@
 - :mod:`._history`: ``mutate_history`` and ``mutate_turns``.
 - :mod:`._schedules`: the schedule methods, a mixin of both stores.
 - :mod:`._send_requests`: finding, listing, settling and putting send requests.
+- :mod:`._writes`: the single writes (``update_run`` … ``delete_artifact``), one step each.
 - :mod:`._codec`: row decoding.
 - :mod:`._where`: the ``WHERE`` conditions of ``list``/``list_meta``/``search_meta``
   (the rule itself, engine-free, stays in ``model``).
@@ -19,6 +20,7 @@ from ._schedules import SQLSchedules
 from ._send_requests import SQLSendRequests, send_record, settle_send_request
 from ._statements import SharedSQL
 from ._where import equal_sql, search_header_sql, session_filter_sql
+from ._writes import SQLWrites
 
 __all__ = [
     "POSTGRES",
@@ -28,6 +30,7 @@ __all__ = [
     "SQLHooks",
     "SQLSchedules",
     "SQLSendRequests",
+    "SQLWrites",
     "SharedSQL",
     "equal_sql",
     "search_header_sql",

@@ -165,6 +165,10 @@ class SQLiteBase:
     async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
         return await self._run(op, write=True)
 
+    def _sql_step(self, method: str) -> Callable[..., Any]:
+        step: Callable[..., Any] = getattr(self, f"_op_{method}")
+        return step
+
     async def aclose(self) -> None:
         """Close the connection; later calls raise ``StoreClosedError``. Idempotent.
 
@@ -527,12 +531,6 @@ class SQLiteBase:
         self._bump(conn, session_id, updated_at=_now())
         return Revision(before, before + 1)
 
-    async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> Revision:
-        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
-        return await self._write(lambda conn: self._op_update_run(conn, session_id, run, options))
-
     def _op_update_status(
         self,
         conn: _Conn,
@@ -558,21 +556,6 @@ class SQLiteBase:
         ).fetchone()
         return Revision(0, 0) if row is None else Revision(row[0] - 1, row[0])
 
-    async def update_status(
-        self,
-        session_id: str,
-        status: SessionStatus,
-        *,
-        owner: RunOwner | None = None,
-        preserve_updated_at: bool = False,
-    ) -> Revision:
-        """Set the status (``running`` records ``owner``); unknown ids are a no-op."""
-        return await self._write(
-            lambda conn: self._op_update_status(
-                conn, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
-            )
-        )
-
     def _op_delete(self, conn: _Conn, session_id: str) -> None:
         _session_id(session_id)
         # Remember the last rev, so a session re-created with this id continues past it.
@@ -583,7 +566,3 @@ class SQLiteBase:
         )
         conn.execute(_SQL.delete_session, (session_id,))
         conn.execute(_SQL.delete_sends, (session_id,))
-
-    async def delete(self, session_id: str) -> None:
-        """Delete a session with its turns, runs, artifacts and send-request ids."""
-        await self._write(lambda conn: self._op_delete(conn, session_id))

@@ -262,18 +262,6 @@ class SQLiteMeta(SQLiteBase):
         for run in data.runs:
             self._upsert_run(conn, data.id, run)
 
-    async def save_meta(
-        self,
-        data: SessionData,
-        options: SaveMetaOptions | None = None,
-        *,
-        expected_rev: int | None = None,
-    ) -> Revision:
-        """Write the header (``metaKeys`` merge) and upsert the snapshot's runs; turns untouched."""
-        return await self._write(
-            lambda conn: self._op_save_meta(conn, data, options, expected_rev=expected_rev)
-        )
-
     def _op_patch_meta(
         self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
     ) -> Revision:
@@ -298,10 +286,6 @@ class SQLiteMeta(SQLiteBase):
             "UPDATE sessions SET metadata = ?, rev = rev + 1 WHERE id = ?",
             (_metadata_json(merged), session_id),
         )
-
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
-        """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
-        return await self._write(lambda conn: self._op_patch_meta(conn, session_id, patch))
 
     async def claim_run(
         self, session_id: str, *, stale_at: int, owner: RunOwner | None = None

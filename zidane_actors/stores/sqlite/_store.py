@@ -46,6 +46,7 @@ from ..sql import (
     SQLHistoryEdits,
     SQLSchedules,
     SQLSendRequests,
+    SQLWrites,
     send_record,
     settle_send_request,
 )
@@ -65,7 +66,7 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits):
+class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers
@@ -128,10 +129,6 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits):
         self._bump(conn, sid, updated_at=None)
         return stored
 
-    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
-        """Upsert on ``(sessionId, kind, uri)`` (``merge_artifact``), evicting past the cap."""
-        return await self._write(lambda conn: self._op_upsert_artifact(conn, artifact))
-
     def _op_delete_artifact(self, conn: _Conn, session_id: str, artifact_id: str) -> None:
         _session_id(session_id)
         validate_id(artifact_id, what="artifact id")
@@ -139,10 +136,6 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits):
             "DELETE FROM artifacts WHERE session_id = ? AND id = ?", (session_id, artifact_id)
         ).rowcount:
             self._bump(conn, session_id, updated_at=None)
-
-    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
-        """Remove one artifact; unknown ids are a no-op."""
-        await self._write(lambda conn: self._op_delete_artifact(conn, session_id, artifact_id))
 
     async def list_artifacts(
         self, filter: ArtifactFilter | None = None
