@@ -35,7 +35,7 @@ from .._validate import (
     checked_items,
     now_ms,
 )
-from ..sql import POSTGRES, search_header_sql, session_filter_sql
+from ..sql import POSTGRES, meta_row, search_header_sql, session_filter_sql
 from ._rows import (
     _Cursor,
     _decode,
@@ -69,22 +69,8 @@ def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
         first_user = _decode(
             row[13], SessionTurn, "turns", f"(session_id={preview(session_id)}) first"
         )
-    return SessionMetaRow(
-        id=session_id,
-        metadata=metadata,
-        run_count=row[11],
-        turn_count=row[9],
-        updated_at=row[3],
-        user_message_count=row[10],
-        agent_id=row[5],
-        artifact_count=row[12],
-        created_at=row[2],
-        first_user_turn=first_user,
-        project_root=row[6],
-        rev=row[8],
-        run_owner=_owner(row[7], session_id),
-        status=row[4],
-    )
+    head = (session_id, row[5], row[6], row[4], row[2], row[3], row[8])
+    return meta_row(head, row[9:13], metadata, _owner(row[7], session_id), first_user)
 
 
 def _listed_row(row: tuple[Any, ...]) -> SessionMetaRow:

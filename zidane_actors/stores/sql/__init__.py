@@ -13,6 +13,7 @@
   (the rule itself, engine-free, stays in ``model``).
 """
 
+from ._codec import decode_row, meta_row
 from ._dialect import POSTGRES, SQLITE, Dialect
 from ._history import SQLHistoryEdits
 from ._hooks import SQLHooks
@@ -32,7 +33,9 @@ __all__ = [
     "SQLSendRequests",
     "SQLWrites",
     "SharedSQL",
+    "decode_row",
     "equal_sql",
+    "meta_row",
     "search_header_sql",
     "send_record",
     "session_filter_sql",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TypeVar, cast
+from collections.abc import Hashable, Sequence
+from typing import Any, TypeVar, cast
 
 import msgspec
 
 from ...errors import CorruptDataError
-from ...model import decoder
+from ...model import RunOwner, SessionMetaRow, SessionTurn, decoder
 
-__all__ = ["decode_row"]
+__all__ = ["decode_row", "meta_row"]
 
 T = TypeVar("T")
 
@@ -25,3 +25,35 @@ def decode_row(raw: bytes | str | None, type_: type[T], table: str, key: str) ->
         reason = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(f"{table} row {key} does not decode: {reason}") from None
     return value
+
+
+def meta_row(
+    head: Sequence[Any],
+    counts: Sequence[int],
+    metadata: dict[str, Any],
+    owner: RunOwner | None,
+    first: SessionTurn | None,
+) -> SessionMetaRow:
+    """A ``list_meta`` row from its decoded parts.
+
+    ``head`` is ``(id, agent_id, project_root, status, created_at, updated_at, rev)``;
+    ``counts`` is ``(turns, user turns, runs, artifacts)``.
+    """
+    session_id, agent_id, project_root, status, created_at, updated_at, rev = head
+    turns, users, runs, artifacts = counts
+    return SessionMetaRow(
+        id=session_id,
+        metadata=metadata,
+        run_count=runs,
+        turn_count=turns,
+        updated_at=updated_at,
+        user_message_count=users,
+        agent_id=agent_id,
+        artifact_count=artifacts,
+        created_at=created_at,
+        first_user_turn=first,
+        project_root=project_root,
+        rev=rev,
+        run_owner=owner,
+        status=status,
+    )

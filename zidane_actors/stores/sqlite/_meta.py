@@ -43,7 +43,7 @@ from .._protocol import (
 from .._validate import (
     checked_int,
 )
-from ..sql import SQLITE, search_header_sql, session_filter_sql
+from ..sql import SQLITE, meta_row, search_header_sql, session_filter_sql
 from ._base import SQLiteBase
 from ._rows import (
     _SQL,
@@ -118,21 +118,13 @@ class SQLiteMeta(SQLiteBase):
         if first_body is not None:
             first_json = _turn_json(first_id, first_role, first_body)
             first = _decode_row(first_json, SessionTurn, "turns", sid, "its first user turn")
-        return SessionMetaRow(
-            id=sid,
-            metadata=_decode_metadata(metadata, sid),
-            run_count=runs,
-            turn_count=turns,
-            updated_at=updated_at,
-            user_message_count=users,
-            agent_id=agent_id,
-            artifact_count=artifacts,
-            created_at=created_at,
-            first_user_turn=first,
-            project_root=project_root,
-            rev=rev,
-            run_owner=_decode_owner(owner, sid),
-            status=status,
+        head = (sid, agent_id, project_root, status, created_at, updated_at, rev)
+        return meta_row(
+            head,
+            (turns, users, runs, artifacts),
+            _decode_metadata(metadata, sid),
+            _decode_owner(owner, sid),
+            first,
         )
 
     @classmethod
