@@ -6,7 +6,6 @@ import builtins
 from typing import Any
 
 import attrs
-import msgspec
 
 from ...errors import (
     ValidationError,
@@ -14,19 +13,14 @@ from ...errors import (
 from ...model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ...model import (
     ArtifactFilter,
-    RunOwner,
     SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
     SessionFilter,
     SessionMetaRow,
-    SessionRun,
     SessionSearch,
     SessionSearchPage,
-    current_run_owner,
     filter_artifacts,
-    preview,
-    run_claim_blocked,
     search_words,
     send_request_evictions,
     validate_id,
@@ -36,16 +30,15 @@ from .._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
-    RunClaim,
 )
 from .._validate import (
     check_artifact_filter_ids,
     checked,
-    checked_int,
     now_ms,
 )
 from ..sql import (
     POSTGRES,
+    SQLClaims,
     SQLHistoryEdits,
     SQLSchedules,
     SQLSendRequests,
@@ -66,15 +59,11 @@ from ._reads import (
 from ._rows import (
     _SQL,
     _Cursor,
-    _decode,
-    _json,
 )
 from ._schema import SEARCH_CATCH_UP
 from ._writes import (
     _artifact_row,
     _held_for_send,
-    _lock_header,
-    _owner,
     _versioned,
 )
 
@@ -82,7 +71,9 @@ __all__ = ["PostgresStore"]
 
 
 @attrs.define(eq=False)
-class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites):
+class PostgresStore(
+    PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites, SQLClaims
+):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -104,85 +95,6 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits
             return None if row is None else int(row[0])
 
         return await self._read(op)
-
-    async def claim_run(
-        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
-    ) -> RunClaim:
-        """Set ``running`` under a row lock unless a live owner holds it; bumps ``run_epoch``."""
-        validate_id(session_id)
-        checked_int(stale_at, "stale_at")
-        claimant = current_run_owner() if owner is None else checked(owner, RunOwner, "run owner")
-
-        def op(cur: _Cursor) -> RunClaim:
-            header = _lock_header(cur, session_id)
-            if header is None:
-                return RunClaim(claimed=True)
-            status, owner_text, updated_at = header[0], header[1], header[2]
-            now = now_ms()
-            stored_owner = _owner(owner_text, session_id)
-            if run_claim_blocked(status, stored_owner, updated_at, stale_at, now):
-                return RunClaim(claimed=False)
-            cur.execute(
-                "UPDATE sessions SET status = 'running', run_owner = %s::jsonb, updated_at = %s,"
-                " run_epoch = run_epoch + 1, rev = nextval('revs') WHERE id = %s",
-                (_json(claimant, "run owner"), now, session_id),
-            )
-            return RunClaim(claimed=True, previous=status)
-
-        return await self._write(op, idempotent=False)
-
-    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
-        """Write a load's stale-running demotion under the row lock, only if still stale.
-
-        The marker is re-read with ``FOR UPDATE`` and judged by
-        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
-        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
-        """
-        validate_id(session_id)
-        checked_int(stale_at, "stale_at")
-        checked_int(now, "now")
-
-        def op(cur: _Cursor) -> bool:
-            cur.execute(
-                "SELECT status, run_owner::text, updated_at, run_epoch"
-                " FROM sessions WHERE id = %s FOR UPDATE",
-                (session_id,),
-            )
-            row = cur.fetchone()
-            if row is None:
-                return False
-            status, owner_text, updated_at, epoch = row
-            if run_claim_blocked(status, _owner(owner_text, session_id), updated_at, stale_at, now):
-                return False
-            cur.execute("SELECT id, body FROM runs WHERE session_id = %s", (session_id,))
-            runs = [
-                _decode(body, SessionRun, "runs", f"id={preview(rid)}")
-                for rid, body in cur.fetchall()
-            ]
-            running = [r for r in runs if r.status == "running"]
-            if status != "running" and not running:
-                return False
-            cur.execute(
-                "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
-                " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
-                " ELSE run_owner END, rev = nextval('revs') WHERE id = %s AND run_epoch = %s",
-                (session_id, epoch),
-            )
-            if running:
-                cur.executemany(
-                    _SQL.update_run,
-                    [
-                        (
-                            _json(msgspec.structs.replace(r, status="aborted"), "run"),
-                            session_id,
-                            r.id,
-                        )
-                        for r in running
-                    ],
-                )
-            return True
-
-        return await self._write(op)
 
     def _sql_held_for_send(self, db: Any, session_id: str) -> None:
         _held_for_send(db, session_id)

@@ -3,6 +3,7 @@
 - :mod:`._dialect`: what differs between SQLite and PostgreSQL in a statement's
   text (the parameter mark, the insertion-order column, the lock clause).
 - :mod:`._statements`: the statements both stores run, rendered per dialect.
+- :mod:`._claims`: ``claim_run`` and ``demote_stale_run``.
 - :mod:`._hooks`: what a store gives the shared methods (dialect, transactions).
 - :mod:`._history`: ``mutate_history`` and ``mutate_turns``.
 - :mod:`._schedules`: the schedule methods, a mixin of both stores.
@@ -13,6 +14,7 @@
   (the rule itself, engine-free, stays in ``model``).
 """
 
+from ._claims import SQLClaims
 from ._codec import decode_row, meta_row
 from ._dialect import POSTGRES, SQLITE, Dialect
 from ._history import SQLHistoryEdits
@@ -27,6 +29,7 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
+    "SQLClaims",
     "SQLHistoryEdits",
     "SQLHooks",
     "SQLSchedules",

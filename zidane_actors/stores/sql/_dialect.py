@@ -30,6 +30,15 @@ class Dialect:
     """What makes ``ORDER BY`` a text column compare code points (SQLite's own order)."""
     encode: Callable[[object], bytes | str]
     """A JSON body as its column holds it: ``BLOB`` bytes (SQLite), ``text`` (PostgreSQL)."""
+    lock: str
+    """The clause locking a header row read before its write (SQLite: the write holds the
+    database lock already)."""
+    next_rev: str
+    """The expression of a session's next ``rev``."""
+    json_param: str
+    """A JSON text parameter as its column takes it (``jsonb`` in PostgreSQL)."""
+    json_column: str
+    """What reads a JSON column as text (``::text`` of a ``jsonb`` in PostgreSQL)."""
 
     def sql(self, text: str) -> str:
         """``text``, written with ``?`` marks, in this dialect's parameter marks."""
@@ -44,6 +53,10 @@ SQLITE: Final = Dialect(
     claim_order="",
     text_order="",
     encode=encode,
+    lock="",
+    next_rev="rev + 1",
+    json_param="?",
+    json_column="",
 )
 """SQLite: writes hold the database lock (``BEGIN IMMEDIATE``), so no row locks."""
 
@@ -55,5 +68,9 @@ POSTGRES: Final = Dialect(
     claim_order=" ORDER BY seq",
     text_order=' COLLATE "C"',
     encode=encode_str,
+    lock=" FOR UPDATE",
+    next_rev="nextval('revs')",
+    json_param="?::jsonb",
+    json_column="::text",
 )
 """PostgreSQL through psycopg."""

@@ -6,15 +6,12 @@ import builtins
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import msgspec
-
 from ...errors import (
     CorruptDataError,
     ValidationError,
 )
 from ...model import (
     JsonValue,
-    RunOwner,
     SaveMetaOptions,
     SessionData,
     SessionFilter,
@@ -25,23 +22,16 @@ from ...model import (
     SessionSearchPage,
     SessionTurn,
     corrupt_meta_row,
-    current_run_owner,
     decode,
-    encode,
     merge_session_metadata,
     patch_metadata,
-    run_claim_blocked,
     search_words,
 )
 from .._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
-    RunClaim,
     stale,
-)
-from .._validate import (
-    checked_int,
 )
 from ..sql import SQLITE, meta_row, search_header_sql, session_filter_sql
 from ._base import SQLiteBase
@@ -54,7 +44,6 @@ from ._rows import (
     _decode_turns,
     _metadata_json,
     _now,
-    _owner_json,
     _run_body,
     _session_id,
     _turn_json,
@@ -278,83 +267,6 @@ class SQLiteMeta(SQLiteBase):
             "UPDATE sessions SET metadata = ?, rev = rev + 1 WHERE id = ?",
             (_metadata_json(merged), session_id),
         )
-
-    async def claim_run(
-        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
-    ) -> RunClaim:
-        """Set ``running`` in one IMMEDIATE transaction unless a live owner holds it.
-
-        A successful claim records ``owner`` (default: this process), stamps
-        ``updatedAt`` and bumps ``run_epoch``; an unknown id is claimed
-        without writing a row.
-        """
-        _session_id(session_id)
-        checked_int(stale_at, "stale_at")
-        claimer_json = _owner_json(owner or current_run_owner())
-
-        def op(conn: _Conn) -> RunClaim:
-            row = conn.execute(
-                "SELECT status, run_owner, updated_at FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
-                return RunClaim(claimed=True)
-            status, stored_owner, updated_at = row
-            now = _now()
-            if run_claim_blocked(
-                status, _decode_owner(stored_owner, session_id), updated_at, stale_at, now
-            ):
-                return RunClaim(claimed=False)
-            conn.execute(
-                "UPDATE sessions SET status = 'running', run_owner = ?, updated_at = ?,"
-                " run_epoch = run_epoch + 1, rev = rev + 1 WHERE id = ?",
-                (claimer_json, now, session_id),
-            )
-            return RunClaim(claimed=True, previous=status)
-
-        return await self._write(op)
-
-    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
-        """Write a load's stale-running demotion in one IMMEDIATE transaction, if still stale.
-
-        The marker is re-read under the write lock and judged by
-        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
-        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
-        """
-        _session_id(session_id)
-        checked_int(stale_at, "stale_at")
-        checked_int(now, "now")
-
-        def op(conn: _Conn) -> bool:
-            row = conn.execute(
-                "SELECT status, run_owner, updated_at, run_epoch FROM sessions WHERE id = ?",
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                return False
-            status, owner, updated_at, epoch = row
-            if run_claim_blocked(
-                status, _decode_owner(owner, session_id), updated_at, stale_at, now
-            ):
-                return False
-            running = [r for r in self._runs(conn, session_id) if r.status == "running"]
-            if status != "running" and not running:
-                return False
-            conn.execute(
-                "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
-                " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
-                " ELSE run_owner END, rev = rev + 1 WHERE id = ? AND run_epoch = ?",
-                (session_id, epoch),
-            )
-            conn.executemany(
-                _SQL.update_run,
-                [
-                    (encode(msgspec.structs.replace(r, status="aborted")), session_id, r.id)
-                    for r in running
-                ],
-            )
-            return True
-
-        return await self._write(op)
 
     # -- history edits -------------------------------------------------------------------
 

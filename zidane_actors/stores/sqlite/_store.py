@@ -43,6 +43,7 @@ from .._validate import (
 )
 from ..sql import (
     SQLITE,
+    SQLClaims,
     SQLHistoryEdits,
     SQLSchedules,
     SQLSendRequests,
@@ -66,7 +67,7 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites):
+class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites, SQLClaims):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers

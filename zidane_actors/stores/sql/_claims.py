@@ -1,0 +1,135 @@
+"""Run claims and the stale-run demotion, written once for both SQL stores.
+
+A claim reads the run marker and writes it in one write transaction: SQLite's
+holds the database lock, PostgreSQL's locks the header row (``FOR UPDATE``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from ...model import (
+    RunOwner,
+    SessionRun,
+    current_run_owner,
+    encode_str,
+    preview,
+    run_claim_blocked,
+    validate_id,
+)
+from .._protocol import RunClaim
+from .._validate import checked, checked_int, now_ms
+from ._codec import decode_row
+from ._dialect import Dialect
+from ._hooks import SQLHooks
+
+__all__ = ["SQLClaims"]
+
+
+class _Statements:
+    def __init__(self, d: Dialect) -> None:
+        sql = d.sql
+        self.marker = sql(
+            f"SELECT status, run_owner{d.json_column}, updated_at, run_epoch"
+            f" FROM sessions WHERE id = ?{d.lock}"
+        )
+        self.claim = sql(
+            f"UPDATE sessions SET status = 'running', run_owner = {d.json_param},"
+            f" updated_at = ?, run_epoch = run_epoch + 1, rev = {d.next_rev} WHERE id = ?"
+        )
+        self.demote = sql(
+            "UPDATE sessions SET status = CASE WHEN status = 'running' THEN 'idle'"
+            " ELSE status END, run_owner = CASE WHEN status = 'running' THEN NULL"
+            f" ELSE run_owner END, rev = {d.next_rev} WHERE id = ? AND run_epoch = ?"
+        )
+        self.runs = sql("SELECT id, body FROM runs WHERE session_id = ?")
+        self.abort_run = sql("UPDATE runs SET body = ? WHERE session_id = ? AND id = ?")
+
+
+_BY_DIALECT: Final[dict[str, _Statements]] = {}
+
+
+def _statements(d: Dialect) -> _Statements:
+    found = _BY_DIALECT.get(d.name)
+    if found is None:
+        found = _BY_DIALECT[d.name] = _Statements(d)
+    return found
+
+
+def _owner(raw: str | bytes | None, session_id: str) -> RunOwner | None:
+    if raw is None:
+        return None
+    return decode_row(raw, RunOwner, "sessions", f"id={preview(session_id)} run_owner")
+
+
+class SQLClaims(SQLHooks):
+    """``claim_run`` and ``demote_stale_run`` of a SQL store."""
+
+    __slots__ = ()
+
+    async def claim_run(
+        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+    ) -> RunClaim:
+        """Set ``running`` unless a live owner holds it, in one write transaction.
+
+        A successful claim records ``owner`` (default: this process), stamps
+        ``updatedAt`` and bumps ``run_epoch``; an unknown id is claimed
+        without writing a row.
+        """
+        validate_id(session_id)
+        checked_int(stale_at, "stale_at")
+        claimant = current_run_owner() if owner is None else checked(owner, RunOwner, "run owner")
+        claimant_json = encode_str(claimant)
+        sql = _statements(self._dialect)
+
+        def op(db: Any) -> RunClaim:
+            row = db.execute(sql.marker, (session_id,)).fetchone()
+            if row is None:
+                return RunClaim(claimed=True)
+            status, stored_owner, updated_at, _ = row
+            now = now_ms()
+            if run_claim_blocked(
+                status, _owner(stored_owner, session_id), updated_at, stale_at, now
+            ):
+                return RunClaim(claimed=False)
+            db.execute(sql.claim, (claimant_json, now, session_id))
+            return RunClaim(claimed=True, previous=status)
+
+        return await self._sql_write(op, idempotent=False)
+
+    async def demote_stale_run(self, session_id: str, *, stale_at: int, now: int) -> bool:
+        """Write a load's stale-running demotion in one write transaction, if still stale.
+
+        The marker is re-read under the write's lock and judged by
+        ``run_claim_blocked``; the update also names the ``run_epoch`` it read,
+        so a marker claimed since is never overwritten. ``updatedAt`` is kept.
+        """
+        validate_id(session_id)
+        checked_int(stale_at, "stale_at")
+        checked_int(now, "now")
+        d = self._dialect
+        sql = _statements(d)
+
+        def op(db: Any) -> bool:
+            row = db.execute(sql.marker, (session_id,)).fetchone()
+            if row is None:
+                return False
+            status, owner, updated_at, epoch = row
+            if run_claim_blocked(status, _owner(owner, session_id), updated_at, stale_at, now):
+                return False
+            runs = [
+                decode_row(body, SessionRun, "runs", f"id={preview(rid)}")
+                for rid, body in db.execute(sql.runs, (session_id,)).fetchall()
+            ]
+            running = [r for r in runs if r.status == "running"]
+            if status != "running" and not running:
+                return False
+            db.execute(sql.demote, (session_id, epoch))
+            for run in running:
+                body = d.encode(msgspec.structs.replace(run, status="aborted"))
+                db.execute(sql.abort_run, (body, session_id, run.id))
+            return True
+
+        return await self._sql_write(op)
