@@ -67,7 +67,7 @@ def _has_words(data: SessionData, wanted: list[str]) -> bool:
 def search_header_filters(search: SessionSearch) -> list[tuple[str, str, Any]]:
     """The header conditions of ``search``, as ``(column, operator, value)`` in order.
 
-    ``operator`` is ``=``, ``>=`` or ``<``, or ``IS NULL`` (value ``None``) for
+    ``operator`` is ``=``, ``>=`` or ``<``, or ``"none"`` (value ``None``) for
     "no project root". The SQL stores render these; :func:`search_page`
     applies them to the sessions it scans: one rule for every store.
     """
@@ -75,7 +75,7 @@ def search_header_filters(search: SessionSearch) -> list[tuple[str, str, Any]]:
     if search.agent_id is not None:
         found.append(("agent_id", "=", search.agent_id))
     if search.project_root is None:
-        found.append(("project_root", "IS NULL", None))
+        found.append(("project_root", "none", None))
     elif search.project_root is not UNSET:
         found.append(("project_root", "=", search.project_root))
     if search.status is not None:
@@ -95,7 +95,7 @@ _HOLDS: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "=": lambda a, b: bool(a == b),
     ">=": lambda a, b: bool(a >= b),
     "<": lambda a, b: bool(a < b),
-    "IS NULL": lambda a, _: a is None,
+    "none": lambda a, _: a is None,
 }
 
 

@@ -21,8 +21,8 @@ def search_header_sql(search: SessionSearch, placeholder: str) -> tuple[list[str
     clauses: list[str] = []
     params: list[Any] = []
     for column, operator, value in search_header_filters(search):
-        if value is None:
-            clauses.append(f"s.{column} {operator}")
+        if operator == "none":
+            clauses.append(f"s.{column} IS NULL")
         elif operator == "=" and isinstance(value, str):
             equal_sql(clauses, params, f"s.{column}", value, placeholder)
         else:
