@@ -47,7 +47,12 @@ def _prepare(conn: _Conn, path: str, durability: Durability, deadline: float) ->
     delay = 0.005
     while True:
         try:
-            refuse_foreign(conn, path)  # before WAL: another program's file stays untouched
+            # Before WAL (another program's file stays untouched), and in one read
+            # snapshot: a process migrating the new file at once commits its tables and
+            # its user_version together, never one between the two reads.
+            conn.execute("BEGIN")
+            refuse_foreign(conn, path)
+            conn.execute("COMMIT")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal" and path != ":memory:":
                 raise StoreError(f"SQLite database {path} cannot use WAL (journal_mode is {mode})")
