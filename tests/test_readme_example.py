@@ -47,8 +47,8 @@ trio.run(main)
 with start_host("sqlite:p.db") as host:
     host.create_session(id="two")
 assert not {"psycopg", "httpx"} & set(sys.modules), sorted({"psycopg", "httpx"} & set(sys.modules))
-from zidane_actors.stores import _postgres, remote
-assert zidane_actors.open_postgres_store is _postgres.open_postgres_store
+from zidane_actors.stores import postgres, remote
+assert zidane_actors.open_postgres_store is postgres.open_postgres_store
 assert zidane_actors.stores.RemoteStore is remote.RemoteStore
 """
     done = subprocess.run(

@@ -1,4 +1,4 @@
-"""The SQL both SQL stores run, written once (layer 3, beneath ``_sqlite`` and ``_postgres``).
+"""The SQL both SQL stores run, written once (layer 3, beneath ``sqlite`` and ``postgres``).
 
 - :mod:`._dialect`: what differs between SQLite and PostgreSQL in a statement's
   text (the parameter mark, the insertion-order column, the lock clause).
