@@ -27,7 +27,6 @@ from ._protocol import (
     VersionedStore,
     store_capabilities,
 )
-from ._sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite_store
 from .file_map import (
     DirectoryFileMapAdapter,
     FileMapAdapter,
@@ -36,6 +35,7 @@ from .file_map import (
     create_file_map_store,
     open_directory_adapter,
 )
+from .sqlite import Durability, SQLiteStore, SQLiteStoreStatistics, open_sqlite_store
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore, PostgresStoreStatistics, open_postgres_store
