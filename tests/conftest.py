@@ -5,6 +5,7 @@ import socket
 from collections.abc import Generator
 
 import pytest
+from _pg import HOST, PORT
 from _pytest.outcomes import OutcomeException
 from hypothesis import settings
 
@@ -37,20 +38,20 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 
 def _postgres_answers() -> bool:
     try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
+        socket.create_connection((HOST, PORT), timeout=1).close()
     except OSError:
         return False
     return True
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the PostgreSQL tests, saying why, where no PostgreSQL answers on 127.0.0.1:5432.
+    """Skip the PostgreSQL tests, saying why, where no PostgreSQL answers (see ``_pg.py``).
 
     ``ZIDANE_REQUIRE_POSTGRES=1`` (set by ``.ci/run``) makes them run, and fail, instead.
     """
     if os.environ.get("ZIDANE_REQUIRE_POSTGRES") or _postgres_answers():
         return
-    skip = pytest.mark.skip(reason="no PostgreSQL answers on 127.0.0.1:5432 (see the README)")
+    skip = pytest.mark.skip(reason=f"no PostgreSQL answers on {HOST}:{PORT} (see the README)")
     for item in items:
         where = item.nodeid.lower()
         if "postgres" in where or "_pg" in where or "[pg" in where:

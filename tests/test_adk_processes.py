@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pg import DSN, url_of
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
 
@@ -35,7 +36,6 @@ from zidane_actors.integrations.adk import ZidaneSessionService
 from zidane_actors.model import SessionTurn, TextBlock
 from zidane_actors.stores import open_sqlite_store
 
-ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 HERE = Path(__file__).parent
 
 
@@ -82,12 +82,12 @@ def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         yield f"sqlite:{tmp_path_factory.mktemp('adk') / 'shared.db'}"
         return
     name = f"test_adk_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+    with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        yield url_of(name)
     finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 

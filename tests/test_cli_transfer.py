@@ -23,6 +23,7 @@ import attrs
 import psycopg
 import pytest
 import trio
+from _pg import DSN, url_of
 from psycopg import sql
 from test_server_e2e import ServerProcess
 
@@ -43,7 +44,6 @@ from zidane_actors.model import (
 from zidane_actors.stores._url import open_store_url
 
 CLI = str(Path(sys.executable).with_name("zidane-actors"))
-ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 KINDS = ("sqlite", "filemap", "remote", "postgres")
 WITH_ARTIFACTS = ("sqlite", "remote", "postgres")  # a file map holds no artifacts
 ELSEWHERE = RunOwner(host_id="elsewhere", pid=4242, token="their-token", started_at=5)
@@ -236,12 +236,12 @@ class Target:
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database, dropped afterwards."""
     name = f"test_cli_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+    with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        yield url_of(name)
     finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 

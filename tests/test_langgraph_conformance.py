@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from _pg import DSN, url_of
 
 pytest.importorskip("langgraph.checkpoint.conformance", reason="extra `test` not installed")
 
@@ -23,8 +24,6 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from psycopg import sql
 
 from zidane_actors.integrations.langgraph import ZidaneSaver
-
-ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 
 
 @pytest.fixture(scope="module", params=["memory", "sqlite", "postgres"])
@@ -40,12 +39,12 @@ def store_url(
         yield f"sqlite:{path}"
         return
     name = f"test_lg_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+    with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        yield url_of(name)
     finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 

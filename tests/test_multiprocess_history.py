@@ -33,6 +33,7 @@ import psycopg
 import pytest
 from _history import Anomaly, Event, check
 from _history_worker import HistoryRun, run_processes
+from _pg import DSN, url_of
 from psycopg import sql
 
 from zidane_actors.actors import open_session_host
@@ -42,7 +43,6 @@ from zidane_actors.stores import open_sqlite_store
 PROCESSES = 3
 STEPS = 80
 SEED = 21
-ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 
 
 def summary(anomalies: list[Anomaly], run: HistoryRun) -> str:
@@ -73,12 +73,12 @@ def assert_consistent(run: HistoryRun, *, refreshed: bool = False) -> None:
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database (its default schema is as fresh), dropped afterwards."""
     name = f"test_history_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+    with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        yield url_of(name)
     finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 

@@ -12,9 +12,11 @@ import outcome
 import psycopg
 import pytest
 import trio
+from _pg import DSN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from store_contract import StoreContract, StoreOpener
 
 from zidane_actors.errors import (
@@ -50,8 +52,7 @@ from zidane_actors.stores import (
 )
 from zidane_actors.stores.postgres._schema import _V1, SCHEMA_VERSION
 
-DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
-FAST_DSN = DSN + " options='-c synchronous_commit=off'"
+FAST_DSN = make_conninfo(DSN, options="-c synchronous_commit=off")
 """For the contract: the server never crashes in these tests, so skipping the WAL flush
 on commit changes no result and spares the shared machine's disk."""
 
