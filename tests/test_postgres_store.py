@@ -12,6 +12,7 @@ import outcome
 import psycopg
 import pytest
 import trio
+import trio.testing
 from _pg import DSN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -680,7 +681,8 @@ async def test_calls_waiting_for_a_connection_fail_once_closed(schema: str) -> N
         async with trio.open_nursery() as nursery:
             for _ in range(5):
                 nursery.start_soon(reader)
-            await trio.lowlevel.checkpoint()
+            # Every reader is in: one holds the only connection, the others wait for it.
+            await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(opened.aclose)
     assert errors, "no call was refused"
     assert opened.statistics().reconnects == 0
