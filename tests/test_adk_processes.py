@@ -12,25 +12,22 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _pg import DSN, url_of
+from _pg import fresh_database
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
 
 import msgspec
-import psycopg
 import trio
 from _adk_worker import appends
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
-from psycopg import sql
 
 from zidane_actors.integrations.adk import ZidaneSessionService
 from zidane_actors.model import SessionTurn, TextBlock
@@ -81,14 +78,8 @@ def url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     if request.param == "sqlite":
         yield f"sqlite:{tmp_path_factory.mktemp('adk') / 'shared.db'}"
         return
-    name = f"test_adk_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield url_of(name)
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with fresh_database("test_adk") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ import attrs
 import psycopg
 import pytest
 import trio
-from _pg import DSN, url_of
-from psycopg import sql
+from _pg import fresh_database
 from test_server_e2e import ServerProcess
 
 from zidane_actors import _transfer as transfer
@@ -235,14 +233,8 @@ class Target:
 @pytest.fixture
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database, dropped afterwards."""
-    name = f"test_cli_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield url_of(name)
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with fresh_database("test_cli") as url:
+        yield url
 
 
 @pytest.fixture

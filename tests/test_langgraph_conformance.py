@@ -9,19 +9,16 @@ capability must be detected and pass, on memory, SQLite and PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from _pg import DSN, url_of
+from _pg import fresh_database
 
 pytest.importorskip("langgraph.checkpoint.conformance", reason="extra `test` not installed")
 
-import psycopg
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
-from psycopg import sql
 
 from zidane_actors.integrations.langgraph import ZidaneSaver
 
@@ -38,14 +35,8 @@ def store_url(
         path: Path = tmp_path_factory.mktemp("langgraph") / "conformance.db"
         yield f"sqlite:{path}"
         return
-    name = f"test_lg_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield url_of(name)
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with fresh_database("test_lg") as url:
+        yield url
 
 
 def test_conformance_every_capability(store_url: str) -> None:

@@ -25,16 +25,13 @@ and agent id changes (no change a caller was told is saved may be undone:
 from __future__ import annotations
 
 import collections
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import psycopg
 import pytest
 from _history import Anomaly, Event, check
 from _history_worker import HistoryRun, run_processes
-from _pg import DSN, url_of
-from psycopg import sql
+from _pg import fresh_database
 
 from zidane_actors.actors import open_session_host
 from zidane_actors.model import RunOwner, SessionData
@@ -72,14 +69,8 @@ def assert_consistent(run: HistoryRun, *, refreshed: bool = False) -> None:
 @pytest.fixture
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database (its default schema is as fresh), dropped afterwards."""
-    name = f"test_history_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield url_of(name)
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with fresh_database("test_history") as url:
+        yield url
 
 
 def test_one_host_alone_is_consistent(tmp_path: Path) -> None:
