@@ -60,6 +60,9 @@ from zidane_actors.model import (
     ARTIFACTS_PER_SESSION_CAP,
     FIRE_HISTORY,
     ID_MAX_LENGTH,
+    MAX_SEARCH_TEXT,
+    MAX_SEARCH_WORD_LENGTH,
+    MAX_SEARCH_WORDS,
     RUN_OWNER_HOLD_MS,
     SEND_REQUEST_HISTORY,
     AppendTurnsOptions,
@@ -1208,6 +1211,26 @@ class StoreContract:
                 SessionSearch(count_limit=0),
             ],
         )
+
+    async def test_search_meta_text_is_bounded(self, store: SessionStore) -> None:
+        """Search text up to the bound answers on every store; past it, a refusal at ``$.text``."""
+        full = self.need(store, "search_meta", "get_meta")
+        many = " ".join(f"k{i:02d}" for i in range(MAX_SEARCH_WORDS))
+        longest = "é" * MAX_SEARCH_WORD_LENGTH
+        turns = (self.search_turn(0, many), self.search_turn(1, f"a {longest} b"))
+        await full.save(make_session("s", turns=turns))
+        widest = ("k01 " * MAX_SEARCH_WORDS).ljust(MAX_SEARCH_TEXT)  # both bounds at once
+        for text in (many, longest, widest, f"{many[:-3]}k99"):
+            found = await full.search_meta(SessionSearch(text=text))
+            assert [r.id for r in found.rows] == ([] if "k99" in text else ["s"])
+        for text in (
+            f"{many} k64",
+            "x" + " " * MAX_SEARCH_TEXT,
+            f"a {longest}é",
+        ):
+            with pytest.raises(ValidationError) as refused:
+                await full.search_meta(SessionSearch(text=text))
+            assert refused.value.path == "$.text"
 
     async def test_search_meta_index_follows_every_write(
         self, store: SessionStore, reopen: Reopen

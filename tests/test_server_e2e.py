@@ -18,7 +18,14 @@ import httpx
 import pytest
 
 from zidane_actors.errors import RemoteStoreError
-from zidane_actors.model import SessionData, SessionTurn, TextBlock, decode, encode
+from zidane_actors.model import (
+    MAX_SEARCH_WORDS,
+    SessionData,
+    SessionTurn,
+    TextBlock,
+    decode,
+    encode,
+)
 from zidane_actors.stores import create_remote_store
 
 READY_TIMEOUT_S = 20.0
@@ -204,3 +211,21 @@ def test_serve_reports_a_busy_port_in_one_line() -> None:
         assert "Traceback" not in proc.stderr
     finally:
         first.stop()
+
+
+async def test_search_text_past_the_bound_is_refused_located(
+    sqlite_server: ServerProcess,
+) -> None:
+    """Thousands of words (SQLite once answered 500) or one huge word: a located 422."""
+    many = " ".join(f"w{i}" for i in range(MAX_SEARCH_WORDS + 1))
+    async with httpx.AsyncClient(base_url=sqlite_server.url) as client:
+        await client.put("/sessions/s1", json={"id": "s1", "createdAt": 1, "updatedAt": 1})
+        for text in (many, " ".join(["w"] * 2_000), "x" * 3_000):
+            r = await client.get("/session-search", params={"text": text})
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["path"] == "$.text"
+            assert "search text" in r.json()["error"]["message"]
+            r = await client.get("/ui/fragments/sessions", params={"q": text})
+            assert r.status_code == 400, r.text
+        r = await client.get("/session-search", params={"text": many.rsplit(" ", 1)[0]})
+        assert r.status_code == 200 and r.json()["rows"] == []

@@ -53,7 +53,6 @@ from ._run_owner import (
 from ._search import (
     search_header_filters,
     search_page,
-    search_words,
     turn_search_text,
 )
 from ._send_requests import (
@@ -124,6 +123,13 @@ from ._types import (
     call_input,
     reasoning_text,
 )
+from ._words import (
+    MAX_SEARCH_TEXT,
+    MAX_SEARCH_WORD_LENGTH,
+    MAX_SEARCH_WORDS,
+    check_search_text,
+    search_words,
+)
 
 __all__ = [
     "ARTIFACTS_METADATA_KEY",
@@ -136,6 +142,9 @@ __all__ = [
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
+    "MAX_SEARCH_TEXT",
+    "MAX_SEARCH_WORDS",
+    "MAX_SEARCH_WORD_LENGTH",
     "PREVIEW_MAX_CHARS",
     "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
@@ -192,6 +201,7 @@ __all__ = [
     "check_column_text",
     "check_json",
     "check_model",
+    "check_search_text",
     "check_shape",
     "check_unique_turn_ids",
     "convert",

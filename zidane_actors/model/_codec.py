@@ -389,6 +389,12 @@ def _name(type_: object) -> str:
 def _located(exc: msgspec.MsgspecError, what: str) -> ValidationError:
     text = str(exc)
     match = _PATH.search(text)
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError) and cause.path:
+        # a located refusal of a __post_init__: its path continues the struct's
+        inner = str(cause).removesuffix(f" (at {cause.path})")
+        outer = match.group(1) if match else "$"
+        return ValidationError(f"invalid {what}: {inner}", path=outer + cause.path[1:])
     if match:
         return ValidationError(f"invalid {what}: {text[: match.start()]}", path=match.group(1))
     return ValidationError(f"invalid {what}: {text}", path="$")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
@@ -18,20 +17,13 @@ from ._types import (
     ToolCallBlock,
     ToolResultBlock,
 )
+from ._words import search_words
 
 __all__ = [
     "search_header_filters",
     "search_page",
-    "search_words",
     "turn_search_text",
 ]
-
-_WORD: Final = re.compile(r"[^\W_]+")
-
-
-def search_words(text: str) -> list[str]:
-    """The words of ``text``: runs of letters and digits, lower-cased, in order."""
-    return _WORD.findall(text.lower())
 
 
 def turn_search_text(turn: SessionTurn) -> str:

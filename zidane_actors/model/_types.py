@@ -15,6 +15,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ..errors import ValidationError
 from ._extra import ExtraFields, json_name
+from ._words import check_search_text
 
 __all__ = [
     "AppendTurnsOptions",
@@ -502,6 +503,12 @@ class SessionSearch(_Value, frozen=True):
     ``*To`` bounds exclusive (epoch ms). Rows come newest first by
     ``order`` (``updatedAt`` or ``createdAt``), ties by id, from ``offset``.
     ``total`` counts the matches up to ``countLimit``.
+
+    ``text`` is bounded (:func:`~zidane_actors.model.check_search_text`): at most
+    :data:`~zidane_actors.model.MAX_SEARCH_TEXT` characters, and
+    :data:`~zidane_actors.model.MAX_SEARCH_WORDS` words of at most
+    :data:`~zidane_actors.model.MAX_SEARCH_WORD_LENGTH` characters; longer text
+    is a :class:`~zidane_actors.errors.ValidationError` located at ``$.text``.
     """
 
     text: str | None = None
@@ -516,6 +523,10 @@ class SessionSearch(_Value, frozen=True):
     limit: Annotated[int, Meta(ge=0, le=1000)] = 50
     offset: Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)] = 0
     count_limit: Annotated[int, Meta(ge=0, le=1_000_000)] = 10_000
+
+    def __post_init__(self) -> None:
+        if self.text is not None:
+            check_search_text(self.text)
 
 
 class SessionSearchPage(_Value, frozen=True):
