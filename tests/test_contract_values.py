@@ -44,6 +44,7 @@ from zidane_actors.model import (
     ARTIFACT_META_MAX_BYTES,
     ARTIFACT_URI_MAX_CHARS,
     MAX_JSON_DEPTH,
+    MAX_STORED_JSON_DEPTH,
     AppendTurnsOptions,
     ArtifactFilter,
     ExtraFields,
@@ -68,6 +69,7 @@ from zidane_actors.model import (
     decode,
     encode,
     normalize_artifact_input,
+    stored_too_deep,
 )
 from zidane_actors.model._checked import checked_turns
 from zidane_actors.server._openapi import openapi_document
@@ -1074,3 +1076,15 @@ def test_model_invariants_raise_the_library_error() -> None:
         ImageBlock(data="aGk=", url="https://x", media_type="image/png")
     with pytest.raises(ValidationError, match="mediaType"):
         FileBlock(data="aGk=")
+
+
+def test_stored_too_deep_counts_brackets_outside_strings_only() -> None:
+    """The rule a store reads a row by: nesting past MAX_STORED_JSON_DEPTH is corrupt."""
+    at = "[" * MAX_STORED_JSON_DEPTH + "]" * MAX_STORED_JSON_DEPTH
+    assert not stored_too_deep(at) and not stored_too_deep(at.encode())
+    assert stored_too_deep(f"[{at}]") and stored_too_deep(f'{{"x":[{at}]}}'.encode())
+    assert not stored_too_deep('["' + "[{" * 1_000 + '"]')  # brackets in a string
+    assert not stored_too_deep('["\\"' + "[" * 1_000 + '"]')  # after an escaped quote
+    assert not stored_too_deep("[" * 1_000)  # not JSON: decoding says so
+    deepest_write = SessionData(id="s", created_at=1, updated_at=1, metadata={"k": nest(127)})
+    assert not stored_too_deep(encode(deepest_write))

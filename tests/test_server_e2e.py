@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -229,3 +230,46 @@ async def test_search_text_past_the_bound_is_refused_located(
             assert r.status_code == 400, r.text
         r = await client.get("/session-search", params={"text": many.rsplit(" ", 1)[0]})
         assert r.status_code == 200 and r.json()["rows"] == []
+
+
+async def test_a_row_nested_past_what_a_write_stores_is_corrupt_and_named(
+    sqlite_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Another program's turn body and metadata nested 980 deep: the listing, meta and
+    search answer 200 with those sessions flagged corrupt, and their own routes answer
+    ``corrupt_data`` naming them (once a 500 naming no session, for every listing)."""
+    deep = "[" * 980 + "]" * 980
+    json = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=sqlite_server.url, headers=json) as client:
+        for sid in ("good", "deepturn", "deepmeta"):
+            session = SessionData(id=sid, created_at=1, updated_at=2, turns=(_turn(1),))
+            assert (
+                await client.put(f"/sessions/{sid}", content=encode(session))
+            ).status_code == 204
+        with sqlite3.connect(tmp_path / "sessions.db") as db:
+            (body,) = db.execute("SELECT body FROM turns WHERE session_id = 'deepturn'").fetchone()
+            deep_body = bytes(body)[:-1] + b',"providerData":{"x":' + deep.encode() + b"}}"
+            db.execute("UPDATE turns SET body = ? WHERE session_id = 'deepturn'", (deep_body,))
+            db.execute(
+                "UPDATE sessions SET metadata = ? WHERE id = 'deepmeta'", (f'{{"x":{deep}}}',)
+            )
+        r = await client.get("/session-meta")
+        assert r.status_code == 200, r.text
+        corrupt = {row["id"]: row.get("corrupt") for row in r.json()}
+        assert corrupt["good"] is None
+        assert "MAX_STORED_JSON_DEPTH" in corrupt["deepturn"]
+        assert "MAX_STORED_JSON_DEPTH" in corrupt["deepmeta"]
+        for params in ({}, {"text": "message"}):
+            r = await client.get("/session-search", params=params)
+            assert r.status_code == 200, r.text
+            assert {row["id"] for row in r.json()["rows"]} >= {"good"}
+        r = await client.get("/session-search")
+        assert {row["id"] for row in r.json()["rows"]} == {"good", "deepturn", "deepmeta"}
+        assert (await client.get("/ui/fragments/sessions")).status_code == 200
+        for sid in ("deepturn", "deepmeta"):
+            for path in (f"/sessions/{sid}", f"/sessions/{sid}/meta"):
+                r = await client.get(path)
+                assert r.status_code == 500, r.text
+                assert r.json()["error"]["code"] == "corrupt_data"
+                assert repr(sid) in r.json()["error"]["message"]
+        assert (await client.get("/sessions/good")).status_code == 200

@@ -39,7 +39,14 @@ from ._ids import (
     validate_id,
     validate_request_id,
 )
-from ._json import MAX_JSON_DEPTH, check_json, check_model, key_segment
+from ._json import (
+    MAX_JSON_DEPTH,
+    MAX_STORED_JSON_DEPTH,
+    check_json,
+    check_model,
+    key_segment,
+    stored_too_deep,
+)
 from ._preview import PREVIEW_MAX_CHARS, preview
 from ._run_owner import (
     RUN_OWNER_HOLD_MS,
@@ -145,6 +152,7 @@ __all__ = [
     "MAX_SEARCH_TEXT",
     "MAX_SEARCH_WORDS",
     "MAX_SEARCH_WORD_LENGTH",
+    "MAX_STORED_JSON_DEPTH",
     "PREVIEW_MAX_CHARS",
     "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
@@ -245,6 +253,7 @@ __all__ = [
     "session_meta_row",
     "snapshot_status",
     "sort_artifacts",
+    "stored_too_deep",
     "to_builtins",
     "turn_search_text",
     "upsert_runs",

@@ -31,7 +31,14 @@ from ..errors import ValidationError
 from ._extra import EXTRA_KEY, ExtraFields
 from ._preview import preview
 
-__all__ = ["MAX_JSON_DEPTH", "check_json", "check_model", "key_segment"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_STORED_JSON_DEPTH",
+    "check_json",
+    "check_model",
+    "key_segment",
+    "stored_too_deep",
+]
 
 MAX_JSON_DEPTH: Final = 128
 """Deepest nesting of arrays and objects a free-form JSON value may have.
@@ -40,6 +47,39 @@ Counted from the field holding it: a ``metadata`` object is level 1, an
 object inside it level 2. Model values nest a few levels of their own on
 top, well under the ~1000 levels a JSON parser recurses through.
 """
+
+MAX_STORED_JSON_DEPTH: Final = 2 * MAX_JSON_DEPTH
+"""Deepest nesting a stored document (a turn's or a header's JSON, a metadata column) may have.
+
+Nothing this version writes comes near it (:data:`MAX_JSON_DEPTH` plus the
+model's own few levels); a row nested deeper was written by another program,
+and a store reads it as corrupt (:func:`stored_too_deep`) rather than handing
+out a value that cannot be written back (a server would fail encoding it).
+"""
+
+_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_INNERMOST: Final = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKET: Final = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def stored_too_deep(raw: bytes | str) -> bool:
+    """Whether the JSON text ``raw`` nests deeper than :data:`MAX_STORED_JSON_DEPTH`.
+
+    Costs two byte counts for a document with fewer brackets than the limit;
+    otherwise the brackets outside strings are kept and the innermost pairs
+    removed, one level a pass (each in C). Text that is not JSON answers
+    ``False``: decoding it says what is wrong.
+    """
+    data = raw.encode(errors="surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if data.count(b"[") + data.count(b"{") <= MAX_STORED_JSON_DEPTH:
+        return False
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    for _ in range(MAX_STORED_JSON_DEPTH):
+        brackets, removed = _INNERMOST.subn(b"", brackets)
+        if not brackets or not removed:
+            return False
+    return True
+
 
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

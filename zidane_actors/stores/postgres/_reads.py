@@ -23,6 +23,7 @@ from ...model import (
     decoder,
     preview,
     search_words,
+    stored_too_deep,
     validate_id,
 )
 from .._protocol import (
@@ -134,7 +135,7 @@ def _decode_list(
     count, _, bodies = text.partition(":")
     try:
         items: tuple[Any, ...] = decoder(tuple[type_, ...]).decode(f"[{bodies}]")
-        if len(items) == int(count):
+        if len(items) == int(count) and not stored_too_deep(bodies):
             return items
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         pass

@@ -25,12 +25,14 @@ from ...model import (
     decoder,
     encode_str,
     preview,
+    stored_too_deep,
 )
 from .._validate import (
     checked,
     checked_header,
 )
 from ..sql import POSTGRES, SharedSQL
+from ..sql._codec import TOO_DEEP
 
 __all__ = []
 
@@ -78,10 +80,13 @@ def _decode(text: str | None, type_: Any, table: str, key: str) -> Any:
     if text is None:
         raise CorruptDataError(f"{table} row {key} has no value where JSON was expected")
     try:
-        return decoder(type_).decode(text)
+        value = decoder(type_).decode(text)
+        if stored_too_deep(text):
+            raise RecursionError
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        reason = TOO_DEEP if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(f"{table} row {key} does not decode: {reason}") from None
+    return value
 
 
 def _map_error(exc: BaseException) -> BaseException:

@@ -8,9 +8,22 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from ...errors import CorruptDataError
-from ...model import RunOwner, SessionMetaRow, SessionTurn, decoder
+from ...model import (
+    MAX_STORED_JSON_DEPTH,
+    RunOwner,
+    SessionMetaRow,
+    SessionTurn,
+    decoder,
+    stored_too_deep,
+)
 
-__all__ = ["decode_row", "meta_row"]
+__all__ = ["TOO_DEEP", "decode_row", "meta_row"]
+
+TOO_DEEP = (
+    f"nested deeper than {MAX_STORED_JSON_DEPTH} arrays/objects (MAX_STORED_JSON_DEPTH):"
+    " not written by this version"
+)
+"""Why a stored row nested past what a write stores (or a parser recurses through) is corrupt."""
 
 T = TypeVar("T")
 
@@ -21,8 +34,10 @@ def decode_row(raw: bytes | str | None, type_: type[T], table: str, key: str) ->
         raise CorruptDataError(f"{table} row {key} has no value where JSON was expected")
     try:
         value: T = decoder(cast(Hashable, type_)).decode(raw)
+        if stored_too_deep(raw):
+            raise RecursionError
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        reason = TOO_DEEP if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(f"{table} row {key} does not decode: {reason}") from None
     return value
 

@@ -29,6 +29,7 @@ from ...model import (
     decoder,
     parse_json,
     preview,
+    stored_too_deep,
     validate_id,
 )
 from ...model._checked import CheckedTurns
@@ -37,6 +38,7 @@ from .._validate import (
     checked_header,
 )
 from ..sql import SQLITE, SharedSQL
+from ..sql._codec import TOO_DEEP
 
 __all__ = ["Durability", "SQLiteStoreStatistics"]
 
@@ -106,8 +108,10 @@ class SQLiteStoreStatistics:
 def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, where: str) -> T:
     try:
         value: T = (_TURN if type_ is SessionTurn else decoder(cast(Hashable, type_))).decode(raw)
+        if stored_too_deep(raw):
+            raise RecursionError
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        reason = TOO_DEEP if isinstance(exc, RecursionError) else exc
         raise CorruptDataError(
             f"table {table}: row of session {preview(session_id)}"
             f" at {where} does not decode: {reason}"
@@ -147,12 +151,13 @@ def _decode_turns(
     """
     decode_turn = _TURN.decode
     try:
-        return tuple(
-            [
-                decode_turn(body if body.startswith(_WHOLE) else _turn_json(tid, role, body))
-                for _, tid, role, body in rows
-            ]
-        )
+        if not any(stored_too_deep(body) for _, _, _, body in rows):
+            return tuple(
+                [
+                    decode_turn(body if body.startswith(_WHOLE) else _turn_json(tid, role, body))
+                    for _, tid, role, body in rows
+                ]
+            )
     except (
         msgspec.ValidationError,
         msgspec.DecodeError,
@@ -172,6 +177,8 @@ def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
         return {}
     try:  # the decoder held, not looked up: this runs for every row list_meta answers
         metadata: dict[str, Any] = _METADATA.decode(raw)
+        if stored_too_deep(raw):
+            raise RecursionError
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return _decode_row(raw, dict[str, Any], "sessions", session_id, "column metadata")
     return metadata
