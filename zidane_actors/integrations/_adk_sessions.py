@@ -264,6 +264,16 @@ async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
     return encode(state)
 
 
+def _holds(session: Session, data: dict[str, Any]) -> bool:
+    """Whether ``session`` already stores an event equal to ``data`` (same id)."""
+    event_id = data.get("id")
+    for turn in reversed(session.turns):
+        stored = turn.metadata.get(EVENT_KEY) if turn.metadata else None
+        if isinstance(stored, dict) and stored.get("id") == event_id and _event_of(turn) == data:
+            return True
+    return False
+
+
 def _placed(session: Session, turn_id: str, before: tuple[int, int, str | None]) -> bool:
     """Whether the session holds ``turn_id`` right after the turns it held ``before``."""
     created_at, count, last_id = before
@@ -291,7 +301,8 @@ async def _append(
     session_id: str,
     append: _Append,
     seen: tuple[str | None, float, str | None],
-) -> str:
+) -> str | None:
+    """Store the event; its session's new marker (``None``: an equal event was stored)."""
     marker, last_update, last_event_id = seen
     # A session read through this service appends over the handle it was read from,
     # without reading the store first: when the caller's read is still this handle's
@@ -311,6 +322,9 @@ async def _append(
             stored = _last_event(session)
             if (stored.get("id") if stored is not None else None) != last_event_id:
                 raise StaleSessionError(_STALE)
+        if _holds(session, append.data):
+            # The same event again (a retry): stored once, as ADK's in-memory service does.
+            return None
         turns = session.turns
         before = (session.created_at, len(turns), turns[-1].id if turns else None)
         pairing = _pairing_for(session)

@@ -205,7 +205,9 @@ class ZidaneSessionService(BaseSessionService, _shared.AsyncShare):
     async def append_event(self, session: AdkSession, event: Event) -> Event:
         """Store ``event`` as a turn and apply its state delta, then append it to ``session``.
 
-        A partial event is answered untouched; ``temp:`` state reaches
+        A partial event is answered untouched, and so is an event equal to
+        one the session stores (same id; ``session`` gets no second copy);
+        ``temp:`` state reaches
         ``session.state`` but is never stored. Appends to one session from
         this service are serialized, so parallel branches sharing one
         ``Session`` object never see each other as stale.
@@ -233,6 +235,8 @@ class ZidaneSessionService(BaseSessionService, _shared.AsyncShare):
                 _Append(data, exact, role, blocks, usage, own, app, user),
                 (session._storage_update_marker, session.last_update_time, last_id),
             )
+            if marker is None:  # an equal event is stored already: nothing written
+                return event
             session._storage_update_marker = marker
             session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
