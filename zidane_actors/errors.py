@@ -32,6 +32,7 @@ __all__ = [
     "UnsupportedOperationError",
     "ValidationError",
     "WireFormatError",
+    "WireTypeError",
     "ZidaneActorsError",
 ]
 
@@ -53,6 +54,16 @@ class ValidationError(ZidaneActorsError, ValueError):
 
 class WireFormatError(ValidationError):
     """A provider wire message (Anthropic, OpenAI) cannot be converted."""
+
+
+class WireTypeError(WireFormatError, TypeError):
+    """A wire message holds a value of a type JSON cannot carry (an object, bytes, a set…).
+
+    Also a :class:`TypeError`, as ``json.dumps`` raises for such a value: code
+    written against another session (openai-agents' ``SQLiteSession`` raises
+    ``TypeError`` for an item it cannot serialize) catches it the same way.
+    A key that is not a string is refused with it too.
+    """
 
 
 class InvalidNameError(ValidationError):

@@ -31,6 +31,7 @@ import msgspec
 from ..errors import WireFormatError
 from ..model import SessionContentBlock, SessionMessage, SessionTurn, ToolResultBlock
 from ..wire import from_openai_responses, to_openai_responses
+from ..wire._json import check_json_types
 
 __all__ = [
     "OPENAI_ITEMS_METADATA_KEY",
@@ -189,14 +190,18 @@ def group_items(items: Sequence[Mapping[str, Any]]) -> list[ItemGroup]:
     """Split items into runs of one role, each with its neutral content (one conversion per item).
 
     Raises :class:`WireFormatError` (path ``$[i]…`` into ``items``) for an
-    item the converters cannot carry.
+    item the converters cannot carry: a :class:`~zidane_actors.errors.WireTypeError` (a
+    ``TypeError``) when an item holds a value of a type JSON cannot carry.
     """
     groups: list[ItemGroup] = []
     for item in items:
         try:
             (message,) = from_openai_responses([item])
         except (WireFormatError, ValueError):
-            from_openai_responses(items)  # raises the located error
+            # A value JSON cannot carry anywhere in the call is named first, as a TypeError
+            # (WireTypeError), as json.dumps (SQLiteSession) refuses it; else the located error.
+            check_json_types(items, "$")
+            from_openai_responses(items)
             raise
         if groups and groups[-1][0] == message.role:
             groups[-1][2].append(item)  # type: ignore[arg-type]

@@ -389,7 +389,9 @@ class ZidaneSession(_shared.Share):
         """Append ``items`` in one store write (all or nothing).
 
         An item the Responses converters cannot carry raises ``WireFormatError``
-        (path ``$[i]…`` into ``items``) and nothing is written. Called by the
+        (path ``$[i]…`` into ``items``) and nothing is written: ``WireTypeError``,
+        also a ``TypeError`` as ``SQLiteSession`` raises, for a value of a type
+        JSON cannot carry. Called by the
         Runner (``wrapper`` given), the items are recorded as part of that
         call's run.
         """

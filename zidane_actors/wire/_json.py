@@ -7,10 +7,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import WireTypeError
 from ..model import preview
 from ._common import fail
 
-__all__ = ["arguments_to_json", "copy_json_object", "copy_json_value", "json_text"]
+__all__ = [
+    "arguments_to_json",
+    "check_json_types",
+    "copy_json_object",
+    "copy_json_value",
+    "json_text",
+]
 
 
 def _copy(value: object, path: str, depth: int) -> Any:
@@ -26,10 +33,34 @@ def _copy(value: object, path: str, depth: int) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                fail(f"object key {preview(key)} is not a string", path)
+                raise WireTypeError(f"object key {preview(key)} is not a string", path=path)
             out[key] = _copy(item, f"{path}.{key}", depth + 1)
         return out
-    fail(f"not a JSON value: {type(value).__name__}", path)
+    raise WireTypeError(f"not a JSON value: {type(value).__name__}", path=path)
+
+
+def check_json_types(value: object, path: str) -> None:
+    """Raise the located :class:`WireTypeError` for the first value of a type JSON cannot carry.
+
+    Only types and keys are checked (a ``NaN``, or nesting past what JSON
+    keeps, is left to the converters); nesting past 256 levels is not walked.
+    """
+    stack: list[tuple[object, str, int]] = [(value, path, 0)]
+    while stack:
+        here, where, depth = stack.pop()
+        if here is None or isinstance(here, bool | int | float | str) or depth > 256:
+            continue
+        if isinstance(here, list | tuple):
+            children = [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(here)]
+        elif isinstance(here, Mapping):
+            children = []
+            for key, v in here.items():
+                if not isinstance(key, str):
+                    raise WireTypeError(f"object key {preview(key)} is not a string", path=where)
+                children.append((v, f"{where}.{key}", depth + 1))
+        else:
+            raise WireTypeError(f"not a JSON value: {type(here).__name__}", path=where)
+        stack.extend(reversed(children))  # depth first, in order: the first bad value is named
 
 
 def copy_json_object(value: object, path: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import WireTypeError
 from ..model import preview
 from ._common import fail
 from ._json import copy_json_value
@@ -121,6 +122,8 @@ def diff_into(
 
     def walk(c: Mapping[str, Any], o: Mapping[str, Any], pointer: str, top: bool) -> None:
         for key, value in o.items():
+            if not isinstance(key, str):
+                raise WireTypeError(f"object key {preview(key)} is not a string", path=path)
             here = f"{pointer}/{_escape(key)}"
             if top and key in skip and key in c and _non_empty(value):
                 continue
