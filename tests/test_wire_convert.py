@@ -13,7 +13,7 @@ from test_wire_sdk import (
     plain,
 )
 
-from zidane_actors.errors import WireFormatError
+from zidane_actors.errors import WireFormatError, WireTypeError
 from zidane_actors.model import (
     FileBlock,
     ImageBlock,
@@ -864,3 +864,17 @@ async def test_to_wire_messages_refuses_a_wrongly_built_turn_located() -> None:
     with pytest.raises(WireFormatError) as caught:
         await to_wire_messages([good, wrong])
     assert caught.value.path == "$[1].content"
+
+
+@pytest.mark.parametrize(
+    ("item", "where"),
+    [
+        ({"role": "user", "content": "x", 1: "int key"}, r"key 1 is not a string \(at \$\[0\]\)"),
+        ({"role": "user", "content": "x", "m": {"n": {2: "b"}}}, r"\(at \$\[0\]\.m\.n\)"),
+        ({"type": "web_search_call", "id": "ws_1", "x": object()}, r"object \(at \$\[0\]\.x\)"),
+    ],
+)
+def test_a_value_or_key_json_cannot_carry_is_a_located_type_error(item: Any, where: str) -> None:
+    with pytest.raises(WireTypeError, match=where) as raised:
+        from_openai_responses([item])
+    assert isinstance(raised.value, WireFormatError) and isinstance(raised.value, TypeError)
