@@ -19,6 +19,7 @@ from ..model import (
     ScheduleFire,
     SessionArtifact,
     SessionData,
+    SessionHistory,
     SessionRun,
     SessionStatus,
     SessionTurn,
@@ -33,6 +34,7 @@ from ..model import (
     validate_id,
 )
 from ..model._codec import encode_checked
+from ._protocol import HistoryMutation, TurnsMutation
 
 __all__ = [
     "check_artifact_filter_ids",
@@ -54,6 +56,18 @@ __all__ = [
 T = TypeVar("T")
 
 _STATUSES: Final = frozenset(get_args(SessionStatus))
+
+
+def turns_only(mutate: TurnsMutation) -> HistoryMutation:
+    """A deprecated turns-only edit as a history edit: runs kept, the new turns checked."""
+
+    def on_history(history: SessionHistory) -> SessionHistory | None:
+        turns = mutate(history.turns)
+        if turns is None:
+            return None
+        return SessionHistory(turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs)
+
+    return on_history
 
 
 def warn_mutate_turns() -> None:

@@ -74,6 +74,7 @@ from .._validate import (
     check_fire_ids,
     checked,
     checked_int,
+    turns_only,
     warn_mutate_turns,
 )
 from ._bodies import (
@@ -713,14 +714,8 @@ class RemoteStore:
         """Deprecated turns-only form of :meth:`mutate_history` (runs kept)."""
         warn_mutate_turns()
 
-        def on_history(history: SessionHistory) -> SessionHistory | None:
-            turns = mutate(history.turns)
-            if turns is None:
-                return None
-            return SessionHistory(turns=tuple(turns), runs=history.runs)
-
         return await self.mutate_history(
-            session_id, on_history, expected_rev=expected_rev, on_revision=on_revision
+            session_id, turns_only(mutate), expected_rev=expected_rev, on_revision=on_revision
         )
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:

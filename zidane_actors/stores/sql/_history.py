@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ...model import SessionHistory, SessionTurn, validate_id
+from ...model import validate_id
 from .._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, TurnsMutation
-from .._validate import checked_items, warn_mutate_turns
+from .._validate import turns_only, warn_mutate_turns
 from ._hooks import SQLHooks
 
 __all__ = ["SQLHistoryEdits"]
@@ -59,17 +59,9 @@ class SQLHistoryEdits(SQLHooks):
         """Deprecated turns-only form of :meth:`mutate_history` (runs untouched)."""
         warn_mutate_turns()
 
-        def on_history(history: SessionHistory) -> SessionHistory | None:
-            turns = mutate(history.turns)
-            if turns is None:
-                return None
-            return SessionHistory(
-                turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs
-            )
-
         validate_id(session_id)
         result, revision = await self._sql_mutate(
-            session_id, on_history, runs_too=False, expected_rev=expected_rev
+            session_id, turns_only(mutate), runs_too=False, expected_rev=expected_rev
         )
         if on_revision is not None and revision.before:
             on_revision(revision)
