@@ -11,26 +11,17 @@ queued before it and before every write queued after it.
 
 from __future__ import annotations
 
-import builtins
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 import outcome
 import trio
 
 from .._nursery import open_service_nursery
-from ..model import (
-    AppendTurnsOptions,
-    RunOwner,
-    SessionData,
-    SessionFilter,
-    SessionRun,
-    SessionStatus,
-    SessionTurn,
-    UpdateRunOptions,
-)
+from ..model import SessionData
 from ..stores._protocol import (
     READ_METHODS,
     WRITE_METHODS,
@@ -91,6 +82,19 @@ async def _one_outcome_each(
         err = RuntimeError(f"{name} answered {len(results)} outcomes for {len(calls)}")
         return [outcome.Error(err) for _ in calls]
     return list(results)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
+
+
+def _forwarded(method: _Method) -> _Method:
+    """A :class:`StoreActor` method queueing the store call ``method`` names."""
+    name = method.__name__
+
+    async def forward(self: StoreActor, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(name, *args, **kwargs)
+
+    return cast(_Method, functools.wraps(method)(forward))
 
 
 class StoreActor:
@@ -214,66 +218,19 @@ class StoreActor:
         return await _one_outcome_each(cast(BatchingStore, self._store).apply_writes, writes)
 
     # -- SessionStore (required methods) -------------------------------------
+    # Each is the protocol's method, made through the mailbox (optional ones: __getattr__).
 
-    async def load(self, session_id: str) -> SessionData | None:
-        """See ``SessionStore.load``."""
-        result: SessionData | None = await self._call("load", session_id)
-        return result
+    load = _forwarded(SessionStore.load)
+    append_turns = _forwarded(SessionStore.append_turns)
+    get_turns = _forwarded(SessionStore.get_turns)
+    update_run = _forwarded(SessionStore.update_run)
+    update_status = _forwarded(SessionStore.update_status)
+    delete = _forwarded(SessionStore.delete)
+    list = _forwarded(SessionStore.list)
 
     async def save(self, data: SessionData, **kwargs: Any) -> Revision | None:
         """See ``SessionStore.save`` (``expected_rev=`` on a versioned store)."""
         result: Revision | None = await self._call("save", data, **kwargs)
-        return result
-
-    async def append_turns(
-        self,
-        session_id: str,
-        turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
-    ) -> Revision | None:
-        """See ``SessionStore.append_turns``."""
-        result: Revision | None = await self._call("append_turns", session_id, turns, options)
-        return result
-
-    async def get_turns(
-        self, session_id: str, from_: int = 0, limit: int | None = None
-    ) -> builtins.list[SessionTurn]:
-        """See ``SessionStore.get_turns``."""
-        result: builtins.list[SessionTurn] = await self._call("get_turns", session_id, from_, limit)
-        return result
-
-    async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> Revision | None:
-        """See ``SessionStore.update_run``."""
-        result: Revision | None = await self._call("update_run", session_id, run, options)
-        return result
-
-    async def update_status(
-        self,
-        session_id: str,
-        status: SessionStatus,
-        *,
-        owner: RunOwner | None = None,
-        preserve_updated_at: bool = False,
-    ) -> Revision | None:
-        """See ``SessionStore.update_status``."""
-        result: Revision | None = await self._call(
-            "update_status",
-            session_id,
-            status,
-            owner=owner,
-            preserve_updated_at=preserve_updated_at,
-        )
-        return result
-
-    async def delete(self, session_id: str) -> None:
-        """See ``SessionStore.delete``."""
-        await self._call("delete", session_id)
-
-    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
-        """See ``SessionStore.list``."""
-        result: builtins.list[str] = await self._call("list", filter)
         return result
 
 
