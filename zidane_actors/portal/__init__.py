@@ -7,24 +7,7 @@ background thread running ``trio.run``; their handles expose the host and
 asyncio loop. See docs/integrations.md.
 """
 
-from ._api import (
-    TRIO_ONLY,
-    AsyncHost,
-    AsyncSession,
-    StoreSpec,
-    SyncHost,
-    SyncSession,
-    open_host_async,
-    start_host,
-)
+from . import _api
+from ._api import *  # noqa: F403 (the public names are _api.__all__, listed once there)
 
-__all__ = [
-    "TRIO_ONLY",
-    "AsyncHost",
-    "AsyncSession",
-    "StoreSpec",
-    "SyncHost",
-    "SyncSession",
-    "open_host_async",
-    "start_host",
-]
+__all__ = _api.__all__
