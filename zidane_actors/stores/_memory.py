@@ -22,7 +22,6 @@ import trio
 from ..errors import (
     SessionNotFoundError,
     StoreClosedError,
-    UnsupportedOperationError,
     ValidationError,
 )
 from ..model import (
@@ -73,7 +72,6 @@ from ..model import (
 from ..model._checked import CheckedTurns
 from ..model._codec import encode_checked
 from ._protocol import (
-    WRITE_METHODS,
     HistoryMutation,
     MutateResult,
     Revision,
@@ -82,6 +80,7 @@ from ._protocol import (
     StoreWrite,
     TurnsMutation,
     stale,
+    write_step,
 )
 from ._validate import (
     check_artifact_filter_ids,
@@ -195,17 +194,12 @@ class MemoryStore:
         await self._enter()
         results: builtins.list[outcome.Outcome[Any]] = []
         for write in writes:
-            if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
-                name = getattr(write, "method", type(write).__name__)
-                results.append(
-                    outcome.Error(
-                        UnsupportedOperationError(f"{preview(name)} is not a batchable write")
-                    )
-                )
-                continue
-            impl: Callable[..., Any] = getattr(self, "_" + write.method)
-            results.append(outcome.capture(impl, *write.args, **write.kwargs))
+            results.append(outcome.capture(self._apply_write, write))
         return results
+
+    def _apply_write(self, write: StoreWrite) -> Any:
+        impl: Callable[..., Any] = write_step(write, lambda method: getattr(self, "_" + method))
+        return impl(*write.args, **write.kwargs)
 
     # -- required methods -------------------------------------------------------------------
 

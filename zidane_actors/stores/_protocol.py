@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import attrs
 import outcome
 
-from ..errors import StaleSessionError
+from ..errors import StaleSessionError, UnsupportedOperationError
 from ..model import (
     AppendTurnsOptions,
     ArtifactFilter,
@@ -56,7 +56,10 @@ __all__ = [
     "TurnsMutation",
     "VersionedStore",
     "store_capabilities",
+    "write_step",
 ]
+
+T = TypeVar("T")
 
 MutateResult: TypeAlias = Literal["ok", "no-session", "unchanged"]
 HistoryMutation: TypeAlias = Callable[[SessionHistory], SessionHistory | None]
@@ -306,6 +309,18 @@ def stale(session_id: str, expected: int, actual: int | None) -> StaleSessionErr
 def store_capabilities(store: object) -> frozenset[str]:
     """The optional methods ``store`` implements (callable attributes by name)."""
     return frozenset(name for name in OPTIONAL_METHODS if callable(getattr(store, name, None)))
+
+
+def write_step(write: object, step: Callable[[str], T]) -> T:
+    """``step(write.method)`` for a batchable write (a :class:`StoreWrite` of a
+    :data:`WRITE_METHODS` name): how every store finds what applies a queued write.
+
+    Anything else is refused with :class:`UnsupportedOperationError` naming it.
+    """
+    if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
+        name = getattr(write, "method", type(write).__name__)
+        raise UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
+    return step(write.method)
 
 
 class FullSessionStore(SessionStore, Protocol):

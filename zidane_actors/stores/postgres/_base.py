@@ -25,7 +25,6 @@ from ...model import (
     SessionFilter,
     SessionRun,
     SessionTurn,
-    preview,
     validate_id,
 )
 from .._protocol import (
@@ -69,6 +68,7 @@ from ._writes import (
     _owner,
     _pipelined_writes,
     _save,
+    _write_fn,
 )
 
 __all__ = ["PostgresBase"]
@@ -380,16 +380,10 @@ class PostgresBase:
             conn = cur.connection
             results: builtins.list[outcome.Outcome[Any]] = []
             for write in writes:
-                fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
-                if fn is None:
-                    results.append(
-                        outcome.Error(
-                            UnsupportedOperationError(
-                                f"{preview(getattr(write, 'method', type(write).__name__))}"
-                                " is not a batchable write"
-                            )
-                        )
-                    )
+                try:
+                    fn = _write_fn(write)
+                except UnsupportedOperationError as exc:
+                    results.append(outcome.Error(exc))
                     continue
                 try:
                     with conn.transaction():

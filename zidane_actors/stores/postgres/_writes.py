@@ -44,11 +44,7 @@ from ...model import (
     validate_id,
 )
 from ...model._checked import CheckedTurns
-from .._protocol import (
-    Revision,
-    StoreWrite,
-    stale,
-)
+from .._protocol import WRITE_METHODS, Revision, StoreWrite, stale, write_step
 from .._validate import (
     check_artifact_ids,
     check_ids,
@@ -543,9 +539,7 @@ def _pipelined_writes(
     try:
         with conn.pipeline(), conn.cursor() as cur:
             for index, write in enumerate(writes):
-                fn = _WRITES.get(write.method) if isinstance(write, StoreWrite) else None
-                if fn is None:
-                    raise _SlowPath
+                fn = _write_fn(write)  # a refused write raises: the savepoint path answers it
                 append = None
                 if write.method == "append_turns":
                     append = _plain_append(index, *write.args, **write.kwargs)
@@ -760,3 +754,11 @@ _WRITES: Final[Mapping[str, Callable[..., Any]]] = {
     "update_status": _update_status,
     "upsert_artifact": _upsert_artifact,
 }
+"""The step applying each batchable write: ``step(cur, *args, **kwargs)``."""
+if _WRITES.keys() != WRITE_METHODS:  # the one table of batchable writes is WRITE_METHODS
+    raise ImportError(f"PostgreSQL write steps {sorted(_WRITES)} differ from WRITE_METHODS")
+
+
+def _write_fn(write: object) -> Callable[..., Any]:
+    """The step applying ``write``; UnsupportedOperationError for a write no batch takes."""
+    return write_step(write, _WRITES.__getitem__)

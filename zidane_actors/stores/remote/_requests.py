@@ -16,7 +16,6 @@ from msgspec import UNSET
 from ...errors import (
     CorruptDataError,
     StoreError,
-    UnsupportedOperationError,
     ValidationError,
 )
 from ...model import (
@@ -41,7 +40,7 @@ from ...model import (
     validate_request_id,
 )
 from ...model._checked import CheckedTurns
-from .._protocol import WRITE_METHODS, StoreWrite
+from .._protocol import WRITE_METHODS, StoreWrite, write_step
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -320,6 +319,8 @@ WRITE_BUILDERS: Final[Mapping[str, Callable[..., AnyWrite]]] = {
     UpsertArtifactWrite.method: upsert_artifact_write,
 }
 """How each batchable write (``WRITE_METHODS``) is checked and built into its body."""
+if WRITE_BUILDERS.keys() != WRITE_METHODS:  # the one table of batchable writes is WRITE_METHODS
+    raise ImportError(f"POST /writes builders {sorted(WRITE_BUILDERS)} differ from WRITE_METHODS")
 
 # A POST /writes body stays well under the server's default body limit (32 MiB).
 BATCH_BYTES: Final = 8 * 1024 * 1024
@@ -327,10 +328,7 @@ BATCH_BYTES: Final = 8 * 1024 * 1024
 
 def encode_write(write: StoreWrite) -> bytes:
     """``write`` as the JSON of one ``POST /writes`` entry, checked as its own method checks."""
-    if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
-        name = getattr(write, "method", type(write).__name__)
-        raise UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
-    build = WRITE_BUILDERS[write.method]
+    build = write_step(write, WRITE_BUILDERS.__getitem__)
     encoded = encoded_body(build(*write.args, **write.kwargs), f"{write.method} write")
     assert encoded is not None
     return encoded

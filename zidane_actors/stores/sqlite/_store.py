@@ -13,7 +13,6 @@ import outcome
 from ...errors import (
     SessionNotFoundError,
     StoreError,
-    UnsupportedOperationError,
     ValidationError,
 )
 from ...model import (
@@ -33,10 +32,7 @@ from ...model import (
     validate_id,
     validate_request_id,
 )
-from .._protocol import (
-    WRITE_METHODS,
-    StoreWrite,
-)
+from .._protocol import StoreWrite, write_step
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -221,19 +217,9 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
 
     # -- group commit ---------------------------------------------------------------------------
 
-    def _write_op(self, write: StoreWrite) -> Callable[..., Any] | None:
-        """The ``_op_*`` applying ``write``, or ``None`` when it is not a batchable write."""
-        if not isinstance(write, StoreWrite) or write.method not in WRITE_METHODS:
-            return None
-        op: Callable[..., Any] = getattr(self, f"_op_{write.method}")
-        return op
-
-    @staticmethod
-    def _refusal(write: object) -> outcome.Error:
-        name = getattr(write, "method", type(write).__name__)
-        return outcome.Error(
-            UnsupportedOperationError(f"{preview(name)} is not a batchable store write")
-        )
+    def _write_op(self, write: StoreWrite) -> outcome.Outcome[Callable[..., Any]]:
+        """The ``_op_*`` applying ``write``, or the refusal of a write no batch takes."""
+        return outcome.capture(write_step, write, self._sql_step)
 
     def _in_savepoint(self, conn: _Conn, fn: Callable[[], T]) -> outcome.Outcome[T]:
         """``fn()`` inside a SAVEPOINT: rolled back alone when it raises, its error answered.
@@ -257,11 +243,12 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
         return result
 
     async def _apply_one(
-        self, write: StoreWrite, fn: Callable[..., Any] | None
+        self, write: StoreWrite, found: outcome.Outcome[Callable[..., Any]]
     ) -> outcome.Outcome[Any]:
         """A lone write in its own transaction, no SAVEPOINT: its failure rolls it all back."""
-        if fn is None:
-            return self._refusal(write)
+        if isinstance(found, outcome.Error):
+            return found
+        fn = found.unwrap()
         try:
             return outcome.Value(
                 await self._write(lambda conn: fn(conn, *write.args, **write.kwargs))
@@ -348,16 +335,16 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
         """
         if not writes:
             return []
-        fns = [self._write_op(w) for w in writes]
+        found = [self._write_op(w) for w in writes]
         if len(writes) == 1:
-            return [await self._apply_one(writes[0], fns[0])]
+            return [await self._apply_one(writes[0], found[0])]
+        fns = [f.value for f in found if isinstance(f, outcome.Value)]
 
         def all_at_once(conn: _Conn) -> builtins.list[Any]:
             # Runs of plain appends (turns, no run) share two executemany statements.
             results: builtins.list[Any] = []
             plans: builtins.list[_AppendPlan] = []
             for fn, w in zip(fns, writes, strict=True):
-                assert fn is not None
                 if w.method == "append_turns" and not w.kwargs:
                     plan = self._append_plan(*w.args)
                     if plan[1] and plan[2] is None:
@@ -373,17 +360,19 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
 
         def op(conn: _Conn) -> builtins.list[outcome.Outcome[Any]]:
             # The common case: every write succeeds, and one savepoint covers them all.
-            if all(fn is not None for fn in fns):
+            if len(fns) == len(writes):
                 batch = self._in_savepoint(conn, lambda: all_at_once(conn))
                 if type(batch) is outcome.Value:
                     return [outcome.Value(v) for v in batch.value]
             # A write failed (or was refused up front): one savepoint per write.
-            return [
-                self._refusal(w)
-                if fn is None
-                else self._in_savepoint(conn, functools.partial(fn, conn, *w.args, **w.kwargs))
-                for w, fn in zip(writes, fns, strict=True)
-            ]
+            answers: builtins.list[outcome.Outcome[Any]] = []
+            for w, f in zip(writes, found, strict=True):
+                if isinstance(f, outcome.Value):
+                    step = functools.partial(f.value, conn, *w.args, **w.kwargs)
+                    answers.append(self._in_savepoint(conn, step))
+                else:
+                    answers.append(f)  # the refusal (the same on every attempt)
+            return answers
 
         try:
             return await self._write(op)
