@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Hashable, Mapping
 from functools import cache
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 import msgspec
 import msgspec.inspect as mi
@@ -26,6 +26,7 @@ __all__ = [
     "encode_checked",
     "encode_str",
     "extra_json",
+    "object_type",
     "parse_json",
     "to_builtins",
     "too_deep",
@@ -265,10 +266,17 @@ def _holds_structs(info: mi.Type) -> bool:
     return False
 
 
-def _struct_for(value: dict[str, Any], info: mi.Type) -> mi.Type | None:
-    """The member of ``info`` a JSON object decodes as (by tag among tagged structs)."""
+_OBJECT_TYPES: Final = (mi.StructType, mi.DictType, mi.TypedDictType, mi.DataclassType)
+
+
+def object_type(value: dict[str, Any], info: mi.Type) -> mi.Type | None:
+    """The member of ``info`` a JSON object decodes as, as msgspec picks it.
+
+    The tagged struct its tag names, else the one untagged object type
+    (msgspec allows at most one in a union); ``None`` when neither is there.
+    """
     members = info.types if isinstance(info, mi.UnionType) else (info,)
-    candidates = [m for m in members if isinstance(m, (mi.StructType, mi.DictType))]
+    candidates = [m for m in members if isinstance(m, _OBJECT_TYPES)]
     for m in candidates:
         if isinstance(m, mi.StructType) and m.tag_field and value.get(m.tag_field) == m.tag:
             return m
@@ -282,7 +290,7 @@ def _absorb(value: Any, info: mi.Type) -> Any:
     A new tree along struct positions; free-form values are shared, not copied.
     """
     if isinstance(value, dict):
-        target = _struct_for(value, info)
+        target = object_type(value, info)
         if isinstance(target, mi.DictType):
             if not _holds_structs(target.value_type):
                 return value

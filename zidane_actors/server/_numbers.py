@@ -15,10 +15,11 @@ from typing import Any
 
 import msgspec.inspect as mi
 
+from ..model._codec import object_type
+
 __all__ = ["integral_floats_as_ints"]
 
 _SEQUENCES = (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)
-_MAPPINGS = (mi.StructType, mi.DictType, mi.TypedDictType, mi.DataclassType)
 
 
 @functools.cache
@@ -42,15 +43,6 @@ def _wants_int(t: mi.Type) -> bool:
     )
 
 
-def _mapping_type(value: dict[str, Any], t: mi.Type) -> mi.Type | None:
-    candidates = [m for m in _members(t) if isinstance(m, _MAPPINGS)]
-    for m in candidates:
-        if isinstance(m, mi.StructType) and m.tag_field and value.get(m.tag_field) == m.tag:
-            return m
-    untagged = [m for m in candidates if not (isinstance(m, mi.StructType) and m.tag_field)]
-    return untagged[0] if len(untagged) == 1 else None
-
-
 def _walk(value: Any, t: mi.Type) -> Any:
     if type(value) is float:
         return int(value) if value.is_integer() and _wants_int(t) else value
@@ -65,7 +57,7 @@ def _walk(value: Any, t: mi.Type) -> Any:
                 ]
         return value
     if isinstance(value, dict):
-        mapping = _mapping_type(value, t)
+        mapping = object_type(value, t)
         if isinstance(mapping, mi.DictType):
             return {k: _walk(v, mapping.value_type) for k, v in value.items()}
         if isinstance(mapping, (mi.StructType, mi.TypedDictType, mi.DataclassType)):
