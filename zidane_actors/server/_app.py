@@ -90,7 +90,15 @@ from ._errors import error_response as _error_response
 from ._errors import mapped_error as _mapped
 from ._errors import worth_a_traceback as _worth_a_traceback
 from ._guard import Guard, SecurityHeaders
-from ._limits import Admission, AnswerBudget, BodyBudget, CloseUnread, ServerLimits, read_body
+from ._limits import (
+    Admission,
+    AnswerBudget,
+    BodyBudget,
+    CloseUnread,
+    ReadBudget,
+    ServerLimits,
+    read_body,
+)
 from ._numbers import integral_floats_as_ints
 from ._openapi import openapi_document
 from ._query import query_params
@@ -841,7 +849,7 @@ def create_app(
         budget=BodyBudget(limits.max_body_bytes_in_flight),
     )
     openapi = encode(openapi_document(capabilities))
-    routes = _routes(api, openapi) + ui_routes(store, _ui_error)
+    routes = _routes(api, openapi) + ui_routes(store, _ui_error, ReadBudget(api.budget))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     hot = _HotRoutes(
         app=app,

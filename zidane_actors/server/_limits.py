@@ -3,14 +3,17 @@
 A slow or hostile client must not hold the server: every request counts
 against ``max_requests`` (503 with ``Retry-After`` beyond it), a body must
 arrive whole within ``body_timeout_s`` (408 otherwise), and the bytes of all
-request bodies being read or served and of all answers being sent stay
-within ``max_body_bytes_in_flight`` (503 with ``Retry-After`` when one would
-pass it).
+request bodies being read or served, of all answers being sent and of the
+store reads the browser's pages hold stay within ``max_body_bytes_in_flight``
+(503 with ``Retry-After`` when one would pass it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Hashable, Iterator
 from typing import Any, Final
 
 import attrs
@@ -29,6 +32,8 @@ __all__ = [
     "AnswerBudget",
     "BodyBudget",
     "CloseUnread",
+    "ReadBudget",
+    "ReadHold",
     "ServerLimits",
     "busy",
     "read_body",
@@ -120,6 +125,72 @@ class BodyBudget:
     def release(self, size: int) -> None:
         """Give back bytes taken by :meth:`reserve`, :meth:`reserve_answer` or :meth:`take`."""
         self.held -= size
+
+
+@attrs.define(eq=False)
+class ReadHold:
+    """The bytes one :meth:`ReadBudget.hold` counts: reserved first, then what was read."""
+
+    budget: BodyBudget
+    held: int
+    read: int = 0
+
+    def add(self, size: int) -> None:
+        """Count ``size`` bytes just read (past the reservation: taken without the check,
+        they are in memory already)."""
+        self.read += size
+        extra = self.read - self.held
+        if extra > 0:
+            self.budget.take(extra)
+            self.held += extra
+
+
+@attrs.define(eq=False)
+class ReadBudget:
+    """Store reads of unknown size (a page of turns, a whole session) in the body budget.
+
+    What a read holds is known only once read, so each is counted at the
+    JSON size of what it read, from its reading until its page is built. A
+    read already measured (same key: the same page of the same session)
+    first reserves that size, 503 ``busy`` when it would pass the budget
+    (one larger than the whole budget still goes when nothing else is held,
+    as an answer does); a read never measured waits for the others never
+    measured, one at a time. So many views of a huge session hold at most
+    the budget plus one read, and the rest are answered 503.
+    """
+
+    budget: BodyBudget
+    remembered: int = 1024
+    """Sizes kept (the most recently used keys)."""
+    _sizes: OrderedDict[Hashable, int] = attrs.field(factory=OrderedDict, init=False)
+    _unmeasured: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: Hashable) -> AsyncIterator[ReadHold]:
+        """Count the reads made under ``key`` (``ReadHold.add`` each) until the block ends."""
+        known = self._sizes.get(key)
+        if known is None:
+            async with self._unmeasured:
+                known = self._sizes.get(key)  # measured while this one waited?
+                if known is None:
+                    with self._counted(key, 0) as held:
+                        yield held
+                    return
+        self.budget.reserve_answer(known)
+        with self._counted(key, known) as held:
+            yield held
+
+    @contextlib.contextmanager
+    def _counted(self, key: Hashable, reserved: int) -> Iterator[ReadHold]:
+        held = ReadHold(self.budget, reserved)
+        try:
+            yield held
+        finally:
+            self.budget.release(held.held)
+        self._sizes[key] = held.read
+        self._sizes.move_to_end(key)
+        if len(self._sizes) > self.remembered:
+            self._sizes.popitem(last=False)
 
 
 async def read_body(request: Request, limits: ServerLimits, budget: BodyBudget) -> bytearray:

@@ -10,7 +10,11 @@ as a server-rendered HTML fragment from ``/ui/fragments/...`` with the
 Reads stay bounded per request: the list asks ``list_meta`` for
 ``offset + page + 1`` rows (growing the limit geometrically, up to a scan
 cap, only while a status or text filter rejects rows), and a transcript page
-is one ``get_turns(from, limit)`` call.
+is one ``get_turns(from, limit)`` call, or one ``load`` when the session has
+runs (the protocol has no runs-only read). What a session page or a "show
+all" reads counts against the server's body budget until the page is built
+(see :class:`ReadBudget`): many views of a huge session at once are answered
+503 ``busy`` beyond it, as bodies and answers are.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, Final
@@ -46,8 +50,11 @@ from ..model import (
     session_meta_row,
     validate_id,
 )
+from ..model._codec import encode_checked
 from ..stores import SessionStore, store_capabilities
+from ._errors import ApiError
 from ._html import Html
+from ._limits import ReadBudget
 from ._query import query_params
 from ._ui_common import render_error, session_title, shown_status
 from ._ui_list import SessionsPage, render_sessions
@@ -347,12 +354,22 @@ class _Reader:
         data = await self.store.load(sid)
         return None if data is None else session_meta_row(data)
 
-    async def runs(self, meta: SessionMetaRow) -> tuple[SessionRun, ...]:
-        """The session's runs. The protocol has no runs-only read: this is ``load``."""
+    async def page(
+        self, meta: SessionMetaRow, start: int, limit: int
+    ) -> tuple[list[SessionTurn], tuple[SessionRun, ...], int]:
+        """Turns ``start`` to ``start + limit``, the runs, and the JSON bytes read for them.
+
+        The protocol has no runs-only read: a session with runs is one
+        ``load`` (its turns sliced from it), one without is one ``get_turns``.
+        """
         if meta.run_count == 0:
-            return ()
+            turns: list[SessionTurn] = await self.store.get_turns(meta.id, start, limit)
+            return turns, (), _json_size(turns)
         data = await self.store.load(meta.id)
-        return () if data is None else data.runs
+        if data is None:
+            return [], (), 0
+        read = _json_size(data.turns) + _json_size(data.runs)
+        return list(data.turns[start : start + limit]), data.runs, read
 
     async def artifacts(self, sid: str) -> list[SessionArtifact] | None:
         if not self._has("list_artifacts"):
@@ -379,6 +396,11 @@ class _Reader:
         return out
 
 
+def _json_size(values: Iterable[object]) -> int:
+    """The JSON bytes of ``values``, one at a time (a measure that holds no copy)."""
+    return sum(len(encode_checked(value)) for value in values)
+
+
 def _wall_clock() -> int:
     return time.time_ns() // 1_000_000
 
@@ -389,6 +411,7 @@ class _Ui:
 
     reader: _Reader
     error_of: ErrorOf
+    reads: ReadBudget
     clock: Callable[[], int] = _wall_clock
 
     async def sessions(self, request: Request) -> Html:
@@ -438,43 +461,45 @@ class _Ui:
         now = self.clock()
         if "from" not in query_params(request) and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
-        turns: list[SessionTurn] = await self.store_turns(sid, start)
-        page = SessionPage(
-            meta=meta,
-            turns=tuple(turns[:TURN_PAGE_SIZE]),
-            lookahead=tuple(turns[TURN_PAGE_SIZE:]),
-            start=start,
-            page_size=TURN_PAGE_SIZE,
-            runs=await self.reader.runs(meta),
-            artifacts=await self.reader.artifacts(sid),
-            now=now,
-            run_filter=_param(request, "run"),
-        )
-        return render_session(page)
+        async with self.reads.hold(("page", sid, start)) as held:
+            turns, runs, read = await self.reader.page(
+                meta, start, TURN_PAGE_SIZE + PAIRING_LOOKAHEAD
+            )
+            held.add(read)
+            artifacts = await self.reader.artifacts(sid)
+            held.add(_json_size(artifacts or ()))
+            page = SessionPage(
+                meta=meta,
+                turns=tuple(turns[:TURN_PAGE_SIZE]),
+                lookahead=tuple(turns[TURN_PAGE_SIZE:]),
+                start=start,
+                page_size=TURN_PAGE_SIZE,
+                runs=runs,
+                artifacts=artifacts,
+                now=now,
+                run_filter=_param(request, "run"),
+            )
+            return render_session(page)
 
     async def more(self, request: Request) -> Html | tuple[int, Html]:
         """The next piece of one long text (a block's, a tool input's or output's)."""
         sid = validate_id(request.path_params["sessionId"], what="session id")
         index = _path_count(request.path_params["index"], "turn index")
         start = _param_count(request, "from", 0, 0)
-        found = await self.reader.store.get_turns(sid, index, 1)
-        if not found:
-            return 404, render_error(404, f"Session {preview(sid)} has no turn #{index + 1}.")
-        text = long_text(
-            found[0],
-            _param_count(request, "block", 0, 0),
-            part=_param_count(request, "part", -1, 0) if "part" in query_params(request) else None,
-            tool_input="input" in query_params(request),
-        )
-        if text is None:
-            raise _BadQuery("no text at that block of the turn")
-        return render_more(text, start, MORE_CHARS, request.url.path, dict(query_params(request)))
-
-    async def store_turns(self, sid: str, start: int) -> list[SessionTurn]:
-        turns: list[SessionTurn] = await self.reader.store.get_turns(
-            sid, start, TURN_PAGE_SIZE + PAIRING_LOOKAHEAD
-        )
-        return turns
+        block = _param_count(request, "block", 0, 0)
+        part = _param_count(request, "part", -1, 0) if "part" in query_params(request) else None
+        async with self.reads.hold(("turn", sid, index)) as held:
+            found: list[SessionTurn] = await self.reader.store.get_turns(sid, index, 1)
+            held.add(_json_size(found))
+            if not found:
+                return 404, render_error(404, f"Session {preview(sid)} has no turn #{index + 1}.")
+            text = long_text(
+                found[0], block, part=part, tool_input="input" in query_params(request)
+            )
+            if text is None:
+                raise _BadQuery("no text at that block of the turn")
+            query = dict(query_params(request))
+            return render_more(text, start, MORE_CHARS, request.url.path, query)
 
     async def schedules(self, request: Request) -> Html:
         return render_schedules(await self.reader.schedules())
@@ -485,6 +510,8 @@ class _Ui:
                 result = await handler(request)
             except (_BadQuery, ValidationError) as exc:
                 return _html_response(render_error(400, str(exc)), 400)
+            except ApiError as exc:  # the body budget is spent: 503 busy, as for answers
+                return exc.response()
             except Exception as exc:
                 status, message = self.error_of(exc, request.path_params.get("sessionId"))
                 if status >= 500 and status != 503:  # 503: the store is down, and says so
@@ -497,9 +524,10 @@ class _Ui:
         return endpoint
 
 
-def ui_routes(store: SessionStore, error_of: ErrorOf) -> list[Route]:
-    """The ``/ui`` routes over ``store``; ``error_of`` maps an exception to (status, message)."""
-    ui = _Ui(reader=_Reader(store, store_capabilities(store)), error_of=error_of)
+def ui_routes(store: SessionStore, error_of: ErrorOf, reads: ReadBudget) -> list[Route]:
+    """The ``/ui`` routes over ``store``; ``error_of`` maps an exception to (status, message);
+    session pages count their reads in ``reads``."""
+    ui = _Ui(reader=_Reader(store, store_capabilities(store)), error_of=error_of, reads=reads)
     shell = _asset("shell.html")
 
     async def page(request: Request) -> Response:

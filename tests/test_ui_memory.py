@@ -1,0 +1,113 @@
+"""Many browsers viewing a huge session at once keep a real server within its memory budget.
+
+A session page reads a page of turns, or the whole session when it has
+runs: those reads count against the body budget (``--max-body-bytes-in-flight``)
+as request bodies and answers do, so concurrent views beyond it are answered
+503 ``busy`` instead of each holding its own copy of the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from test_server_e2e import ServerProcess
+
+from zidane_actors.model import SessionData, SessionRun, SessionTurn, TextBlock
+from zidane_actors.stores import open_sqlite_store
+
+MB = 1_000_000
+BUDGET = 16 * MB
+"""The server's body budget: smaller than the session, so one view at a time fits."""
+TURN_CHARS = 400_000
+TURNS = 60
+"""60 turns of 400 KB: a 24 MB session, every page of which reads 24 MB."""
+VIEWS = 24
+
+
+def _huge(sid: str, turns: int) -> SessionData:
+    run = SessionRun(id="r1", prompt="go", started_at=0, status="completed")
+    return SessionData(
+        id=sid,
+        created_at=0,
+        updated_at=1,
+        turns=tuple(
+            SessionTurn(
+                id=f"t{i}",
+                role="user" if i % 2 == 0 else "assistant",
+                content=(TextBlock(text=f"turn {i} " + "x" * TURN_CHARS),),
+                created_at=i,
+                run_id="r1",
+            )
+            for i in range(turns)
+        ),
+        runs=(run,),
+    )
+
+
+async def _seed(path: Path) -> None:
+    async with open_sqlite_store(path) as store:
+        await store.save(_huge("huge", TURNS))
+        await store.save(_huge("small", 2))
+
+
+def _kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name == field:
+                return int(value.split()[0])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    path = tmp_path / "huge.db"
+    trio.run(_seed, path)
+    limits = ["--max-body-bytes", str(BUDGET), "--max-body-bytes-in-flight", str(BUDGET)]
+    server = ServerProcess(f"sqlite:{path}", args=limits)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_concurrent_views_of_a_huge_session_stay_within_the_budget(
+    server: ServerProcess,
+) -> None:
+    assert server.proc is not None
+    pid = server.proc.pid
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        warm = client.get("/ui/fragments/sessions/small")  # imports and caches: the baseline
+        assert warm.status_code == 200, warm.text[:300]
+        baseline = _kib(pid, "VmRSS")
+
+        def view(_: int) -> httpx.Response:
+            return client.get("/ui/fragments/sessions/huge")
+
+        with ThreadPoolExecutor(VIEWS) as pool:
+            answers = list(pool.map(view, range(VIEWS)))
+        peak = _kib(pid, "VmHWM")
+
+        rendered = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code == 503]
+        assert len(rendered) + len(refused) == VIEWS, [a.status_code for a in answers]
+        assert rendered, "at least the first view renders"
+        for answer in rendered:
+            assert 'data-session-id="huge"' in answer.text
+        for answer in refused:  # the budget's answer, as for bodies and answers
+            assert answer.json()["error"]["code"] == "busy"
+            assert answer.headers["retry-after"] == "1"
+        # The budget plus one read not yet measured, each held about twice (the
+        # stored JSON and the decoded turns) with room for the allocator: far
+        # below the views' copies (24 × 24 MB).
+        bound_kib = 4 * (BUDGET + TURNS * TURN_CHARS) // 1024
+        assert peak - baseline < bound_kib, (peak - baseline, bound_kib, len(rendered))
+
+        alone = client.get("/ui/fragments/sessions/huge")  # larger than the budget, but alone
+        assert alone.status_code == 200
+        more = client.get("/ui/fragments/sessions/huge/turns/59/more?block=0&from=32768")
+        assert more.status_code == 200 and "x" * (TURN_CHARS - 32_768) in more.text
