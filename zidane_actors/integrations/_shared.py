@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ..errors import ActorClosed
-from ..portal._api import host_opener
+from ..portal._api import ClosesOnExit, host_opener
 from ..portal._thread import Portal, wait_future
 
 if TYPE_CHECKING:
@@ -150,29 +150,14 @@ class AsyncShare:
         await self.aclose()
 
 
-class Share(AsyncShare):
+class Share(AsyncShare, ClosesOnExit):
     """:class:`AsyncShare` with ``with`` too (``__exit__`` calls the subclass's ``close``)."""
-
-    if TYPE_CHECKING:
-
-        def close(self) -> None: ...
 
     def _let_go_blocking(self) -> None:
         """:meth:`_let_go`, then wait (blocking) for the portal it closed."""
         stopped = self._let_go()
         if stopped is not None:
             stopped.result()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class SessionLocks:

@@ -478,14 +478,13 @@ def _raise_unreported_crash(portal: Portal) -> None:
         raise ActorCrashed("the portal's trio thread crashed") from crash
 
 
-class SyncHost(_HostAPI):
-    """A :class:`~zidane_actors.actors.SessionHost` for blocking code, from :func:`start_host`.
-
-    A context manager: leaving it (or :meth:`close`) closes the host and the store.
-    """
+class ClosesOnExit:
+    """``with`` for an object with a blocking ``close()``: leaving the block calls it."""
 
     __slots__ = ()
-    _asyncio = False
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self) -> Self:
         return self
@@ -497,6 +496,16 @@ class SyncHost(_HostAPI):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class SyncHost(_HostAPI, ClosesOnExit):
+    """A :class:`~zidane_actors.actors.SessionHost` for blocking code, from :func:`start_host`.
+
+    A context manager: leaving it (or :meth:`close`) closes the host and the store.
+    """
+
+    __slots__ = ()
+    _asyncio = False
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``await fn(*args)`` in the portal's trio loop (e.g. ``host.call(store.list)``
