@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -52,6 +51,7 @@ from ..model import (
 )
 from ..model._codec import encode_checked
 from ..stores import SessionStore, store_capabilities
+from ..stores._validate import now_ms
 from ._errors import ApiError
 from ._html import Html
 from ._limits import ReadBudget
@@ -401,10 +401,6 @@ def _json_size(values: Iterable[object]) -> int:
     return sum(len(encode_checked(value)) for value in values)
 
 
-def _wall_clock() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @attrs.define(eq=False)
 class _Ui:
     """The fragment handlers."""
@@ -412,7 +408,8 @@ class _Ui:
     reader: _Reader
     error_of: ErrorOf
     reads: ReadBudget
-    clock: Callable[[], int] = _wall_clock
+    clock: Callable[[], int] = now_ms
+    """Epoch ms a page is judged at: the stores' clock, as the run-claim rule reads it."""
 
     async def sessions(self, request: Request) -> Html:
         query = ListQuery.parse(request)

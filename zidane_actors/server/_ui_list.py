@@ -140,17 +140,17 @@ def _filter_form(
     )
 
 
+def _title_cell(sid: str, title: Node) -> Html:
+    """A listed session's first cell: ``title`` linking to its page, its id below."""
+    return el("td", {"class": "title"}, _session_link(sid, title), el("div", {"class": "sid"}, sid))
+
+
 def _corrupt_row(row: SessionMetaRow) -> Html:
     """A listed session whose stored header does not decode: named, marked, explained."""
     return el(
         "tr",
         {"class": "session-row corrupt", "data-session-id": row.id},
-        el(
-            "td",
-            {"class": "title"},
-            _session_link(row.id, el("span", {"class": "muted"}, "(unreadable)")),
-            el("div", {"class": "sid"}, row.id),
-        ),
+        _title_cell(row.id, el("span", {"class": "muted"}, "(unreadable)")),
         el("td", {"colspan": "2", "class": "wide corrupt-reason"}, _clip(row.corrupt or "", 300)),
         el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
         el("td", {"class": "num"}, "–"),
@@ -184,12 +184,7 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Ht
     return el(
         "tr",
         {"class": "session-row", "data-session-id": row.id},
-        el(
-            "td",
-            {"class": "title"},
-            _session_link(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
-            el("div", {"class": "sid"}, row.id),
-        ),
+        _title_cell(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
         el("td", {"class": "wide"}, agent),
         el("td", {"class": "wide"}, project),
         el("td", None, _badge(shown_status(row, now))),

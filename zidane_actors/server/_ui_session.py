@@ -260,6 +260,11 @@ def _tool_result(block: ToolResultBlock, where: _Where | None, *, standalone: bo
     )
 
 
+def _name_and_id(name: str, id: str) -> list[Node]:
+    """A call's or a run's name in bold, then its id, muted."""
+    return [el("strong", None, name), " ", el("code", {"class": "muted"}, id)]
+
+
 def _tool_call(
     block: ToolCallBlock,
     where: _Where | None,
@@ -283,9 +288,7 @@ def _tool_call(
             "div",
             {"class": "block-head"},
             "call ",
-            el("strong", None, block.name),
-            " ",
-            el("code", {"class": "muted"}, block.id),
+            _name_and_id(block.name, block.id),
             [
                 [" → ", el("a", {"href": f"#run-{run.id}", "class": "subrun"}, _run_name(run))]
                 for run in started
@@ -555,8 +558,7 @@ def _run_item(
             "div",
             {"class": "run-line"},
             _badge(run.status),
-            el("strong", None, _run_name(run)),
-            el("code", {"class": "muted"}, run.id),
+            _name_and_id(_run_name(run), run.id),
             el("span", {"class": "stat"}, _run_duration(run)),
             el("span", {"class": "stat tokens"}, f"{_count(tin)} in / {_count(tout)} out"),
             el("span", {"class": "stat cost"}, _cost(_run_cost(run))),
