@@ -71,14 +71,13 @@ from ..model import (
 )
 from ..model._checked import CheckedTurns
 from ..model._codec import encode_checked
+from ._edits import TurnsEdits
 from ._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
-    RevisionSink,
     RunClaim,
     StoreWrite,
-    TurnsMutation,
     stale,
     write_step,
 )
@@ -95,7 +94,6 @@ from ._validate import (
     checked_status,
     json_value,
     now_ms,
-    warn_mutate_turns,
 )
 
 __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
@@ -116,7 +114,7 @@ def _checked_optional_int(value: object, what: str) -> int | None:
     return None if value is None else checked_int(value, what)
 
 
-class MemoryStore:
+class MemoryStore(TurnsEdits):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` kept in memory.
 
     Nothing survives the process. Every optional method is implemented, so
@@ -588,23 +586,15 @@ class MemoryStore:
         self._write(demoted)
         return True
 
-    async def mutate_history(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Read-modify-write of turns and runs; ``mutate`` raising writes nothing and propagates."""
+    async def _edit_history(
+        self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
+    ) -> tuple[MutateResult, Revision]:
+        # A turns-only edit answers the runs it was given: runs_too needs no check here.
         await self._enter()
-        validate_id(session_id)
         self._expect(session_id, expected_rev)
         before = self._rev(session_id)
         result = self._mutate_history(session_id, mutate)
-        if on_revision is not None and before:
-            on_revision(Revision(before, self._rev(session_id)))
-        return result
+        return result, Revision(before, self._rev(session_id))
 
     def _mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
         stored = self._sessions.get(session_id)
@@ -625,37 +615,6 @@ class MemoryStore:
             runs = checked_items(result.runs, SessionRun, "history runs")
         check_ids(turns, runs)
         self._write(msgspec.structs.replace(stored, turns=turns, runs=runs, updated_at=now_ms()))
-        return "ok"
-
-    async def mutate_turns(
-        self,
-        session_id: str,
-        mutate: TurnsMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Deprecated turns-only :meth:`mutate_history`."""
-        warn_mutate_turns()
-        await self._enter()
-        validate_id(session_id)
-        self._expect(session_id, expected_rev)
-        before = self._rev(session_id)
-        result = self._mutate_turns(session_id, mutate)
-        if on_revision is not None and before:
-            on_revision(Revision(before, self._rev(session_id)))
-        return result
-
-    def _mutate_turns(self, session_id: str, mutate: TurnsMutation) -> MutateResult:
-        stored = self._sessions.get(session_id)
-        if stored is None:
-            return "no-session"
-        result = mutate(_copy(stored.turns, tuple[SessionTurn, ...]))
-        if result is None:
-            return "unchanged"
-        turns = checked_items(result, SessionTurn, "turns")
-        check_ids(turns, ())
-        self._write(msgspec.structs.replace(stored, turns=turns, updated_at=now_ms()))
         return "ok"
 
     # -- send requests ----------------------------------------------------------------------

@@ -62,7 +62,8 @@ from ...model import (
     validate_id,
     validate_request_id,
 )
-from .._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, stale
+from .._edits import HistoryEdits
+from .._protocol import HistoryMutation, MutateResult, Revision, stale
 from .._validate import checked, checked_int, checked_status, json_value
 from ..sqlite._rows import (
     _metadata_json,
@@ -190,7 +191,7 @@ def _turn_lines(turns: Sequence[SessionTurn], where: str = "$") -> str:
     return "".join(body.decode() + "\n" for *_, body in rows)
 
 
-class FileMapStore:
+class FileMapStore(HistoryEdits):
     """A single-session ``SessionStore`` over a :class:`FileMapAdapter`.
 
     Writes are serialized in this process (one read-modify-write of the map
@@ -608,29 +609,20 @@ class FileMapStore:
         await self._update(session_id, edit)
         return demoted
 
-    async def mutate_history(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Read, edit and write back turns and runs under the store's lock.
-
-        With ``expected_rev``, only while the stored ``rev`` is that one.
-        """
-        validate_id(session_id)
+    async def _edit_history(
+        self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
+    ) -> tuple[MutateResult, Revision | None]:
+        # Under the store's lock. A turns-only edit answers the runs it was given.
         async with self._lock:
             files = await self._files()
             meta = self._held(files, session_id)
             self._expect(session_id, meta, expected_rev)
             if meta is None:
-                return "no-session"
+                return "no-session", None
             turns = tuple(self._turns(files))
             result = mutate(SessionHistory(turns=turns, runs=meta.runs))
             if result is None:
-                return "unchanged"
+                return "unchanged", None
             if not isinstance(result, SessionHistory):
                 raise ValidationError(
                     "a history mutation must return a SessionHistory or None, "
@@ -645,9 +637,7 @@ class FileMapStore:
             files[self._options.turns_file] = lines
             self._put_meta(files, msgspec.structs.replace(meta, runs=runs, updated_at=_now()))
             await self._adapter.save(files)
-            if on_revision is not None:
-                on_revision(Revision(meta.rev, self._written_rev))
-            return "ok"
+            return "ok", Revision(meta.rev, self._written_rev)
 
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str

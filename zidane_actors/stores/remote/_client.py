@@ -61,21 +61,18 @@ from ...model import (
     decoder,
     preview,
 )
+from .._edits import TurnsEdits
 from .._protocol import (
     HistoryMutation,
     MutateResult,
     Revision,
-    RevisionSink,
     RunClaim,
     StoreWrite,
-    TurnsMutation,
 )
 from .._validate import (
     check_fire_ids,
     checked,
     checked_int,
-    turns_only,
-    warn_mutate_turns,
 )
 from ._bodies import (
     IF_MATCH_HEADER,
@@ -197,7 +194,7 @@ class RemoteStoreStatistics:
 
 
 @attrs.define(eq=False)
-class RemoteStore:
+class RemoteStore(TurnsEdits):
     """A ``SessionStore`` over HTTP; every optional method maps to a route.
 
     A route the server's backing store lacks answers 501, raised here as
@@ -649,30 +646,26 @@ class RemoteStore:
             return None
         return decode(response.content, HistoryState, what=f"answer of GET {path}")
 
-    async def mutate_history(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
+    async def _edit_history(
+        self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
+    ) -> tuple[MutateResult, Revision | None]:
         """Read → ``mutate`` → write guarded by the history's revision, retried on conflict.
 
         The server compares the revision inside its store's atomic
         ``mutate_history``, so a turn appended between the read and the
         write is never erased: the write loses with 409 and this reads again.
         With ``expected_rev`` the write also needs the session at that
-        ``rev`` (``StaleSessionError`` otherwise, never retried here).
+        ``rev`` (``StaleSessionError`` otherwise, never retried here). A
+        turns-only edit answers the runs it was given, so they are kept.
         """
         path = f"/sessions/{seg(session_id, 'session id')}/history"
         for _ in range(_HISTORY_ATTEMPTS):
             state = await self._history(session_id)
             if state is None:
-                return "no-session"
+                return "no-session", None
             nxt = mutate(state.history)
             if nxt is None:
-                return "unchanged"
+                return "unchanged", None
             if not isinstance(nxt, SessionHistory):
                 raise ValidationError(
                     "a history mutation must return a SessionHistory or None, "
@@ -690,32 +683,14 @@ class RemoteStore:
                 raise _with_expected(_error(response, "PUT", path), expected_rev)
             if response.status_code != 409:
                 result = decode(response.content, HistoryResult, what=f"answer of PUT {path}")
-                revision = _revision(response)
-                if on_revision is not None and revision is not None:
-                    on_revision(revision)
-                return result.result
+                return result.result, _revision(response)
             # Lost the race — unless a retried attempt already wrote this very history.
             current = await self._history(session_id)
             if current is not None and current.rev == target:
-                return "ok"
+                return "ok", None
         raise ConflictError(
             f"history of session {preview(session_id)} kept changing: "
             f"gave up after {_HISTORY_ATTEMPTS} attempts"
-        )
-
-    async def mutate_turns(
-        self,
-        session_id: str,
-        mutate: TurnsMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Deprecated turns-only form of :meth:`mutate_history` (runs kept)."""
-        warn_mutate_turns()
-
-        return await self.mutate_history(
-            session_id, turns_only(mutate), expected_rev=expected_rev, on_revision=on_revision
         )
 
     async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
