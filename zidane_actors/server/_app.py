@@ -164,6 +164,13 @@ def _named(error: _ApiError, session_id: str | None) -> _ApiError:
     )
 
 
+def _found(value: T | None, session_id: str) -> T:
+    """``value``, or the 404 of a session the store does not hold."""
+    if value is None:
+        raise _ApiError(404, "session_not_found", f"no session {preview(session_id)}")
+    return value
+
+
 def _param_int(request: Request, name: str, default: int | None = None) -> int | None:
     raw = query_params(request).get(name)
     if raw is None:
@@ -373,22 +380,15 @@ class _Api(WritesRoutes):
     async def load(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
         if is_versioned(self.capabilities):
-            loaded = await cast(VersionedStore, self.store).load_versioned(sid)
-            if loaded is None:
-                raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
-            response = _json(loaded[0])
-            response.headers[REV_HEADER] = str(loaded[1])
+            data, rev = _found(await cast(VersionedStore, self.store).load_versioned(sid), sid)
+            response = _json(data)
+            response.headers[REV_HEADER] = str(rev)
             return response
-        data = await self.store.load(sid)
-        if data is None:
-            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
-        return _json(data)
+        return _json(_found(await self.store.load(sid), sid))
 
     async def get_rev(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        rev = await self._optional("get_rev")(sid)
-        if rev is None:
-            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
+        rev: int = _found(await self._optional("get_rev")(sid), sid)
         return _json(RevResult(rev=rev))
 
     async def save(self, request: Request) -> Response:
@@ -443,10 +443,7 @@ class _Api(WritesRoutes):
 
     async def get_meta(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        row = await self._optional("get_meta")(sid)
-        if row is None:
-            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
-        return _json(row)
+        return _json(_found(await self._optional("get_meta")(sid), sid))
 
     async def save_meta(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -492,9 +489,7 @@ class _Api(WritesRoutes):
 
     async def get_history(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        data = await self.store.load(sid)
-        if data is None:
-            raise _ApiError(404, "session_not_found", f"no session {preview(sid)}")
+        data = _found(await self.store.load(sid), sid)
         history = SessionHistory(turns=data.turns, runs=data.runs)
         return _json(HistoryState(history=history, rev=history_rev(history)))
 
