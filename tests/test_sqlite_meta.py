@@ -38,6 +38,7 @@ from zidane_actors.model import (
     ToolCallBlock,
     decode,
     encode,
+    index_words,
     turn_search_text,
 )
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
@@ -45,7 +46,7 @@ from zidane_actors.stores.sqlite._rows import _turn_json
 from zidane_actors.stores.sqlite._schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
-    SEARCH_CATCH_UP,
+    index_pending,
     migrate,
 )
 
@@ -298,7 +299,7 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             c = await store.get_meta("c")
             assert c is not None and c.first_user_turn == make_turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
         assert conn.execute(_STORED).fetchall() == [
             ("a", 3, 2, 2, 0, 1),
             ("c", 3, 2, 0, 0, 1),
@@ -337,7 +338,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
             assert meta is not None and meta.first_user_turn == make_turn(3)
             assert meta.user_message_count == 2
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
@@ -379,20 +380,23 @@ async def test_any_statement_on_child_rows_keeps_aggregates(tmp_path: Path) -> N
 
 def _search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """The search index's documents once its queue is indexed (as a search does first):
-    (rowid, session id, text), in rowid order. The index and the queue never overlap."""
-    indexed = {r for (r,) in conn.execute("SELECT rowid FROM search WHERE rowid > 0")}
+    (rowid, session id, words), in rowid order. The index and the queue never overlap."""
+    indexed = {r for (r,) in conn.execute("SELECT rowid FROM search")}
     queued = {r for (r,) in conn.execute("SELECT turn FROM search_pending")}
     assert not indexed & queued
     conn.execute("BEGIN")
-    for statement in SEARCH_CATCH_UP:
-        conn.execute(statement)
-    rows = conn.execute("SELECT rowid, session_id, text FROM search ORDER BY rowid").fetchall()
+    index_pending(conn)
+    rows = conn.execute("SELECT rowid, session_id, words FROM search ORDER BY rowid").fetchall()
     conn.execute("ROLLBACK")
     return rows
 
 
 def _expected_search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """The documents the index must hold, recomputed from the rows with the model's rule."""
+
+    def words(text: str) -> str:
+        return " ".join(index_words([text]))
+
     rows: list[tuple[Any, ...]] = []
     for sid, metadata in conn.execute("SELECT id, metadata FROM sessions"):
         title = json.loads(metadata).get("title")
@@ -401,14 +405,14 @@ def _expected_search_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             (
                 -conn.execute("SELECT rowid FROM sessions WHERE id = ?", (sid,)).fetchone()[0],
                 sid,
-                text,
+                words(text),
             )
         )
     for rowid, sid, tid, role, body in conn.execute(
         "SELECT rowid, session_id, id, role, body FROM turns"
     ):
         rows.append(
-            (rowid, sid, turn_search_text(decode(_turn_json(tid, role, body), SessionTurn)))
+            (rowid, sid, words(turn_search_text(decode(_turn_json(tid, role, body), SessionTurn))))
         )
     return sorted(rows)
 
@@ -450,10 +454,10 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
         assert await hits("turn 0") == ["a"]
         with closing(sqlite3.connect(db, isolation_level=None)) as raw:
             assert _search_rows(raw) == [
-                (-2, "b", "b "),
-                (-1, "a", "a Quarterly plan"),
-                (1, "a", turn_search_text(make_turn(0))),
-                (2, "b", "calling get_weather"),
+                (-2, "b", "b"),
+                (-1, "a", "a plan quarterly"),
+                (1, "a", " ".join(index_words([turn_search_text(make_turn(0))]))),
+                (2, "b", "calling get weather"),
                 (3, "b", ""),
             ]
             raw.execute("DELETE FROM turns WHERE id = 'bad'")
@@ -466,7 +470,7 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
         await store.delete("a")
         assert await hits("plan") == []
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
         assert _search_rows(conn) == _expected_search_rows(conn)
         conn.execute("INSERT INTO search (search) VALUES ('integrity-check')")
         conn.execute("UPDATE sessions SET id = 'b2' WHERE id = 'b'")  # another program's edits
@@ -488,7 +492,8 @@ async def test_appends_queue_their_turns_and_a_search_indexes_them(tmp_path: Pat
         await store.append_turns("a", [turn])
         with closing(sqlite3.connect(db, isolation_level=None)) as raw:
             assert raw.execute("SELECT count(*) FROM search WHERE rowid > 0").fetchone() == (0,)
-            assert raw.execute("SELECT count(*) FROM search_pending").fetchone() == (1,)
+            queued = "SELECT count(*) FROM search_pending WHERE turn > 0"
+            assert raw.execute(queued).fetchone() == (1,)
         page = await store.search_meta(SessionSearch(text="zebra"))
         assert [r.id for r in page.rows] == ["a"]
         with closing(sqlite3.connect(db, isolation_level=None)) as raw:

@@ -60,7 +60,10 @@ from ._run_owner import (
 from ._search import (
     search_header_filters,
     search_page,
+    stored_header_text,
+    stored_turn_text,
     turn_search_text,
+    words_match,
 )
 from ._send_requests import (
     FIRE_HISTORY,
@@ -135,6 +138,8 @@ from ._words import (
     MAX_SEARCH_WORD_LENGTH,
     MAX_SEARCH_WORDS,
     check_search_text,
+    index_words,
+    query_words,
     search_words,
 )
 
@@ -225,6 +230,7 @@ __all__ = [
     "fresh_turns",
     "has_lone_surrogate",
     "host_id",
+    "index_words",
     "is_column_text",
     "is_run_owner_dead",
     "is_run_owner_holding",
@@ -240,6 +246,7 @@ __all__ = [
     "patch_metadata",
     "preview",
     "process_started_at",
+    "query_words",
     "reasoning_text",
     "resume_chain_run_ids",
     "run_claim_blocked",
@@ -253,10 +260,13 @@ __all__ = [
     "session_meta_row",
     "snapshot_status",
     "sort_artifacts",
+    "stored_header_text",
     "stored_too_deep",
+    "stored_turn_text",
     "to_builtins",
     "turn_search_text",
     "upsert_runs",
     "validate_id",
     "validate_request_id",
+    "words_match",
 ]

@@ -1,12 +1,20 @@
-"""The one rule of ``search_meta``, for stores that answer it by scanning sessions."""
+"""The one rule of ``search_meta``: what a session's words are and which sessions match.
+
+Stores that scan sessions answer with :func:`search_page`; the indexed ones store the
+:func:`index_words` of :func:`stored_turn_text` and :func:`stored_header_text` and
+match the :func:`query_words` of a search the same way.
+"""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+import msgspec
 from msgspec import UNSET
 
+from ._codec import parse_json
 from ._types import (
     SessionData,
     SessionMetaRow,
@@ -17,12 +25,15 @@ from ._types import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from ._words import search_words
+from ._words import index_words, query_words
 
 __all__ = [
     "search_header_filters",
     "search_page",
+    "stored_header_text",
+    "stored_turn_text",
     "turn_search_text",
+    "words_match",
 ]
 
 
@@ -37,6 +48,50 @@ def turn_search_text(turn: SessionTurn) -> str:
     return " ".join(parts)
 
 
+_NAMED: Final = ("tool_call", "tool_result")
+
+
+def _json(doc: bytes | str) -> Any:
+    try:
+        return parse_json(doc)
+    except (msgspec.DecodeError, RecursionError):  # another program's row
+        return None
+
+
+def stored_turn_text(body: bytes | str) -> str:
+    """:func:`turn_search_text` of a turn's stored JSON (``content`` read leniently, so a
+    row that no longer decodes still gives its words); empty for a body that is not JSON."""
+    doc = _json(body)
+    content = doc.get("content") if isinstance(doc, dict) else None
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, dict):
+            kind = block.get("type")
+            field = "text" if kind == "text" else "name" if kind in _NAMED else None
+            value = block.get(field) if field else None
+            if isinstance(value, str):
+                parts.append(value)
+    return " ".join(parts)
+
+
+def stored_header_text(session_id: str, metadata: bytes | str) -> str:
+    """What a session header contributes to search, from its stored metadata JSON: its id
+    and its string ``title``."""
+    doc = _json(metadata)
+    title = doc.get("title") if isinstance(doc, dict) else None
+    return f"{session_id} {title}" if isinstance(title, str) else session_id
+
+
+def words_match(words: list[str], wanted: Iterable[str]) -> bool:
+    """Whether each of ``wanted`` (:func:`query_words`) is a prefix of one of ``words``
+    (sorted, as :func:`index_words` answers)."""
+    for word in wanted:
+        at = bisect.bisect_left(words, word)
+        if at == len(words) or not words[at].startswith(word):
+            return False
+    return True
+
+
 def _session_texts(data: SessionData) -> Iterator[str]:
     yield data.id
     title = data.metadata.get("title")
@@ -47,13 +102,7 @@ def _session_texts(data: SessionData) -> Iterator[str]:
 
 
 def _has_words(data: SessionData, wanted: list[str]) -> bool:
-    missing = set(wanted)
-    for text in _session_texts(data):
-        for word in search_words(text):
-            missing = {w for w in missing if not word.startswith(w)}
-            if not missing:
-                return True
-    return False
+    return words_match(index_words(_session_texts(data)), wanted)
 
 
 def search_header_filters(search: SessionSearch) -> list[tuple[str, str, Any]]:
@@ -104,7 +153,7 @@ def search_page(
     meta_row: Callable[[SessionData], SessionMetaRow],
 ) -> SessionSearchPage:
     """Answer ``search`` by reading every session: the reference every store must agree with."""
-    wanted = search_words(search.text or "")
+    wanted = query_words(search.text or "")
     found = [d for d in sessions if _passes(d, search, wanted)]
     found.sort(key=lambda d: d.id)
     found.sort(

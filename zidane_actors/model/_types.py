@@ -494,8 +494,8 @@ SearchOrder: TypeAlias = Literal["updated", "created"]
 class SessionSearch(_Value, frozen=True):
     """Query of ``search_meta``: words, filters, order and page; conditions AND together.
 
-    ``text`` matches a session when every word in it (a run of letters and
-    digits, case-insensitive) is a prefix of a word of the session's id,
+    ``text`` matches a session when every word in it (a run of letters, marks and
+    numbers, compared in NFKC with case folded) is a prefix of a word of the session's id,
     ``metadata.title``, the text of its text blocks or the name of a tool it
     called (see :func:`~zidane_actors.model.search_words`); text without a
     word matches every session. ``projectRoot`` is tri-state as in

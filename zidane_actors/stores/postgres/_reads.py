@@ -22,7 +22,7 @@ from ...model import (
     corrupt_meta_row,
     decoder,
     preview,
-    search_words,
+    query_words,
     stored_too_deep,
     validate_id,
 )
@@ -100,18 +100,20 @@ def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
     """The WHERE clause of ``search`` over ``sessions s``: words through the GIN indexes."""
     clauses: list[str] = []
     params: list[Any] = []
-    words = search_words(search.text or "")
+    words = query_words(search.text or "")
     if words:
-        # Each word is a prefix of a word of the session's header or of one of its turns;
-        # the session ids are intersected. Words are letters and digits only.
+        # Each word is a prefix of a word of the session's header or of one of its turns
+        # (or of their words past one tsvector's bound); the session ids are intersected.
+        # Words are letters, marks and numbers only: nothing to quote.
         hits = " INTERSECT ".join(
             "(SELECT t.session_id FROM turns t WHERE t.words @@ %s::tsquery"
+            " UNION SELECT m.session_id FROM more_words m WHERE m.words @@ %s::tsquery"
             " UNION SELECT h.id FROM sessions h WHERE h.words @@ %s::tsquery)"
             for _ in words
         )
         clauses.append(f"s.id IN ({hits})")
         for word in words:
-            params += [f"'{word}':*"] * 2
+            params += [f"'{word}':*"] * 3
     header, values = search_header_sql(search, POSTGRES.placeholder)
     clauses += header
     params += values

@@ -8,14 +8,15 @@ start at the same time apply them once, one after the other.
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
 from ...errors import StoreError
+from ...model import index_words, stored_header_text, stored_turn_text
 
-__all__ = ["SCHEMA_VERSION", "SEARCH_CATCH_UP", "migrate"]
+__all__ = ["SCHEMA_VERSION", "index_pending", "migrate"]
 
 _V1: Final = """
 CREATE SEQUENCE revs;
@@ -173,7 +174,7 @@ CREATE INDEX sessions_created ON sessions (created_at DESC, id COLLATE "C");
 # The v3 trigger cost every inserted turn 180-240 us of server time (4-5x the rest of
 # its INSERT). Now an inserted turn's words stay NULL (found through a partial index),
 # a rewritten body sets them back to NULL, and search_meta fills the NULL ones
-# (SEARCH_CATCH_UP) in a transaction of its own just before it reads; turn_words answers an
+# (index_pending since v5) in a transaction of its own just before it reads; turn_words answers an
 # empty tsvector, never NULL, for a body the server cannot read, so NULL only ever
 # means "not yet computed".
 _V4: Final = r"""
@@ -204,17 +205,132 @@ CREATE TRIGGER turns_words BEFORE UPDATE OF body ON turns
 CREATE INDEX turns_without_words ON turns (session_id, seq) WHERE words IS NULL;
 """
 
-SEARCH_CATCH_UP: Final = (
-    "UPDATE turns t SET words = turn_words(t.body) FROM ("
-    " SELECT session_id, seq FROM turns WHERE words IS NULL FOR UPDATE SKIP LOCKED) q"
-    " WHERE t.session_id = q.session_id AND t.seq = q.seq"
-)
-"""SQL: compute the words of the turns written since the last search (its own short
-transaction, before the search reads). It never waits for a writer's row locks (a turn
-being rewritten or deleted right now is left to the next search), so it can neither
-deadlock with writers nor make them wait longer than its own statement."""
+# v5: one search rule for every store. A turn's and a header's words are the model's
+# (``index_words``: NFKC, case folded, split and cut in Python), stored as-is with
+# array_to_tsvector, so no server regex or lower() decides what a word is. A header's
+# words are computed like a turn's now: an insert, or a write changing its id or
+# metadata, sets them to NULL and the next search fills them. A tsvector holds at most
+# 1 MB of words: the words of a turn or header past that go to more_words, in parts,
+# dropped with the row or when its body or header changes. Every stored row's words
+# are re-derived (set to NULL here, filled by the next search).
+_V5: Final = r"""
+DROP TRIGGER sessions_words ON sessions;
+DROP FUNCTION sessions_set_words();
+DROP FUNCTION header_words(text, text);
+DROP FUNCTION turn_words(text);
+DROP FUNCTION search_words(text);
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4)
+CREATE TABLE more_words (
+    session_id text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE ON UPDATE CASCADE,
+    seq bigint,
+    words tsvector NOT NULL,
+    FOREIGN KEY (session_id, seq) REFERENCES turns (session_id, seq)
+        ON DELETE CASCADE ON UPDATE CASCADE
+);
+CREATE INDEX more_words_of ON more_words (session_id, seq);
+CREATE INDEX more_words_by_words ON more_words USING gin (words);
+
+CREATE OR REPLACE FUNCTION turns_unset_words() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.words := NULL;
+    DELETE FROM more_words WHERE session_id = OLD.session_id AND seq = OLD.seq;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION sessions_unset_words() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        NEW.words := NULL;
+    ELSIF NEW.id IS DISTINCT FROM OLD.id OR NEW.metadata IS DISTINCT FROM OLD.metadata THEN
+        NEW.words := NULL;
+        DELETE FROM more_words WHERE session_id = OLD.id AND seq IS NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER sessions_words BEFORE INSERT OR UPDATE OF id, metadata ON sessions
+    FOR EACH ROW EXECUTE FUNCTION sessions_unset_words();
+CREATE INDEX sessions_without_words ON sessions (id) WHERE words IS NULL;
+UPDATE turns SET words = NULL;
+UPDATE sessions SET words = NULL;
+"""
+
+_PART_BYTES: Final = 512 * 1024
+"""The most bytes of words one tsvector is given (PostgreSQL's bound is 1 MB)."""
+
+
+def _parts(words: list[str]) -> list[str]:
+    """``words`` as space-joined parts of at most :data:`_PART_BYTES` bytes (one at least)."""
+    parts: list[str] = []
+    part: list[str] = []
+    size = 0
+    for word in words:
+        length = len(word.encode()) + 1
+        if part and size + length > _PART_BYTES:
+            parts.append(" ".join(part))
+            part, size = [], 0
+        part.append(word)
+        size += length
+    parts.append(" ".join(part))
+    return parts
+
+
+_TSVECTOR: Final = "array_to_tsvector(string_to_array(v.w, ' '))"
+
+
+def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
+    """Fill the words of the turns and headers that have none (at most ``limit`` of each);
+    the number filled. Run in a transaction of its own.
+
+    The words are the model's (``index_words`` of ``stored_turn_text`` or
+    ``stored_header_text``). It never waits for a writer's row locks (a row being
+    written right now is left to the next call), so it can neither deadlock with
+    writers nor make them wait longer than its own statements.
+    """
+    cur.execute(
+        "SELECT session_id, seq, body FROM turns WHERE words IS NULL LIMIT %s"
+        " FOR NO KEY UPDATE SKIP LOCKED",
+        (limit,),
+    )
+    turns = [
+        (str(sid), int(seq), _parts(index_words([stored_turn_text(body)])))
+        for sid, seq, body in cur.fetchall()
+    ]
+    cur.execute(
+        "SELECT id, metadata FROM sessions WHERE words IS NULL LIMIT %s"
+        " FOR NO KEY UPDATE SKIP LOCKED",
+        (limit,),
+    )
+    headers = [
+        (str(sid), None, _parts(index_words([stored_header_text(sid, metadata)])))
+        for sid, metadata in cur.fetchall()
+    ]
+    if turns:
+        cur.execute(
+            f"UPDATE turns t SET words = {_TSVECTOR}"
+            " FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(sid, seq, w)"
+            " WHERE t.session_id = v.sid AND t.seq = v.seq",
+            [[r[0] for r in turns], [r[1] for r in turns], [r[2][0] for r in turns]],
+        )
+    if headers:
+        cur.execute(
+            f"UPDATE sessions s SET words = {_TSVECTOR}"
+            " FROM unnest(%s::text[], %s::text[]) AS v(sid, w) WHERE s.id = v.sid",
+            [[r[0] for r in headers], [r[2][0] for r in headers]],
+        )
+    more = [(sid, seq, part) for sid, seq, parts in turns + headers for part in parts[1:]]
+    if more:
+        cur.execute(
+            f"INSERT INTO more_words (session_id, seq, words) SELECT v.sid, v.seq, {_TSVECTOR}"
+            " FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(sid, seq, w)",
+            [[r[0] for r in more], [r[1] for r in more], [r[2] for r in more]],
+        )
+    return len(turns) + len(headers)
+
+
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

@@ -21,7 +21,7 @@ from ...model import (
     SessionSearch,
     SessionSearchPage,
     filter_artifacts,
-    search_words,
+    query_words,
     send_request_evictions,
     validate_id,
     validate_request_id,
@@ -60,7 +60,7 @@ from ._rows import (
     _SQL,
     _Cursor,
 )
-from ._schema import SEARCH_CATCH_UP
+from ._schema import index_pending
 from ._writes import (
     _artifact_row,
     _held_for_send,
@@ -188,7 +188,7 @@ class PostgresStore(
         search = checked(search, SessionSearch, "session search")
         where, params = _search_where(search)
         order = "s.created_at" if search.order == "created" else "s.updated_at"
-        words = bool(search_words(search.text or ""))
+        words = bool(query_words(search.text or ""))
 
         def op(cur: _Cursor) -> SessionSearchPage:
             # The page's ids first, so the per-row subqueries run for its rows only.
@@ -212,7 +212,7 @@ class PostgresStore(
             )
 
         if words:
-            await self._write(lambda cur: cur.execute(SEARCH_CATCH_UP))
+            await self._write(index_pending)
         return await self._read(op)
 
     async def _sql_mutate(

@@ -25,7 +25,7 @@ from ...model import (
     decode,
     merge_session_metadata,
     patch_metadata,
-    search_words,
+    query_words,
 )
 from .._protocol import (
     HistoryMutation,
@@ -51,7 +51,7 @@ from ._rows import (
     _valid_body,
     _valid_header,
 )
-from ._schema import SEARCH_CATCH_UP
+from ._schema import index_pending
 
 __all__ = ["SQLiteMeta"]
 
@@ -154,15 +154,15 @@ class SQLiteMeta(SQLiteBase):
         """The WHERE clause of ``search`` over ``sessions s``: words through the FTS5 index."""
         clauses: builtins.list[str] = []
         params: builtins.list[Any] = []
-        words = search_words(search.text or "")
+        words = query_words(search.text or "")
         if words:
             # Each word is a prefix of a word somewhere in the session: one index lookup per
-            # word, the session ids intersected. Words are letters and digits only.
+            # word, the session ids intersected. Words are letters, marks and numbers only.
             hits = " INTERSECT ".join(
                 "SELECT session_id FROM search WHERE search MATCH ?" for _ in words
             )
             clauses.append(f"s.id IN ({hits})")
-            params.extend(f'text : "{w}"*' for w in words)
+            params.extend(f'words : "{w}"*' for w in words)
         header, values = search_header_sql(search, SQLITE.placeholder)
         clauses += header
         params += values
@@ -178,12 +178,11 @@ class SQLiteMeta(SQLiteBase):
         _valid_body(search, SessionSearch, "session search")
         where, params = self._search_where(search)
         order = "s.created_at" if search.order == "created" else "s.updated_at"
-        words = bool(search_words(search.text or ""))
+        words = bool(query_words(search.text or ""))
 
         def op(conn: _Conn) -> SessionSearchPage:
             if words:
-                for statement in SEARCH_CATCH_UP:
-                    conn.execute(statement)
+                index_pending(conn)
             rows = conn.execute(
                 f"{self._META_SELECT}{where} ORDER BY {order} DESC, s.id LIMIT ? OFFSET ?",
                 [*params, search.limit, search.offset],

@@ -14,13 +14,20 @@ from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias
 
 from ...errors import MigrationWarning, StoreError
-from ...model import ID_MAX_LENGTH, encode, parse_json
+from ...model import (
+    ID_MAX_LENGTH,
+    encode,
+    index_words,
+    parse_json,
+    stored_header_text,
+    stored_turn_text,
+)
 
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "SEARCH_CATCH_UP",
     "Migration",
+    "index_pending",
     "migrate",
     "refuse_foreign",
 ]
@@ -362,7 +369,7 @@ CREATE INDEX sessions_by_created ON sessions (created_at DESC, id);
 # v8: turns are indexed for search when a search runs, not when they are written.
 # Tokenizing a turn costs an append 60-100 us of CPU (5-8x the rest of its INSERT);
 # the insert trigger now only queues the turn's rowid in search_pending, and
-# search_meta indexes the queue (SEARCH_CATCH_UP) in its own transaction before it
+# search_meta indexes the queue (index_pending since v10) in its own transaction before it
 # reads. The index plus the queue always cover exactly the stored turns: a deleted
 # turn leaves both, a rewritten one leaves the index and is queued again.
 _V8: Final = """
@@ -390,13 +397,82 @@ END;
 # would read such a body as a turn without an id, from opening the file.
 _V9: Final = ""
 
-SEARCH_CATCH_UP: Final = (
-    "INSERT INTO search (rowid, session_id, text)"
-    f" SELECT t.rowid, t.session_id, {_turn_text('t.body')}"
-    " FROM search_pending p JOIN turns t ON t.rowid = p.turn",
-    "DELETE FROM search_pending",
-)
-"""SQL: index the queued turns (run in the transaction of a search, before it reads)."""
+
+def _queue(key: str) -> str:
+    """SQL: queue ``key`` for the index once (not ``OR IGNORE``: inside a trigger an
+    upsert's own conflict clause would override it)."""
+    return (
+        f"INSERT INTO search_pending (turn) SELECT {key}"
+        f" WHERE NOT EXISTS (SELECT 1 FROM search_pending WHERE turn = {key});"
+    )
+
+
+# v10: one search rule for every store. The index holds the words the model computes
+# (``index_words``: NFKC, case folded, split and cut in Python), joined by spaces, so
+# no SQLite tokenizer decides what a word is: ``ascii`` only splits them at the spaces
+# (every non-ASCII character is part of a token; ASCII words are already lower case).
+# Headers are queued too (rowid = minus the session's rowid) and indexed with the
+# turns; every stored turn and header is queued here, so its words are re-derived.
+_V10: Final = f"""
+DROP TRIGGER turns_unindexed;
+DROP TRIGGER turns_reindexed;
+DROP TRIGGER sessions_indexed;
+DROP TRIGGER sessions_unindexed;
+DROP TRIGGER sessions_reindexed;
+DROP TABLE search;
+CREATE VIRTUAL TABLE search USING fts5(session_id UNINDEXED, words, tokenize = 'ascii');
+CREATE TRIGGER turns_unindexed AFTER DELETE ON turns BEGIN
+    DELETE FROM search WHERE rowid = OLD.rowid;
+    DELETE FROM search_pending WHERE turn = OLD.rowid;
+END;
+CREATE TRIGGER turns_reindexed AFTER UPDATE OF session_id, body ON turns BEGIN
+    DELETE FROM search WHERE rowid = OLD.rowid;
+    {_queue("NEW.rowid")}
+END;
+CREATE TRIGGER sessions_indexed AFTER INSERT ON sessions BEGIN
+    {_queue("-NEW.rowid")}
+END;
+CREATE TRIGGER sessions_unindexed AFTER DELETE ON sessions BEGIN
+    DELETE FROM search WHERE rowid = -OLD.rowid;
+    DELETE FROM search_pending WHERE turn = -OLD.rowid;
+END;
+CREATE TRIGGER sessions_reindexed AFTER UPDATE OF id, metadata ON sessions
+    WHEN {_session_text("OLD.id", "OLD.metadata")} IS NOT {_session_text("NEW.id", "NEW.metadata")}
+BEGIN
+    DELETE FROM search WHERE rowid = -OLD.rowid;
+    {_queue("-NEW.rowid")}
+END;
+INSERT OR IGNORE INTO search_pending (turn) SELECT rowid FROM turns;
+INSERT OR IGNORE INTO search_pending (turn) SELECT -rowid FROM sessions;
+"""
+
+
+def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
+    """Index the queued turns and headers (at most ``limit``, all when negative), oldest
+    first; the number indexed. Runs in the caller's write transaction.
+
+    The words are the model's (``index_words`` of ``stored_turn_text`` or
+    ``stored_header_text``): a row that no longer decodes gives the words it can.
+    """
+    rows = conn.execute(
+        "SELECT p.turn, t.session_id, t.body, s.id, s.metadata FROM search_pending p"
+        " LEFT JOIN turns t ON p.turn > 0 AND t.rowid = p.turn"
+        " LEFT JOIN sessions s ON p.turn < 0 AND s.rowid = -p.turn"
+        " ORDER BY p.turn LIMIT ?",
+        (limit,),
+    ).fetchall()
+    documents = []
+    for key, turn_session, body, session_id, metadata in rows:
+        if turn_session is not None:
+            text = stored_turn_text(body)
+            documents.append((key, turn_session, " ".join(index_words([text]))))
+        elif session_id is not None:
+            text = stored_header_text(session_id, metadata)
+            documents.append((key, session_id, " ".join(index_words([text]))))
+    conn.executemany("INSERT INTO search (rowid, session_id, words) VALUES (?, ?, ?)", documents)
+    conn.executemany("DELETE FROM search_pending WHERE turn = ?", [(r[0],) for r in rows])
+    return len(rows)
+
 
 MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V1,
@@ -408,6 +484,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V7,
     _V8,
     _V9,
+    _V10,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
