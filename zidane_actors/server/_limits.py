@@ -156,7 +156,8 @@ class ReadBudget:
     (one larger than the whole budget still goes when nothing else is held,
     as an answer does); a read never measured waits for the others never
     measured, one at a time. So many views of a huge session hold at most
-    the budget plus one read, and the rest are answered 503.
+    the budget (or one read larger than it) plus one read not yet measured,
+    and the rest are answered 503.
     """
 
     budget: BodyBudget
