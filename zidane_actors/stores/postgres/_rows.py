@@ -13,7 +13,6 @@ from psycopg import errors as pg_errors
 
 from ...errors import (
     ConflictError,
-    CorruptDataError,
     StoreError,
     StoreUnavailableError,
     ValidationError,
@@ -22,17 +21,14 @@ from ...errors import (
 from ...model import (
     ExtraFields,
     SessionData,
-    decoder,
     encode_str,
     preview,
-    stored_too_deep,
 )
 from .._validate import (
     checked,
     checked_header,
 )
-from ..sql import POSTGRES, SharedSQL
-from ..sql._codec import TOO_DEEP
+from ..sql import POSTGRES, SharedSQL, decode_row
 
 __all__ = []
 
@@ -77,16 +73,8 @@ def _checked_data(data: object) -> SessionData:
 
 
 def _decode(text: str | None, type_: Any, table: str, key: str) -> Any:
-    if text is None:
-        raise CorruptDataError(f"{table} row {key} has no value where JSON was expected")
-    try:
-        value = decoder(type_).decode(text)
-        if stored_too_deep(text):
-            raise RecursionError
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        reason = TOO_DEEP if isinstance(exc, RecursionError) else exc
-        raise CorruptDataError(f"{table} row {key} does not decode: {reason}") from None
-    return value
+    """A JSON column's value as ``type_`` (any type expression): the shared row codec."""
+    return decode_row(text, type_, table, key)
 
 
 def _map_error(exc: BaseException) -> BaseException:

@@ -6,6 +6,7 @@ holds the database lock, PostgreSQL's locks the header row (``FOR UPDATE``).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 import msgspec
@@ -48,14 +49,8 @@ class _Statements:
         self.abort_run = sql("UPDATE runs SET body = ? WHERE session_id = ? AND id = ?")
 
 
-_BY_DIALECT: Final[dict[str, _Statements]] = {}
-
-
-def _statements(d: Dialect) -> _Statements:
-    found = _BY_DIALECT.get(d.name)
-    if found is None:
-        found = _BY_DIALECT[d.name] = _Statements(d)
-    return found
+_statements: Final = functools.cache(_Statements)
+"""The statements in a dialect, rendered once."""
 
 
 def _owner(raw: str | bytes | None, session_id: str) -> RunOwner | None:

@@ -12,9 +12,10 @@ from ...model import encode, encode_str
 __all__ = ["POSTGRES", "SQLITE", "Dialect"]
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Dialect:
-    """One engine's spelling of the few things its SQL says differently."""
+    """One engine's spelling of the few things its SQL says differently (hashable: the
+    statements rendered in it are cached by it)."""
 
     name: str
     placeholder: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -56,7 +57,8 @@ class _Statements:
         )
 
 
-_BY_DIALECT: Final[dict[str, _Statements]] = {}
+_statements: Final = functools.cache(_Statements)
+"""The statements in a dialect, rendered once."""
 
 
 def _fire(raw: bytes | str, schedule_id: str, fire_id: str | None = None) -> ScheduleFire:
@@ -76,12 +78,6 @@ class SQLSchedules(SQLHooks):
 
     __slots__ = ()
 
-    def _schedule_sql(self) -> _Statements:
-        found = _BY_DIALECT.get(self._dialect.name)
-        if found is None:
-            found = _BY_DIALECT[self._dialect.name] = _Statements(self._dialect)
-        return found
-
     async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
         """Create or replace a schedule; ``keep_next_fire_at`` keeps a stored ``nextFireAt``."""
         schedule = checked(schedule, Schedule, "schedule")
@@ -97,12 +93,12 @@ class SQLSchedules(SQLHooks):
             body,
             keep_next_fire_at,
         )
-        sql = self._schedule_sql().save
+        sql = _statements(self._dialect).save
         await self._sql_write(lambda db: db.execute(sql, params))
 
     async def list_schedules(self) -> builtins.list[Schedule]:
         """Every schedule with its newest fire, oldest first."""
-        sql = self._schedule_sql().list
+        sql = _statements(self._dialect).list
 
         def op(db: Any) -> builtins.list[Schedule]:
             return [
@@ -119,7 +115,7 @@ class SQLSchedules(SQLHooks):
     async def delete_schedule(self, id: str) -> bool:
         """Remove a schedule and its fires; ``False`` when it was gone."""
         validate_id(id, what="schedule id")
-        sql = self._schedule_sql()
+        sql = _statements(self._dialect)
 
         def op(db: Any) -> bool:
             db.execute(sql.delete_fires, (id,))
@@ -133,7 +129,7 @@ class SQLSchedules(SQLHooks):
         checked_int(due_at, "due_at")
         if next is not None:
             checked_int(next, "next")
-        sql = self._schedule_sql().claim
+        sql = _statements(self._dialect).claim
         return await self._sql_write(
             lambda db: bool(db.execute(sql, (next, id, due_at)).rowcount == 1), idempotent=False
         )
@@ -143,7 +139,7 @@ class SQLSchedules(SQLHooks):
         fire = checked(fire, ScheduleFire, "schedule fire")
         check_fire_ids(fire)
         body = self._dialect.encode(fire)
-        sql = self._schedule_sql()
+        sql = _statements(self._dialect)
         sid = fire.schedule_id
 
         def op(db: Any) -> None:
@@ -161,7 +157,7 @@ class SQLSchedules(SQLHooks):
         """A schedule's fires, newest first."""
         validate_id(schedule_id, what="schedule id")
         count = checked_int(limit, "limit")
-        sql = self._schedule_sql().list_fires
+        sql = _statements(self._dialect).list_fires
 
         def op(db: Any) -> builtins.list[ScheduleFire]:
             rows = db.execute(sql, (schedule_id, count)).fetchall()

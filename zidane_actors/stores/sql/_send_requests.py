@@ -7,6 +7,7 @@ PostgreSQL with an insert that detects the race.
 from __future__ import annotations
 
 import builtins
+import functools
 from typing import Any, Final, TypeVar
 
 from msgspec import UNSET
@@ -59,14 +60,8 @@ class _Statements:
         self.delete = sql("DELETE FROM send_requests WHERE session_id = ? AND request_id = ?")
 
 
-_BY_DIALECT: Final[dict[str, _Statements]] = {}
-
-
-def _statements(d: Dialect) -> _Statements:
-    found = _BY_DIALECT.get(d.name)
-    if found is None:
-        found = _BY_DIALECT[d.name] = _Statements(d)
-    return found
+_statements: Final = functools.cache(_Statements)
+"""The statements in a dialect, rendered once."""
 
 
 def send_record(row: tuple[Any, ...], session_id: str) -> SendRequestRecord:
