@@ -10,33 +10,9 @@ from typing import Any
 
 import msgspec
 
+from .. import model
 from ..errors import WireFormatError
-from ..model import (
-    FileBlock,
-    ImageBlock,
-    NativeBlock,
-    ReasoningBlock,
-    SessionContentBlock,
-    SessionMessage,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    call_input,
-    preview,
-    reasoning_text,
-)
-from ._common import (
-    as_list,
-    as_mapping,
-    check_messages,
-    diagnosed,
-    fail,
-    get_opt_str,
-    get_str,
-    normalize_media_type,
-    reindex,
-    tool_id_map,
-)
+from . import _common
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
 from ._json import copy_json_object
 from ._provider_data import (
@@ -67,13 +43,13 @@ ANTHROPIC_IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif",
 _VALID_ID = re.compile(r"[a-zA-Z0-9_-]+")
 _INVALID_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 
-ToolResultPart = TextBlock | ImageBlock | FileBlock | NativeBlock
+ToolResultPart = model.TextBlock | model.ImageBlock | model.FileBlock | model.NativeBlock
 
 REFUSAL_FALLBACK_TEXT = "(The model declined to answer.)"
 """What a blank OpenAI refusal becomes for a provider without refusals."""
 
 
-def refusal_text(block: TextBlock) -> str | None:
+def refusal_text(block: model.TextBlock) -> str | None:
     """The text of an OpenAI refusal block for a provider without refusals (never blank).
 
     ``None`` when ``block`` is not a refusal.
@@ -91,76 +67,80 @@ def refusal_text(block: TextBlock) -> str | None:
 # ---------------------------------------------------------------- wire → neutral
 
 
-def _image_from(block: Mapping[str, Any], path: str) -> ImageBlock | None:
-    source = as_mapping(block.get("source"), f"{path}.source")
-    kind = get_str(source, "type", f"{path}.source")
+def _image_from(block: Mapping[str, Any], path: str) -> model.ImageBlock | None:
+    source = _common.as_mapping(block.get("source"), f"{path}.source")
+    kind = _common.get_str(source, "type", f"{path}.source")
     if kind == "base64":
-        media_type = get_str(source, "media_type", f"{path}.source", non_empty=True)
-        data = get_str(source, "data", f"{path}.source")
-        return ImageBlock(media_type=normalize_media_type(media_type), data=data)
+        media_type = _common.get_str(source, "media_type", f"{path}.source", non_empty=True)
+        data = _common.get_str(source, "data", f"{path}.source")
+        return model.ImageBlock(media_type=_common.normalize_media_type(media_type), data=data)
     if kind == "url":
-        return ImageBlock(url=get_str(source, "url", f"{path}.source"))
+        return model.ImageBlock(url=_common.get_str(source, "url", f"{path}.source"))
     return None
 
 
-def _document_from(block: Mapping[str, Any], path: str) -> FileBlock | None:
-    source = as_mapping(block.get("source"), f"{path}.source")
-    kind = get_str(source, "type", f"{path}.source")
+def _document_from(block: Mapping[str, Any], path: str) -> model.FileBlock | None:
+    source = _common.as_mapping(block.get("source"), f"{path}.source")
+    kind = _common.get_str(source, "type", f"{path}.source")
     title = block.get("title")
     name = title if isinstance(title, str) and title else None
     if kind == "base64":
-        media_type = get_str(source, "media_type", f"{path}.source", non_empty=True)
-        data = get_str(source, "data", f"{path}.source")
-        return FileBlock(media_type=normalize_media_type(media_type), data=data, name=name)
+        media_type = _common.get_str(source, "media_type", f"{path}.source", non_empty=True)
+        data = _common.get_str(source, "data", f"{path}.source")
+        return model.FileBlock(
+            media_type=_common.normalize_media_type(media_type), data=data, name=name
+        )
     if kind == "text":
-        return FileBlock(text=get_str(source, "data", f"{path}.source"), name=name)
+        return model.FileBlock(text=_common.get_str(source, "data", f"{path}.source"), name=name)
     if kind == "url":
-        return FileBlock(url=get_str(source, "url", f"{path}.source"), name=name)
+        return model.FileBlock(url=_common.get_str(source, "url", f"{path}.source"), name=name)
     return None
 
 
-def _tool_result_from(block: Mapping[str, Any], path: str) -> ToolResultBlock:
-    call_id = get_str(block, "tool_use_id", path, non_empty=True)
+def _tool_result_from(block: Mapping[str, Any], path: str) -> model.ToolResultBlock:
+    call_id = _common.get_str(block, "tool_use_id", path, non_empty=True)
     content = block.get("content", "")
     output: str | tuple[ToolResultPart, ...]
     if isinstance(content, str):
         output = content
     else:
-        parts = as_list(content, f"{path}.content")
+        parts = _common.as_list(content, f"{path}.content")
         output = tuple(_part_from(p, f"{path}.content[{i}]") for i, p in enumerate(parts))
     is_error = block.get("is_error", False)
     if is_error is None:
         is_error = False
     if not isinstance(is_error, bool):
-        fail("expected a boolean", f"{path}.is_error")
-    return ToolResultBlock(call_id=call_id, output=output, is_error=is_error or None)
+        _common.fail("expected a boolean", f"{path}.is_error")
+    return model.ToolResultBlock(call_id=call_id, output=output, is_error=is_error or None)
 
 
-def _neutral_from(block: Mapping[str, Any], kind: str, path: str) -> SessionContentBlock | None:
+def _neutral_from(
+    block: Mapping[str, Any], kind: str, path: str
+) -> model.SessionContentBlock | None:
     if kind == "text":
-        return TextBlock(get_str(block, "text", path))
+        return model.TextBlock(_common.get_str(block, "text", path))
     if kind == "image":
         return _image_from(block, path)
     if kind == "document":
         return _document_from(block, path)
     if kind == "tool_use":
-        return ToolCallBlock(
-            id=get_str(block, "id", path, non_empty=True),
-            name=get_str(block, "name", path, non_empty=True),
+        return model.ToolCallBlock(
+            id=_common.get_str(block, "id", path, non_empty=True),
+            name=_common.get_str(block, "name", path, non_empty=True),
             input=copy_json_object(block.get("input"), f"{path}.input"),
         )
     if kind == "tool_result":
         return _tool_result_from(block, path)
     if kind == "thinking":
-        signature = get_opt_str(block, "signature", path)
-        return ReasoningBlock(
-            text=get_str(block, "thinking", path),
+        signature = _common.get_opt_str(block, "signature", path)
+        return model.ReasoningBlock(
+            text=_common.get_str(block, "thinking", path),
             provider="anthropic",
             signature=signature or None,
         )
     if kind == "redacted_thinking":
-        return ReasoningBlock(
-            provider="anthropic", redacted_data=get_str(block, "data", path, non_empty=True)
+        return model.ReasoningBlock(
+            provider="anthropic", redacted_data=_common.get_str(block, "data", path, non_empty=True)
         )
     return None
 
@@ -179,32 +159,32 @@ def _with_data(
     return msgspec.structs.replace(neutral, provider_data=data)
 
 
-def _native(block: Mapping[str, Any], path: str) -> NativeBlock:
-    return NativeBlock(provider=ANTHROPIC, data=copy_json_object(block, path))
+def _native(block: Mapping[str, Any], path: str) -> model.NativeBlock:
+    return model.NativeBlock(provider=ANTHROPIC, data=copy_json_object(block, path))
 
 
 def _part_from(value: object, path: str) -> ToolResultPart:
-    block = as_mapping(value, path)
-    kind = get_str(block, "type", path)
+    block = _common.as_mapping(value, path)
+    kind = _common.get_str(block, "type", path)
     neutral = _neutral_from(block, kind, path) if kind in ("text", "image", "document") else None
     if neutral is None:
         return _native(block, path)
-    assert isinstance(neutral, TextBlock | ImageBlock | FileBlock)
+    assert isinstance(neutral, model.TextBlock | model.ImageBlock | model.FileBlock)
     part: ToolResultPart = _safe_with_data(neutral, block, "user", path)
     return part
 
 
 def _safe_with_data(neutral: Any, block: Mapping[str, Any], role: str, path: str) -> Any:
-    children = ("content",) if isinstance(neutral, ToolResultBlock) else ()
+    children = ("content",) if isinstance(neutral, model.ToolResultBlock) else ()
     try:
         return _with_data(neutral, block, role, path, children)
     except WireFormatError:  # no canonical form (e.g. an unusual media type): keep it verbatim
         return _native(block, path)
 
 
-def _block_from(value: object, role: str, path: str) -> SessionContentBlock:
-    block = as_mapping(value, path)
-    kind = get_str(block, "type", path)
+def _block_from(value: object, role: str, path: str) -> model.SessionContentBlock:
+    block = _common.as_mapping(value, path)
+    kind = _common.get_str(block, "type", path)
     neutral = _neutral_from(block, kind, path)
     if neutral is None:
         return _native(block, path)
@@ -215,7 +195,7 @@ _MESSAGE_PARAM_KEYS = frozenset({"role", "content"})
 """The keys of a ``MessageParam``; the API refuses any other key in a request message."""
 
 
-def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
+def from_anthropic(msg: Mapping[str, Any]) -> model.SessionMessage:
     """Convert an Anthropic message (``user``, ``assistant`` or ``system``) to a neutral message.
 
     Every block the API defines is kept: text, images, documents, tool use
@@ -231,17 +211,17 @@ def from_anthropic(msg: Mapping[str, Any]) -> SessionMessage:
     return _from_anthropic(msg, entry=True)
 
 
-def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
-    m = as_mapping(msg, "$")
+def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> model.SessionMessage:
+    m = _common.as_mapping(msg, "$")
     role = m.get("role")
     if role not in ("user", "assistant", "system"):
-        fail(f"unsupported role {preview(role)}", "$.role")
+        _common.fail(f"unsupported role {model.preview(role)}", "$.role")
     content = m.get("content")
-    blocks: tuple[SessionContentBlock, ...]
+    blocks: tuple[model.SessionContentBlock, ...]
     if isinstance(content, str):
-        blocks = (TextBlock(content),)
+        blocks = (model.TextBlock(content),)
     else:
-        listed = as_list(content, "$.content")
+        listed = _common.as_list(content, "$.content")
         blocks = tuple(_block_from(b, role, f"$.content[{i}]") for i, b in enumerate(listed))
     data: dict[str, Any] = {"provider": ANTHROPIC}
     if isinstance(content, str):
@@ -251,7 +231,7 @@ def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
     envelope = {k: v for k, v in m.items() if k not in _MESSAGE_PARAM_KEYS}
     if envelope:  # a response (``Message``) passed as a message: kept, never sent back
         data["response"] = copy_json_object(envelope, "$")
-    message = SessionMessage(role=role, content=blocks, provider_data=dict(data))
+    message = model.SessionMessage(role=role, content=blocks, provider_data=dict(data))
     canonical = _to_anthropic(message, CANONICAL)
     request = {k: v for k, v in m.items() if k in _MESSAGE_PARAM_KEYS}
     diff_into(data, canonical, request, children=("content",))
@@ -259,22 +239,22 @@ def _from_anthropic(msg: Mapping[str, Any], *, entry: bool) -> SessionMessage:
     return message
 
 
-def from_anthropic_request(request: Mapping[str, Any]) -> list[SessionMessage]:
+def from_anthropic_request(request: Mapping[str, Any]) -> list[model.SessionMessage]:
     """The conversation of a ``messages.create`` request (its ``system`` and ``messages``).
 
     A top-level ``system`` (string or block list) becomes a leading system
     message; other request options are not part of the conversation and are
     ignored. ``to_anthropic_request`` gives ``system`` and ``messages`` back.
     """
-    r = as_mapping(request, "$")
-    out: list[SessionMessage] = []
+    r = _common.as_mapping(request, "$")
+    out: list[model.SessionMessage] = []
     if r.get("system") is not None:
         try:
             out.append(_from_anthropic({"role": "system", "content": r["system"]}, entry=False))
         except WireFormatError as exc:
             path = (exc.path or "$").replace("$.content", "$.system", 1)
             raise WireFormatError(_bare(exc), path=path) from None
-    for index, value in enumerate(as_list(r.get("messages"), "$.messages")):
+    for index, value in enumerate(_common.as_list(r.get("messages"), "$.messages")):
         try:
             out.append(from_anthropic(value))
         except WireFormatError as exc:
@@ -300,48 +280,51 @@ def _candidate(call_id: str, widen: int) -> str:
     return f"{stem}_{digest}_{widen}"
 
 
-@diagnosed("messages")
-def anthropic_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
+@_common.diagnosed("messages")
+def anthropic_tool_id_map(messages: Iterable[model.SessionMessage]) -> dict[str, str]:
     """Replacement ids for the tool ids Anthropic would reject (``^[a-zA-Z0-9_-]+$``).
 
     Both sides of a pair get the same replacement; each is derived from the
     original id (sanitized stem + sha256 prefix, so it is deterministic) and
     widened until it collides with no other id of ``messages``.
     """
-    return tool_id_map(messages, lambda i: _VALID_ID.fullmatch(i) is not None, _candidate)
+    return _common.tool_id_map(messages, lambda i: _VALID_ID.fullmatch(i) is not None, _candidate)
 
 
-def _emit_image(block: ImageBlock, path: str) -> dict[str, Any]:
+def _emit_image(block: model.ImageBlock, path: str) -> dict[str, Any]:
     if block.url is not None:
         return {"type": "image", "source": {"type": "url", "url": block.url}}
     if block.data is None:
-        fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
+        _common.fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
     return {
         "type": "image",
         "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
     }
 
 
-def _emit_document(block: FileBlock, path: str) -> dict[str, Any]:
+def _emit_document(block: model.FileBlock, path: str) -> dict[str, Any]:
     source: dict[str, Any]
     if block.url is not None:
         source = {"type": "url", "url": block.url}
     elif block.text is not None:
         source = {"type": "text", "media_type": "text/plain", "data": block.text}
     elif block.data is not None:
-        media_type = normalize_media_type(block.media_type or "")
+        media_type = _common.normalize_media_type(block.media_type or "")
         if media_type == "application/pdf":
             source = {"type": "base64", "media_type": media_type, "data": block.data}
         elif media_type == "text/plain":
             try:
                 text = base64.b64decode(block.data, validate=True).decode("utf-8")
             except ValueError:  # binascii.Error, non-ASCII text, UnicodeDecodeError
-                fail("text/plain file data is not base64 UTF-8", f"{path}.data")
+                _common.fail("text/plain file data is not base64 UTF-8", f"{path}.data")
             source = {"type": "text", "media_type": "text/plain", "data": text}
         else:
-            fail(f"Anthropic documents do not accept {preview(media_type)}", f"{path}.mediaType")
+            _common.fail(
+                f"Anthropic documents do not accept {model.preview(media_type)}",
+                f"{path}.mediaType",
+            )
     else:
-        fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
+        _common.fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
     out: dict[str, Any] = {"type": "document", "source": source}
     if block.name:
         out["title"] = block.name
@@ -349,23 +332,23 @@ def _emit_document(block: FileBlock, path: str) -> dict[str, Any]:
 
 
 def _emit_part(part: ToolResultPart, path: str) -> dict[str, Any]:
-    if isinstance(part, TextBlock):
+    if isinstance(part, model.TextBlock):
         return {"type": "text", "text": part.text}
-    if isinstance(part, ImageBlock):
+    if isinstance(part, model.ImageBlock):
         return _emit_image(part, path)
-    if isinstance(part, FileBlock):
+    if isinstance(part, model.FileBlock):
         return _emit_document(part, path)
     return copy_json_object(part.data, f"{path}.data")
 
 
-def _emit(block: SessionContentBlock, path: str = "$") -> dict[str, Any]:
+def _emit(block: model.SessionContentBlock, path: str = "$") -> dict[str, Any]:
     """The canonical Anthropic JSON of ``block`` (no provider data, no checks, ids as they are)."""
-    if isinstance(block, TextBlock | ImageBlock | FileBlock | NativeBlock):
+    if isinstance(block, model.TextBlock | model.ImageBlock | model.FileBlock | model.NativeBlock):
         return _emit_part(block, path)
-    if isinstance(block, ToolCallBlock):
-        tool_input = copy_json_object(call_input(block), f"{path}.input")
+    if isinstance(block, model.ToolCallBlock):
+        tool_input = copy_json_object(model.call_input(block), f"{path}.input")
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input}
-    if isinstance(block, ToolResultBlock):
+    if isinstance(block, model.ToolResultBlock):
         content: str | list[dict[str, Any]]
         if isinstance(block.output, str):
             content = block.output
@@ -383,12 +366,16 @@ def _emit(block: SessionContentBlock, path: str = "$") -> dict[str, Any]:
         return out
     if block.redacted_data:
         return {"type": "redacted_thinking", "data": block.redacted_data}
-    return {"type": "thinking", "thinking": reasoning_text(block), "signature": block.signature}
+    return {
+        "type": "thinking",
+        "thinking": model.reasoning_text(block),
+        "signature": block.signature,
+    }
 
 
-def _finish(block: SessionContentBlock, out: dict[str, Any]) -> dict[str, Any]:
+def _finish(block: model.SessionContentBlock, out: dict[str, Any]) -> dict[str, Any]:
     """``out`` with ``block``'s Anthropic provider data applied, then the validity fixes."""
-    if isinstance(block, NativeBlock):
+    if isinstance(block, model.NativeBlock):
         return out
     data = data_for(block.provider_data, ANTHROPIC)
     if data:
@@ -396,23 +383,23 @@ def _finish(block: SessionContentBlock, out: dict[str, Any]) -> dict[str, Any]:
     source = out.get("source")
     if out.get("type") == "image" and isinstance(source, dict) and source.get("type") == "base64":
         data_text = source.get("data")
-        declared = normalize_media_type(str(source.get("media_type") or ""))
+        declared = _common.normalize_media_type(str(source.get("media_type") or ""))
         sniffed = sniff_image_media_type(data_text) if isinstance(data_text, str) else None
         source["media_type"] = sniffed or declared
     return out
 
 
-def _foreign(block: NativeBlock, path: str, ctx: ConvertContext) -> dict[str, Any] | None:
+def _foreign(block: model.NativeBlock, path: str, ctx: ConvertContext) -> dict[str, Any] | None:
     text = foreign_text(block, path, ctx)
     return None if text is None else {"type": "text", "text": text}
 
 
 def _part_to(part: ToolResultPart, path: str, ctx: ConvertContext) -> dict[str, Any] | None:
-    if isinstance(part, NativeBlock):
+    if isinstance(part, model.NativeBlock):
         if part.provider == ANTHROPIC:
             return copy_json_object(part.data, f"{path}.data")
         return _foreign(part, path, ctx)
-    if isinstance(part, TextBlock):
+    if isinstance(part, model.TextBlock):
         refusal = refusal_text(part)
         if refusal is not None:
             return {"type": "text", "text": refusal}
@@ -434,19 +421,19 @@ def _accepted_media(out: Mapping[str, Any]) -> bool:
 
 
 def _block_to(
-    block: SessionContentBlock, role: str, path: str, ctx: ConvertContext
+    block: model.SessionContentBlock, role: str, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
-    if isinstance(block, TextBlock | ImageBlock | FileBlock | NativeBlock):
+    if isinstance(block, model.TextBlock | model.ImageBlock | model.FileBlock | model.NativeBlock):
         return _part_to(block, path, ctx)
-    if isinstance(block, ToolCallBlock):
+    if isinstance(block, model.ToolCallBlock):
         if role != "assistant":
-            fail("tool_call blocks belong in assistant messages", path)
+            _common.fail("tool_call blocks belong in assistant messages", path)
         out = _finish(block, _emit(block, path))
         out["id"] = ctx.ids.get(block.id, block.id)
         return out
-    if isinstance(block, ToolResultBlock):
+    if isinstance(block, model.ToolResultBlock):
         if role != "user":
-            fail("tool_result blocks belong in user messages", path)
+            _common.fail("tool_result blocks belong in user messages", path)
         content: str | list[dict[str, Any]]
         if isinstance(block.output, str):
             content = block.output
@@ -474,21 +461,21 @@ def _form(content: list[dict[str, Any]], form: object) -> str | list[dict[str, A
     return content
 
 
-def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
+def _to_anthropic(msg: model.SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
     blocks = list(enumerate(msg.content))
     if msg.role == "system":  # system content is text: other media are dropped, reported
         for j, block in blocks:
-            if isinstance(block, ImageBlock | FileBlock):
+            if isinstance(block, model.ImageBlock | model.FileBlock):
                 ctx.report(f"$.content[{j}]", "dropped", str(block.__struct_config__.tag))
-            elif isinstance(block, NativeBlock) and block.provider == ANTHROPIC:
+            elif isinstance(block, model.NativeBlock) and block.provider == ANTHROPIC:
                 ctx.report(f"$.content[{j}]", "dropped", native_type(block))
-            elif not isinstance(block, TextBlock | NativeBlock):
-                fail("system messages may hold text only", f"$.content[{j}]")
+            elif not isinstance(block, model.TextBlock | model.NativeBlock):
+                _common.fail("system messages may hold text only", f"$.content[{j}]")
         blocks = [
             (j, b)
             for j, b in blocks
-            if not isinstance(b, ImageBlock | FileBlock)
-            and not (isinstance(b, NativeBlock) and b.provider == ANTHROPIC)
+            if not isinstance(b, model.ImageBlock | model.FileBlock)
+            and not (isinstance(b, model.NativeBlock) and b.provider == ANTHROPIC)
         ]
     converted = (_block_to(b, msg.role, f"$.content[{i}]", ctx) for i, b in blocks)
     content = [b for b in converted if b is not None]
@@ -497,9 +484,9 @@ def _to_anthropic(msg: SessionMessage, ctx: ConvertContext) -> dict[str, Any]:
     return apply_container_patch(out, data, ("content",))
 
 
-@diagnosed("msg", one=True)
+@_common.diagnosed("msg", one=True)
 def to_anthropic(
-    msg: SessionMessage, *, on_downgrade: DowngradeSink | None = None
+    msg: model.SessionMessage, *, on_downgrade: DowngradeSink | None = None
 ) -> dict[str, Any]:
     """Convert a neutral message to an Anthropic message (``MessageParam``).
 
@@ -510,7 +497,7 @@ def to_anthropic(
     would reject are remapped (:func:`anthropic_tool_id_map`), an image's
     media type is taken from its bytes when they disagree.
     """
-    check_messages(msg, one=True)
+    _common.check_messages(msg, one=True)
     return _to_anthropic(msg, ConvertContext(anthropic_tool_id_map([msg]), 0, on_downgrade))
 
 
@@ -533,9 +520,9 @@ def _strip_final_whitespace(out: list[dict[str, Any]]) -> None:
                 out.pop()
 
 
-@diagnosed("messages")
+@_common.diagnosed("messages")
 def to_anthropic_request(
-    messages: Sequence[SessionMessage], *, on_downgrade: DowngradeSink | None = None
+    messages: Sequence[model.SessionMessage], *, on_downgrade: DowngradeSink | None = None
 ) -> dict[str, Any]:
     """``{"system"?, "messages"}`` for ``messages.create``.
 
@@ -547,7 +534,7 @@ def to_anthropic_request(
     ever lost, so pairing holds). A final assistant message (a prefill) loses
     the trailing whitespace of its last text, which Anthropic refuses.
     """
-    check_messages(messages)
+    _common.check_messages(messages)
     ids = anthropic_tool_id_map(messages)
     system: list[dict[str, Any]] = []
     system_form: object = None
@@ -564,7 +551,7 @@ def to_anthropic_request(
         try:
             converted = _to_anthropic(message, ctx)
         except WireFormatError as exc:
-            raise reindex(exc, index) from None
+            raise _common.reindex(exc, index) from None
         if index < leading:
             content = converted["content"]
             system.extend(

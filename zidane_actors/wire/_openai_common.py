@@ -33,7 +33,19 @@ from ._provider_data import (
 
 __all__ = [
     "OPENAI_TOOL_ID_MAX_LENGTH",
+    "Role",
+    "ToolResultPart",
+    "file_data",
+    "file_from_data",
+    "fix_image_url",
+    "foreign_part",
+    "form",
+    "image_from_url",
+    "image_url",
     "openai_tool_id_map",
+    "patched",
+    "refusal_kind",
+    "with_data",
 ]
 
 
@@ -69,21 +81,21 @@ def openai_tool_id_map(messages: Iterable[SessionMessage]) -> dict[str, str]:
     return tool_id_map(messages, lambda i: len(i) <= OPENAI_TOOL_ID_MAX_LENGTH, _short_id)
 
 
-def _image_from_url(url: str) -> ImageBlock:
+def image_from_url(url: str) -> ImageBlock:
     inline = parse_data_url(url)
     if inline is None:
         return ImageBlock(url=url)
     return ImageBlock(media_type=inline[0], data=inline[1])
 
 
-def _file_from_data(file_data: str, name: str | None) -> FileBlock:
+def file_from_data(file_data: str, name: str | None) -> FileBlock:
     inline = parse_data_url(file_data)
     if inline is None:  # bare base64: OpenAI file inputs are PDFs by default
         return FileBlock(media_type=_DEFAULT_FILE_MEDIA_TYPE, data=file_data, name=name)
     return FileBlock(media_type=inline[0], data=inline[1], name=name)
 
 
-def _image_url(block: ImageBlock, path: str) -> str:
+def image_url(block: ImageBlock, path: str) -> str:
     if block.url is not None:
         return block.url
     if block.data is None:
@@ -91,7 +103,7 @@ def _image_url(block: ImageBlock, path: str) -> str:
     return to_data_url(normalize_media_type(block.media_type or ""), block.data)
 
 
-def _fix_image_url(url: object) -> object:
+def fix_image_url(url: object) -> object:
     """A data URL whose declared image type disagrees with its bytes, re-typed from the bytes."""
     if not isinstance(url, str):
         return url
@@ -104,13 +116,13 @@ def _fix_image_url(url: object) -> object:
     return to_data_url(sniffed, inline[1])
 
 
-def _file_data(block: FileBlock, path: str) -> str:
+def file_data(block: FileBlock, path: str) -> str:
     if block.data is None:
         fail("unresolved content ref (resolve refs before converting)", f"{path}.ref")
     return to_data_url(normalize_media_type(block.media_type or ""), block.data)
 
 
-def _with_data(
+def with_data(
     neutral: Any,
     canonical: Mapping[str, Any] | None,
     original: Mapping[str, Any],
@@ -126,12 +138,12 @@ def _with_data(
     return msgspec.structs.replace(neutral, provider_data=data) if len(data) > 1 else neutral
 
 
-def _patched(out: dict[str, Any], block: Any, provider: str) -> dict[str, Any]:
+def patched(out: dict[str, Any], block: Any, provider: str) -> dict[str, Any]:
     data = data_for(block.provider_data, provider)
     return apply_patch(out, data) if data else out
 
 
-def _refusal_kind(block: TextBlock) -> str | None:
+def refusal_kind(block: TextBlock) -> str | None:
     data = block.provider_data
     if data and str(data.get("provider", "")).startswith("openai"):
         kind = data.get("refusal")
@@ -139,7 +151,7 @@ def _refusal_kind(block: TextBlock) -> str | None:
     return None
 
 
-def _form(parts: list[dict[str, Any]], form: object, default: str) -> str | list[dict[str, Any]]:
+def form(parts: list[dict[str, Any]], form: object, default: str) -> str | list[dict[str, Any]]:
     if (form or default) != "string" or len(parts) != 1:
         return parts
     part = parts[0]
@@ -150,7 +162,7 @@ def _form(parts: list[dict[str, Any]], form: object, default: str) -> str | list
     return parts
 
 
-def _foreign_part(
+def foreign_part(
     block: NativeBlock, kind: str, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
     text = foreign_text(block, path, ctx)

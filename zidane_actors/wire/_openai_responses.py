@@ -7,50 +7,12 @@ from typing import Any
 
 import msgspec
 
+from .. import model
 from ..errors import WireFormatError
-from ..model import (
-    FileBlock,
-    ImageBlock,
-    NativeBlock,
-    ReasoningBlock,
-    SessionContentBlock,
-    SessionMessage,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    call_input,
-    preview,
-    reasoning_text,
-)
+from . import _common, _openai_common
 from ._anthropic import refusal_text
-from ._common import (
-    arguments_from_json,
-    as_list,
-    as_mapping,
-    check_messages,
-    diagnosed,
-    fail,
-    get_opt_str,
-    get_str,
-    reindex,
-)
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink
 from ._json import arguments_to_json, copy_json_object
-from ._openai_common import (
-    Role,
-    ToolResultPart,
-    _file_data,
-    _file_from_data,
-    _fix_image_url,
-    _foreign_part,
-    _form,
-    _image_from_url,
-    _image_url,
-    _patched,
-    _refusal_kind,
-    _with_data,
-    openai_tool_id_map,
-)
 from ._provider_data import (
     CHAT,
     RESPONSES,
@@ -99,7 +61,7 @@ _USER_ITEMS = frozenset(
 )
 
 
-def _chat_file_by_id(block: NativeBlock) -> dict[str, Any] | None:
+def _chat_file_by_id(block: model.NativeBlock) -> dict[str, Any] | None:
     """A Chat ``file`` part by ``file_id`` as a Responses ``input_file`` (one Files API)."""
     file = block.data.get("file")
     if block.provider != CHAT or block.data.get("type") != "file" or not isinstance(file, Mapping):
@@ -114,24 +76,24 @@ def _chat_file_by_id(block: NativeBlock) -> dict[str, Any] | None:
 
 
 def _responses_part_to(
-    block: ToolResultPart, list_assistant: bool, path: str, ctx: ConvertContext
+    block: _openai_common.ToolResultPart, list_assistant: bool, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
     text_type = "output_text" if list_assistant else "input_text"
     out: dict[str, Any]
-    if isinstance(block, NativeBlock):
+    if isinstance(block, model.NativeBlock):
         if block.provider == RESPONSES:
             return copy_json_object(block.data, f"{path}.data")
         by_id = _chat_file_by_id(block)
         if by_id is not None and not list_assistant:
             ctx.report(path, "converted", "file")
             return by_id
-        return _foreign_part(block, text_type, path, ctx)
-    if isinstance(block, TextBlock):
+        return _openai_common.foreign_part(block, text_type, path, ctx)
+    if isinstance(block, model.TextBlock):
         refusal = refusal_text(block)
         if (
             refusal is not None
             and list_assistant
-            and _refusal_kind(block)
+            and _openai_common.refusal_kind(block)
             and (block.provider_data or {}).get("provider") == RESPONSES
         ):
             out = {"type": "refusal", "refusal": block.text}
@@ -141,8 +103,12 @@ def _responses_part_to(
             out = {"type": text_type, "text": block.text if refusal is None else refusal}
             if list_assistant:
                 out["annotations"] = []
-    elif isinstance(block, ImageBlock):
-        out = {"type": "input_image", "detail": "auto", "image_url": _image_url(block, path)}
+    elif isinstance(block, model.ImageBlock):
+        out = {
+            "type": "input_image",
+            "detail": "auto",
+            "image_url": _openai_common.image_url(block, path),
+        }
     elif block.text is not None:
         out = {"type": "input_text", "text": block.text}
     else:
@@ -150,16 +116,16 @@ def _responses_part_to(
         if block.url is not None:
             out["file_url"] = block.url
         else:
-            out["file_data"] = _file_data(block, path)
+            out["file_data"] = _openai_common.file_data(block, path)
         if block.name:
             out["filename"] = block.name
-    out = _patched(out, block, RESPONSES)
+    out = _openai_common.patched(out, block, RESPONSES)
     if out.get("type") == "input_image":
-        out["image_url"] = _fix_image_url(out.get("image_url"))
+        out["image_url"] = _openai_common.fix_image_url(out.get("image_url"))
     return out
 
 
-def _item_data(block: SessionContentBlock) -> Mapping[str, Any]:
+def _item_data(block: model.SessionContentBlock) -> Mapping[str, Any]:
     data = data_for(getattr(block, "provider_data", None), RESPONSES)
     item = data.get("item")
     return item if isinstance(item, Mapping) else {}
@@ -183,7 +149,7 @@ class _Items:
         item = {
             "type": "message",
             "role": self._role,
-            "content": _form(self._parts, self._data.get("form"), default),
+            "content": _openai_common.form(self._parts, self._data.get("form"), default),
         }
         self.add(apply_container_patch(item, self._data, ("content",)), self._index)
         self._parts = None
@@ -204,7 +170,7 @@ class _Items:
 
 
 def _responses_tool_output(
-    block: ToolResultBlock, path: str, ctx: ConvertContext
+    block: model.ToolResultBlock, path: str, ctx: ConvertContext
 ) -> dict[str, Any]:
     output: str | list[dict[str, Any]]
     if isinstance(block.output, str):
@@ -216,25 +182,25 @@ def _responses_tool_output(
         )
         output = [p for p in converted if p is not None]
     out = {"type": "function_call_output", "call_id": block.call_id, "output": output}
-    out = _patched(out, block, RESPONSES)
+    out = _openai_common.patched(out, block, RESPONSES)
     out["call_id"] = ctx.ids.get(block.call_id, block.call_id)
     return out
 
 
-def _responses_call(block: ToolCallBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
+def _responses_call(block: model.ToolCallBlock, path: str, ctx: ConvertContext) -> dict[str, Any]:
     out = {
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
-        "arguments": arguments_to_json(call_input(block), path),
+        "arguments": arguments_to_json(model.call_input(block), path),
     }
-    out = _patched(out, block, RESPONSES)
+    out = _openai_common.patched(out, block, RESPONSES)
     out["call_id"] = ctx.ids.get(block.id, block.id)
     return out
 
 
-def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
-    text = reasoning_text(block)
+def _responses_reasoning(block: model.ReasoningBlock) -> dict[str, Any]:
+    text = model.reasoning_text(block)
     summary = [{"type": "summary_text", "text": text}] if text else []
     out = {
         "type": "reasoning",
@@ -242,11 +208,11 @@ def _responses_reasoning(block: ReasoningBlock) -> dict[str, Any]:
         "summary": summary,
         "encrypted_content": block.signature,
     }
-    return _patched(out, block, RESPONSES)
+    return _openai_common.patched(out, block, RESPONSES)
 
 
 def _responses_message(
-    msg: SessionMessage, items: _Items, index: int, ctx: ConvertContext, *, store: bool = True
+    msg: model.SessionMessage, items: _Items, index: int, ctx: ConvertContext, *, store: bool = True
 ) -> None:
     role = msg.role
     hint = role != "assistant" and written_as_string(msg)
@@ -260,26 +226,26 @@ def _responses_message(
             if "item" in data_for(getattr(block, "provider_data", None), RESPONSES)
             else None
         )
-        if hint and starts is None and isinstance(block, TextBlock):
+        if hint and starts is None and isinstance(block, model.TextBlock):
             starts = {"form": "string"}  # another format wrote it as a string: so does this one
         joins = bool(data_for(getattr(block, "provider_data", None), RESPONSES).get("join"))
-        if isinstance(block, NativeBlock) and block.provider == RESPONSES:
+        if isinstance(block, model.NativeBlock) and block.provider == RESPONSES:
             if not store and _id_only_reasoning(block.data):
                 ctx.report(path, "dropped", "reasoning")  # as a ReasoningBlock without signature
                 continue
             items.flush()  # a whole item (parts of a Responses payload never stand alone)
             items.add(copy_json_object(block.data, f"{path}.data"), index)
-        elif isinstance(block, ToolResultBlock):
+        elif isinstance(block, model.ToolResultBlock):
             if role != "user":
-                fail("tool_result blocks belong in user messages", path)
+                _common.fail("tool_result blocks belong in user messages", path)
             items.flush()
             items.add(_responses_tool_output(block, path, ctx), index)
-        elif isinstance(block, ToolCallBlock):
+        elif isinstance(block, model.ToolCallBlock):
             if role != "assistant":
-                fail(f"ToolCallBlock does not belong in a {role} message", path)
+                _common.fail(f"ToolCallBlock does not belong in a {role} message", path)
             items.flush()
             items.add(_responses_call(block, path, ctx), index)
-        elif isinstance(block, ReasoningBlock):
+        elif isinstance(block, model.ReasoningBlock):
             if (
                 role == "assistant"
                 and reasoning_wire_action(block, "openai", store=store) == "keep"
@@ -289,8 +255,10 @@ def _responses_message(
             else:
                 ctx.report(path, "dropped", "reasoning")
         else:
-            if role == "assistant" and isinstance(block, ImageBlock | FileBlock):
-                ctx.report(path, "dropped", "image" if isinstance(block, ImageBlock) else "file")
+            if role == "assistant" and isinstance(block, model.ImageBlock | model.FileBlock):
+                ctx.report(
+                    path, "dropped", "image" if isinstance(block, model.ImageBlock) else "file"
+                )
                 continue  # assistant messages carry no media here
             list_assistant = role == "assistant" and (
                 joins or (starts is not None and starts.get("form") == "list")
@@ -325,9 +293,9 @@ def _follows(items: list[dict[str, Any]], i: int) -> bool:
     return kind in _OUTPUT_ITEMS or (kind == "message" and item.get("role") == "assistant")
 
 
-@diagnosed("messages")
+@_common.diagnosed("messages")
 def to_openai_responses(
-    messages: Sequence[SessionMessage],
+    messages: Sequence[model.SessionMessage],
     *,
     on_downgrade: DowngradeSink | None = None,
     store: bool = True,
@@ -346,15 +314,15 @@ def to_openai_responses(
     ``encrypted_content``: a reasoning block, or a native reasoning item) is
     dropped and reported instead of replayed.
     """
-    check_messages(messages)
-    ids = openai_tool_id_map(messages)
+    _common.check_messages(messages)
+    ids = _openai_common.openai_tool_id_map(messages)
     items = _Items()
     for index, message in enumerate(messages):
         try:
             ctx = ConvertContext(ids, index, on_downgrade)
             _responses_message(message, items, index, ctx, store=store)
         except WireFormatError as exc:
-            raise reindex(exc, index) from None
+            raise _common.reindex(exc, index) from None
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items.items):
         if item.get("type") == "reasoning" and not _follows(items.items, i):
@@ -369,35 +337,36 @@ def to_openai_responses(
 
 def _responses_part_from(
     value: object, role: str, list_assistant: bool, path: str
-) -> ToolResultPart:
-    part = as_mapping(value, path)
-    kind = get_str(part, "type", path)
-    neutral: TextBlock | ImageBlock | FileBlock | None = None
+) -> _openai_common.ToolResultPart:
+    part = _common.as_mapping(value, path)
+    kind = _common.get_str(part, "type", path)
+    neutral: model.TextBlock | model.ImageBlock | model.FileBlock | None = None
     if kind in ("input_text", "output_text"):
-        neutral = TextBlock(get_str(part, "text", path))
+        neutral = model.TextBlock(_common.get_str(part, "text", path))
     elif kind == "refusal":
-        neutral = TextBlock(
-            get_str(part, "refusal", path), provider_data={"provider": RESPONSES, "refusal": "part"}
+        neutral = model.TextBlock(
+            _common.get_str(part, "refusal", path),
+            provider_data={"provider": RESPONSES, "refusal": "part"},
         )
     elif kind == "input_image":
-        url = get_opt_str(part, "image_url", path)
+        url = _common.get_opt_str(part, "image_url", path)
         if url is not None:
-            neutral = _image_from_url(url)
+            neutral = _openai_common.image_from_url(url)
     elif kind == "input_file":
-        name = get_opt_str(part, "filename", path)
-        data = get_opt_str(part, "file_data", path)
-        url = get_opt_str(part, "file_url", path)
+        name = _common.get_opt_str(part, "filename", path)
+        data = _common.get_opt_str(part, "file_data", path)
+        url = _common.get_opt_str(part, "file_url", path)
         if data is not None:
-            neutral = _file_from_data(data, name)
+            neutral = _openai_common.file_from_data(data, name)
         elif url is not None:
-            neutral = FileBlock(url=url, name=name)
+            neutral = model.FileBlock(url=url, name=name)
     if neutral is None:  # files and images by id, audio, anything newer
-        return NativeBlock(provider=RESPONSES, data=copy_json_object(part, path))
+        return model.NativeBlock(provider=RESPONSES, data=copy_json_object(part, path))
     try:
         canonical = _responses_part_to(neutral, list_assistant, path, CANONICAL)
     except WireFormatError:
-        return NativeBlock(provider=RESPONSES, data=copy_json_object(part, path))
-    return _with_data(neutral, canonical, part, RESPONSES, path)  # type: ignore[no-any-return]
+        return model.NativeBlock(provider=RESPONSES, data=copy_json_object(part, path))
+    return _openai_common.with_data(neutral, canonical, part, RESPONSES, path)  # type: ignore[no-any-return]
 
 
 def _mark(block: Any, key: str, value: object) -> Any:
@@ -408,103 +377,115 @@ def _mark(block: Any, key: str, value: object) -> Any:
 
 def _message_item_from(
     item: Mapping[str, Any], path: str
-) -> tuple[Role, tuple[SessionContentBlock, ...]]:
+) -> tuple[_openai_common.Role, tuple[model.SessionContentBlock, ...]]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        fail(f"unsupported role {preview(role)}", f"{path}.role")
-    neutral: Role = "system" if role == "developer" else role
+        _common.fail(f"unsupported role {model.preview(role)}", f"{path}.role")
+    neutral: _openai_common.Role = "system" if role == "developer" else role
     content = item.get("content")
     form = "string" if isinstance(content, str) else "list"
     default = "string" if neutral == "assistant" else "list"
     list_assistant = neutral == "assistant" and form == "list"
     if isinstance(content, str):
-        parts: list[ToolResultPart] = [TextBlock(content)]
+        parts: list[_openai_common.ToolResultPart] = [model.TextBlock(content)]
     else:
-        listed = as_list(content, f"{path}.content")
+        listed = _common.as_list(content, f"{path}.content")
         parts = [
             _responses_part_from(p, neutral, list_assistant, f"{path}.content[{i}]")
             for i, p in enumerate(listed)
         ]
-    if not parts or any(isinstance(p, NativeBlock) for p in parts):
-        return neutral, (NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
+    if not parts or any(isinstance(p, model.NativeBlock) for p in parts):
+        return neutral, (model.NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
     item_data: dict[str, Any] = {} if form == default else {"form": form}
-    blocks: list[SessionContentBlock] = [_mark(parts[0], "item", item_data)] if parts else []
+    blocks: list[model.SessionContentBlock] = [_mark(parts[0], "item", item_data)] if parts else []
     blocks.extend(_mark(p, "join", True) if neutral == "assistant" else p for p in parts[1:])
     probe = _Items()
     try:
-        _responses_message(SessionMessage(role=neutral, content=tuple(blocks)), probe, 0, CANONICAL)
+        _responses_message(
+            model.SessionMessage(role=neutral, content=tuple(blocks)), probe, 0, CANONICAL
+        )
     except WireFormatError:
         probe.items = []
     if len(probe.items) != 1 or probe.items[0].get("type") != "message":
-        return neutral, (NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
+        return neutral, (model.NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
     diff_into(item_data, probe.items[0], item, children=("content",), path=path)
     blocks[0] = _mark(blocks[0], "item", item_data)
     check = _Items()
-    _responses_message(SessionMessage(role=neutral, content=tuple(blocks)), check, 0, CANONICAL)
+    _responses_message(
+        model.SessionMessage(role=neutral, content=tuple(blocks)), check, 0, CANONICAL
+    )
     if check.items != [item]:  # a shape the neutral blocks cannot give back: keep it verbatim
-        return neutral, (NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
+        return neutral, (model.NativeBlock(provider=RESPONSES, data=copy_json_object(item, path)),)
     return neutral, tuple(blocks)
 
 
-def _responses_item_from(value: object, path: str) -> tuple[Role, tuple[SessionContentBlock, ...]]:
-    item = as_mapping(value, path)
+def _responses_item_from(
+    value: object, path: str
+) -> tuple[_openai_common.Role, tuple[model.SessionContentBlock, ...]]:
+    item = _common.as_mapping(value, path)
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
         return _message_item_from(item, path)
     if kind in ("function_call", "custom_tool_call"):
-        call_id = get_str(item, "call_id", path, non_empty=True)
-        name = get_str(item, "name", path, non_empty=True)
+        call_id = _common.get_str(item, "call_id", path, non_empty=True)
+        name = _common.get_str(item, "name", path, non_empty=True)
         if kind == "function_call":
-            tool_input = arguments_from_json(get_str(item, "arguments", path))
+            tool_input = _common.arguments_from_json(_common.get_str(item, "arguments", path))
         else:
-            tool_input = {"input": get_str(item, "input", path)}
-        call = ToolCallBlock(id=call_id, name=name, input=tool_input)
+            tool_input = {"input": _common.get_str(item, "input", path)}
+        call = model.ToolCallBlock(id=call_id, name=name, input=tool_input)
         return "assistant", (
-            _with_data(call, _responses_call(call, path, CANONICAL), item, RESPONSES, path),
+            _openai_common.with_data(
+                call, _responses_call(call, path, CANONICAL), item, RESPONSES, path
+            ),
         )
     if kind in ("function_call_output", "custom_tool_call_output") and item.get("call_id"):
         raw = item.get("output")
-        output: str | tuple[ToolResultPart, ...]
+        output: str | tuple[_openai_common.ToolResultPart, ...]
         if isinstance(raw, str):
             output = raw
         else:
-            listed = as_list(raw, f"{path}.output")
+            listed = _common.as_list(raw, f"{path}.output")
             output = tuple(
                 _responses_part_from(p, "user", False, f"{path}.output[{i}]")
                 for i, p in enumerate(listed)
             )
-        result = ToolResultBlock(
-            call_id=get_str(item, "call_id", path, non_empty=True), output=output
+        result = model.ToolResultBlock(
+            call_id=_common.get_str(item, "call_id", path, non_empty=True), output=output
         )
         canonical = _responses_tool_output(result, path, CANONICAL)
-        return "user", (_with_data(result, canonical, item, RESPONSES, path, ("output",)),)
+        return "user", (
+            _openai_common.with_data(result, canonical, item, RESPONSES, path, ("output",)),
+        )
     if kind == "reasoning":
-        summary = as_list(item.get("summary", []), f"{path}.summary")
+        summary = _common.as_list(item.get("summary", []), f"{path}.summary")
         texts = []
         for i, s in enumerate(summary):
-            entry = as_mapping(s, f"{path}.summary[{i}]")
-            texts.append(get_str(entry, "text", f"{path}.summary[{i}]"))
-        reasoning = ReasoningBlock(
+            entry = _common.as_mapping(s, f"{path}.summary[{i}]")
+            texts.append(_common.get_str(entry, "text", f"{path}.summary[{i}]"))
+        reasoning = model.ReasoningBlock(
             text="\n\n".join(texts),
             provider="openai",
-            signature=get_opt_str(item, "encrypted_content", path) or None,
-            id=get_opt_str(item, "id", path),
+            signature=_common.get_opt_str(item, "encrypted_content", path) or None,
+            id=_common.get_opt_str(item, "id", path),
         )
         return "assistant", (
-            _with_data(reasoning, _responses_reasoning(reasoning), item, RESPONSES, path),
+            _openai_common.with_data(
+                reasoning, _responses_reasoning(reasoning), item, RESPONSES, path
+            ),
         )
     if kind is not None and not isinstance(kind, str):
-        fail("item type must be a string", f"{path}.type")
-    native = NativeBlock(provider=RESPONSES, data=copy_json_object(item, path))
+        _common.fail("item type must be a string", f"{path}.type")
+    native = model.NativeBlock(provider=RESPONSES, data=copy_json_object(item, path))
     user_side = kind in _USER_ITEMS or kind in ("function_call_output", "custom_tool_call_output")
     return ("user" if user_side else "assistant"), (native,)
 
 
-def _is_part(block: SessionContentBlock) -> bool:
-    return isinstance(block, TextBlock | ImageBlock | FileBlock)
+def _is_part(block: model.SessionContentBlock) -> bool:
+    return isinstance(block, model.TextBlock | model.ImageBlock | model.FileBlock)
 
 
-def _drop_empty_item_mark(block: SessionContentBlock) -> SessionContentBlock:
+def _drop_empty_item_mark(block: model.SessionContentBlock) -> model.SessionContentBlock:
     """Leave out an ``item: {}`` mark where the default grouping starts a new item anyway."""
     data = getattr(block, "provider_data", None)
     if not data or data.get("provider") != RESPONSES or data.get("item") != {}:
@@ -513,7 +494,7 @@ def _drop_empty_item_mark(block: SessionContentBlock) -> SessionContentBlock:
     return msgspec.structs.replace(block, provider_data=rest if len(rest) > 1 else None)
 
 
-def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[SessionMessage]:
+def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[model.SessionMessage]:
     """Convert Responses API input items to neutral messages.
 
     Consecutive items of one role merge into one message: ``function_call``,
@@ -524,15 +505,15 @@ def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[SessionMes
     ``phase`` and how parts were grouped are kept in ``providerData``;
     ``to_openai_responses`` gives the same items back.
     """
-    listed = as_list(items, "$")
-    out: list[SessionMessage] = []
+    listed = _common.as_list(items, "$")
+    out: list[model.SessionMessage] = []
     for index, value in enumerate(listed):
         role, blocks = _responses_item_from(value, f"$[{index}]")
         after_part = bool(out) and out[-1].role == role and _is_part(out[-1].content[-1])
         if blocks and not (after_part and role != "assistant"):
             blocks = (_drop_empty_item_mark(blocks[0]), *blocks[1:])
         if out and out[-1].role == role:
-            out[-1] = SessionMessage(role=role, content=out[-1].content + blocks)
+            out[-1] = model.SessionMessage(role=role, content=out[-1].content + blocks)
         else:
-            out.append(SessionMessage(role=role, content=blocks))
+            out.append(model.SessionMessage(role=role, content=blocks))
     return out
