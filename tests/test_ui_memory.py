@@ -18,6 +18,8 @@ import trio
 from test_server_e2e import ServerProcess
 
 from zidane_actors.model import SessionData, SessionRun, SessionTurn, TextBlock
+from zidane_actors.server._errors import ApiError
+from zidane_actors.server._limits import BodyBudget, ReadBudget
 from zidane_actors.stores import open_sqlite_store
 
 MB = 1_000_000
@@ -111,3 +113,37 @@ def test_concurrent_views_of_a_huge_session_stay_within_the_budget(
         assert alone.status_code == 200
         more = client.get("/ui/fragments/sessions/huge/turns/59/more?block=0&from=32768")
         assert more.status_code == 200 and "x" * (TURN_CHARS - 32_768) in more.text
+
+
+async def test_a_measured_read_reserves_its_size_first_and_an_unmeasured_one_waits() -> None:
+    budget = BodyBudget(100)
+    reads = ReadBudget(budget)
+    async with reads.hold("a") as held:
+        held.add(60)  # measured as read: counted without the check
+        assert budget.held == 60
+    assert budget.held == 0
+    async with reads.hold("a"):
+        assert budget.held == 60  # reserved before reading
+        with pytest.raises(ApiError) as refused:
+            async with reads.hold("a"):
+                pass
+        assert (refused.value.status, refused.value.code) == (503, "busy")
+        assert refused.value.headers == {"retry-after": "1"}
+    async with reads.hold("huge") as held:
+        held.add(150)
+    async with reads.hold("huge"):  # larger than the whole budget: goes alone
+        assert budget.held == 150
+    order: list[str] = []
+
+    async def unmeasured(key: str) -> None:
+        async with reads.hold(key) as held:
+            order.append(f"+{key}")
+            await trio.lowlevel.checkpoint()
+            held.add(1)
+            order.append(f"-{key}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(unmeasured, "x")
+        nursery.start_soon(unmeasured, "y")
+    assert order in (["+x", "-x", "+y", "-y"], ["+y", "-y", "+x", "-x"])  # one at a time
+    assert budget.held == 0
