@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 import trio
@@ -82,6 +82,8 @@ __all__ = [
     "FileMapStoreOptions",
     "create_file_map_store",
 ]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -186,6 +188,17 @@ def _append_point(text: str, file: str) -> str:
     return text[:start]
 
 
+def _decoded_file(files: Mapping[str, str], name: str, type_: type[T], what: str) -> T | None:
+    """File ``name`` of the map decoded as ``type_`` (``None`` when absent); damage is located."""
+    raw = files.get(name)
+    if raw is None:
+        return None
+    try:
+        return decode(raw, type_, what=what)
+    except ValidationError as exc:
+        raise CorruptDataError(f"{name} does not decode: {exc}") from None
+
+
 def _turn_lines(turns: Sequence[SessionTurn], where: str = "$") -> str:
     rows = _turn_rows_of(turns, 0, where)
     return "".join(body.decode() + "\n" for *_, body in rows)
@@ -225,13 +238,7 @@ class FileMapStore(HistoryEdits):
         return _file_map(await self._adapter.get())
 
     def _meta(self, files: Mapping[str, str]) -> _Meta | None:
-        raw = files.get(self._options.meta_file)
-        if raw is None:
-            return None
-        try:
-            return decode(raw, _Meta, what="session meta")
-        except ValidationError as exc:
-            raise CorruptDataError(f"{self._options.meta_file} does not decode: {exc}") from None
+        return _decoded_file(files, self._options.meta_file, _Meta, "session meta")
 
     def _turns(self, files: Mapping[str, str]) -> builtins.list[SessionTurn]:
         return _parse_turns(files.get(self._options.turns_file, ""), self._options.turns_file)
@@ -262,14 +269,8 @@ class FileMapStore(HistoryEdits):
         return index
 
     def _requests(self, files: Mapping[str, str]) -> _SendRequests | None:
-        raw = files.get(self._options.send_requests_file)
-        if raw is None:
-            return None
-        try:
-            return decode(raw, _SendRequests, what="send requests")
-        except ValidationError as exc:
-            name = self._options.send_requests_file
-            raise CorruptDataError(f"{name} does not decode: {exc}") from None
+        name = self._options.send_requests_file
+        return _decoded_file(files, name, _SendRequests, "send requests")
 
     def _held(self, files: Mapping[str, str], session_id: str) -> _Meta | None:
         """The stored header when it is ``session_id``'s, else ``None``."""

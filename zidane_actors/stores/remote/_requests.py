@@ -11,7 +11,7 @@ from typing import Final, TypeVar
 from urllib.parse import quote, urlencode
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from ...errors import (
     CorruptDataError,
@@ -99,38 +99,31 @@ def with_query(path: str, params: Mapping[str, str] | None) -> str:
 
 
 def filter_params(filter: SessionFilter | None) -> dict[str, str]:
-    params: dict[str, str] = {}
     if filter is None:
-        return params
-    if filter.agent_id is not None:
-        params["agentId"] = filter.agent_id
-    if filter.limit is not None:
-        params["limit"] = str(filter.limit)
-    if isinstance(filter.project_root, str):
-        params["projectRoot"] = filter.project_root
-    elif filter.project_root is None:
-        params["untaggedOnly"] = "true"
-    return params
+        return {}
+    return _query(filter.project_root, agentId=filter.agent_id, limit=filter.limit)
 
 
 def artifact_params(filter: ArtifactFilter | None) -> dict[str, str]:
-    params: dict[str, str] = {}
     if filter is None:
-        return params
-    for key, value in (
-        ("kind", filter.kind),
-        ("sessionId", filter.session_id),
-        ("uri", filter.uri),
-    ):
-        if value is not None:
-            params[key] = value
-    if filter.limit is not None:
-        params["limit"] = str(filter.limit)
-    if filter.since is not None:
-        params["since"] = str(filter.since)
-    if isinstance(filter.project_root, str):
-        params["projectRoot"] = filter.project_root
-    elif filter.project_root is None:
+        return {}
+    return _query(
+        filter.project_root,
+        kind=filter.kind,
+        sessionId=filter.session_id,
+        uri=filter.uri,
+        limit=filter.limit,
+        since=filter.since,
+    )
+
+
+def _query(project_root: str | UnsetType | None, **values: str | int | None) -> dict[str, str]:
+    """A filter's query parameters: each value given, as text; ``projectRoot`` as the
+    server reads it (``None`` asks for untagged sessions only; unset, no filter)."""
+    params = {key: str(value) for key, value in values.items() if value is not None}
+    if isinstance(project_root, str):
+        params["projectRoot"] = project_root
+    elif project_root is None:
         params["untaggedOnly"] = "true"
     return params
 
