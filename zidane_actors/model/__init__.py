@@ -28,6 +28,15 @@ from ._codec import (
     parse_json,
     to_builtins,
 )
+from ._compaction import (
+    COMPACTION_KEY,
+    Compaction,
+    compaction_marker,
+    compaction_of,
+    latest_compaction,
+    model_view,
+    with_compaction,
+)
 from ._extra import ExtraFields
 from ._ids import (
     ID_MAX_LENGTH,
@@ -151,6 +160,7 @@ __all__ = [
     "ARTIFACT_LABEL_MAX_CHARS",
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
+    "COMPACTION_KEY",
     "FIRE_HISTORY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
@@ -164,6 +174,7 @@ __all__ = [
     "SEND_REQUEST_HISTORY",
     "AppendTurnsOptions",
     "ArtifactFilter",
+    "Compaction",
     "Decoder",
     "DropPartials",
     "ExtraFields",
@@ -217,6 +228,8 @@ __all__ = [
     "check_search_text",
     "check_shape",
     "check_unique_turn_ids",
+    "compaction_marker",
+    "compaction_of",
     "convert",
     "corrupt_meta_row",
     "current_run_owner",
@@ -235,10 +248,12 @@ __all__ = [
     "is_run_owner_dead",
     "is_run_owner_holding",
     "key_segment",
+    "latest_compaction",
     "matches_artifact_filter",
     "matches_session_filter",
     "merge_artifact",
     "merge_session_metadata",
+    "model_view",
     "new_id",
     "normalize_artifact",
     "normalize_artifact_input",
@@ -268,5 +283,6 @@ __all__ = [
     "upsert_runs",
     "validate_id",
     "validate_request_id",
+    "with_compaction",
     "words_match",
 ]
