@@ -135,7 +135,9 @@ class WorkerThread(Generic[R]):
 
         def abort(_: object) -> trio.lowlevel.Abort:
             return (
-                trio.lowlevel.Abort.SUCCEEDED if self._withdraw(job) else trio.lowlevel.Abort.FAILED
+                trio.lowlevel.Abort.SUCCEEDED
+                if self._decide(job, take=False)
+                else trio.lowlevel.Abort.FAILED
             )
 
         # The thread reschedules this task with the job's outcome, unwrapped here.
@@ -153,7 +155,7 @@ class WorkerThread(Generic[R]):
             try:
                 await self._signal(job)
             except BaseException as exc:
-                if self._withdraw(job):
+                if self._decide(job, take=False):
                     raise
                 # Taken: its outcome is waited for; a cancel stays pending until
                 # the next checkpoint, anything else is raised once it is in.
@@ -175,12 +177,19 @@ class WorkerThread(Generic[R]):
             with contextlib.suppress(BlockingIOError):
                 self._signal_in.recv(64)
 
-    def _withdraw(self, job: _Job) -> bool:
-        """Withdraw ``job`` unless the thread took it already (``False`` then)."""
+    def _decide(self, job: _Job, *, take: bool) -> bool:
+        """Decide ``job`` once: the thread takes it (``take``) or its caller withdraws it.
+
+        ``False`` when the other side decided first (the thread took it already,
+        or its caller withdrew it).
+        """
         with self._lock:
-            if job.taken:
+            if job.taken or job.withdrawn:
                 return False
-            job.withdrawn = True
+            if take:
+                job.taken = True
+            else:
+                job.withdrawn = True
             self._waiting -= 1
             return True
 
@@ -233,15 +242,6 @@ class WorkerThread(Generic[R]):
             job.result = result
             self._signal_out.send(b"\0")
 
-    def _take(self, job: _Job) -> bool:
-        """Claim ``job`` for running; ``False`` when its caller withdrew it."""
-        with self._lock:
-            if job.withdrawn:
-                return False
-            job.taken = True
-            self._waiting -= 1
-            return True
-
     def _serve(self, starter: trio.lowlevel.Task) -> None:
         opened = outcome.capture(self._open)
         self._answer(starter, opened)
@@ -254,7 +254,7 @@ class WorkerThread(Generic[R]):
                 self._answer(item.task, outcome.capture(self._close, resource))
                 return
             assert type(item) is _Job
-            if not self._take(item):
+            if not self._decide(item, take=True):
                 continue
             if self._closing:
                 self._answer_job(item, outcome.Error(self._closed_error()))
