@@ -24,7 +24,7 @@ __all__ = [
     "ARTIFACT_META_MAX_BYTES",
     "ARTIFACT_URI_MAX_CHARS",
     "check_artifact_id_free",
-    "clip_artifact_label",
+    # clip_artifact_label is the session's step (actors/_plans.py), not public
     "filter_artifacts",
     "matches_artifact_filter",
     "merge_artifact",
