@@ -6,23 +6,28 @@ batches (``apply_writes``) run, so a write alone and a write in a batch agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
-from ...model import (
-    JsonValue,
-    RunOwner,
-    SaveMetaOptions,
-    SessionArtifact,
-    SessionData,
-    SessionRun,
-    SessionStatus,
-    UpdateRunOptions,
-)
-from .._protocol import Revision
+from ...model import SaveMetaOptions, SessionData
+from .._protocol import FullSessionStore, Revision, SessionStore
 from ._hooks import SQLHooks
 
 __all__ = ["SQLWrites"]
+
+_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
+
+
+def _one_step(method: _Method) -> _Method:
+    """The SQL store's ``method``: its step (``_sql_step``) in one write transaction."""
+    name = method.__name__
+
+    async def write(self: SQLWrites, *args: Any, **kwargs: Any) -> Any:
+        step = self._sql_step(name)
+        return await self._sql_write(lambda db: step(db, *args, **kwargs))
+
+    return cast(_Method, functools.wraps(method)(write))
 
 
 class SQLWrites(SQLHooks):
@@ -34,35 +39,12 @@ class SQLWrites(SQLHooks):
         """The step applying the write ``method``: ``step(db, *args, **kwargs)``."""
         raise NotImplementedError
 
-    async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> Revision:
-        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
-        step = self._sql_step("update_run")
-        result: Revision = await self._sql_write(lambda db: step(db, session_id, run, options))
-        return result
-
-    async def update_status(
-        self,
-        session_id: str,
-        status: SessionStatus,
-        *,
-        owner: RunOwner | None = None,
-        preserve_updated_at: bool = False,
-    ) -> Revision:
-        """Set the status (``running`` records ``owner``); unknown ids are a no-op."""
-        step = self._sql_step("update_status")
-        result: Revision = await self._sql_write(
-            lambda db: step(
-                db, session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
-            )
-        )
-        return result
-
-    async def delete(self, session_id: str) -> None:
-        """Delete a session with its turns, runs, artifacts and send-request ids."""
-        step = self._sql_step("delete")
-        await self._sql_write(lambda db: step(db, session_id))
+    update_run = _one_step(SessionStore.update_run)
+    update_status = _one_step(SessionStore.update_status)
+    delete = _one_step(SessionStore.delete)
+    patch_meta = _one_step(FullSessionStore.patch_meta)
+    upsert_artifact = _one_step(FullSessionStore.upsert_artifact)
+    delete_artifact = _one_step(FullSessionStore.delete_artifact)
 
     async def save_meta(
         self,
@@ -77,21 +59,3 @@ class SQLWrites(SQLHooks):
             lambda db: step(db, data, options, expected_rev=expected_rev)
         )
         return result
-
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
-        """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
-        step = self._sql_step("patch_meta")
-        result: Revision = await self._sql_write(lambda db: step(db, session_id, patch))
-        return result
-
-    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
-        """Upsert on ``(sessionId, kind, uri)`` (``merge_artifact``), evicting past the cap;
-        an unknown session answers ``None``."""
-        step = self._sql_step("upsert_artifact")
-        result: SessionArtifact | None = await self._sql_write(lambda db: step(db, artifact))
-        return result
-
-    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
-        """Remove one artifact; unknown ids are a no-op."""
-        step = self._sql_step("delete_artifact")
-        await self._sql_write(lambda db: step(db, session_id, artifact_id))
