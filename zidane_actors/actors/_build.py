@@ -31,7 +31,6 @@ from ..stores._protocol import (
     SessionStore,
     VersionedStore,
     is_versioned,
-    store_capabilities,
 )
 from ..wire import (
     PairingDrop,
@@ -43,7 +42,7 @@ from ._commands import _SessionCommand
 from ._repairs import _HeldMarker, _lane_for_run
 from ._session import Session
 from ._store_actor import StoreActor
-from ._view import Clock, _History, _wall_clock
+from ._view import Clock, _History, _wall_clock, session_caps
 
 __all__ = ["create_session", "load_session"]
 
@@ -64,8 +63,7 @@ async def _new_session_data(
 
     ``caps`` are the store's capabilities when the caller knows them already (a host).
     """
-    if caps is None:
-        caps = store_capabilities(store) if store is not None else frozenset()
+    caps = session_caps(store, caps)
     if id is None:
         if "generate_session_id" in caps:
             id = await cast(FullSessionStore, store).generate_session_id()
@@ -124,8 +122,7 @@ async def _restored_session_data(
     pre = (data.turns, data.runs)
     if healed is not data.turns:
         data = msgspec.structs.replace(data, turns=tuple(healed))
-    if caps is None:
-        caps = store_capabilities(store) if store is not None else frozenset()
+    caps = session_caps(store, caps)
     rev = None
     if store is not None and is_versioned(caps):
         rev = await cast(VersionedStore, store).get_rev(data.id) or 0
@@ -154,8 +151,7 @@ async def _loaded_session_data(
     demotion is read back, so the rev answered is the one memory reflects.
     """
     validate_id(session_id)
-    if caps is None:
-        caps = store_capabilities(store)
+    caps = session_caps(store, caps)
     versioned = is_versioned(caps)
     for _ in range(8):
         rev: int | None = None

@@ -47,6 +47,14 @@ def _wall_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+def session_caps(store: SessionStore | None, caps: frozenset[str] | None) -> frozenset[str]:
+    """The capabilities a session works with: ``caps`` when the caller knows them already
+    (a host), else ``store``'s; none without a store."""
+    if caps is not None:
+        return caps
+    return store_capabilities(store) if store is not None else frozenset()
+
+
 _History: TypeAlias = tuple[tuple[SessionTurn, ...], tuple[SessionRun, ...]]
 """Turns and runs: what a pending history replacement replaces in the store."""
 
@@ -102,9 +110,7 @@ class _View:
         # What the session hands out: its memory frozen, so no caller can change it.
         self._view = FrozenView()
         self._store = store
-        if caps is None:
-            caps = store_capabilities(store) if store is not None else frozenset()
-        self._caps = caps
+        self._caps = caps = session_caps(store, caps)
         # The store's rev memory reflects (``None``: the store keeps no versions), and
         # whether a write showed that another writer moved it since.
         self._rev = rev if is_versioned(caps) else None
