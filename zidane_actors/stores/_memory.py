@@ -19,15 +19,14 @@ import msgspec
 import outcome
 import trio
 
+from .. import model
 from ..errors import (
     SessionNotFoundError,
     StoreClosedError,
     ValidationError,
 )
 from ..model import (
-    FIRE_HISTORY,
     AppendTurnsOptions,
-    ArtifactFilter,
     JsonValue,
     RunOwner,
     SaveMetaOptions,
@@ -744,12 +743,12 @@ class MemoryStore(TurnsEdits):
             self._touch(session_id)
 
     async def list_artifacts(
-        self, filter: ArtifactFilter | None = None
+        self, filter: model.ArtifactFilter | None = None
     ) -> builtins.list[SessionArtifact]:
         """Artifacts, newest ``updatedAt`` first (ties by id), filtered, cut to ``limit``."""
         await self._enter()
         if filter is not None:
-            filter = checked(filter, ArtifactFilter, "artifact filter")
+            filter = checked(filter, model.ArtifactFilter, "artifact filter")
         check_artifact_filter_ids(filter)
         every = (a for rows in self._artifacts.values() for a in rows.values())
         return [_copy(a, SessionArtifact) for a in filter_artifacts(every, filter)]
@@ -802,7 +801,7 @@ class MemoryStore(TurnsEdits):
         fires = [f for f in self._fires.get(valid.schedule_id, []) if f.id != valid.id]
         fires.append(valid)
         fires.sort(key=lambda f: f.fired_at)
-        self._fires[valid.schedule_id] = fires[-FIRE_HISTORY:]
+        self._fires[valid.schedule_id] = fires[-model.FIRE_HISTORY :]
 
     async def list_schedule_fires(
         self, schedule_id: str, limit: int

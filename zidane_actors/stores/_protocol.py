@@ -13,30 +13,9 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar, runtime_ch
 import attrs
 import outcome
 
+from .. import model
 from ..errors import StaleSessionError, UnsupportedOperationError
-from ..model import (
-    AppendTurnsOptions,
-    ArtifactFilter,
-    JsonValue,
-    RunOwner,
-    SaveMetaOptions,
-    Schedule,
-    ScheduleFire,
-    SendRequestClaim,
-    SendRequestRecord,
-    SessionArtifact,
-    SessionData,
-    SessionFilter,
-    SessionHistory,
-    SessionMetaRow,
-    SessionRun,
-    SessionSearch,
-    SessionSearchPage,
-    SessionStatus,
-    SessionTurn,
-    UpdateRunOptions,
-    preview,
-)
+from ..model import SendRequestRecord, SessionArtifact, SessionData, SessionTurn, preview
 
 __all__ = [
     "OPTIONAL_METHODS",
@@ -62,7 +41,7 @@ __all__ = [
 T = TypeVar("T")
 
 MutateResult: TypeAlias = Literal["ok", "no-session", "unchanged"]
-HistoryMutation: TypeAlias = Callable[[SessionHistory], SessionHistory | None]
+HistoryMutation: TypeAlias = Callable[[model.SessionHistory], model.SessionHistory | None]
 TurnsMutation: TypeAlias = Callable[[tuple[SessionTurn, ...]], Sequence[SessionTurn] | None]
 RevisionSink: TypeAlias = Callable[["Revision"], None]
 """Told a versioned history edit's :class:`Revision` (``on_revision=``), once it committed."""
@@ -73,7 +52,7 @@ class RunClaim:
     """What ``claim_run`` answers: whether the claim took, and the status it replaced."""
 
     claimed: bool
-    previous: SessionStatus | None = None
+    previous: model.SessionStatus | None = None
 
 
 @attrs.frozen
@@ -113,7 +92,7 @@ class SessionStore(Protocol):
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
+        options: model.AppendTurnsOptions | None = None,
     ) -> Revision | None:
         """Append turns (incremental); ``options.run`` is upserted in the same write."""
         ...
@@ -125,7 +104,7 @@ class SessionStore(Protocol):
         ...
 
     async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+        self, session_id: str, run: model.SessionRun, options: model.UpdateRunOptions | None = None
     ) -> Revision | None:
         """Upsert one run record (insert when its id is new)."""
         ...
@@ -133,9 +112,9 @@ class SessionStore(Protocol):
     async def update_status(
         self,
         session_id: str,
-        status: SessionStatus,
+        status: model.SessionStatus,
         *,
-        owner: RunOwner | None = None,
+        owner: model.RunOwner | None = None,
         preserve_updated_at: bool = False,
     ) -> Revision | None:
         """Set the top-level status; ``running`` records ``owner`` (default: this process)."""
@@ -145,7 +124,7 @@ class SessionStore(Protocol):
         """Delete a session (and its artifacts and send-request ids)."""
         ...
 
-    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+    async def list(self, filter: model.SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""
         ...
 
@@ -331,7 +310,7 @@ class FullSessionStore(SessionStore, Protocol):
         ...
 
     async def claim_run(
-        self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
+        self, session_id: str, *, stale_at: int, owner: model.RunOwner | None = None
     ) -> RunClaim:
         """Atomically set ``running`` unless a live owner still holds it.
 
@@ -346,7 +325,7 @@ class FullSessionStore(SessionStore, Protocol):
 
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
-    ) -> SendRequestClaim:
+    ) -> model.SendRequestClaim:
         """Claim a request id atomically, or answer the record already holding it."""
         ...
 
@@ -381,27 +360,29 @@ class FullSessionStore(SessionStore, Protocol):
         """A new turn id issued by the backend."""
         ...
 
-    async def get_meta(self, session_id: str) -> SessionMetaRow | None:
+    async def get_meta(self, session_id: str) -> model.SessionMetaRow | None:
         """One session's header row without materializing its turns."""
         ...
 
     async def list_artifacts(
-        self, filter: ArtifactFilter | None = None
+        self, filter: model.ArtifactFilter | None = None
     ) -> builtins.list[SessionArtifact]:
         """Artifacts, newest ``updatedAt`` first, filtered."""
         ...
 
-    async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
+    async def list_meta(
+        self, filter: model.SessionFilter | None = None
+    ) -> builtins.list[model.SessionMetaRow]:
         """Session summaries, most recently updated first, filtered like ``list``."""
         ...
 
     async def list_schedule_fires(
         self, schedule_id: str, limit: int
-    ) -> builtins.list[ScheduleFire]:
+    ) -> builtins.list[model.ScheduleFire]:
         """A schedule's fires, newest first."""
         ...
 
-    async def list_schedules(self) -> builtins.list[Schedule]:
+    async def list_schedules(self) -> builtins.list[model.Schedule]:
         """Every schedule with its last fire, oldest first."""
         ...
 
@@ -426,25 +407,29 @@ class FullSessionStore(SessionStore, Protocol):
         """Deprecated turns-only form of :meth:`mutate_history`."""
         ...
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
+    async def patch_meta(
+        self, session_id: str, patch: Mapping[str, model.JsonValue]
+    ) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key); nothing else."""
         ...
 
-    async def record_schedule_fire(self, fire: ScheduleFire) -> None:
+    async def record_schedule_fire(self, fire: model.ScheduleFire) -> None:
         """Store a fire, keeping the newest ``FIRE_HISTORY`` per schedule."""
         ...
 
     async def save_meta(
-        self, data: SessionData, options: SaveMetaOptions | None = None
+        self, data: SessionData, options: model.SaveMetaOptions | None = None
     ) -> Revision | None:
         """Persist the header and upsert the snapshot's runs; never deletes turns or runs."""
         ...
 
-    async def save_schedule(self, schedule: Schedule, *, keep_next_fire_at: bool = False) -> None:
+    async def save_schedule(
+        self, schedule: model.Schedule, *, keep_next_fire_at: bool = False
+    ) -> None:
         """Create or replace a schedule (its ``lastFire`` is not stored)."""
         ...
 
-    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+    async def search_meta(self, search: model.SessionSearch) -> model.SessionSearchPage:
         """One page of the sessions matching ``search``'s words and filters, and their count.
 
         Every store answers as :func:`~zidane_actors.model.search_page` would
@@ -453,7 +438,7 @@ class FullSessionStore(SessionStore, Protocol):
         ...
 
     async def settle_send_request(
-        self, session_id: str, request_id: str, result: JsonValue
+        self, session_id: str, request_id: str, result: model.JsonValue
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim; unknown ids are a no-op."""
         ...

@@ -13,16 +13,11 @@ from typing import Any, Final, TypeVar, cast, get_args
 
 from msgspec import UNSET
 
+from .. import model
 from ..errors import ValidationError
 from ..model import (
-    ArtifactFilter,
-    ScheduleFire,
-    SessionArtifact,
-    SessionData,
     SessionHistory,
-    SessionRun,
     SessionStatus,
-    SessionTurn,
     check_column_text,
     check_json,
     check_model,
@@ -65,7 +60,9 @@ def turns_only(mutate: TurnsMutation) -> HistoryMutation:
         turns = mutate(history.turns)
         if turns is None:
             return None
-        return SessionHistory(turns=checked_items(turns, SessionTurn, "turns"), runs=history.runs)
+        return SessionHistory(
+            turns=checked_items(turns, model.SessionTurn, "turns"), runs=history.runs
+        )
 
     return on_history
 
@@ -137,7 +134,7 @@ def checked_items(values: object, type_: type[T], what: str) -> tuple[T, ...]:
     return result
 
 
-def check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
+def check_ids(turns: Sequence[model.SessionTurn], runs: Sequence[model.SessionRun]) -> None:
     """Every turn and run id is a safe id, and no turn id repeats."""
     for i, turn in enumerate(turns):
         validate_id(turn.id, what=f"turn id at $.turns[{i}]")
@@ -146,27 +143,27 @@ def check_ids(turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
         validate_id(run.id, what=f"run id at $.runs[{i}]")
 
 
-def check_artifact_ids(artifact: SessionArtifact) -> None:
+def check_artifact_ids(artifact: model.SessionArtifact) -> None:
     """The artifact's own id and its session id are safe ids."""
     validate_id(artifact.session_id)
     validate_id(artifact.id, what="artifact id")
 
 
-def check_artifact_filter_ids(filter: ArtifactFilter | None) -> None:
+def check_artifact_filter_ids(filter: model.ArtifactFilter | None) -> None:
     """A filter's ``sessionId``, when set, is a safe id (as on every other method)."""
     if filter is not None and filter.session_id is not None:
         validate_id(filter.session_id)
 
 
-def check_fire_ids(fire: ScheduleFire) -> None:
+def check_fire_ids(fire: model.ScheduleFire) -> None:
     """A fire's id and its schedule's id are safe ids."""
     validate_id(fire.schedule_id, what="schedule id")
     validate_id(fire.id, what="fire id")
 
 
-def checked_header(data: object) -> SessionData:
+def checked_header(data: object) -> model.SessionData:
     """``data`` is a ``SessionData`` with a safe id and a dict of metadata."""
-    if not isinstance(data, SessionData):
+    if not isinstance(data, model.SessionData):
         raise ValidationError(f"session data must be a SessionData, got {type(data).__name__}")
     validate_id(data.id)
     if not isinstance(data.metadata, dict):

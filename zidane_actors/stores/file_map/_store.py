@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import msgspec
 import trio
 
+from ... import model
 from ...errors import (
     ConflictError,
     CorruptDataError,
@@ -26,23 +27,15 @@ from ...errors import (
     ValidationError,
 )
 from ...model import (
-    SEND_REQUEST_HISTORY,
-    AppendTurnsOptions,
-    JsonValue,
-    RunOwner,
     SaveMetaOptions,
     SendRequestClaim,
     SendRequestRecord,
     SessionData,
     SessionFilter,
-    SessionHistory,
     SessionMetaRow,
-    SessionRun,
     SessionSearch,
     SessionSearchPage,
-    SessionStatus,
     SessionTurn,
-    UpdateRunOptions,
     current_run_owner,
     decode,
     demote_stale_running_status,
@@ -394,14 +387,14 @@ class FileMapStore(HistoryEdits):
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
+        options: model.AppendTurnsOptions | None = None,
     ) -> Revision:
         """Append lines to the turns file; ``options.run`` is upserted in the same save."""
         validate_id(session_id)
         lines = _turn_lines(turns)
         run = None
         if options is not None:
-            _valid_body(options, AppendTurnsOptions, "append options")
+            _valid_body(options, model.AppendTurnsOptions, "append options")
             run = options.run
             if run is not None:
                 _run_body(run)
@@ -440,12 +433,12 @@ class FileMapStore(HistoryEdits):
         return turns[from_ : None if limit is None else from_ + limit]
 
     async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+        self, session_id: str, run: model.SessionRun, options: model.UpdateRunOptions | None = None
     ) -> Revision:
         """Upsert one run record; an unknown session is a no-op."""
         _run_body(run)
         if options is not None:
-            _valid_body(options, UpdateRunOptions, "update run options")
+            _valid_body(options, model.UpdateRunOptions, "update run options")
 
         def edit(files: dict[str, str], meta: _Meta) -> bool:
             runs = upsert_runs(meta.runs, (run,))
@@ -457,15 +450,15 @@ class FileMapStore(HistoryEdits):
     async def update_status(
         self,
         session_id: str,
-        status: SessionStatus,
+        status: model.SessionStatus,
         *,
-        owner: RunOwner | None = None,
+        owner: model.RunOwner | None = None,
         preserve_updated_at: bool = False,
     ) -> Revision:
         """Set the status; ``running`` records ``owner`` (default: this process)."""
         checked_status(status)
         if owner is not None:
-            _valid_body(owner, RunOwner, "run owner")
+            _valid_body(owner, model.RunOwner, "run owner")
 
         def edit(files: dict[str, str], meta: _Meta) -> bool:
             marker = (owner or current_run_owner()) if status == "running" else None
@@ -569,7 +562,7 @@ class FileMapStore(HistoryEdits):
         rev = 0 if meta is None else meta.rev
         return search_page(found, search, lambda d: session_meta_row(d, rev=rev))
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+    async def patch_meta(self, session_id: str, patch: Mapping[str, model.JsonValue]) -> Revision:
         """Merge ``patch`` into the metadata; status and ``updatedAt`` stay; unknown ids no-op."""
         if not isinstance(patch, Mapping):
             raise ValidationError(f"metadata patch must be a mapping, got {type(patch).__name__}")
@@ -621,10 +614,10 @@ class FileMapStore(HistoryEdits):
             if meta is None:
                 return "no-session", None
             turns = tuple(self._turns(files))
-            result = mutate(SessionHistory(turns=turns, runs=meta.runs))
+            result = mutate(model.SessionHistory(turns=turns, runs=meta.runs))
             if result is None:
                 return "unchanged", None
-            if not isinstance(result, SessionHistory):
+            if not isinstance(result, model.SessionHistory):
                 raise ValidationError(
                     "a history mutation must return a SessionHistory or None, "
                     f"got {type(result).__name__}"
@@ -659,7 +652,7 @@ class FileMapStore(HistoryEdits):
             for record in held.records:
                 if record.request_id == request_id:
                     return SendRequestClaim(claimed=False, record=record)
-            evicted = set(send_request_evictions(held.records, SEND_REQUEST_HISTORY))
+            evicted = set(send_request_evictions(held.records, model.SEND_REQUEST_HISTORY))
             claim = SendRequestRecord(
                 request_id=request_id, fingerprint=fingerprint, created_at=_now()
             )
@@ -702,13 +695,13 @@ class FileMapStore(HistoryEdits):
             self._held_for_send(files, session_id)
             held = self._requests(files) or _SendRequests(session_id=session_id)
             kept = tuple(r for r in held.records if r.request_id != record.request_id)
-            evicted = set(send_request_evictions(kept, SEND_REQUEST_HISTORY))
+            evicted = set(send_request_evictions(kept, model.SEND_REQUEST_HISTORY))
             records = (*(r for r in kept if r.request_id not in evicted), record)
             self._put_requests(files, session_id, records)
             await self._adapter.save(files)
 
     async def settle_send_request(
-        self, session_id: str, request_id: str, result: JsonValue
+        self, session_id: str, request_id: str, result: model.JsonValue
     ) -> None:
         """Store the send's result; ``None`` drops the claim; unknown ids are a no-op."""
         validate_id(session_id)

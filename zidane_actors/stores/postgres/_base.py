@@ -13,20 +13,14 @@ import outcome
 import psycopg
 import trio
 
+from ... import model
 from ...errors import (
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
     UnsupportedOperationError,
 )
-from ...model import (
-    AppendTurnsOptions,
-    SessionData,
-    SessionFilter,
-    SessionRun,
-    SessionTurn,
-    validate_id,
-)
+from ...model import SessionData, SessionTurn, validate_id
 from .._protocol import (
     Revision,
     StoreWrite,
@@ -282,7 +276,7 @@ class PostgresBase:
                 metadata=_metadata(row[5], session_id),
                 run_owner=_owner(row[6], session_id),
                 turns=_decode_list(cur, row[7], SessionTurn, "turns", session_id),
-                runs=_decode_list(cur, row[8], SessionRun, "runs", session_id),
+                runs=_decode_list(cur, row[8], model.SessionRun, "runs", session_id),
                 extra_fields=None if row[10] is None else _extra(row[10], session_id),
             )
             return data, int(row[9])
@@ -311,7 +305,7 @@ class PostgresBase:
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
+        options: model.AppendTurnsOptions | None = None,
     ) -> Revision:
         """Append turns; a stored identical turn is skipped (a retry), a different one conflicts.
 
@@ -349,7 +343,7 @@ class PostgresBase:
 
         return await self._read(op)
 
-    async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
+    async def list(self, filter: model.SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""
         tail, params = _session_where(filter)
 

@@ -13,21 +13,17 @@ import outcome
 import psycopg
 from psycopg import errors as pg_errors
 
+from ... import model
 from ...errors import (
     SessionNotFoundError,
 )
 from ...model import (
-    ARTIFACTS_PER_SESSION_CAP,
     AppendTurnsOptions,
-    JsonValue,
     RunOwner,
-    SaveMetaOptions,
     SessionArtifact,
     SessionData,
     SessionRun,
-    SessionStatus,
     SessionTurn,
-    UpdateRunOptions,
     check_artifact_id_free,
     current_run_owner,
     decoder,
@@ -263,7 +259,7 @@ def _save(cur: _Cursor, data: SessionData, *, expected_rev: int | None = None) -
 def _save_meta(
     cur: _Cursor,
     data: SessionData,
-    options: SaveMetaOptions | None = None,
+    options: model.SaveMetaOptions | None = None,
     *,
     expected_rev: int | None = None,
 ) -> Revision:
@@ -271,7 +267,7 @@ def _save_meta(
     check_ids((), data.runs)
     keys = None
     if options is not None:
-        keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
+        keys = checked(options, model.SaveMetaOptions, "save_meta options").meta_keys
 
     def write() -> None:
         _write_header(cur, data, data.metadata, keys)
@@ -565,13 +561,13 @@ def _pipelined_writes(
 
 
 def _update_run(
-    cur: _Cursor, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    cur: _Cursor, session_id: str, run: SessionRun, options: model.UpdateRunOptions | None = None
 ) -> Revision:
     validate_id(session_id)
     run = checked(run, SessionRun, "run")
     check_ids((), (run,))
     if options is not None:
-        checked(options, UpdateRunOptions, "update run options")
+        checked(options, model.UpdateRunOptions, "update run options")
     before = _locked_rev(cur, session_id)
     if not before:
         return Revision(0, 0)
@@ -587,7 +583,7 @@ def _update_run(
 def _update_status(
     cur: _Cursor,
     session_id: str,
-    status: SessionStatus,
+    status: model.SessionStatus,
     *,
     owner: RunOwner | None = None,
     preserve_updated_at: bool = False,
@@ -632,13 +628,13 @@ def _delete(cur: _Cursor, session_id: str) -> None:
     cur.execute(_SQL.delete_sends, (session_id,))
 
 
-def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+def _patch_meta(cur: _Cursor, session_id: str, patch: Mapping[str, model.JsonValue]) -> Revision:
     validate_id(session_id)
     patch = checked_meta_patch(patch)
     return _versioned(cur, session_id, None, lambda: _patch_locked(cur, session_id, patch))
 
 
-def _patch_locked(cur: _Cursor, session_id: str, patch: Mapping[str, JsonValue]) -> None:
+def _patch_locked(cur: _Cursor, session_id: str, patch: Mapping[str, model.JsonValue]) -> None:
     header = _lock_header(cur, session_id)
     if header is None:
         return
@@ -698,7 +694,7 @@ def _upsert_artifact(cur: _Cursor, artifact: SessionArtifact) -> SessionArtifact
     cur.execute("SELECT count(*) FROM artifacts WHERE session_id = %s", (artifact.session_id,))
     count = cur.fetchone()
     evict: list[str] = []
-    if count is not None and count[0] + 1 > ARTIFACTS_PER_SESSION_CAP:
+    if count is not None and count[0] + 1 > model.ARTIFACTS_PER_SESSION_CAP:
         cur.execute(
             "SELECT body, session_id, id FROM artifacts WHERE session_id = %s ORDER BY seq",
             (artifact.session_id,),

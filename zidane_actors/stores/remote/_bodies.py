@@ -13,18 +13,14 @@ from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, get_args
 import msgspec
 from msgspec import UNSET
 
+from ... import model
 from ...model import (
-    AppendTurnsOptions,
     JsonValue,
     RunOwner,
-    SaveMetaOptions,
     SessionArtifact,
     SessionData,
     SessionHistory,
-    SessionRun,
     SessionStatus,
-    SessionTurn,
-    UpdateRunOptions,
     encode,
 )
 from ...model._types import EpochMs
@@ -124,15 +120,15 @@ class RevisionBody(_Body, frozen=True):
 class AppendTurnsBody(_Body, frozen=True):
     """``POST /sessions/{id}/turns``."""
 
-    turns: tuple[SessionTurn, ...]
-    options: AppendTurnsOptions | None = None
+    turns: tuple[model.SessionTurn, ...]
+    options: model.AppendTurnsOptions | None = None
 
 
 class UpdateRunBody(_Body, frozen=True):
     """``PUT /sessions/{id}/runs/{runId}``."""
 
-    run: SessionRun
-    options: UpdateRunOptions | None = None
+    run: model.SessionRun
+    options: model.UpdateRunOptions | None = None
 
 
 class UpdateStatusBody(_Body, frozen=True):
@@ -147,7 +143,7 @@ class SaveMetaBody(_Body, frozen=True):
     """``PUT /sessions/{id}/meta``."""
 
     session: SessionData
-    options: SaveMetaOptions | None = None
+    options: model.SaveMetaOptions | None = None
 
 
 class PatchMetaBody(_Body, frozen=True):
@@ -244,8 +240,8 @@ class AppendTurnsWrite(_Write, frozen=True, tag="appendTurns"):
     method: ClassVar[str] = "append_turns"
 
     session_id: str
-    turns: tuple[SessionTurn, ...]
-    options: AppendTurnsOptions | None = None
+    turns: tuple[model.SessionTurn, ...]
+    options: model.AppendTurnsOptions | None = None
 
     def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (self.session_id, self.turns, self.options), {}
@@ -280,8 +276,8 @@ class UpdateRunWrite(_Write, frozen=True, tag="updateRun"):
     method: ClassVar[str] = "update_run"
 
     session_id: str
-    run: SessionRun
-    options: UpdateRunOptions | None = None
+    run: model.SessionRun
+    options: model.UpdateRunOptions | None = None
 
     def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (self.session_id, self.run, self.options), {}
@@ -310,7 +306,7 @@ class SaveMetaWrite(_Write, frozen=True, tag="saveMeta"):
     method: ClassVar[str] = "save_meta"
 
     session: SessionData
-    options: SaveMetaOptions | None = None
+    options: model.SaveMetaOptions | None = None
     expected_rev: int | None = None
 
     def store_call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -23,6 +23,7 @@ import msgspec
 import outcome
 import trio
 
+from ... import model
 from ...errors import (
     ConflictError,
     InvalidNameError,
@@ -35,26 +36,16 @@ from ...errors import (
     ValidationError,
 )
 from ...model import (
-    AppendTurnsOptions,
-    ArtifactFilter,
-    JsonValue,
     RunOwner,
-    SaveMetaOptions,
     Schedule,
     ScheduleFire,
-    SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
     SessionData,
     SessionFilter,
-    SessionHistory,
     SessionMetaRow,
-    SessionRun,
-    SessionSearch,
     SessionSearchPage,
-    SessionStatus,
     SessionTurn,
-    UpdateRunOptions,
     check_model,
     current_run_owner,
     decode,
@@ -399,7 +390,7 @@ class RemoteStore(TurnsEdits):
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
+        options: model.AppendTurnsOptions | None = None,
     ) -> Revision | None:
         """Append turns; a stored identical turn is skipped, so a retry never duplicates."""
         write = append_turns_write(session_id, turns, options)
@@ -427,7 +418,7 @@ class RemoteStore(TurnsEdits):
         return builtins.list(turns)
 
     async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+        self, session_id: str, run: model.SessionRun, options: model.UpdateRunOptions | None = None
     ) -> Revision | None:
         """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
         write = update_run_write(session_id, run, options)
@@ -438,7 +429,7 @@ class RemoteStore(TurnsEdits):
     async def update_status(
         self,
         session_id: str,
-        status: SessionStatus,
+        status: model.SessionStatus,
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
@@ -515,14 +506,14 @@ class RemoteStore(TurnsEdits):
 
     async def claim_send_request(
         self, session_id: str, request_id: str, fingerprint: str
-    ) -> SendRequestClaim:
+    ) -> model.SendRequestClaim:
         """Claim a request id atomically on the server (never retried)."""
         path = (
             f"/sessions/{seg(session_id, 'session id')}"
             f"/send-requests/{request_seg(request_id)}/claim"
         )
         return await self._json(
-            SendRequestClaim,
+            model.SendRequestClaim,
             "POST",
             path,
             body=ClaimSendRequestBody(fingerprint=fingerprint),
@@ -585,7 +576,7 @@ class RemoteStore(TurnsEdits):
         return row
 
     async def list_artifacts(
-        self, filter: ArtifactFilter | None = None
+        self, filter: model.ArtifactFilter | None = None
     ) -> builtins.list[SessionArtifact]:
         """Artifacts, newest ``updatedAt`` first, filtered."""
         result = await self._json(
@@ -608,9 +599,9 @@ class RemoteStore(TurnsEdits):
         )
         return builtins.list(result)
 
-    async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
+    async def search_meta(self, search: model.SessionSearch) -> SessionSearchPage:
         """Sessions matching ``search``, as the server's store answers ``GET /session-search``."""
-        search = typed(search, SessionSearch, "search")
+        search = typed(search, model.SessionSearch, "search")
         fields = msgspec.to_builtins(search)
         params = {k: str(v) for k, v in fields.items() if k != "projectRoot"}
         if "projectRoot" in fields:
@@ -666,7 +657,7 @@ class RemoteStore(TurnsEdits):
             nxt = mutate(state.history)
             if nxt is None:
                 return "unchanged", None
-            if not isinstance(nxt, SessionHistory):
+            if not isinstance(nxt, model.SessionHistory):
                 raise ValidationError(
                     "a history mutation must return a SessionHistory or None, "
                     f"got {type(nxt).__name__}"
@@ -693,7 +684,9 @@ class RemoteStore(TurnsEdits):
             f"gave up after {_HISTORY_ATTEMPTS} attempts"
         )
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision | None:
+    async def patch_meta(
+        self, session_id: str, patch: Mapping[str, model.JsonValue]
+    ) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
         write = patch_meta_write(session_id, patch)
         body = PatchMetaBody(set=write.set, remove=write.remove)
@@ -717,7 +710,7 @@ class RemoteStore(TurnsEdits):
     async def save_meta(
         self,
         data: SessionData,
-        options: SaveMetaOptions | None = None,
+        options: model.SaveMetaOptions | None = None,
         *,
         expected_rev: int | None = None,
     ) -> Revision | None:
@@ -751,7 +744,7 @@ class RemoteStore(TurnsEdits):
         )
 
     async def settle_send_request(
-        self, session_id: str, request_id: str, result: JsonValue
+        self, session_id: str, request_id: str, result: model.JsonValue
     ) -> None:
         """Store a claimed send's result; ``None`` drops the claim."""
         write = settle_send_request_write(session_id, request_id, result)

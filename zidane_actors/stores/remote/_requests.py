@@ -13,24 +13,15 @@ from urllib.parse import quote, urlencode
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from ... import model
 from ...errors import (
     CorruptDataError,
     StoreError,
     ValidationError,
 )
 from ...model import (
-    AppendTurnsOptions,
     ArtifactFilter,
-    JsonValue,
-    RunOwner,
-    SaveMetaOptions,
-    SessionArtifact,
     SessionData,
-    SessionFilter,
-    SessionRun,
-    SessionStatus,
-    SessionTurn,
-    UpdateRunOptions,
     check_model,
     current_run_owner,
     encode,
@@ -98,7 +89,7 @@ def with_query(path: str, params: Mapping[str, str] | None) -> str:
     return f"{path}?{urlencode(params, errors='surrogatepass')}" if params else path
 
 
-def filter_params(filter: SessionFilter | None) -> dict[str, str]:
+def filter_params(filter: model.SessionFilter | None) -> dict[str, str]:
     if filter is None:
         return {}
     return _query(filter.project_root, agentId=filter.agent_id, limit=filter.limit)
@@ -210,19 +201,21 @@ def save_write(data: object, *, expected_rev: int | None = None) -> SaveWrite:
 
 
 def append_turns_write(
-    session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
+    session_id: str,
+    turns: Sequence[model.SessionTurn],
+    options: model.AppendTurnsOptions | None = None,
 ) -> AppendTurnsWrite:
     if isinstance(turns, (str, bytes)) or not isinstance(turns, Sequence):
         raise ValidationError(f"turns must be a sequence, got {type(turns).__name__}")
     checked = (
         turns
         if type(turns) is CheckedTurns
-        else tuple(typed(t, SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
+        else tuple(typed(t, model.SessionTurn, f"turns[{i}]") for i, t in enumerate(turns))
     )
     return AppendTurnsWrite(
         session_id=seg(session_id, "session id"),
         turns=checked,
-        options=typed_or_none(options, AppendTurnsOptions, "options"),
+        options=typed_or_none(options, model.AppendTurnsOptions, "options"),
     )
 
 
@@ -231,22 +224,22 @@ def delete_write(session_id: str) -> DeleteWrite:
 
 
 def update_run_write(
-    session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    session_id: str, run: model.SessionRun, options: model.UpdateRunOptions | None = None
 ) -> UpdateRunWrite:
-    run = typed(run, SessionRun, "run")
-    options = typed_or_none(options, UpdateRunOptions, "options")
+    run = typed(run, model.SessionRun, "run")
+    options = typed_or_none(options, model.UpdateRunOptions, "options")
     seg(run.id, "run id")
     return UpdateRunWrite(session_id=seg(session_id, "session id"), run=run, options=options)
 
 
 def update_status_write(
     session_id: str,
-    status: SessionStatus,
+    status: model.SessionStatus,
     *,
-    owner: RunOwner | None = None,
+    owner: model.RunOwner | None = None,
     preserve_updated_at: bool = False,
 ) -> UpdateStatusWrite:
-    owner = typed_or_none(owner, RunOwner, "owner")
+    owner = typed_or_none(owner, model.RunOwner, "owner")
     if status == "running" and owner is None:
         owner = current_run_owner()
     return UpdateStatusWrite(
@@ -258,15 +251,18 @@ def update_status_write(
 
 
 def save_meta_write(
-    data: SessionData, options: SaveMetaOptions | None = None, *, expected_rev: int | None = None
+    data: SessionData,
+    options: model.SaveMetaOptions | None = None,
+    *,
+    expected_rev: int | None = None,
 ) -> SaveMetaWrite:
     data = typed(data, SessionData, "session")
-    options = typed_or_none(options, SaveMetaOptions, "options")
+    options = typed_or_none(options, model.SaveMetaOptions, "options")
     seg(data.id, "session id")
     return SaveMetaWrite(session=without_unset(data), options=options, expected_rev=expected_rev)
 
 
-def patch_meta_write(session_id: str, patch: Mapping[str, JsonValue]) -> PatchMetaWrite:
+def patch_meta_write(session_id: str, patch: Mapping[str, model.JsonValue]) -> PatchMetaWrite:
     if not isinstance(patch, Mapping):
         raise ValidationError(f"patch must be a mapping, got {type(patch).__name__}")
     return PatchMetaWrite(
@@ -277,7 +273,7 @@ def patch_meta_write(session_id: str, patch: Mapping[str, JsonValue]) -> PatchMe
 
 
 def settle_send_request_write(
-    session_id: str, request_id: str, result: JsonValue
+    session_id: str, request_id: str, result: model.JsonValue
 ) -> SettleSendRequestWrite:
     return SettleSendRequestWrite(
         session_id=seg(session_id, "session id"),
@@ -286,8 +282,8 @@ def settle_send_request_write(
     )
 
 
-def upsert_artifact_write(artifact: SessionArtifact) -> UpsertArtifactWrite:
-    artifact = normalize_artifact(typed(artifact, SessionArtifact, "artifact"))
+def upsert_artifact_write(artifact: model.SessionArtifact) -> UpsertArtifactWrite:
+    artifact = normalize_artifact(typed(artifact, model.SessionArtifact, "artifact"))
     check_artifact_ids(artifact)
     seg(artifact.session_id, "session id")
     return UpsertArtifactWrite(artifact=artifact)

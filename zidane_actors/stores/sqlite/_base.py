@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import trio
 
+from ... import model
 from ...errors import (
     ConflictError,
     CorruptDataError,
@@ -20,12 +21,9 @@ from ...errors import (
 )
 from ...model import (
     AppendTurnsOptions,
-    RunOwner,
     SessionData,
     SessionRun,
-    SessionStatus,
     SessionTurn,
-    UpdateRunOptions,
     current_run_owner,
     extra_json,
     fresh_turns,
@@ -518,12 +516,12 @@ class SQLiteBase:
         conn: _Conn,
         session_id: str,
         run: SessionRun,
-        options: UpdateRunOptions | None = None,
+        options: model.UpdateRunOptions | None = None,
     ) -> Revision:
         _session_id(session_id)
         _run_body(run)
         if options is not None:
-            _valid_body(options, UpdateRunOptions, "update run options")
+            _valid_body(options, model.UpdateRunOptions, "update run options")
         before = self._rev(conn, session_id)
         if not before:
             return Revision(0, 0)
@@ -535,9 +533,9 @@ class SQLiteBase:
         self,
         conn: _Conn,
         session_id: str,
-        status: SessionStatus,
+        status: model.SessionStatus,
         *,
-        owner: RunOwner | None = None,
+        owner: model.RunOwner | None = None,
         preserve_updated_at: bool = False,
     ) -> Revision:
         _session_id(session_id)

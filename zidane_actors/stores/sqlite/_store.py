@@ -10,14 +10,13 @@ from typing import Any, cast
 
 import outcome
 
+from ... import model
 from ...errors import (
     SessionNotFoundError,
     StoreError,
     ValidationError,
 )
 from ...model import (
-    ArtifactFilter,
-    JsonValue,
     SendRequestClaim,
     SessionArtifact,
     check_artifact_id_free,
@@ -135,11 +134,11 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
             self._bump(conn, session_id, updated_at=None)
 
     async def list_artifacts(
-        self, filter: ArtifactFilter | None = None
+        self, filter: model.ArtifactFilter | None = None
     ) -> builtins.list[SessionArtifact]:
         """Artifacts, newest ``updatedAt`` first, filtered (``filter_artifacts``)."""
         if filter is not None:
-            _valid_body(filter, ArtifactFilter, "artifact filter")
+            _valid_body(filter, model.ArtifactFilter, "artifact filter")
         check_artifact_filter_ids(filter)
 
         def op(conn: _Conn) -> builtins.list[SessionArtifact]:
@@ -201,7 +200,7 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
             )
 
     def _op_settle_send_request(
-        self, conn: _Conn, session_id: str, request_id: str, result: JsonValue
+        self, conn: _Conn, session_id: str, request_id: str, result: model.JsonValue
     ) -> None:
         settle_send_request(SQLITE, conn, session_id, request_id, result)
 
