@@ -8,27 +8,38 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 pytest.importorskip("langgraph", reason="extra `langgraph` not installed")
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    create_checkpoint,
+    empty_checkpoint,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from zidane_actors.actors import Session
 from zidane_actors.errors import ValidationError
-from zidane_actors.integrations._langgraph_messages import is_message_turn
+from zidane_actors.integrations._langgraph_messages import copy_message, is_message_turn
 from zidane_actors.integrations.langgraph import ZidaneSaver, session_id_of, thread_id_of
 from zidane_actors.portal import start_host
+from zidane_actors.portal._api import host_opener
 
 RUNS = 30
 
@@ -231,3 +242,72 @@ def test_bad_input_is_refused_located() -> None:
 def test_blob_helpers_round_trip() -> None:
     raw = base64.b64encode(b"abc").decode()
     assert base64.b64decode(raw) == b"abc"
+
+
+def test_copies_handed_out_are_deep_and_exact() -> None:
+    """A read hands out copies of the index's messages: equal, serialized to the same
+    bytes, and changing one (nested values too) leaves the kept message as it was."""
+    kept = AIMessage(
+        "x",
+        id="ai-1",
+        tool_calls=[{"name": "f", "args": {"a": [1, {"b": 2}]}, "id": "c1"}],
+        additional_kwargs={"raw": b"\x00", "t": (1, 2)},
+        usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+    )
+    with ZidaneSaver(store="memory:") as saver:
+        copied = copy_message(kept)
+        assert copied == kept and _same(saver, copied, kept)
+        assert copied.model_fields_set == kept.model_fields_set
+        copied.tool_calls[0]["args"]["a"][1]["b"] = 3
+        copied.additional_kwargs["raw"] = b"\x01"
+        assert kept.tool_calls[0]["args"]["a"][1]["b"] == 2
+        assert kept.additional_kwargs["raw"] == b"\x00"
+
+
+def test_writes_share_the_next_checkpoint_append() -> None:
+    """Writes for the latest checkpoint and the next checkpoint, handed over together
+    (as LangGraph does), are stored by one append; both read back."""
+    appends: list[int] = []
+    real_append = Session.append_turns
+
+    async def counted(self: Session, turns: Any, options: Any = None) -> None:
+        listed = list(turns)
+        appends.append(len(listed))
+        await real_append(self, listed, options)
+
+    config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    human = HumanMessage("hi", id="h-1")
+    answer = AIMessage("hello", id="ai-1")
+    first = empty_checkpoint()
+    first["channel_values"] = {"messages": [human]}
+    first["channel_versions"] = {"messages": 1}
+    second = create_checkpoint(first, None, 1)
+    second["channel_values"] = {"messages": [human, answer]}
+    second["channel_versions"] = {"messages": 2}
+
+    async def main(saver: ZidaneSaver) -> None:
+        ops = saver._ops
+        async with host_opener("memory:")() as host:
+            put1 = saver._put_args(config, first, {"step": 0, "run_id": "r1"}, {"messages": 1})
+            await ops.put(host, *put1)
+            stored = saver._put_answer(put1[0], put1[1])
+            writes = saver._writes_args(stored, [("messages", answer)], "task-1", "")
+            put2 = saver._put_args(stored, second, {"step": 1, "run_id": "r1"}, {"messages": 2})
+            appends.clear()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(ops.put_writes, host, *writes))
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(functools.partial(ops.put, host, *put2))
+            assert appends == [3]  # the answer's turn, the writes record, the checkpoint
+            raw = await ops.get(host, "t1", "", None)
+            assert raw is not None
+            back = saver._tuple(raw)
+            assert back.checkpoint["id"] == second["id"]
+            assert back.checkpoint["channel_values"]["messages"] == [human, answer]
+            raw = await ops.get(host, "t1", "", first["id"])
+            assert raw is not None
+            assert saver._tuple(raw).pending_writes == [("task-1", "messages", answer)]
+
+    with ZidaneSaver(store="memory:") as saver, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Session, "append_turns", counted)
+        trio.run(main, saver, clock=trio.testing.MockClock())

@@ -119,6 +119,29 @@ class _Index:
         self.count = len(turns)
         self.last = turns[-1] if turns else None
 
+    def add_pending(self, turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
+        """Index turns planned for an append not made yet (the runs as it leaves them).
+
+        ``count`` and ``last`` still describe the session's stored turns: once the
+        append lands, :meth:`landed` moves them past these; if it fails, the whole
+        index is dropped.
+        """
+        self.lanes = _lane_for_run(runs)
+        for turn in turns:
+            self._add(turn)
+
+    def landed(self, turns: Sequence[SessionTurn], pending: Sequence[SessionTurn]) -> bool:
+        """``pending`` (indexed by :meth:`add_pending`) are the session's last ``turns``:
+        the index now covers them. ``False`` when the session holds others too."""
+        start = len(turns) - len(pending)
+        if start != self.count or any(
+            turns[start + i].id != turn.id for i, turn in enumerate(pending)
+        ):
+            return False
+        self.count = len(turns)
+        self.last = turns[-1] if turns else None
+        return True
+
     def _add(self, turn: SessionTurn) -> None:
         self.ids.add(turn.id)
         self.pairing.add(turn, self.lanes(turn.run_id))

@@ -27,6 +27,7 @@ a message whose tool blocks zidane's load-time pairing heal would drop
 from __future__ import annotations
 
 import base64
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -54,6 +55,7 @@ from ..model import (
 
 __all__ = [
     "PROVIDER",
+    "copy_message",
     "is_message_turn",
     "message_to_turn",
     "plain_json",
@@ -415,6 +417,33 @@ def turn_to_message(turn: SessionTurn, serde: SerializerProtocol) -> BaseMessage
 def readable_blocks(message: BaseMessage) -> tuple[SessionContentBlock, ...]:
     """Text blocks of a message (for callers that show one without storing it)."""
     return _readable(message)
+
+
+def copy_message(message: BaseMessage) -> BaseMessage:
+    """A deep copy of ``message``, as ``model_copy(deep=True)`` makes, in a quarter of its time.
+
+    Reads hand out copies of the messages a thread's index keeps (the caller may
+    change them); JSON containers are copied directly, anything else by ``deepcopy``.
+    """
+    cls = type(message)
+    out = cls.__new__(cls)
+    setattr_ = object.__setattr__
+    setattr_(out, "__dict__", {k: _copied(v) for k, v in message.__dict__.items()})
+    setattr_(out, "__pydantic_fields_set__", set(message.__pydantic_fields_set__))
+    setattr_(out, "__pydantic_extra__", _copied(message.__pydantic_extra__))
+    setattr_(out, "__pydantic_private__", copy.deepcopy(message.__pydantic_private__))
+    return out
+
+
+def _copied(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def messages_equal(a: BaseMessage, b: BaseMessage) -> bool:

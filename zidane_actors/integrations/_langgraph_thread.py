@@ -9,11 +9,17 @@ A thread's session holds, in store order:
   values of the channels it wrote (LangGraph's serializer bytes, base64), a
   message channel's list as references to the message turns.
 
-Everything is written with appends (one ``append_turns`` per call, the run
-record upserted in the same write); removals (``prune``,
-``delete_for_runs``) are ``mutate_history`` edits decided on the stored
-turns. Turn ids of records are digests of their content, so a retried write
-is a no-op and two hosts writing the same record store it once.
+Everything is written with appends, the run record upserted in the same
+write. Writes to one thread queue up; the one holding the thread's lock
+appends every write queued by then in one ``append_turns`` (one commit),
+each planned on what the ones before it leave; writes for the latest
+checkpoint wait a moment for the next checkpoint, which LangGraph hands
+over right after them, so a graph step costs one commit. Threads never
+wait for each other (the store's group commit lets their appends share
+commits). Removals (``prune``, ``delete_for_runs``) are ``mutate_history``
+edits decided on the stored turns. Turn ids of records are digests of
+their content, so a retried write is a no-op and two hosts writing the
+same record store it once.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import hashlib
 import itertools
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -87,6 +93,8 @@ META_KEY: Final = "langgraph"
 _RETRIES: Final = 8
 CHECKPOINT_WAIT: Final = 1.0
 """Seconds ``put_writes`` of messages waits for its checkpoint (``_checkpoint_first``)."""
+NEXT_CHECKPOINT_WAIT: Final = 0.002
+"""Seconds writes for a thread's latest checkpoint wait for the next one, to share its append."""
 
 
 def session_id_of(thread_id: str) -> str:
@@ -125,14 +133,80 @@ def thread_id_of(session_id: str, metadata: Mapping[str, Any]) -> str:
     return session_id
 
 
+class _Write:
+    """A ``put`` or ``put_writes`` waiting in its thread's queue for an append."""
+
+    __slots__ = ("checkpoint", "done", "error", "follows", "plan")
+
+    def __init__(
+        self,
+        plan: Callable[[_Batch], _Planned],
+        *,
+        checkpoint: tuple[str, str] | None = None,
+        follows: tuple[str, str] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.checkpoint = checkpoint  # the (ns, id) a put stores
+        self.follows = follows  # the (ns, id) writes belong to
+        self.done = False
+        self.error: BaseException | None = None
+
+    def settle(self, error: BaseException | None = None) -> None:
+        self.done = True
+        self.error = error
+
+
+_Planned = tuple[SessionRun | None, list[SessionTurn]] | None
+"""A write's turns and the run as they leave it; ``None``: stored already."""
+
+
+class _Batch:
+    """The turns of queued writes planned for one append, each planned on what the ones
+    before it leave (the index extended as they are planned, the runs as they update)."""
+
+    def __init__(self, session: Session, index: _Index) -> None:
+        self.session = session
+        self.index = index
+        self.now = _now()
+        self.turns: list[SessionTurn] = []
+        self.runs: dict[str, SessionRun] = {}
+        self.run: SessionRun | None = None
+        self.writes: list[_Write] = []
+
+    def known_run(self, run_id: str) -> SessionRun | None:
+        found = self.runs.get(run_id)
+        if found is None:
+            found = next((r for r in self.session.runs if r.id == run_id), None)
+        return found
+
+    def take(self, write: _Write, run: SessionRun | None, turns: list[SessionTurn]) -> bool:
+        """Add ``write``'s turns; ``False`` when it updates another run than the batch's
+        (an append updates one run: it waits for the next)."""
+        if run is not None and self.run is not None and run.id != self.run.id:
+            return False
+        self.writes.append(write)
+        if not turns:
+            return True  # stored already: it lands with the batch
+        if run is not None:
+            self.runs[run.id] = self.run = run
+        runs = [self.runs.get(r.id, r) for r in self.session.runs]
+        known = {r.id for r in runs}
+        runs.extend(r for r in self.runs.values() if r.id not in known)
+        self.index.add_pending(turns, runs)
+        self.turns.extend(turns)
+        return True
+
+
 class _Thread:
-    """A thread's lock and index in one host (trio side)."""
+    """A thread's lock, index and write queue in one host (trio side)."""
 
     def __init__(self) -> None:
         self.lock = trio.Lock()
         self.index: _Index | None = None
         self.session: Session | None = None  # held: a host forgets a session nobody holds
         self.landed = trio.Event()  # set (and replaced) whenever a checkpoint lands
+        self.queue: list[_Write] = []  # writes waiting for the lock's holder to append them
+        self.put_queued = trio.Event()  # set when a checkpoint is queued
 
     def checkpoint_landed(self) -> None:
         self.landed.set()
@@ -303,10 +377,9 @@ class ThreadOps:
 
     @staticmethod
     def _run(
-        session: Session,
+        batch: _Batch,
         run_id: Any,
         prompt: str | None,
-        now: int,
         new: Sequence[SessionTurn],
         *,
         error: str | None = None,
@@ -317,12 +390,12 @@ class ThreadOps:
             validate_id(run_id, what="run id")
         except InvalidNameError:
             return None
-        run = next((r for r in session.runs if r.id == run_id), None)
+        run = batch.known_run(run_id)
         if run is None:
             run = SessionRun(
                 id=run_id,
                 prompt=prompt or "",
-                started_at=now,
+                started_at=batch.now,
                 status="completed",
                 agent=SessionRunAgent(id=AGENT_ID, label="LangGraph"),
                 tokens_in=0,
@@ -340,7 +413,7 @@ class ThreadOps:
                 tokens_in += turn.usage.input
                 tokens_out += turn.usage.output
         changes: dict[str, Any] = {
-            "ended_at": now,
+            "ended_at": batch.now,
             "tokens_in": tokens_in,
             "tokens_out": tokens_out,
             "turns": turns,
@@ -358,37 +431,36 @@ class ThreadOps:
         messages: dict[str, list[BaseMessage]],
         prompt: str | None,
     ) -> None:
-        """Store one checkpoint record (and the message turns it needs) in one append."""
-        ns = record["ns"]
-        cid = record["checkpoint"]["id"]
-        thread = _thread(host, session_id_of(thread_id))
-        async with thread.lock:
-            for _attempt in range(_RETRIES):
-                session = await self._writable(host, thread, thread_id)
-                assert session is not None
-                index = self._index(thread, session)
-                now = _now()
-                new: list[SessionTurn] = []
-                fresh: dict[str, BaseMessage] = {}
-                run_id = _run_of(index, record)
-                run = self._run(session, run_id, prompt, now, ())
-                values = dict(record["values"])
-                for channel, listed in messages.items():
-                    ids = self._message_turns(index, listed, new, fresh, run, now)
-                    values[channel] = {"turns": _segments(index, ids, new)}
-                body = {**record, "values": values}
-                if run_id is not None:
-                    body["run"] = run_id
-                turn_id = "lgc-" + _digest(ns, cid, body)
-                if turn_id in index.ids and not new:
-                    return  # the same checkpoint again: stored
-                run = self._run(session, run_id, prompt, now, new)
-                new.append(_record_turn(turn_id, body, now, run))
-                if not await thread.appended(session, new, run):
-                    continue
-                thread.checkpoint_landed()
-                return
-        raise ConflictError(f"checkpoint {preview(cid)}: {_RETRIES} writers raced for its turns")
+        """Store one checkpoint record and the message turns it needs."""
+        plan = functools.partial(self._plan_put, record, messages, prompt)
+        key = (record["ns"], record["checkpoint"]["id"])
+        await self._write(host, thread_id, _Write(plan, checkpoint=key))
+
+    def _plan_put(
+        self,
+        record: dict[str, Any],
+        messages: dict[str, list[BaseMessage]],
+        prompt: str | None,
+        batch: _Batch,
+    ) -> _Planned:
+        index = batch.index
+        run_id = _run_of(index, record)
+        run = self._run(batch, run_id, prompt, ())
+        new: list[SessionTurn] = []
+        fresh: dict[str, BaseMessage] = {}
+        values = dict(record["values"])
+        for channel, listed in messages.items():
+            ids = self._message_turns(index, listed, new, fresh, run, batch.now)
+            values[channel] = {"turns": _segments(index, ids, new)}
+        body = {**record, "values": values}
+        if run_id is not None:
+            body["run"] = run_id
+        turn_id = "lgc-" + _digest(record["ns"], record["checkpoint"]["id"], body)
+        if turn_id in index.ids and not new:
+            return None  # the same checkpoint again: stored
+        run = self._run(batch, run_id, prompt, new)
+        new.append(_record_turn(turn_id, body, batch.now, run))
+        return run, new
 
     async def put_writes(
         self,
@@ -403,53 +475,147 @@ class ThreadOps:
         error: str | None,
     ) -> None:
         """Store one task's writes for a checkpoint; a write already stored is kept as it is."""
-        thread = _thread(host, session_id_of(thread_id))
         if messages:
+            thread = _thread(host, session_id_of(thread_id))
             await self._checkpoint_first(host, thread, thread_id, ns, cid)
-        async with thread.lock:
-            for _attempt in range(_RETRIES):
-                session = await self._writable(host, thread, thread_id)
-                assert session is not None
-                index = self._index(thread, session)
-                held = index.write_keys(ns, cid, task)
-                kept = [(i, e) for i, e in enumerate(entries) if e[0] < 0 or e[0] not in held]
-                if not kept:
-                    return
-                now = _now()
-                checkpoint = index.records.get((ns, cid))
-                if checkpoint is None and (latest := index.latest(ns)) is not None:
-                    # Its checkpoint is still on its way (LangGraph writes both at
-                    # once): it continues the namespace's latest checkpoint's run.
-                    checkpoint = index.records[(ns, latest)]
-                found = checkpoint.get("run") if checkpoint is not None else None
-                run_id = found if isinstance(found, str) else None
-                run = self._run(session, run_id, None, now, ())
-                new: list[SessionTurn] = []
-                fresh: dict[str, BaseMessage] = {}
-                stored = []
-                for position, entry in kept:
-                    value = messages.get(position)
-                    if value is None:
-                        stored.append(entry)
-                    elif isinstance(value, BaseMessage):
-                        ids = self._message_turns(index, [value], new, fresh, run, now)
-                        stored.append([entry[0], entry[1], {"turn": ids[0]}])
-                    else:
-                        ids = self._message_turns(index, value, new, fresh, run, now)
-                        stored.append([entry[0], entry[1], {"turnIds": ids}])
-                body: dict[str, Any] = {"type": "writes", "ns": ns, "checkpoint": cid, "task": task}
-                if path:
-                    body["path"] = path
-                body["writes"] = stored
-                turn_id = "lgw-" + _digest(ns, cid, task, body)
-                if turn_id in index.ids and not new:
-                    return
-                run = self._run(session, run_id, None, now, new, error=error)
-                new.append(_record_turn(turn_id, body, now, run))
-                if not await thread.appended(session, new, run):
-                    continue
+        plan = functools.partial(self._plan_writes, ns, cid, task, path, entries, messages, error)
+        await self._write(host, thread_id, _Write(plan, follows=(ns, cid)))
+
+    def _plan_writes(
+        self,
+        ns: str,
+        cid: str,
+        task: str,
+        path: str,
+        entries: list[list[Any]],
+        messages: dict[int, BaseMessage | list[BaseMessage]],
+        error: str | None,
+        batch: _Batch,
+    ) -> _Planned:
+        index = batch.index
+        held = index.write_keys(ns, cid, task)
+        kept = [(i, e) for i, e in enumerate(entries) if e[0] < 0 or e[0] not in held]
+        if not kept:
+            return None
+        checkpoint = index.records.get((ns, cid))
+        if checkpoint is None and (latest := index.latest(ns)) is not None:
+            # Its checkpoint is still on its way (LangGraph writes both at
+            # once): it continues the namespace's latest checkpoint's run.
+            checkpoint = index.records[(ns, latest)]
+        found = checkpoint.get("run") if checkpoint is not None else None
+        run_id = found if isinstance(found, str) else None
+        run = self._run(batch, run_id, None, ())
+        new: list[SessionTurn] = []
+        fresh: dict[str, BaseMessage] = {}
+        stored = []
+        for position, entry in kept:
+            value = messages.get(position)
+            if value is None:
+                stored.append(entry)
+            elif isinstance(value, BaseMessage):
+                ids = self._message_turns(index, [value], new, fresh, run, batch.now)
+                stored.append([entry[0], entry[1], {"turn": ids[0]}])
+            else:
+                ids = self._message_turns(index, value, new, fresh, run, batch.now)
+                stored.append([entry[0], entry[1], {"turnIds": ids}])
+        body: dict[str, Any] = {"type": "writes", "ns": ns, "checkpoint": cid, "task": task}
+        if path:
+            body["path"] = path
+        body["writes"] = stored
+        turn_id = "lgw-" + _digest(ns, cid, task, body)
+        if turn_id in index.ids and not new:
+            return None
+        run = self._run(batch, run_id, None, new, error=error)
+        new.append(_record_turn(turn_id, body, batch.now, run))
+        return run, new
+
+    async def _write(self, host: SessionHost, thread_id: str, write: _Write) -> None:
+        """Queue ``write`` and wait until an append holds it.
+
+        Whoever holds the thread's lock appends every write queued by then that
+        the append can take (one run's), in queue order, in one store write: a
+        checkpoint and the writes LangGraph hands over with it share a commit.
+        """
+        thread = _thread(host, session_id_of(thread_id))
+        thread.queue.append(write)
+        if write.checkpoint is not None:
+            thread.put_queued.set()
+        try:
+            async with thread.lock:
+                while not write.done:
+                    await self._next_checkpoint(thread)
+                    await self._append_queued(host, thread, thread_id)
+        finally:
+            if not write.done and write in thread.queue:
+                thread.queue.remove(write)  # cancelled before any append took it
+        if write.error is not None:
+            raise write.error
+
+    @staticmethod
+    async def _next_checkpoint(thread: _Thread) -> None:
+        """When only writes for the latest checkpoint wait, wait (a little) for the next
+        checkpoint: LangGraph hands it over next, and one append then holds both."""
+        queue = thread.queue
+        index = thread.index
+        if (
+            not queue
+            or index is None
+            or any(w.follows is None for w in queue)
+            or any(index.latest(w.follows[0]) != w.follows[1] for w in queue if w.follows)
+        ):
+            return
+        thread.put_queued = trio.Event()
+        with trio.move_on_after(NEXT_CHECKPOINT_WAIT):
+            await thread.put_queued.wait()
+
+    async def _append_queued(self, host: SessionHost, thread: _Thread, thread_id: str) -> None:
+        """Append the writes at the head of the queue (at least the first), settling each."""
+        for _attempt in range(_RETRIES):
+            session = await self._writable(host, thread, thread_id)
+            batch = _Batch(session, self._index(thread, session))
+            try:
+                stored = await self._append_batch(thread, batch)
+            except BaseException as exc:
+                thread.index = None  # it indexed the batch's turns
+                self._settle(thread, batch.writes, exc)
+                if not isinstance(exc, Exception):
+                    raise
                 return
-        raise ConflictError(f"writes of {preview(cid)}: {_RETRIES} writers raced for its turns")
+            if stored:
+                self._settle(thread, batch.writes, None)
+                if any(w.checkpoint is not None for w in batch.writes):
+                    thread.checkpoint_landed()
+                return
+        error = ConflictError(f"{_RETRIES} writers raced for the turns of these writes")
+        self._settle(thread, batch.writes, error)
+
+    async def _append_batch(self, thread: _Thread, batch: _Batch) -> bool:
+        """Plan the queued writes into ``batch`` and append it; ``False`` when another
+        writer came first (the index is dropped: plan again on what it wrote)."""
+        for write in list(thread.queue):
+            try:
+                planned = write.plan(batch)
+            except Exception as exc:  # this write's own fault: the others go on
+                self._settle(thread, [write], exc)
+                continue
+            if not batch.take(write, *(planned or (None, []))):
+                break
+        if not batch.turns:
+            return True  # each stored already (or refused)
+        if not await thread.appended(batch.session, batch.turns, batch.run):
+            return False
+        if not batch.index.landed(batch.session.turns, batch.turns):
+            thread.index = None
+        return True
+
+    @staticmethod
+    def _settle(thread: _Thread, writes: list[_Write], error: BaseException | None) -> None:
+        if isinstance(error, trio.Cancelled):
+            error = ActorClosed("the portal closed while the write was being stored")
+        for write in writes:
+            if write in thread.queue:
+                thread.queue.remove(write)
+            write.settle(error)
 
     async def _checkpoint_first(
         self, host: SessionHost, thread: _Thread, thread_id: str, ns: str, cid: str
@@ -458,15 +624,21 @@ class ThreadOps:
 
         LangGraph hands a checkpoint to its saver before the writes of the tasks
         that follow it, but it does not wait for it: both may arrive at once.
-        The messages of the writes are stored after the checkpoint's own, so a
-        session's turns keep the conversation's order.
+        The messages of the writes are stored after the checkpoint's own (a
+        checkpoint queued or being appended is as good: the writes go after it),
+        so a session's turns keep the conversation's order.
         """
+        key = (ns, cid)
         with trio.move_on_after(CHECKPOINT_WAIT):
             while True:
+                if any(w.checkpoint == key for w in thread.queue) or (
+                    thread.index is not None and key in thread.index.records
+                ):
+                    return
                 async with thread.lock:
                     landed = thread.landed
                     session = thread.session or await self._session(host, thread_id, create=False)
-                    if session is not None and (ns, cid) in self._index(thread, session).records:
+                    if session is not None and key in self._index(thread, session).records:
                         return
                 await landed.wait()
 

@@ -42,7 +42,7 @@ from langgraph.checkpoint.serde.types import ERROR
 from ..errors import ValidationError
 from ..portal._thread import wait_future
 from . import _shared
-from ._langgraph_messages import first_text, plain_json
+from ._langgraph_messages import copy_message, first_text, plain_json
 from ._langgraph_thread import (
     AGENT_ID,
     META_KEY,
@@ -326,8 +326,8 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
         if kind == "blob":
             return _unblob(self.serde, value)
         if kind == "message":
-            return value.model_copy(deep=True)
-        return [m.model_copy(deep=True) for m in value]
+            return copy_message(value)
+        return [copy_message(m) for m in value]
 
     @staticmethod
     def _get_args(config: RunnableConfig) -> tuple[str, str, str | None]:
