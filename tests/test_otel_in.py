@@ -10,10 +10,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from opentelemetry import baggage, context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
@@ -24,6 +26,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.test import TestModel
 
 from zidane_actors.actors import SessionHost
+from zidane_actors.integrations import otel
 from zidane_actors.integrations.otel import ZidaneSpanProcessor
 from zidane_actors.model import SessionRun
 from zidane_actors.portal import SyncHost, start_host
@@ -222,6 +225,29 @@ def test_a_closed_host_is_counted_never_raised_into_the_application() -> None:
     assert processor.statistics().errors == 2  # the running record and the whole one
     processor.shutdown()
     processor.shutdown()  # idempotent
+
+
+def test_a_full_queue_drops_and_counts(host: SyncHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    async def stuck(trio_host: SessionHost, session_id: str, run: SessionRun) -> None:
+        entered.set()
+        await trio.to_thread.run_sync(release.wait)
+
+    monkeypatch.setattr(otel, "record_run", stuck)
+    processor = ZidaneSpanProcessor(host=host, max_queue=1)
+    tracer = traced(processor).get_tracer("any-framework")
+    named = {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": "c"}
+    with tracer.start_as_current_span("chat", attributes=named):
+        assert entered.wait(10)  # the worker holds the start; the queue is empty
+    # the end waits in the queue; this second span's start and end find it full
+    with tracer.start_as_current_span("chat", attributes=named):
+        pass
+    assert processor.statistics().dropped == 2
+    release.set()
+    assert processor.force_flush()
+    assert processor.statistics().runs == 1
+    processor.shutdown()
 
 
 def test_a_store_url_processor_writes_and_shutdown_flushes(tmp_path: Path) -> None:

@@ -122,6 +122,7 @@ class ZidaneSpanProcessor(SpanProcessor):
         self._open: dict[int, OpenRun] = {}  # span id -> the run it belongs to, while in flight
         self._stopped = False
         self._runs = self._spans = self._unnamed = self._dropped = self._errors = 0
+        self._count_lock = threading.Lock()  # drops and errors are counted from any thread
         self._thread = threading.Thread(target=self._work, name="zidane-actors-otel", daemon=True)
         self._thread.start()
 
@@ -157,7 +158,7 @@ class ZidaneSpanProcessor(SpanProcessor):
             if new.session_id is not None:
                 self._put(("start", new, None))
         except Exception:
-            self._errors += 1
+            self._count("_errors")
             _log.exception("could not take in a span's start")
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -178,7 +179,7 @@ class ZidaneSpanProcessor(SpanProcessor):
                 )
             self._put(("end" if run.span_id == context.span_id else "span", run, span))
         except Exception:
-            self._errors += 1
+            self._count("_errors")
             _log.exception("could not take in a span's end")
 
     def _put(self, item: _Item) -> None:
@@ -187,7 +188,11 @@ class ZidaneSpanProcessor(SpanProcessor):
         try:
             self._queue.put_nowait(item)
         except queue.Full:
-            self._dropped += 1
+            self._count("_dropped")
+
+    def _count(self, counter: str) -> None:
+        with self._count_lock:
+            setattr(self, counter, getattr(self, counter) + 1)
 
     def statistics(self) -> SpanProcessorStatistics:
         """Counters of runs written, spans taken in, and what was dropped or failed."""
@@ -238,7 +243,7 @@ class ZidaneSpanProcessor(SpanProcessor):
             try:
                 self._take(item)  # type: ignore[arg-type]
             except Exception:
-                self._errors += 1
+                self._count("_errors")
                 _log.exception("could not record a run from its spans")
 
     def _take(self, item: tuple[str, OpenRun, ReadableSpan | None]) -> None:
