@@ -109,6 +109,11 @@ def latest_compaction(turns: Sequence[SessionTurn]) -> tuple[int, int, Compactio
     there is none. A marker whose ``through`` no longer names an earlier turn
     (a history edit removed it) is passed over.
     """
+    return _latest(turns)[0]
+
+
+def _latest(turns: Sequence[SessionTurn]) -> tuple[tuple[int, int, Compaction] | None, bool]:
+    """:func:`latest_compaction`, and whether ``turns`` hold any marker (one pass)."""
     positions: dict[str, int] | None = None
     for i in range(len(turns) - 1, -1, -1):
         found = compaction_of(turns[i])
@@ -118,8 +123,8 @@ def latest_compaction(turns: Sequence[SessionTurn]) -> tuple[int, int, Compactio
             positions = {turn.id: k for k, turn in enumerate(turns)}
         k = positions.get(found.through)
         if k is not None and k < i:
-            return i, k, found
-    return None
+            return (i, k, found), True
+    return None, positions is not None
 
 
 def model_view(turns: Sequence[SessionTurn]) -> Sequence[SessionTurn]:
@@ -134,11 +139,11 @@ def model_view(turns: Sequence[SessionTurn]) -> Sequence[SessionTurn]:
     summarized is an orphan there, a summarized call without its result an
     interrupted one).
     """
-    found = latest_compaction(turns)
+    found, any_marker = _latest(turns)
     if found is not None:
         _, k, compaction = found
         return (*compaction.summary, *(t for t in turns[k + 1 :] if compaction_of(t) is None))
-    if all(compaction_of(t) is None for t in turns):
+    if not any_marker:
         return turns
     return tuple(t for t in turns if compaction_of(t) is None)
 
