@@ -108,6 +108,14 @@ def checked_int(value: object, what: str) -> int:
     return value
 
 
+def check_turn_slice(session_id: str, from_: int, limit: int | None) -> None:
+    """``get_turns``'s arguments: a safe session id, whole ``from_`` and ``limit`` (or none)."""
+    validate_id(session_id)
+    checked_int(from_, "from_")
+    if limit is not None:
+        checked_int(limit, "limit")
+
+
 def checked_status(status: object) -> SessionStatus:
     """``status`` if it is a session status, else a refusal located at ``$.status``."""
     if not isinstance(status, str) or status not in _STATUSES:

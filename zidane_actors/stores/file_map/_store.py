@@ -57,7 +57,7 @@ from ...model import (
 )
 from .._edits import HistoryEdits
 from .._protocol import HistoryMutation, MutateResult, Revision, stale
-from .._validate import checked, checked_int, checked_status, json_value
+from .._validate import check_turn_slice, checked, checked_int, checked_status, json_value
 from ..sqlite._rows import (
     _metadata_json,
     _now,
@@ -192,6 +192,14 @@ def _decoded_file(files: Mapping[str, str], name: str, type_: type[T], what: str
         raise CorruptDataError(f"{name} does not decode: {exc}") from None
 
 
+def _valid_snapshot(data: SessionData) -> SessionData:
+    """``data`` with a valid header and run bodies (its turns are checked as written)."""
+    data = _valid_header(data)
+    for run in data.runs:
+        _run_body(run)
+    return data
+
+
 def _turn_lines(turns: Sequence[SessionTurn], where: str = "$") -> str:
     rows = _turn_rows_of(turns, 0, where)
     return "".join(body.decode() + "\n" for *_, body in rows)
@@ -264,6 +272,22 @@ class FileMapStore(HistoryEdits):
     def _requests(self, files: Mapping[str, str]) -> _SendRequests | None:
         name = self._options.send_requests_file
         return _decoded_file(files, name, _SendRequests, "send requests")
+
+    def _snapshot_header(
+        self, files: Mapping[str, str], data: SessionData, expected_rev: int | None
+    ) -> tuple[_Meta | None, int, dict[str, Any]]:
+        """For a snapshot write (``save``, ``save_meta``) of ``data``: the stored header, its
+        ``rev`` (checked against ``expected_rev``) and the new header's fields, the status
+        and owner as ``snapshot_status`` rules (turns, metadata and runs the writer's)."""
+        self._check_owner(files, data.id)
+        stored = self._meta(files)
+        before = self._expect(data.id, stored, expected_rev)
+        status, owner = snapshot_status(
+            stored.status if stored else None, stored.run_owner if stored else None, data.status
+        )
+        fields = {f: getattr(data, f) for f in SessionData.__struct_fields__}
+        fields.update(status=status, run_owner=owner, turns=())
+        return stored, before, fields
 
     def _held(self, files: Mapping[str, str], session_id: str) -> _Meta | None:
         """The stored header when it is ``session_id``'s, else ``None``."""
@@ -363,21 +387,12 @@ class FileMapStore(HistoryEdits):
 
         With ``expected_rev``, only while the stored ``rev`` is that one.
         """
-        data = _valid_header(data)
-        for run in data.runs:
-            _run_body(run)
+        data = _valid_snapshot(data)
         lines = _turn_lines(data.turns, "$.turns")
         async with self._lock:
             files = await self._files()
-            self._check_owner(files, data.id)
-            stored = self._meta(files)
-            before = self._expect(data.id, stored, expected_rev)
-            status, owner = snapshot_status(
-                stored.status if stored else None, stored.run_owner if stored else None, data.status
-            )
-            metadata = merge_session_metadata(None, data.metadata, None)
-            fields = {f: getattr(data, f) for f in SessionData.__struct_fields__}
-            fields.update(metadata=metadata, status=status, run_owner=owner, turns=())
+            stored, before, fields = self._snapshot_header(files, data, expected_rev)
+            fields.update(metadata=merge_session_metadata(None, data.metadata, None))
             self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))
             files[self._options.turns_file] = lines
             await self._adapter.save(files)
@@ -422,10 +437,7 @@ class FileMapStore(HistoryEdits):
         self, session_id: str, from_: int = 0, limit: int | None = None
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_`` up to ``from_ + limit``, oldest first."""
-        validate_id(session_id)
-        checked_int(from_, "from_")
-        if limit is not None:
-            checked_int(limit, "limit")
+        check_turn_slice(session_id, from_, limit)
         files = await self._files()
         if self._held(files, session_id) is None:
             return []
@@ -499,9 +511,7 @@ class FileMapStore(HistoryEdits):
         expected_rev: int | None = None,
     ) -> Revision:
         """Write the header (``metaKeys`` merge) and upsert the snapshot's runs; turns untouched."""
-        data = _valid_header(data)
-        for run in data.runs:
-            _run_body(run)
+        data = _valid_snapshot(data)
         keys = None
         if options is not None:
             keys = decode(
@@ -509,21 +519,11 @@ class FileMapStore(HistoryEdits):
             ).meta_keys
         async with self._lock:
             files = await self._files()
-            self._check_owner(files, data.id)
-            stored = self._meta(files)
-            before = self._expect(data.id, stored, expected_rev)
-            status, owner = snapshot_status(
-                stored.status if stored else None, stored.run_owner if stored else None, data.status
-            )
-            metadata = merge_session_metadata(
-                stored.metadata if stored else None, data.metadata, keys
-            )
-            fields = {f: getattr(data, f) for f in SessionData.__struct_fields__}
+            stored, before, fields = self._snapshot_header(files, data, expected_rev)
             fields.update(
-                metadata=metadata,
-                status=status,
-                run_owner=owner,
-                turns=(),
+                metadata=merge_session_metadata(
+                    stored.metadata if stored else None, data.metadata, keys
+                ),
                 runs=upsert_runs(stored.runs if stored else (), data.runs),
             )
             self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))

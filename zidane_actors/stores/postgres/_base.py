@@ -26,7 +26,7 @@ from .._protocol import (
     StoreWrite,
 )
 from .._validate import (
-    checked_int,
+    check_turn_slice,
 )
 from ..sql import POSTGRES, Dialect
 from ._conn import (
@@ -325,10 +325,7 @@ class PostgresBase:
         self, session_id: str, from_: int = 0, limit: int | None = None
     ) -> builtins.list[SessionTurn]:
         """Turns ``from_``… (at most ``limit``), oldest first; ``[]`` for an unknown id."""
-        validate_id(session_id)
-        checked_int(from_, "from_")
-        if limit is not None:
-            checked_int(limit, "limit")
+        check_turn_slice(session_id, from_, limit)
 
         def op(cur: _Cursor) -> builtins.list[SessionTurn]:
             cur.execute(

@@ -36,7 +36,7 @@ from .._protocol import (
 )
 from .._thread import WorkerThread
 from .._validate import (
-    checked_int,
+    check_turn_slice,
     checked_status,
 )
 from ..sql import SQLITE, Dialect
@@ -496,10 +496,7 @@ class SQLiteBase:
     def _get_turns_op(
         self, session_id: str, from_: int = 0, limit: int | None = None
     ) -> Callable[[_Conn], builtins.list[SessionTurn]]:
-        _session_id(session_id)
-        checked_int(from_, "from_")
-        if limit is not None:
-            checked_int(limit, "limit")
+        check_turn_slice(session_id, from_, limit)
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
             rows = conn.execute(
