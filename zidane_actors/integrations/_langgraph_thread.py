@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import msgspec
 import trio
 from langchain_core.messages import BaseMessage
@@ -79,6 +80,7 @@ __all__ = [
     "AGENT_ID",
     "META_KEY",
     "RECORD_PROVIDER",
+    "TaskWrites",
     "ThreadOps",
     "session_id_of",
     "thread_id_of",
@@ -105,11 +107,8 @@ def session_id_of(thread_id: str) -> str:
     unpadded base64url (up to 147 bytes), or ``lgh=`` + their SHA-256 when
     longer (the thread id is then read from the session's metadata).
     """
-    if not thread_id.startswith(("lg=", "lgh=")):
-        try:
-            return validate_id(thread_id, what="thread id")
-        except InvalidNameError:
-            pass
+    if not thread_id.startswith(("lg=", "lgh=")) and (safe := _safe_id(thread_id)) is not None:
+        return safe
     import base64
 
     raw = thread_id.encode("utf-8", "surrogatepass")
@@ -117,6 +116,14 @@ def session_id_of(thread_id: str) -> str:
     if len(encoded) + 3 <= 200:
         return "lg=" + encoded
     return "lgh=" + hashlib.sha256(raw).hexdigest()
+
+
+def _safe_id(value: object) -> str | None:
+    """``value`` when it is a safe zidane id (one a session, turn or run can take as is)."""
+    try:
+        return validate_id(value)
+    except InvalidNameError:
+        return None
 
 
 def thread_id_of(session_id: str, metadata: Mapping[str, Any]) -> str:
@@ -131,6 +138,19 @@ def thread_id_of(session_id: str, metadata: Mapping[str, Any]) -> str:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         return raw.decode("utf-8", "surrogatepass")
     return session_id
+
+
+@attrs.frozen
+class TaskWrites:
+    """One ``put_writes`` call, encoded: a message value stands apart, by entry position."""
+
+    ns: str
+    checkpoint: str
+    task: str
+    path: str
+    entries: list[list[Any]]  # [index, channel, serializer blob or None]
+    messages: dict[int, BaseMessage | list[BaseMessage]]
+    error: str | None  # the ERROR write's repr, for the run record
 
 
 class _Write:
@@ -338,14 +358,9 @@ class ThreadOps:
         now: int,
     ) -> str:
         taken = index.ids | {t.id for t in new}
-        turn_id: str | None = None
-        if isinstance(message.id, str):
-            try:
-                turn_id = validate_id(message.id)
-            except InvalidNameError:
-                turn_id = None
-            if turn_id is not None and (turn_id in taken or turn_id.startswith(("lgc-", "lgw-"))):
-                turn_id = None
+        turn_id = _safe_id(message.id)
+        if turn_id is not None and (turn_id in taken or turn_id.startswith(("lgc-", "lgw-"))):
+            turn_id = None
         if turn_id is None:
             kind, raw = self.serde.dumps_typed(message)
             turn_id = (
@@ -384,11 +399,7 @@ class ThreadOps:
         *,
         error: str | None = None,
     ) -> SessionRun | None:
-        if not isinstance(run_id, str):
-            return None
-        try:
-            validate_id(run_id, what="run id")
-        except InvalidNameError:
+        if _safe_id(run_id) is None:
             return None
         run = batch.known_run(run_id)
         if run is None:
@@ -462,39 +473,20 @@ class ThreadOps:
         new.append(_record_turn(turn_id, body, batch.now, run))
         return run, new
 
-    async def put_writes(
-        self,
-        host: SessionHost,
-        thread_id: str,
-        ns: str,
-        cid: str,
-        task: str,
-        path: str,
-        entries: list[list[Any]],
-        messages: dict[int, BaseMessage | list[BaseMessage]],
-        error: str | None,
-    ) -> None:
+    async def put_writes(self, host: SessionHost, thread_id: str, writes: TaskWrites) -> None:
         """Store one task's writes for a checkpoint; a write already stored is kept as it is."""
-        if messages:
+        key = (writes.ns, writes.checkpoint)
+        if writes.messages:
             thread = _thread(host, session_id_of(thread_id))
-            await self._checkpoint_first(host, thread, thread_id, ns, cid)
-        plan = functools.partial(self._plan_writes, ns, cid, task, path, entries, messages, error)
-        await self._write(host, thread_id, _Write(plan, follows=(ns, cid)))
+            await self._checkpoint_first(host, thread, thread_id, *key)
+        plan = functools.partial(self._plan_writes, writes)
+        await self._write(host, thread_id, _Write(plan, follows=key))
 
-    def _plan_writes(
-        self,
-        ns: str,
-        cid: str,
-        task: str,
-        path: str,
-        entries: list[list[Any]],
-        messages: dict[int, BaseMessage | list[BaseMessage]],
-        error: str | None,
-        batch: _Batch,
-    ) -> _Planned:
+    def _plan_writes(self, writes: TaskWrites, batch: _Batch) -> _Planned:
+        ns, cid, task, messages = writes.ns, writes.checkpoint, writes.task, writes.messages
         index = batch.index
         held = index.write_keys(ns, cid, task)
-        kept = [(i, e) for i, e in enumerate(entries) if e[0] < 0 or e[0] not in held]
+        kept = [(i, e) for i, e in enumerate(writes.entries) if e[0] < 0 or e[0] not in held]
         if not kept:
             return None
         checkpoint = index.records.get((ns, cid))
@@ -519,13 +511,13 @@ class ThreadOps:
                 ids = self._message_turns(index, value, new, fresh, run, batch.now)
                 stored.append([entry[0], entry[1], {"turnIds": ids}])
         body: dict[str, Any] = {"type": "writes", "ns": ns, "checkpoint": cid, "task": task}
-        if path:
-            body["path"] = path
+        if writes.path:
+            body["path"] = writes.path
         body["writes"] = stored
         turn_id = "lgw-" + _digest(ns, cid, task, body)
         if turn_id in index.ids and not new:
             return None
-        run = self._run(batch, run_id, None, new, error=error)
+        run = self._run(batch, run_id, None, new, error=writes.error)
         new.append(_record_turn(turn_id, body, batch.now, run))
         return run, new
 

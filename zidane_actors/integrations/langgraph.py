@@ -47,6 +47,7 @@ from ._langgraph_thread import (
     AGENT_ID,
     META_KEY,
     RECORD_PROVIDER,
+    TaskWrites,
     ThreadOps,
     session_id_of,
     thread_id_of,
@@ -255,7 +256,7 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> tuple[Any, ...]:
+    ) -> tuple[str, TaskWrites]:
         conf = _configurable(config, "config")
         tid, ns = _thread(conf), _ns(conf)
         cid = conf.get("checkpoint_id")
@@ -279,7 +280,7 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
                 entries.append([idx, channel, _blob(self.serde, value)])
             if channel == ERROR:
                 error = repr(value)[:2000]
-        return tid, ns, cid, str(task_id), task_path or "", entries, messages, error
+        return tid, TaskWrites(ns, cid, str(task_id), task_path or "", entries, messages, error)
 
     def _tuple(self, raw: dict[str, Any]) -> CheckpointTuple:
         serde = self.serde
