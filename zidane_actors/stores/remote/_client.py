@@ -65,38 +65,7 @@ from .._validate import (
     checked,
     checked_int,
 )
-from ._bodies import (
-    IF_MATCH_HEADER,
-    MAX_BATCH_WRITES,
-    REV_AFTER_HEADER,
-    REV_BEFORE_HEADER,
-    REV_HEADER,
-    AppendTurnsBody,
-    ClaimedResult,
-    ClaimFireBody,
-    ClaimRunBody,
-    ClaimRunResult,
-    ClaimSendRequestBody,
-    DeletedResult,
-    DemotedResult,
-    DemoteStaleRunBody,
-    ErrorBody,
-    ErrorDetail,
-    HistoryBody,
-    HistoryResult,
-    HistoryState,
-    IdResult,
-    IdsResult,
-    PatchMetaBody,
-    RevResult,
-    SaveMetaBody,
-    SettleSendRequestBody,
-    UpdateRunBody,
-    UpdateStatusBody,
-    UpsertArtifactResult,
-    WritesResult,
-    history_rev,
-)
+from . import _bodies
 from ._requests import (
     BATCH_BYTES,
     DEFAULT_MAX_ANSWER_BYTES,
@@ -152,15 +121,15 @@ def _retry_after(response: httpx.Response) -> float:
 
 
 def _if_match(expected_rev: int | None) -> dict[str, str] | None:
-    return None if expected_rev is None else {IF_MATCH_HEADER: f'"{expected_rev}"'}
+    return None if expected_rev is None else {_bodies.IF_MATCH_HEADER: f'"{expected_rev}"'}
 
 
 def _revision(response: httpx.Response | None) -> Revision | None:
     """A write answer's revision headers, or ``None`` (a store keeping no versions)."""
     if response is None:
         return None
-    before = response.headers.get(REV_BEFORE_HEADER)
-    after = response.headers.get(REV_AFTER_HEADER)
+    before = response.headers.get(_bodies.REV_BEFORE_HEADER)
+    after = response.headers.get(_bodies.REV_AFTER_HEADER)
     if before is None or after is None:
         return None
     try:
@@ -356,7 +325,7 @@ class RemoteStore(TurnsEdits):
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        rev = response.headers.get(REV_HEADER)
+        rev = response.headers.get(_bodies.REV_HEADER)
         if rev is None or not rev.isdigit():
             raise UnsupportedOperationError(f"GET {path}: the server's store keeps no versions")
         data = decode(response.content, SessionData, what=f"answer of GET {path}")
@@ -369,7 +338,7 @@ class RemoteStore(TurnsEdits):
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, RevResult, what=f"answer of GET {path}").rev
+        return decode(response.content, _bodies.RevResult, what=f"answer of GET {path}").rev
 
     async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision | None:
         """Create or overwrite the whole document (``PUT /sessions/{id}``).
@@ -394,7 +363,7 @@ class RemoteStore(TurnsEdits):
     ) -> Revision | None:
         """Append turns; a stored identical turn is skipped, so a retry never duplicates."""
         write = append_turns_write(session_id, turns, options)
-        body = AppendTurnsBody(turns=write.turns, options=write.options)
+        body = _bodies.AppendTurnsBody(turns=write.turns, options=write.options)
         return _revision(
             await self._request(
                 "POST", f"/sessions/{write.session_id}/turns", body=body, retry=True
@@ -423,7 +392,7 @@ class RemoteStore(TurnsEdits):
         """Upsert one run record (``PUT /sessions/{id}/runs/{runId}``)."""
         write = update_run_write(session_id, run, options)
         path = f"/sessions/{write.session_id}/runs/{write.run.id}"
-        body = UpdateRunBody(run=write.run, options=write.options)
+        body = _bodies.UpdateRunBody(run=write.run, options=write.options)
         return _revision(await self._request("PUT", path, body=body, retry=True))
 
     async def update_status(
@@ -438,7 +407,7 @@ class RemoteStore(TurnsEdits):
         write = update_status_write(
             session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
         )
-        body = UpdateStatusBody(
+        body = _bodies.UpdateStatusBody(
             status=write.status, owner=write.owner, preserve_updated_at=write.preserve_updated_at
         )
         return _revision(
@@ -456,7 +425,7 @@ class RemoteStore(TurnsEdits):
     async def list(self, filter: SessionFilter | None = None) -> builtins.list[str]:
         """Session ids, most recently updated first, filtered."""
         params = filter_params(typed_or_none(filter, SessionFilter, "filter"))
-        result = await self._json(IdsResult, "GET", "/sessions", params=params, retry=True)
+        result = await self._json(_bodies.IdsResult, "GET", "/sessions", params=params, retry=True)
         return builtins.list(result.ids)
 
     # -- optional methods ------------------------------------------------
@@ -467,9 +436,9 @@ class RemoteStore(TurnsEdits):
         """Claim the session for a run on the server, atomically (never retried)."""
         owner = typed_or_none(owner, RunOwner, "owner")
         stale_at = checked_int(stale_at, "stale_at")
-        body = ClaimRunBody(stale_at=stale_at, owner=owner or current_run_owner())
+        body = _bodies.ClaimRunBody(stale_at=stale_at, owner=owner or current_run_owner())
         result = await self._json(
-            ClaimRunResult,
+            _bodies.ClaimRunResult,
             "POST",
             f"/sessions/{seg(session_id, 'session id')}/claim-run",
             body=body,
@@ -483,10 +452,10 @@ class RemoteStore(TurnsEdits):
         Retried: a repeat finds the marker demoted already (or held) and writes nothing.
         """
         result = await self._json(
-            DemotedResult,
+            _bodies.DemotedResult,
             "POST",
             f"/sessions/{seg(session_id, 'session id')}/demote-stale-run",
-            body=DemoteStaleRunBody(
+            body=_bodies.DemoteStaleRunBody(
                 stale_at=checked_int(stale_at, "stale_at"), now=checked_int(now, "now")
             ),
             retry=True,
@@ -496,10 +465,10 @@ class RemoteStore(TurnsEdits):
     async def claim_schedule_fire(self, id: str, due_at: int, next: int | None) -> bool:
         """Take the fire due at ``due_at`` once across every host (never retried)."""
         result = await self._json(
-            ClaimedResult,
+            _bodies.ClaimedResult,
             "POST",
             f"/schedules/{seg(id, 'schedule id')}/claim-fire",
-            body=ClaimFireBody(due_at=due_at, next=next),
+            body=_bodies.ClaimFireBody(due_at=due_at, next=next),
             retry=False,
         )
         return result.claimed
@@ -516,7 +485,7 @@ class RemoteStore(TurnsEdits):
             model.SendRequestClaim,
             "POST",
             path,
-            body=ClaimSendRequestBody(fingerprint=fingerprint),
+            body=_bodies.ClaimSendRequestBody(fingerprint=fingerprint),
             retry=False,
         )
 
@@ -529,7 +498,7 @@ class RemoteStore(TurnsEdits):
     async def delete_schedule(self, id: str) -> bool:
         """Remove a schedule and its fires; ``False`` when it was gone."""
         result = await self._json(
-            DeletedResult, "DELETE", f"/schedules/{seg(id, 'schedule id')}", retry=True
+            _bodies.DeletedResult, "DELETE", f"/schedules/{seg(id, 'schedule id')}", retry=True
         )
         return result.deleted
 
@@ -559,11 +528,11 @@ class RemoteStore(TurnsEdits):
 
     async def generate_session_id(self) -> str:
         """A new session id issued by the server's store."""
-        return (await self._json(IdResult, "POST", "/session-ids", retry=True)).id
+        return (await self._json(_bodies.IdResult, "POST", "/session-ids", retry=True)).id
 
     async def generate_turn_id(self) -> str:
         """A new turn id issued by the server's store."""
-        return (await self._json(IdResult, "POST", "/turn-ids", retry=True)).id
+        return (await self._json(_bodies.IdResult, "POST", "/turn-ids", retry=True)).id
 
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One session's header row, or ``None``."""
@@ -630,12 +599,12 @@ class RemoteStore(TurnsEdits):
         result = await self._json(tuple[Schedule, ...], "GET", "/schedules", retry=True)
         return builtins.list(result)
 
-    async def _history(self, session_id: str) -> HistoryState | None:
+    async def _history(self, session_id: str) -> _bodies.HistoryState | None:
         path = f"/sessions/{seg(session_id, 'session id')}/history"
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, HistoryState, what=f"answer of GET {path}")
+        return decode(response.content, _bodies.HistoryState, what=f"answer of GET {path}")
 
     async def _edit_history(
         self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
@@ -664,8 +633,8 @@ class RemoteStore(TurnsEdits):
                 )
             check_model(nxt, what="history")
             # An identical history is still written ("ok"), as every store answers.
-            target = history_rev(nxt)
-            body = HistoryBody(history=nxt, expected_rev=state.rev)
+            target = _bodies.history_rev(nxt)
+            body = _bodies.HistoryBody(history=nxt, expected_rev=state.rev)
             response = await self._request(
                 "PUT", path, body=body, retry=True, expect=(409,), headers=_if_match(expected_rev)
             )
@@ -673,7 +642,9 @@ class RemoteStore(TurnsEdits):
             if response.status_code == 409 and _stale_answer(response):
                 raise _with_expected(_error(response, "PUT", path), expected_rev)
             if response.status_code != 409:
-                result = decode(response.content, HistoryResult, what=f"answer of PUT {path}")
+                result = decode(
+                    response.content, _bodies.HistoryResult, what=f"answer of PUT {path}"
+                )
                 return result.result, _revision(response)
             # Lost the race — unless a retried attempt already wrote this very history.
             current = await self._history(session_id)
@@ -689,7 +660,7 @@ class RemoteStore(TurnsEdits):
     ) -> Revision | None:
         """Merge ``patch`` into stored metadata (``msgspec.UNSET`` removes a key)."""
         write = patch_meta_write(session_id, patch)
-        body = PatchMetaBody(set=write.set, remove=write.remove)
+        body = _bodies.PatchMetaBody(set=write.set, remove=write.remove)
         return _revision(
             await self._request(
                 "PATCH", f"/sessions/{write.session_id}/meta", body=body, retry=True
@@ -723,7 +694,7 @@ class RemoteStore(TurnsEdits):
             response = await self._request(
                 "PUT",
                 f"/sessions/{write.session.id}/meta",
-                body=SaveMetaBody(session=write.session, options=write.options),
+                body=_bodies.SaveMetaBody(session=write.session, options=write.options),
                 retry=True,
                 headers=_if_match(expected_rev),
             )
@@ -749,7 +720,7 @@ class RemoteStore(TurnsEdits):
         """Store a claimed send's result; ``None`` drops the claim."""
         write = settle_send_request_write(session_id, request_id, result)
         path = f"/sessions/{write.session_id}/send-requests/{request_seg(write.request_id)}/result"
-        body = SettleSendRequestBody(result=write.result)
+        body = _bodies.SettleSendRequestBody(result=write.result)
         await self._request("PUT", path, body=body, retry=True)
 
     async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
@@ -757,7 +728,7 @@ class RemoteStore(TurnsEdits):
         write = upsert_artifact_write(artifact)
         path = f"/sessions/{write.artifact.session_id}/artifacts"
         result = await self._json(
-            UpsertArtifactResult, "PUT", path, body=write.artifact, retry=True
+            _bodies.UpsertArtifactResult, "PUT", path, body=write.artifact, retry=True
         )
         return result.artifact
 
@@ -783,7 +754,9 @@ class RemoteStore(TurnsEdits):
             except Exception as exc:
                 results[i] = outcome.Error(exc)
                 continue
-            if chunk and (len(chunk) == MAX_BATCH_WRITES or size + len(encoded) > BATCH_BYTES):
+            if chunk and (
+                len(chunk) == _bodies.MAX_BATCH_WRITES or size + len(encoded) > BATCH_BYTES
+            ):
                 await self._send_writes(chunk, writes, results)
                 chunk, size = [], 0
             chunk.append((i, encoded))
@@ -801,7 +774,9 @@ class RemoteStore(TurnsEdits):
         """One ``POST /writes`` of the encoded writes in ``chunk``; fills their ``results``."""
         content = b'{"writes":[' + b",".join(encoded for _, encoded in chunk) + b"]}"
         try:
-            answer = await self._json(WritesResult, "POST", "/writes", body=content, retry=True)
+            answer = await self._json(
+                _bodies.WritesResult, "POST", "/writes", body=content, retry=True
+            )
             if len(answer.outcomes) != len(chunk):
                 got = len(answer.outcomes)
                 raise RemoteStoreError(
@@ -833,7 +808,7 @@ def _with_expected(exc: Exception, expected_rev: object) -> Exception:
 
 def _stale_answer(response: httpx.Response) -> bool:
     try:
-        detail = msgspec.json.decode(response.content, type=ErrorBody).error
+        detail = msgspec.json.decode(response.content, type=_bodies.ErrorBody).error
     except msgspec.MsgspecError:
         return False
     return detail.code == "stale_session"
@@ -841,16 +816,16 @@ def _stale_answer(response: httpx.Response) -> bool:
 
 def _error(response: httpx.Response, method: str, path: str) -> Exception:
     """The library exception for an error answer."""
-    detail: ErrorDetail | None
+    detail: _bodies.ErrorDetail | None
     try:
-        detail = decoder(ErrorBody).decode(response.content).error
+        detail = decoder(_bodies.ErrorBody).decode(response.content).error
     except msgspec.MsgspecError:
         detail = None
     text = response.text[:200] or response.reason_phrase
     return _error_of(response.status_code, detail, text, f"{method} {path}")
 
 
-def _error_of(status: int, detail: ErrorDetail | None, text: str, where: str) -> Exception:
+def _error_of(status: int, detail: _bodies.ErrorDetail | None, text: str, where: str) -> Exception:
     """The library exception for an error ``status`` with the API's ``detail`` (or ``text``)."""
     message = detail.message if detail else text
     code = detail.code if detail else None
