@@ -5,28 +5,12 @@ so a process that opens neither never loads psycopg or httpx (the server
 imports only the REST bodies, ``stores.remote._bodies``).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from . import _protocol
+from ._lazy import lazy_names
 from ._memory import MemoryStore, create_memory_store, open_memory_store
-from ._protocol import (
-    OPTIONAL_METHODS,
-    READ_METHODS,
-    VERSIONED_WRITES,
-    WRITE_METHODS,
-    BatchingStore,
-    FullSessionStore,
-    HistoryMutation,
-    MutateResult,
-    ReadBatchingStore,
-    Revision,
-    RunClaim,
-    SessionStore,
-    StoreWrite,
-    TurnsMutation,
-    VersionedStore,
-    store_capabilities,
-)
+from ._protocol import *  # noqa: F403 (the protocol's public names: _protocol.__all__)
 from .file_map import (
     DirectoryFileMapAdapter,
     FileMapAdapter,
@@ -51,47 +35,21 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 __all__ = [
-    "OPTIONAL_METHODS",
-    "READ_METHODS",
-    "VERSIONED_WRITES",
-    "WRITE_METHODS",
-    "BatchingStore",
     "DirectoryFileMapAdapter",
     "Durability",
     "FileMapAdapter",
     "FileMapStore",
     "FileMapStoreOptions",
-    "FullSessionStore",
-    "HistoryMutation",
     "MemoryStore",
-    "MutateResult",
     "PostgresStore",
     "PostgresStoreStatistics",
-    "ReadBatchingStore",
     "RemoteStore",
     "RemoteStoreStatistics",
-    "Revision",
-    "RunClaim",
     "SQLiteStore",
     "SQLiteStoreStatistics",
-    "SessionStore",
-    "StoreWrite",
-    "TurnsMutation",
-    "VersionedStore",
     "create_file_map_store",
     "create_memory_store",
     "create_remote_store",
@@ -99,5 +57,5 @@ __all__ = [
     "open_memory_store",
     "open_postgres_store",
     "open_sqlite_store",
-    "store_capabilities",
 ]
+__all__ += _protocol.__all__

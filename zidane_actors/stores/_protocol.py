@@ -35,7 +35,6 @@ __all__ = [
     "TurnsMutation",
     "VersionedStore",
     "store_capabilities",
-    "write_step",
 ]
 
 T = TypeVar("T")

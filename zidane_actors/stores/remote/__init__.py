@@ -5,28 +5,17 @@ with this package; the client (:mod:`._client`, which needs httpx) loads on
 first use of its names.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from ._bodies import MAX_BATCH_WRITES, ErrorBody, ErrorDetail, history_rev
 
 if TYPE_CHECKING:
     from ._client import RemoteStore, RemoteStoreStatistics, create_remote_store
 
-_LAZY = frozenset({"RemoteStore", "RemoteStoreStatistics", "create_remote_store"})
+_LAZY = dict.fromkeys(["RemoteStore", "RemoteStoreStatistics", "create_remote_store"], "._client")
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("._client", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 __all__ = [
     "MAX_BATCH_WRITES",
