@@ -10,10 +10,11 @@ out, so a caller mutating a returned dict cannot reach the stored state.
 from __future__ import annotations
 
 import builtins
+import functools
 import itertools
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 import msgspec
 import outcome
@@ -98,6 +99,7 @@ from ._validate import (
 __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _TURN: Final = decoder(SessionTurn)
 
@@ -111,6 +113,22 @@ def _copy(value: T, type_: type[T]) -> T:
 
 def _checked_optional_int(value: object, what: str) -> int | None:
     return None if value is None else checked_int(value, what)
+
+
+def _entered(
+    step: Callable[Concatenate[MemoryStore, P], T],
+) -> Callable[Concatenate[MemoryStore, P], Coroutine[Any, Any, T]]:
+    """The write method of ``step`` (``_name``, what ``apply_writes`` runs): one checkpoint,
+    then the step, so each write is one atomic step between two checkpoints."""
+
+    @functools.wraps(step)
+    async def write(self: MemoryStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        await self._enter()
+        return step(self, *args, **kwargs)
+
+    write.__name__ = step.__name__.removeprefix("_")
+    write.__qualname__ = f"MemoryStore.{write.__name__}"
+    return write
 
 
 class MemoryStore(TurnsEdits):
@@ -217,14 +235,12 @@ class MemoryStore(TurnsEdits):
         await self._enter()
         return self._revs.get(validate_id(session_id))
 
-    async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
-        """Create or overwrite the whole document; ``running`` is never set by a snapshot."""
-        await self._enter()
-        return self._save(data, expected_rev=expected_rev)
-
     def _save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
+        """Create or overwrite the whole document; ``running`` is never set by a snapshot."""
         data = checked_header(data)
         return self._versioned(data.id, expected_rev, lambda: self._save_checked(data))
+
+    save = _entered(_save)
 
     def _save_checked(self, data: SessionData) -> None:
         stored = self._sessions.get(data.id)
@@ -237,7 +253,7 @@ class MemoryStore(TurnsEdits):
         check_ids(valid.turns, valid.runs)
         self._write(valid)
 
-    async def append_turns(
+    def _append_turns(
         self,
         session_id: str,
         turns: Sequence[SessionTurn],
@@ -249,18 +265,11 @@ class MemoryStore(TurnsEdits):
         append must not create a header-less session. Empty ``turns`` with no
         run is a no-op.
         """
-        await self._enter()
-        return self._append_turns(session_id, turns, options)
-
-    def _append_turns(
-        self,
-        session_id: str,
-        turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
-    ) -> Revision:
         before = self._rev(session_id)
         self._append_checked(session_id, turns, options)
         return Revision(before, self._rev(session_id))
+
+    append_turns = _entered(_append_turns)
 
     def _append_checked(
         self,
@@ -323,19 +332,15 @@ class MemoryStore(TurnsEdits):
         end = None if count is None else start + count
         return builtins.list(_copy(stored.turns[start:end], tuple[SessionTurn, ...]))
 
-    async def update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> Revision:
-        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
-        await self._enter()
-        return self._update_run(session_id, run, options)
-
     def _update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> Revision:
+        """Upsert one run record; an unknown session is a no-op (no ghost header)."""
         return self._versioned(
             session_id, None, lambda: self._update_run_checked(session_id, run, options)
         )
+
+    update_run = _entered(_update_run)
 
     def _update_run_checked(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
@@ -354,7 +359,7 @@ class MemoryStore(TurnsEdits):
             )
         )
 
-    async def update_status(
+    def _update_status(
         self,
         session_id: str,
         status: SessionStatus,
@@ -366,24 +371,13 @@ class MemoryStore(TurnsEdits):
 
         An unknown session is a no-op.
         """
-        await self._enter()
-        return self._update_status(
-            session_id, status, owner=owner, preserve_updated_at=preserve_updated_at
-        )
-
-    def _update_status(
-        self,
-        session_id: str,
-        status: SessionStatus,
-        *,
-        owner: RunOwner | None = None,
-        preserve_updated_at: bool = False,
-    ) -> Revision:
         return self._versioned(
             session_id,
             None,
             lambda: self._update_status_checked(session_id, status, owner, preserve_updated_at),
         )
+
+    update_status = _entered(_update_status)
 
     def _update_status_checked(
         self,
@@ -408,18 +402,16 @@ class MemoryStore(TurnsEdits):
             )
         )
 
-    async def delete(self, session_id: str) -> None:
-        """Delete a session with its artifacts and send-request ids; unknown ids are a no-op."""
-        await self._enter()
-        self._delete(session_id)
-
     def _delete(self, session_id: str) -> None:
+        """Delete a session with its artifacts and send-request ids; unknown ids are a no-op."""
         validate_id(session_id)
         self._sessions.pop(session_id, None)
         self._turn_index.pop(session_id, None)
         self._revs.pop(session_id, None)
         self._artifacts.pop(session_id, None)
         self._send_requests.pop(session_id, None)
+
+    delete = _entered(_delete)
 
     def _ordered(self, filter: SessionFilter | None) -> builtins.list[SessionData]:
         if filter is not None:
@@ -442,7 +434,7 @@ class MemoryStore(TurnsEdits):
 
     # -- headers ----------------------------------------------------------------------------
 
-    async def save_meta(
+    def _save_meta(
         self,
         data: SessionData,
         options: SaveMetaOptions | None = None,
@@ -454,20 +446,12 @@ class MemoryStore(TurnsEdits):
         A new session gets a header with no turns; ``options.metaKeys``
         merges only those keys into the stored metadata.
         """
-        await self._enter()
-        return self._save_meta(data, options, expected_rev=expected_rev)
-
-    def _save_meta(
-        self,
-        data: SessionData,
-        options: SaveMetaOptions | None = None,
-        *,
-        expected_rev: int | None = None,
-    ) -> Revision:
         data = checked_header(data)
         return self._versioned(
             data.id, expected_rev, lambda: self._save_meta_checked(data, options)
         )
+
+    save_meta = _entered(_save_meta)
 
     def _save_meta_checked(self, data: SessionData, options: SaveMetaOptions | None) -> None:
         keys = None
@@ -517,15 +501,13 @@ class MemoryStore(TurnsEdits):
         search = checked(search, SessionSearch, "session search")
         return search_page(self._sessions.values(), search, self._meta_row)
 
-    async def patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
-        """Merge ``patch`` into the metadata (``UNSET`` removes); status and ``updatedAt`` stay."""
-        await self._enter()
-        return self._patch_meta(session_id, patch)
-
     def _patch_meta(self, session_id: str, patch: Mapping[str, JsonValue]) -> Revision:
+        """Merge ``patch`` into the metadata (``UNSET`` removes); status and ``updatedAt`` stay."""
         return self._versioned(
             session_id, None, lambda: self._patch_meta_checked(session_id, patch)
         )
+
+    patch_meta = _entered(_patch_meta)
 
     def _patch_meta_checked(self, session_id: str, patch: Mapping[str, JsonValue]) -> None:
         validate_id(session_id)
@@ -659,14 +641,8 @@ class MemoryStore(TurnsEdits):
         record = self._send_requests.get(session_id, {}).get(request_id)
         return None if record is None else _copy(record, SendRequestRecord)
 
-    async def settle_send_request(
-        self, session_id: str, request_id: str, result: JsonValue
-    ) -> None:
-        """Store a claimed send's ``result``; ``None`` drops the claim; unknown ids are a no-op."""
-        await self._enter()
-        self._settle_send_request(session_id, request_id, result)
-
     def _settle_send_request(self, session_id: str, request_id: str, result: JsonValue) -> None:
+        """Store a claimed send's ``result``; ``None`` drops the claim; unknown ids are a no-op."""
         validate_id(session_id)
         validate_request_id(request_id, what="request id")
         value = json_value(result, "send result")
@@ -678,6 +654,8 @@ class MemoryStore(TurnsEdits):
             del records[request_id]
         else:
             records[request_id] = msgspec.structs.replace(record, result=value)
+
+    settle_send_request = _entered(_settle_send_request)
 
     async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
         """Every request id the session holds, oldest claim first (for copies and exports)."""
@@ -702,15 +680,11 @@ class MemoryStore(TurnsEdits):
 
     # -- artifacts --------------------------------------------------------------------------
 
-    async def upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
+    def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         """Upsert on ``(sessionId, kind, uri)``, evicting past the per-session cap.
 
         Answers the stored row, or ``None`` for an unknown session.
         """
-        await self._enter()
-        return self._upsert_artifact(artifact)
-
-    def _upsert_artifact(self, artifact: SessionArtifact) -> SessionArtifact | None:
         valid = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
         check_artifact_ids(valid)
         if valid.session_id not in self._sessions:
@@ -730,17 +704,17 @@ class MemoryStore(TurnsEdits):
         self._touch(valid.session_id)
         return _copy(stored, SessionArtifact)
 
-    async def delete_artifact(self, session_id: str, artifact_id: str) -> None:
-        """Remove one artifact; unknown ids are a no-op."""
-        await self._enter()
-        self._delete_artifact(session_id, artifact_id)
+    upsert_artifact = _entered(_upsert_artifact)
 
     def _delete_artifact(self, session_id: str, artifact_id: str) -> None:
+        """Remove one artifact; unknown ids are a no-op."""
         validate_id(session_id)
         validate_id(artifact_id, what="artifact id")
         rows = self._artifacts.get(session_id, {})
         if rows.pop(artifact_id, None) is not None:
             self._touch(session_id)
+
+    delete_artifact = _entered(_delete_artifact)
 
     async def list_artifacts(
         self, filter: model.ArtifactFilter | None = None
