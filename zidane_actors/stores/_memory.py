@@ -43,28 +43,10 @@ from ..model import (
     SessionRun,
     SessionSearch,
     SessionSearchPage,
-    SessionStatus,
     SessionTurn,
     UpdateRunOptions,
-    check_artifact_id_free,
-    current_run_owner,
-    decoder,
-    demote_stale_running_status,
-    filter_artifacts,
-    fresh_turns,
-    matches_session_filter,
-    merge_artifact,
-    merge_session_metadata,
-    new_id,
-    normalize_artifact,
-    patch_metadata,
     preview,
-    run_claim_blocked,
     search_page,
-    select_artifact_evictions,
-    send_request_evictions,
-    session_meta_row,
-    snapshot_status,
     upsert_runs,
     validate_id,
     validate_request_id,
@@ -101,13 +83,13 @@ __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
 T = TypeVar("T")
 P = ParamSpec("P")
 
-_TURN: Final = decoder(SessionTurn)
+_TURN: Final = model.decoder(SessionTurn)
 
 
 def _copy(value: T, type_: type[T]) -> T:
     """A deep copy of a stored value (stored values are valid, so decoding cannot fail)."""
     key: Any = type_
-    result: T = decoder(key).decode(encode_checked(value))
+    result: T = model.decoder(key).decode(encode_checked(value))
     return result
 
 
@@ -244,10 +226,10 @@ class MemoryStore(TurnsEdits):
 
     def _save_checked(self, data: SessionData) -> None:
         stored = self._sessions.get(data.id)
-        status, owner = snapshot_status(
+        status, owner = model.snapshot_status(
             stored.status if stored else None, stored.run_owner if stored else None, data.status
         )
-        metadata = merge_session_metadata(None, data.metadata, None)
+        metadata = model.merge_session_metadata(None, data.metadata, None)
         candidate = msgspec.structs.replace(data, metadata=metadata, status=status, run_owner=owner)
         valid = checked(candidate, SessionData, "session data")
         check_ids(valid.turns, valid.runs)
@@ -294,7 +276,7 @@ class MemoryStore(TurnsEdits):
             )
         index = self._turns_by_id(stored)
         if new_turns:
-            new_turns = fresh_turns(session_id, new_turns, index)
+            new_turns = model.fresh_turns(session_id, new_turns, index)
         if not new_turns and run is None:
             return
         turns = stored.turns + new_turns
@@ -362,7 +344,7 @@ class MemoryStore(TurnsEdits):
     def _update_status(
         self,
         session_id: str,
-        status: SessionStatus,
+        status: model.SessionStatus,
         *,
         owner: RunOwner | None = None,
         preserve_updated_at: bool = False,
@@ -382,7 +364,7 @@ class MemoryStore(TurnsEdits):
     def _update_status_checked(
         self,
         session_id: str,
-        status: SessionStatus,
+        status: model.SessionStatus,
         owner: RunOwner | None,
         preserve_updated_at: bool,
     ) -> None:
@@ -397,7 +379,7 @@ class MemoryStore(TurnsEdits):
             msgspec.structs.replace(
                 stored,
                 status=status,
-                run_owner=(owner or current_run_owner()) if status == "running" else None,
+                run_owner=(owner or model.current_run_owner()) if status == "running" else None,
                 updated_at=stored.updated_at if preserve_updated_at else now_ms(),
             )
         )
@@ -419,7 +401,7 @@ class MemoryStore(TurnsEdits):
         rows = [
             d
             for d in self._sessions.values()
-            if matches_session_filter(d.agent_id, d.project_root, filter)
+            if model.matches_session_filter(d.agent_id, d.project_root, filter)
         ]
         rows.sort(key=lambda d: d.id)
         rows.sort(key=lambda d: d.updated_at, reverse=True)
@@ -458,10 +440,12 @@ class MemoryStore(TurnsEdits):
         if options is not None:
             keys = checked(options, SaveMetaOptions, "save_meta options").meta_keys
         stored = self._sessions.get(data.id)
-        status, owner = snapshot_status(
+        status, owner = model.snapshot_status(
             stored.status if stored else None, stored.run_owner if stored else None, data.status
         )
-        metadata = merge_session_metadata(stored.metadata if stored else None, data.metadata, keys)
+        metadata = model.merge_session_metadata(
+            stored.metadata if stored else None, data.metadata, keys
+        )
         candidate = msgspec.structs.replace(
             data,
             metadata=metadata,
@@ -477,7 +461,7 @@ class MemoryStore(TurnsEdits):
         self._write(valid)
 
     def _meta_row(self, data: SessionData) -> SessionMetaRow:
-        row = session_meta_row(
+        row = model.session_meta_row(
             data,
             artifact_count=len(self._artifacts.get(data.id, ())),
             rev=self._revs[data.id],
@@ -516,7 +500,7 @@ class MemoryStore(TurnsEdits):
         if stored is None:
             return
         self._write(
-            msgspec.structs.replace(stored, metadata=patch_metadata(stored.metadata, valid))
+            msgspec.structs.replace(stored, metadata=model.patch_metadata(stored.metadata, valid))
         )
 
     # -- runs and history -------------------------------------------------------------------
@@ -537,11 +521,16 @@ class MemoryStore(TurnsEdits):
         if stored is None:
             return RunClaim(claimed=True)
         now = now_ms()
-        if run_claim_blocked(stored.status, stored.run_owner, stored.updated_at, stale_at, now):
+        if model.run_claim_blocked(
+            stored.status, stored.run_owner, stored.updated_at, stale_at, now
+        ):
             return RunClaim(claimed=False)
         self._write(
             msgspec.structs.replace(
-                stored, status="running", run_owner=owner or current_run_owner(), updated_at=now
+                stored,
+                status="running",
+                run_owner=owner or model.current_run_owner(),
+                updated_at=now,
             )
         )
         return RunClaim(claimed=True, previous=stored.status)
@@ -557,11 +546,11 @@ class MemoryStore(TurnsEdits):
         checked_int(stale_at, "stale_at")
         checked_int(now, "now")
         stored = self._sessions.get(session_id)
-        if stored is None or run_claim_blocked(
+        if stored is None or model.run_claim_blocked(
             stored.status, stored.run_owner, stored.updated_at, stale_at, now
         ):
             return False
-        demoted = demote_stale_running_status(stored)
+        demoted = model.demote_stale_running_status(stored)
         if demoted is stored:
             return False
         self._write(demoted)
@@ -619,7 +608,7 @@ class MemoryStore(TurnsEdits):
         existing = records.get(request_id)
         if existing is not None:
             return SendRequestClaim(claimed=False, record=_copy(existing, SendRequestRecord))
-        for evicted in send_request_evictions(builtins.list(records.values())):
+        for evicted in model.send_request_evictions(builtins.list(records.values())):
             del records[evicted]
         records[request_id] = SendRequestRecord(
             request_id=request_id, fingerprint=fingerprint, created_at=now_ms()
@@ -674,7 +663,7 @@ class MemoryStore(TurnsEdits):
         self._held_for_send(session_id)
         records = self._send_requests.setdefault(session_id, {})
         records.pop(record.request_id, None)
-        for evicted in send_request_evictions(builtins.list(records.values())):
+        for evicted in model.send_request_evictions(builtins.list(records.values())):
             del records[evicted]
         records[record.request_id] = record
 
@@ -685,7 +674,7 @@ class MemoryStore(TurnsEdits):
 
         Answers the stored row, or ``None`` for an unknown session.
         """
-        valid = normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
+        valid = model.normalize_artifact(checked(artifact, SessionArtifact, "artifact"))
         check_artifact_ids(valid)
         if valid.session_id not in self._sessions:
             return None
@@ -694,10 +683,10 @@ class MemoryStore(TurnsEdits):
             (a for a in rows.values() if a.kind == valid.kind and a.uri == valid.uri), None
         )
         if existing is not None:
-            stored = merge_artifact(existing, valid)
+            stored = model.merge_artifact(existing, valid)
         else:
-            check_artifact_id_free(valid, rows.get(valid.id))
-            for evicted in select_artifact_evictions(builtins.list(rows.values())):
+            model.check_artifact_id_free(valid, rows.get(valid.id))
+            for evicted in model.select_artifact_evictions(builtins.list(rows.values())):
                 del rows[evicted]
             stored = valid
         rows[stored.id] = stored
@@ -725,7 +714,7 @@ class MemoryStore(TurnsEdits):
             filter = checked(filter, model.ArtifactFilter, "artifact filter")
         check_artifact_filter_ids(filter)
         every = (a for rows in self._artifacts.values() for a in rows.values())
-        return [_copy(a, SessionArtifact) for a in filter_artifacts(every, filter)]
+        return [_copy(a, SessionArtifact) for a in model.filter_artifacts(every, filter)]
 
     # -- schedules --------------------------------------------------------------------------
 
@@ -798,12 +787,12 @@ class MemoryStore(TurnsEdits):
     async def generate_session_id(self) -> str:
         """A new random session id (UUID4)."""
         await self._enter()
-        return new_id()
+        return model.new_id()
 
     async def generate_turn_id(self) -> str:
         """A new random turn id (UUID4)."""
         await self._enter()
-        return new_id()
+        return model.new_id()
 
 
 def create_memory_store() -> MemoryStore:

@@ -36,21 +36,10 @@ from ...model import (
     SessionSearch,
     SessionSearchPage,
     SessionTurn,
-    current_run_owner,
     decode,
-    demote_stale_running_status,
-    encode,
-    fresh_turns,
-    matches_session_filter,
-    merge_session_metadata,
-    new_id,
-    patch_metadata,
     preview,
-    run_claim_blocked,
     search_page,
-    send_request_evictions,
     session_meta_row,
-    snapshot_status,
     upsert_runs,
     validate_id,
     validate_request_id,
@@ -282,7 +271,7 @@ class FileMapStore(HistoryEdits):
         self._check_owner(files, data.id)
         stored = self._meta(files)
         before = self._expect(data.id, stored, expected_rev)
-        status, owner = snapshot_status(
+        status, owner = model.snapshot_status(
             stored.status if stored else None, stored.run_owner if stored else None, data.status
         )
         fields = {f: getattr(data, f) for f in SessionData.__struct_fields__}
@@ -316,7 +305,7 @@ class FileMapStore(HistoryEdits):
 
     def _put_meta(self, files: dict[str, str], meta: _Meta) -> None:
         self._written_rev = meta.rev + 1
-        files[self._options.meta_file] = encode(
+        files[self._options.meta_file] = model.encode(
             msgspec.structs.replace(meta, turns=(), rev=self._written_rev)
         ).decode()
 
@@ -392,7 +381,7 @@ class FileMapStore(HistoryEdits):
         async with self._lock:
             files = await self._files()
             stored, before, fields = self._snapshot_header(files, data, expected_rev)
-            fields.update(metadata=merge_session_metadata(None, data.metadata, None))
+            fields.update(metadata=model.merge_session_metadata(None, data.metadata, None))
             self._put_meta(files, _Meta(**fields, rev=stored.rev if stored else self._deleted_rev))
             files[self._options.turns_file] = lines
             await self._adapter.save(files)
@@ -421,7 +410,7 @@ class FileMapStore(HistoryEdits):
                     f"cannot append turns to unknown session {preview(session_id)} (file-map store)"
                 )
             if lines:
-                fresh = fresh_turns(session_id, turns, self._turns_by_id(files))
+                fresh = model.fresh_turns(session_id, turns, self._turns_by_id(files))
                 if len(fresh) != len(turns):
                     lines = _turn_lines(fresh)
             if not lines and run is None:
@@ -473,7 +462,7 @@ class FileMapStore(HistoryEdits):
             _valid_body(owner, model.RunOwner, "run owner")
 
         def edit(files: dict[str, str], meta: _Meta) -> bool:
-            marker = (owner or current_run_owner()) if status == "running" else None
+            marker = (owner or model.current_run_owner()) if status == "running" else None
             updated_at = meta.updated_at if preserve_updated_at else _now()
             changed = msgspec.structs.replace(
                 meta, status=status, run_owner=marker, updated_at=updated_at
@@ -521,7 +510,7 @@ class FileMapStore(HistoryEdits):
             files = await self._files()
             stored, before, fields = self._snapshot_header(files, data, expected_rev)
             fields.update(
-                metadata=merge_session_metadata(
+                metadata=model.merge_session_metadata(
                     stored.metadata if stored else None, data.metadata, keys
                 ),
                 runs=upsert_runs(stored.runs if stored else (), data.runs),
@@ -547,7 +536,9 @@ class FileMapStore(HistoryEdits):
             _valid_body(filter, SessionFilter, "session filter")
         files = await self._files()
         meta = self._meta(files)
-        if meta is None or not matches_session_filter(meta.agent_id, meta.project_root, filter):
+        if meta is None or not model.matches_session_filter(
+            meta.agent_id, meta.project_root, filter
+        ):
             return []
         if filter is not None and filter.limit == 0:
             return []
@@ -569,7 +560,7 @@ class FileMapStore(HistoryEdits):
         _metadata_json(patch)
 
         def edit(files: dict[str, str], meta: _Meta) -> bool:
-            merged = patch_metadata(meta.metadata, patch)
+            merged = model.patch_metadata(meta.metadata, patch)
             self._put_meta(files, msgspec.structs.replace(meta, metadata=merged))
             return True
 
@@ -587,10 +578,10 @@ class FileMapStore(HistoryEdits):
 
         def edit(files: dict[str, str], meta: _Meta) -> bool:
             nonlocal demoted
-            if run_claim_blocked(meta.status, meta.run_owner, meta.updated_at, stale_at, now):
+            if model.run_claim_blocked(meta.status, meta.run_owner, meta.updated_at, stale_at, now):
                 return False
             data = self._data(meta, ())
-            after = demote_stale_running_status(data)
+            after = model.demote_stale_running_status(data)
             if after is data:
                 return False
             changed = msgspec.structs.replace(
@@ -652,7 +643,7 @@ class FileMapStore(HistoryEdits):
             for record in held.records:
                 if record.request_id == request_id:
                     return SendRequestClaim(claimed=False, record=record)
-            evicted = set(send_request_evictions(held.records, model.SEND_REQUEST_HISTORY))
+            evicted = set(model.send_request_evictions(held.records, model.SEND_REQUEST_HISTORY))
             claim = SendRequestRecord(
                 request_id=request_id, fingerprint=fingerprint, created_at=_now()
             )
@@ -665,7 +656,7 @@ class FileMapStore(HistoryEdits):
         self, files: dict[str, str], session_id: str, records: tuple[SendRequestRecord, ...]
     ) -> None:
         value = _SendRequests(session_id=session_id, records=records)
-        files[self._options.send_requests_file] = encode(value).decode()
+        files[self._options.send_requests_file] = model.encode(value).decode()
 
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record holding ``request_id``, without claiming it."""
@@ -695,7 +686,7 @@ class FileMapStore(HistoryEdits):
             self._held_for_send(files, session_id)
             held = self._requests(files) or _SendRequests(session_id=session_id)
             kept = tuple(r for r in held.records if r.request_id != record.request_id)
-            evicted = set(send_request_evictions(kept, model.SEND_REQUEST_HISTORY))
+            evicted = set(model.send_request_evictions(kept, model.SEND_REQUEST_HISTORY))
             records = (*(r for r in kept if r.request_id not in evicted), record)
             self._put_requests(files, session_id, records)
             await self._adapter.save(files)
@@ -725,12 +716,12 @@ class FileMapStore(HistoryEdits):
     async def generate_session_id(self) -> str:
         """A new random session id."""
         await trio.lowlevel.checkpoint()
-        return new_id()
+        return model.new_id()
 
     async def generate_turn_id(self) -> str:
         """A new random turn id."""
         await trio.lowlevel.checkpoint()
-        return new_id()
+        return model.new_id()
 
 
 def create_file_map_store(
