@@ -298,6 +298,13 @@ class RemoteStore(TurnsEdits):
         assert response is not None
         return decode(response.content, type_, what=f"answer of {method} {path}")
 
+    async def _found(self, path: str, type_: type[T]) -> T | None:
+        """``GET path``'s answer as ``type_``, or ``None`` when the server has no such record."""
+        response = await self._request("GET", path, retry=True, ok_missing=True)
+        if response is None:
+            return None
+        return decode(response.content, type_, what=f"answer of GET {path}")
+
     # -- required methods ------------------------------------------------
 
     async def capabilities(self) -> frozenset[str]:
@@ -309,11 +316,9 @@ class RemoteStore(TurnsEdits):
     async def load(self, session_id: str) -> SessionData | None:
         """The session, or ``None`` when the server has none with that id."""
         path = f"/sessions/{seg(session_id, 'session id')}"
-        response = await self._request("GET", path, retry=True, ok_missing=True)
-        if response is None:
-            return None
-        data = decode(response.content, SessionData, what=f"answer of GET {path}")
-        same_id(data.id, session_id, f"GET {path}")
+        data = await self._found(path, SessionData)
+        if data is not None:
+            same_id(data.id, session_id, f"GET {path}")
         return data
 
     async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
@@ -334,11 +339,10 @@ class RemoteStore(TurnsEdits):
 
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (``GET /sessions/{id}/rev``), or ``None`` when absent."""
-        path = f"/sessions/{seg(session_id, 'session id')}/rev"
-        response = await self._request("GET", path, retry=True, ok_missing=True)
-        if response is None:
-            return None
-        return decode(response.content, _bodies.RevResult, what=f"answer of GET {path}").rev
+        found = await self._found(
+            f"/sessions/{seg(session_id, 'session id')}/rev", _bodies.RevResult
+        )
+        return None if found is None else found.rev
 
     async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision | None:
         """Create or overwrite the whole document (``PUT /sessions/{id}``).
@@ -505,11 +509,9 @@ class RemoteStore(TurnsEdits):
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         path = f"/sessions/{seg(session_id, 'session id')}/send-requests/{request_seg(request_id)}"
-        response = await self._request("GET", path, retry=True, ok_missing=True)
-        if response is None:
-            return None
-        record = decode(response.content, SendRequestRecord, what=f"answer of GET {path}")
-        same_id(record.request_id, request_id, f"GET {path}")
+        record = await self._found(path, SendRequestRecord)
+        if record is not None:
+            same_id(record.request_id, request_id, f"GET {path}")
         return record
 
     async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
@@ -537,11 +539,9 @@ class RemoteStore(TurnsEdits):
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One session's header row, or ``None``."""
         path = f"/sessions/{seg(session_id, 'session id')}/meta"
-        response = await self._request("GET", path, retry=True, ok_missing=True)
-        if response is None:
-            return None
-        row = decode(response.content, SessionMetaRow, what=f"answer of GET {path}")
-        same_id(row.id, session_id, f"GET {path}")
+        row = await self._found(path, SessionMetaRow)
+        if row is not None:
+            same_id(row.id, session_id, f"GET {path}")
         return row
 
     async def list_artifacts(
@@ -601,10 +601,7 @@ class RemoteStore(TurnsEdits):
 
     async def _history(self, session_id: str) -> _bodies.HistoryState | None:
         path = f"/sessions/{seg(session_id, 'session id')}/history"
-        response = await self._request("GET", path, retry=True, ok_missing=True)
-        if response is None:
-            return None
-        return decode(response.content, _bodies.HistoryState, what=f"answer of GET {path}")
+        return await self._found(path, _bodies.HistoryState)
 
     async def _edit_history(
         self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
