@@ -40,34 +40,8 @@ from .._validate import (
     checked_status,
 )
 from ..sql import SQLITE, Dialect
-from ._rows import (
-    _APPEND_TURN,
-    _BUMP,
-    _BUSY_CODES,
-    _CORRUPT_CODES,
-    _SQL,
-    SQLiteStoreStatistics,
-    T,
-    _AppendPlan,
-    _Busy,
-    _Conn,
-    _decode_extra,
-    _decode_metadata,
-    _decode_owner,
-    _decode_row,
-    _decode_turns,
-    _metadata_json,
-    _now,
-    _owner_json,
-    _primary_code,
-    _row_body,
-    _run_body,
-    _session_id,
-    _turn_json,
-    _turn_rows_of,
-    _valid_body,
-    _valid_header,
-)
+from . import _rows
+from ._rows import _SQL, T, _Conn, _decode_row, _now, _run_body, _session_id, _turn_json
 
 __all__ = ["SQLiteBase"]
 
@@ -94,9 +68,9 @@ class SQLiteBase:
         """The database file."""
         return self._path
 
-    def statistics(self) -> SQLiteStoreStatistics:
+    def statistics(self) -> _rows.SQLiteStoreStatistics:
         """Transaction and retry counters, and tasks queued for the connection."""
-        return SQLiteStoreStatistics(
+        return _rows.SQLiteStoreStatistics(
             path=self._path,
             transactions=self._transactions,
             busy_retries=self._busy_retry_count,
@@ -122,10 +96,10 @@ class SQLiteBase:
         return result
 
     def _translate(self, exc: sqlite3.Error) -> Exception:
-        code = _primary_code(exc)
-        if code in _BUSY_CODES or "locked" in str(exc):
-            return _Busy(str(exc))
-        if code in _CORRUPT_CODES:
+        code = _rows._primary_code(exc)
+        if code in _rows._BUSY_CODES or "locked" in str(exc):
+            return _rows._Busy(str(exc))
+        if code in _rows._CORRUPT_CODES:
             return CorruptDataError(f"SQLite database {self._path} is corrupt: {exc}")
         if "malformed JSON" in str(exc):  # a JSON function met a stored value it cannot read
             return CorruptDataError(f"SQLite database {self._path} holds bad JSON: {exc}")
@@ -137,7 +111,7 @@ class SQLiteBase:
         for attempt in range(self._busy_retries + 1):
             try:
                 return await self._worker.run(job)
-            except _Busy as exc:
+            except _rows._Busy as exc:
                 if attempt == self._busy_retries:
                     raise StoreUnavailableError(
                         f"SQLite database {self._path} stayed locked after "
@@ -236,7 +210,7 @@ class SQLiteBase:
         conn.executemany(
             "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
             [
-                (session_id, seq, tid, role, _row_body(body, tid, role))
+                (session_id, seq, tid, role, _rows._row_body(body, tid, role))
                 for seq, tid, role, body in rows
             ],
         )
@@ -268,7 +242,7 @@ class SQLiteBase:
             "SELECT status, run_owner FROM sessions WHERE id = ?", (data.id,)
         ).fetchone()
         stored_status = stored[0] if stored else None
-        stored_owner = _decode_owner(stored[1], data.id) if stored else None
+        stored_owner = _rows._decode_owner(stored[1], data.id) if stored else None
         status, owner = snapshot_status(stored_status, stored_owner, data.status)
         conn.execute(
             "INSERT INTO sessions (id, agent_id, project_root, status, metadata, created_at,"
@@ -284,10 +258,10 @@ class SQLiteBase:
                 data.agent_id,
                 data.project_root,
                 status,
-                _metadata_json(metadata),
+                _rows._metadata_json(metadata),
                 data.created_at,
                 data.updated_at,
-                None if owner is None else _owner_json(owner),
+                None if owner is None else _rows._owner_json(owner),
                 extra_json(data.extra_fields),
             ),
         )
@@ -327,13 +301,13 @@ class SQLiteBase:
                 created_at=created_at,
                 updated_at=updated_at,
                 status=status,
-                metadata=_decode_metadata(metadata, session_id),
-                turns=_decode_turns(session_id, self._turn_rows(conn, session_id)),
+                metadata=_rows._decode_metadata(metadata, session_id),
+                turns=_rows._decode_turns(session_id, self._turn_rows(conn, session_id)),
                 runs=self._runs(conn, session_id),
                 agent_id=agent_id,
                 project_root=project_root,
-                run_owner=_decode_owner(owner, session_id),
-                extra_fields=_decode_extra(extra, session_id),
+                run_owner=_rows._decode_owner(owner, session_id),
+                extra_fields=_rows._decode_extra(extra, session_id),
             )
             return data, int(rev)
 
@@ -355,8 +329,8 @@ class SQLiteBase:
     def _op_save(
         self, conn: _Conn, data: SessionData, *, expected_rev: int | None = None
     ) -> Revision:
-        data = _valid_header(data)
-        rows = _turn_rows_of(data.turns, 0, "$.turns")
+        data = _rows._valid_header(data)
+        rows = _rows._turn_rows_of(data.turns, 0, "$.turns")
 
         def write() -> None:
             self._write_header(conn, data, data.metadata)
@@ -376,16 +350,16 @@ class SQLiteBase:
     @staticmethod
     def _append_plan(
         session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
-    ) -> _AppendPlan:
+    ) -> _rows._AppendPlan:
         """The validated ``(session id, insert parameters, run)`` of one append."""
         _session_id(session_id)
         values = [
-            (session_id, tid, role, _row_body(body, tid, role))
-            for _, tid, role, body in _turn_rows_of(turns, 0)
+            (session_id, tid, role, _rows._row_body(body, tid, role))
+            for _, tid, role, body in _rows._turn_rows_of(turns, 0)
         ]
         run = None
         if options is not None:
-            _valid_body(options, AppendTurnsOptions, "append options")
+            _rows._valid_body(options, AppendTurnsOptions, "append options")
             run = options.run
         return session_id, values, run
 
@@ -404,7 +378,7 @@ class SQLiteBase:
         session_id, values, run = self._append_plan(session_id, turns, options)
         if values:
             try:
-                added = conn.executemany(_APPEND_TURN, values).rowcount
+                added = conn.executemany(_rows._APPEND_TURN, values).rowcount
             except sqlite3.IntegrityError:  # the foreign key: no such session
                 raise self._missing(session_id) from None
             if added != len(values):
@@ -417,7 +391,7 @@ class SQLiteBase:
             if rev:
                 return Revision(rev, rev)
             raise self._missing(session_id)
-        bumped = conn.execute(_BUMP + " RETURNING rev", (_now(), session_id)).fetchone()
+        bumped = conn.execute(_rows._BUMP + " RETURNING rev", (_now(), session_id)).fetchone()
         if bumped is None:
             raise self._missing(session_id)
         if run is not None:
@@ -450,7 +424,9 @@ class SQLiteBase:
             ]
             fresh_turns(session_id, incoming, held)
 
-    def _bulk_append(self, conn: _Conn, plans: Sequence[_AppendPlan]) -> builtins.list[Revision]:
+    def _bulk_append(
+        self, conn: _Conn, plans: Sequence[_rows._AppendPlan]
+    ) -> builtins.list[Revision]:
         """Consecutive appends of turns (no run) in two ``executemany`` statements.
 
         Equivalent to applying them one by one: each session's turns keep their
@@ -465,10 +441,10 @@ class SQLiteBase:
                 f"SELECT id, rev FROM sessions WHERE id IN ({', '.join('?' * len(sids))})", sids
             ).fetchall()
         )
-        if conn.executemany(_BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
+        if conn.executemany(_rows._BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
             raise SessionNotFoundError("an appended-to session is missing")
         values = [v for p in plans for v in p[1]]
-        if conn.executemany(_APPEND_TURN, values).rowcount != len(values):
+        if conn.executemany(_rows._APPEND_TURN, values).rowcount != len(values):
             raise ConflictError("a batched append repeats a stored turn id")
         revisions = []
         for sid, _, _ in plans:  # each append bumped its session's rev by one, in order
@@ -504,7 +480,7 @@ class SQLiteBase:
                 " ORDER BY seq LIMIT ?",
                 (session_id, from_, -1 if limit is None else limit),
             ).fetchall()
-            return list(_decode_turns(session_id, rows))
+            return list(_rows._decode_turns(session_id, rows))
 
         return op
 
@@ -518,7 +494,7 @@ class SQLiteBase:
         _session_id(session_id)
         _run_body(run)
         if options is not None:
-            _valid_body(options, model.UpdateRunOptions, "update run options")
+            _rows._valid_body(options, model.UpdateRunOptions, "update run options")
         before = self._rev(conn, session_id)
         if not before:
             return Revision(0, 0)
@@ -543,7 +519,7 @@ class SQLiteBase:
             " updated_at = CASE WHEN ? THEN updated_at ELSE ? END WHERE id = ? RETURNING rev",
             (
                 status,
-                None if owner is None else _owner_json(owner),
+                None if owner is None else _rows._owner_json(owner),
                 preserve_updated_at,
                 _now(),
                 session_id,
