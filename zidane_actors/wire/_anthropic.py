@@ -12,6 +12,7 @@ import msgspec
 
 from .. import model
 from ..errors import WireFormatError
+from ..model._types import ToolResultPart
 from . import _common
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, foreign_text, native_type
 from ._json import copy_json_object
@@ -43,7 +44,6 @@ ANTHROPIC_IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif",
 _VALID_ID = re.compile(r"[a-zA-Z0-9_-]+")
 _INVALID_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 
-ToolResultPart = model.TextBlock | model.ImageBlock | model.FileBlock | model.NativeBlock
 
 REFUSAL_FALLBACK_TEXT = "(The model declined to answer.)"
 """What a blank OpenAI refusal becomes for a provider without refusals."""

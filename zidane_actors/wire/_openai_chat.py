@@ -9,6 +9,7 @@ import msgspec
 
 from .. import model
 from ..errors import WireFormatError
+from ..model._types import ToolResultPart
 from . import _common, _openai_common
 from ._anthropic import refusal_text
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink, native_type
@@ -35,7 +36,7 @@ _CHAT_TEXT_PARTS = {"assistant": ("text", "refusal"), "system": ("text",), "tool
 
 
 def _chat_part_to(
-    block: _openai_common.ToolResultPart, role: str, path: str, ctx: ConvertContext
+    block: ToolResultPart, role: str, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
     out: dict[str, Any]
     if isinstance(block, model.NativeBlock):
@@ -127,7 +128,7 @@ def _chat_user(msg: model.SessionMessage, ctx: ConvertContext) -> list[dict[str,
             isinstance(block, model.NativeBlock) and block.provider == CHAT and "role" in block.data
         ):
             out.append(copy_json_object(block.data, f"{path}.data"))  # a legacy function message
-        elif isinstance(block, _openai_common.ToolResultPart):  # what _chat_part_to converts
+        elif isinstance(block, ToolResultPart):  # what _chat_part_to converts
             part = _chat_part_to(block, "user", path, ctx)
             if part is not None:
                 parts.append(part)
@@ -164,7 +165,7 @@ def _chat_assistant(msg: model.SessionMessage, ctx: ConvertContext) -> list[dict
             and ("audio" in block.data or "function_call" in block.data)
         ):
             fields.update(copy_json_object(block.data, f"{path}.data"))
-        elif isinstance(block, _openai_common.ToolResultPart):  # what _chat_part_to converts
+        elif isinstance(block, ToolResultPart):  # what _chat_part_to converts
             part = _chat_part_to(block, "assistant", path, ctx)
             if part is not None:
                 parts.append(part)
@@ -331,12 +332,12 @@ def _chat_content(content: object, path: str, role: str) -> tuple[model.SessionC
 def _chat_tool_from(m: Mapping[str, Any]) -> model.SessionMessage:
     call_id = _common.get_str(m, "tool_call_id", "$", non_empty=True)
     raw = m.get("content")
-    output: str | tuple[_openai_common.ToolResultPart, ...]
+    output: str | tuple[ToolResultPart, ...]
     if isinstance(raw, str):
         output = raw
     else:
         parts = _common.as_list(raw, "$.content")
-        texts: list[_openai_common.ToolResultPart] = []
+        texts: list[ToolResultPart] = []
         for i, p in enumerate(parts):
             part = _chat_part_from(p, f"$.content[{i}]", "tool")
             if not isinstance(part, model.TextBlock):

@@ -34,7 +34,6 @@ from ._provider_data import (
 __all__ = [
     "OPENAI_TOOL_ID_MAX_LENGTH",
     "Role",
-    "ToolResultPart",
     "file_data",
     "file_from_data",
     "fix_image_url",
@@ -49,7 +48,6 @@ __all__ = [
 ]
 
 
-ToolResultPart = TextBlock | ImageBlock | FileBlock | NativeBlock
 Role = Literal["system", "user", "assistant"]
 
 OPENAI_TOOL_ID_MAX_LENGTH = 40

@@ -9,6 +9,7 @@ import msgspec
 
 from .. import model
 from ..errors import WireFormatError
+from ..model._types import ToolResultPart
 from . import _common, _openai_common
 from ._anthropic import refusal_text
 from ._downgrade import CANONICAL, ConvertContext, DowngradeSink
@@ -76,7 +77,7 @@ def _chat_file_by_id(block: model.NativeBlock) -> dict[str, Any] | None:
 
 
 def _responses_part_to(
-    block: _openai_common.ToolResultPart, list_assistant: bool, path: str, ctx: ConvertContext
+    block: ToolResultPart, list_assistant: bool, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
     text_type = "output_text" if list_assistant else "input_text"
     out: dict[str, Any]
@@ -337,7 +338,7 @@ def to_openai_responses(
 
 def _responses_part_from(
     value: object, role: str, list_assistant: bool, path: str
-) -> _openai_common.ToolResultPart:
+) -> ToolResultPart:
     part = _common.as_mapping(value, path)
     kind = _common.get_str(part, "type", path)
     neutral: model.TextBlock | model.ImageBlock | model.FileBlock | None = None
@@ -387,7 +388,7 @@ def _message_item_from(
     default = "string" if neutral == "assistant" else "list"
     list_assistant = neutral == "assistant" and form == "list"
     if isinstance(content, str):
-        parts: list[_openai_common.ToolResultPart] = [model.TextBlock(content)]
+        parts: list[ToolResultPart] = [model.TextBlock(content)]
     else:
         listed = _common.as_list(content, f"{path}.content")
         parts = [
@@ -441,7 +442,7 @@ def _responses_item_from(
         )
     if kind in ("function_call_output", "custom_tool_call_output") and item.get("call_id"):
         raw = item.get("output")
-        output: str | tuple[_openai_common.ToolResultPart, ...]
+        output: str | tuple[ToolResultPart, ...]
         if isinstance(raw, str):
             output = raw
         else:
