@@ -13,7 +13,7 @@ import functools
 import math
 import random
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
@@ -298,12 +298,18 @@ class RemoteStore(TurnsEdits):
         assert response is not None
         return decode(response.content, type_, what=f"answer of {method} {path}")
 
-    async def _found(self, path: str, type_: type[T]) -> T | None:
-        """``GET path``'s answer as ``type_``, or ``None`` when the server has no such record."""
+    async def _found(
+        self, path: str, type_: type[T], asked: str = "", key: Callable[[T], str] | None = None
+    ) -> T | None:
+        """``GET path``'s answer as ``type_``, or ``None`` when the server has no such record;
+        with ``key``, an answer about another record than ``asked`` is refused."""
         response = await self._request("GET", path, retry=True, ok_missing=True)
         if response is None:
             return None
-        return decode(response.content, type_, what=f"answer of GET {path}")
+        found = decode(response.content, type_, what=f"answer of GET {path}")
+        if key is not None:
+            same_id(key(found), asked, f"GET {path}")
+        return found
 
     # -- required methods ------------------------------------------------
 
@@ -316,10 +322,7 @@ class RemoteStore(TurnsEdits):
     async def load(self, session_id: str) -> SessionData | None:
         """The session, or ``None`` when the server has none with that id."""
         path = f"/sessions/{seg(session_id, 'session id')}"
-        data = await self._found(path, SessionData)
-        if data is not None:
-            same_id(data.id, session_id, f"GET {path}")
-        return data
+        return await self._found(path, SessionData, session_id, lambda data: data.id)
 
     async def load_versioned(self, session_id: str) -> tuple[SessionData, int] | None:
         """The session and the ``rev`` the server read it at, or ``None``.
@@ -509,10 +512,7 @@ class RemoteStore(TurnsEdits):
     async def find_send_request(self, session_id: str, request_id: str) -> SendRequestRecord | None:
         """The record of a claimed request id, or ``None``."""
         path = f"/sessions/{seg(session_id, 'session id')}/send-requests/{request_seg(request_id)}"
-        record = await self._found(path, SendRequestRecord)
-        if record is not None:
-            same_id(record.request_id, request_id, f"GET {path}")
-        return record
+        return await self._found(path, SendRequestRecord, request_id, lambda r: r.request_id)
 
     async def list_send_requests(self, session_id: str) -> builtins.list[SendRequestRecord]:
         """Every request id the session holds, oldest claim first."""
@@ -539,10 +539,7 @@ class RemoteStore(TurnsEdits):
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One session's header row, or ``None``."""
         path = f"/sessions/{seg(session_id, 'session id')}/meta"
-        row = await self._found(path, SessionMetaRow)
-        if row is not None:
-            same_id(row.id, session_id, f"GET {path}")
-        return row
+        return await self._found(path, SessionMetaRow, session_id, lambda row: row.id)
 
     async def list_artifacts(
         self, filter: model.ArtifactFilter | None = None
