@@ -179,7 +179,11 @@ class FrozenView:
             turns, runs, metadata = frozen(data.turns), frozen(data.runs), None
         else:
             turns = _extended(source.turns, view.turns, data.turns)
-            runs = view.runs if data.runs is source.runs else frozen(data.runs)
+            runs = (
+                view.runs
+                if data.runs is source.runs
+                else _refrozen(source.runs, view.runs, data.runs)
+            )
             metadata = view.metadata if data.metadata is source.metadata else None
         extra = data.extra_fields
         view = msgspec.structs.replace(
@@ -191,6 +195,13 @@ class FrozenView:
         )
         self._source, self._view = data, view
         return view
+
+
+def _refrozen(old: tuple[T, ...], old_view: tuple[T, ...], new: tuple[T, ...]) -> tuple[T, ...]:
+    """``new`` frozen, each item that is one of ``old`` answered by its ``old_view`` twin
+    (an upsert replaces one run: the others are not walked again)."""
+    seen = {id(item): twin for item, twin in zip(old, old_view, strict=True)}
+    return tuple(seen[id(item)] if id(item) in seen else frozen(item) for item in new)
 
 
 def _extended(
