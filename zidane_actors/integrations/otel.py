@@ -25,12 +25,14 @@ Runs no session names are counted (``statistics().unnamed``) and dropped.
 The application's threads only hand spans to a queue: the writes run in the
 processor's own thread through the store's portal, and a full queue or a
 failed write is counted, never raised. ``force_flush`` waits for what was
-queued; ``shutdown`` flushes, stops the thread and releases the portal.
+queued; ``shutdown`` (the provider's, or at interpreter exit) flushes, stops
+the thread and releases the portal.
 Requires ``opentelemetry-sdk`` (the ``otel`` extra).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
@@ -125,6 +127,8 @@ class ZidaneSpanProcessor(SpanProcessor):
         self._count_lock = threading.Lock()  # drops and errors are counted from any thread
         self._thread = threading.Thread(target=self._work, name="zidane-actors-otel", daemon=True)
         self._thread.start()
+        # Flushed at exit before the shared portals close (exit hooks run last first).
+        atexit.register(self.shutdown)
 
     # -- the application's threads ----------------------------------------------
 
@@ -220,6 +224,7 @@ class ZidaneSpanProcessor(SpanProcessor):
         """Flush, stop the processor's thread, and release the store's portal (idempotent)."""
         if self._stopped:
             return
+        atexit.unregister(self.shutdown)
         self.force_flush()
         self._stopped = True
         self._queue.put(_STOP)
