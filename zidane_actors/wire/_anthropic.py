@@ -343,7 +343,7 @@ def _emit_part(part: ToolResultPart, path: str) -> dict[str, Any]:
 
 def _emit(block: model.SessionContentBlock, path: str = "$") -> dict[str, Any]:
     """The canonical Anthropic JSON of ``block`` (no provider data, no checks, ids as they are)."""
-    if isinstance(block, model.TextBlock | model.ImageBlock | model.FileBlock | model.NativeBlock):
+    if isinstance(block, ToolResultPart):
         return _emit_part(block, path)
     if isinstance(block, model.ToolCallBlock):
         tool_input = copy_json_object(model.call_input(block), f"{path}.input")
@@ -423,7 +423,7 @@ def _accepted_media(out: Mapping[str, Any]) -> bool:
 def _block_to(
     block: model.SessionContentBlock, role: str, path: str, ctx: ConvertContext
 ) -> dict[str, Any] | None:
-    if isinstance(block, model.TextBlock | model.ImageBlock | model.FileBlock | model.NativeBlock):
+    if isinstance(block, ToolResultPart):
         return _part_to(block, path, ctx)
     if isinstance(block, model.ToolCallBlock):
         if role != "assistant":
