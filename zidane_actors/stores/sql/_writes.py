@@ -31,7 +31,7 @@ def _one_step(method: _Method) -> _Method:
 
 
 class SQLWrites(SQLHooks):
-    """``update_run`` … ``delete_artifact``: each one step in one write transaction."""
+    """``append_turns`` … ``delete_artifact``: each one step in one write transaction."""
 
     __slots__ = ()
 
@@ -39,6 +39,7 @@ class SQLWrites(SQLHooks):
         """The step applying the write ``method``: ``step(db, *args, **kwargs)``."""
         raise NotImplementedError
 
+    append_turns = _one_step(SessionStore.append_turns)  # PostgreSQL has its own fast path
     update_run = _one_step(SessionStore.update_run)
     update_status = _one_step(SessionStore.update_status)
     delete = _one_step(SessionStore.delete)

@@ -452,17 +452,6 @@ class SQLiteBase:
             revisions.append(Revision(revs[sid] - 1, revs[sid]))
         return revisions
 
-    async def append_turns(
-        self,
-        session_id: str,
-        turns: Sequence[SessionTurn],
-        options: AppendTurnsOptions | None = None,
-    ) -> Revision:
-        """Append turns in O(1) of the history; ``options.run`` is upserted in the same commit."""
-        return await self._write(
-            lambda conn: self._op_append_turns(conn, session_id, turns, options)
-        )
-
     async def get_turns(
         self, session_id: str, from_: int = 0, limit: int | None = None
     ) -> builtins.list[SessionTurn]:
