@@ -1,16 +1,15 @@
-"""``mutate_history`` and ``mutate_turns``, written once for both SQL stores."""
+"""``mutate_history`` and ``mutate_turns`` of both SQL stores: :mod:`.._edits` over one step."""
 
 from __future__ import annotations
 
-from ...model import validate_id
-from .._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, TurnsMutation
-from .._validate import turns_only, warn_mutate_turns
+from .._edits import TurnsEdits
+from .._protocol import HistoryMutation, MutateResult, Revision
 from ._hooks import SQLHooks
 
 __all__ = ["SQLHistoryEdits"]
 
 
-class SQLHistoryEdits(SQLHooks):
+class SQLHistoryEdits(SQLHooks, TurnsEdits):
     """History rewrites: the store gives one step, :meth:`_sql_mutate`."""
 
     __slots__ = ()
@@ -28,41 +27,9 @@ class SQLHistoryEdits(SQLHooks):
         ``runs_too``. Answers the result and the revision it moved."""
         raise NotImplementedError
 
-    async def mutate_history(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Read, edit (``mutate`` runs in the store's thread) and write back in one transaction.
-
-        With ``expected_rev``, only while the stored ``rev`` is that one.
-        """
-        validate_id(session_id)
-        result, revision = await self._sql_mutate(
-            session_id, mutate, runs_too=True, expected_rev=expected_rev
+    async def _edit_history(
+        self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
+    ) -> tuple[MutateResult, Revision]:
+        return await self._sql_mutate(
+            session_id, mutate, runs_too=runs_too, expected_rev=expected_rev
         )
-        if on_revision is not None and revision.before:
-            on_revision(revision)
-        return result
-
-    async def mutate_turns(
-        self,
-        session_id: str,
-        mutate: TurnsMutation,
-        *,
-        expected_rev: int | None = None,
-        on_revision: RevisionSink | None = None,
-    ) -> MutateResult:
-        """Deprecated turns-only form of :meth:`mutate_history` (runs untouched)."""
-        warn_mutate_turns()
-
-        validate_id(session_id)
-        result, revision = await self._sql_mutate(
-            session_id, turns_only(mutate), runs_too=False, expected_rev=expected_rev
-        )
-        if on_revision is not None and revision.before:
-            on_revision(revision)
-        return result
