@@ -30,7 +30,19 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from types import MethodType, TracebackType
-from typing import Any, ClassVar, Concatenate, Final, Generic, ParamSpec, Self, TypeVar, overload
+from typing import (
+    Any,
+    ClassVar,
+    Concatenate,
+    Final,
+    Generic,
+    ParamSpec,
+    Self,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from ..actors import (
     Session,
@@ -66,15 +78,17 @@ StoreSpec = str | Callable[[], AbstractAsyncContextManager[SessionStore]]
 ``http(s)://…``) or a zero-argument opener run inside the portal's trio loop."""
 
 
-def host_opener(
-    store: StoreSpec,
-    *,
-    max_live_sessions: int = 10_000,
-    idle_seconds: float = 300.0,
-    on_crash: CrashHook | None = None,
-    mailbox_size: int = 64,
-    store_mailbox_size: int = 1024,
-) -> HostOpener:
+class _HostOptions(TypedDict, total=False):
+    """What a portal passes on to :func:`open_session_host` (its defaults where absent)."""
+
+    max_live_sessions: int
+    idle_seconds: float
+    on_crash: CrashHook | None
+    mailbox_size: int
+    store_mailbox_size: int
+
+
+def host_opener(store: StoreSpec, **options: Unpack[_HostOptions]) -> HostOpener:
     """The opener a :class:`Portal` runs: the store, then a host over it."""
     if not isinstance(store, str) and not callable(store):
         raise TypeError("store must be a store URL or a zero-argument store opener")
@@ -84,14 +98,7 @@ def host_opener(
         opened = open_store_url(store) if isinstance(store, str) else store()
         async with (
             opened as session_store,
-            open_session_host(
-                session_store,
-                max_live_sessions=max_live_sessions,
-                idle_seconds=idle_seconds,
-                on_crash=on_crash,
-                mailbox_size=mailbox_size,
-                store_mailbox_size=store_mailbox_size,
-            ) as host,
+            open_session_host(session_store, **options) as host,
         ):
             yield host
 
