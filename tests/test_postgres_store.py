@@ -179,33 +179,35 @@ async def test_v1_schema_is_migrated_with_its_rows_searchable(schema: str) -> No
 
 
 async def test_turn_words_are_computed_by_the_next_search(
-    schema: str, store: PostgresStore
+    schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Writes leave a turn's words to the next search for words, which fills them in its
     own transaction; a body rewritten by any path (another program's SQL too) is found by
-    its new words only."""
+    its new words only. (The background indexer, which fills them too, is off here.)"""
+    monkeypatch.setattr(PostgresStore, "_start_indexer", lambda self: trio.CancelScope())
+    async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
 
-    async def hits(text: str) -> list[str]:
-        return [r.id for r in (await store.search_meta(SessionSearch(text=text))).rows]
+        async def hits(text: str) -> list[str]:
+            return [r.id for r in (await store.search_meta(SessionSearch(text=text))).rows]
 
-    await store.save(SessionData(id="a", created_at=1, updated_at=1))
-    await store.append_turns("a", [turn(0, text="zebra crossing"), turn(1, text="okapi")])
-    unset = "SELECT count(*) FROM turns WHERE words IS NULL"
-    assert admin(schema, unset) == [(2,)]
-    assert await hits("zebra") == ["a"]
-    assert admin(schema, unset) == [(0,)]
-    replaced = encode_str(turn(0, text="giraffe"))
-    admin(schema, "UPDATE turns SET body = %s WHERE session_id = 'a' AND seq = 0", (replaced,))
-    assert admin(schema, unset) == [(1,)]
-    assert await hits("zebra") == [] and await hits("giraffe") == ["a"]
-    await store.save(
-        SessionData(id="a", created_at=1, updated_at=2, turns=(turn(5, text="lemur"),))
-    )
-    assert await hits("okapi") == [] and await hits("lemur") == ["a"]
-    # A search without words reads only: nothing is computed.
-    await store.append_turns("a", [turn(6, text="tapir")])
-    await store.search_meta(SessionSearch(agent_id=None))
-    assert admin(schema, unset) == [(1,)]
+        await store.save(SessionData(id="a", created_at=1, updated_at=1))
+        await store.append_turns("a", [turn(0, text="zebra crossing"), turn(1, text="okapi")])
+        unset = "SELECT count(*) FROM turns WHERE words IS NULL"
+        assert admin(schema, unset) == [(2,)]
+        assert await hits("zebra") == ["a"]
+        assert admin(schema, unset) == [(0,)]
+        replaced = encode_str(turn(0, text="giraffe"))
+        admin(schema, "UPDATE turns SET body = %s WHERE session_id = 'a' AND seq = 0", (replaced,))
+        assert admin(schema, unset) == [(1,)]
+        assert await hits("zebra") == [] and await hits("giraffe") == ["a"]
+        await store.save(
+            SessionData(id="a", created_at=1, updated_at=2, turns=(turn(5, text="lemur"),))
+        )
+        assert await hits("okapi") == [] and await hits("lemur") == ["a"]
+        # A search without words reads only: nothing is computed.
+        await store.append_turns("a", [turn(6, text="tapir")])
+        await store.search_meta(SessionSearch(agent_id=None))
+        assert admin(schema, unset) == [(1,)]
 
 
 async def test_hosts_opening_at_once_migrate_once(schema: str) -> None:

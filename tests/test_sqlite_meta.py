@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import outcome
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
@@ -480,9 +481,13 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
         assert _search_rows(conn) == _expected_search_rows(conn)
 
 
-async def test_appends_queue_their_turns_and_a_search_indexes_them(tmp_path: Path) -> None:
+async def test_appends_queue_their_turns_and_a_search_indexes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An append only queues its turns for the index; the next search for words indexes
-    the queue in its own transaction and finds them, and the queue is empty after."""
+    the queue in its own transaction and finds them, and the queue is empty after. (The
+    background indexer, which drains the queue too, is off here.)"""
+    monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
     db = tmp_path / "queued.db"
     async with open_sqlite_store(db) as store:
         await store.save(SessionData(id="a", created_at=1, updated_at=1))
@@ -514,3 +519,19 @@ async def test_appends_queue_their_turns_and_a_search_indexes_them(tmp_path: Pat
         with closing(sqlite3.connect(db, isolation_level=None)) as raw:
             assert raw.execute("SELECT count(*) FROM search_pending").fetchone() == (0,)
             assert raw.execute("SELECT count(*) FROM search").fetchone() == (0,)
+
+
+async def test_the_background_indexer_drains_the_queue_without_a_search(tmp_path: Path) -> None:
+    """Appended turns are indexed in the background: the queue empties with no search, and
+    the index then equals the rows recomputed with the model's rule."""
+    db = tmp_path / "background.db"
+    async with open_sqlite_store(db) as store:
+        await store.save(SessionData(id="a", created_at=1, updated_at=1))
+        await store.append_turns("a", [make_turn(i) for i in range(300)])
+        with closing(sqlite3.connect(db, isolation_level=None)) as raw:
+            with trio.fail_after(60):
+                for _ in iter(int, 1):  # until the queue is empty
+                    if raw.execute("SELECT count(*) FROM search_pending").fetchone() == (0,):
+                        break
+                    await trio.sleep(0.05)
+            assert _search_rows(raw) == _expected_search_rows(raw)

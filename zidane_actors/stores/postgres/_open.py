@@ -112,10 +112,12 @@ async def open_postgres_store(
         max_retries=retries,
         outages=outages,
     )
+    indexer = store._start_indexer()
     if not listen:
         try:
             yield store
         finally:
+            indexer.cancel()
             await store.aclose()
         return
     feed = _ChangeFeed(
@@ -131,4 +133,5 @@ async def open_postgres_store(
             finally:
                 feed.stopped = True
     finally:
+        indexer.cancel()
         await store.aclose()

@@ -8,6 +8,7 @@ start at the same time apply them once, one after the other.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, Final
 
 import psycopg
@@ -15,8 +16,9 @@ from psycopg import sql
 
 from ...errors import StoreError
 from ...model import index_words, stored_header_text, stored_turn_text
+from .._indexer import INDEX_STEP_SECONDS
 
-__all__ = ["SCHEMA_VERSION", "index_pending", "migrate"]
+__all__ = ["SCHEMA_VERSION", "index_pending", "index_step", "migrate"]
 
 _V1: Final = """
 CREATE SEQUENCE revs;
@@ -328,6 +330,20 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
             [[r[0] for r in more], [r[1] for r in more], [r[2] for r in more]],
         )
     return len(turns) + len(headers)
+
+
+_CHUNK: Final = 100
+"""Turns (and headers) one ``index_pending`` call of :func:`index_step` fills."""
+
+
+def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) -> bool:
+    """Fill words for about ``seconds`` at most (one step of the background indexer, in
+    the caller's transaction); whether rows may be left."""
+    deadline = time.monotonic() + seconds
+    while index_pending(cur, _CHUNK) >= _CHUNK:
+        if time.monotonic() >= deadline:
+            return True
+    return False
 
 
 _MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5)

@@ -6,6 +6,7 @@ import builtins
 from typing import Any
 
 import attrs
+import trio
 
 from ...errors import (
     ValidationError,
@@ -26,6 +27,7 @@ from ...model import (
     validate_id,
     validate_request_id,
 )
+from .._indexer import start_indexer
 from .._protocol import (
     HistoryMutation,
     MutateResult,
@@ -60,7 +62,7 @@ from ._rows import (
     _SQL,
     _Cursor,
 )
-from ._schema import index_pending
+from ._schema import index_pending, index_step
 from ._writes import (
     _artifact_row,
     _held_for_send,
@@ -181,9 +183,9 @@ class PostgresStore(
         """Sessions matching ``search`` (words found through GIN indexes), a page and a count.
 
         The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
-        A search for words first computes the words of the turns written since the last
-        one (writes leave them to it), so it finds every turn stored before it began,
-        but for one being rewritten or deleted at that very moment.
+        A search for words first computes the words the background indexer has not yet
+        (writes leave them to it), in short steps, so it finds every turn stored before it
+        began, but for one being rewritten or deleted at that very moment.
         """
         search = checked(search, SessionSearch, "session search")
         where, params = _search_where(search)
@@ -212,8 +214,16 @@ class PostgresStore(
             )
 
         if words:
+            while await self._write(index_step):
+                pass
             await self._write(index_pending)
         return await self._read(op)
+
+    def _start_indexer(self) -> trio.CancelScope:
+        """Fill the words of new turns and headers in short steps while the store is open
+        (``open_postgres_store`` starts it)."""
+        name = f"postgres search indexer {self._schema}"
+        return start_indexer(name, lambda: self._write(index_step), lambda: False)
 
     async def _sql_mutate(
         self,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import builtins
+import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+import trio
 
 from ...errors import (
     CorruptDataError,
@@ -27,6 +30,7 @@ from ...model import (
     patch_metadata,
     query_words,
 )
+from .._indexer import start_indexer
 from .._protocol import (
     HistoryMutation,
     MutateResult,
@@ -36,6 +40,7 @@ from .._protocol import (
 from ..sql import SQLITE, meta_row, search_header_sql, session_filter_sql
 from ._base import SQLiteBase
 from ._rows import (
+    _BUSY_CODES,
     _SQL,
     _Conn,
     _decode_metadata,
@@ -44,6 +49,7 @@ from ._rows import (
     _decode_turns,
     _metadata_json,
     _now,
+    _primary_code,
     _run_body,
     _session_id,
     _turn_json,
@@ -51,7 +57,7 @@ from ._rows import (
     _valid_body,
     _valid_header,
 )
-from ._schema import index_pending
+from ._schema import index_pending, index_step
 
 __all__ = ["SQLiteMeta"]
 
@@ -172,8 +178,9 @@ class SQLiteMeta(SQLiteBase):
         """Sessions matching ``search`` (words found in the FTS5 index), one page and a count.
 
         The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
-        A search for words first indexes the turns written since the last one (in its
-        own transaction: appends only queue their turns), so it sees every stored turn.
+        A search for words first indexes what the background indexer has not yet (appends
+        only queue their turns): in short steps, writers going in between, then the rest
+        in the search's own transaction, so it sees every stored turn.
         """
         _valid_body(search, SessionSearch, "session search")
         where, params = self._search_where(search)
@@ -197,7 +204,51 @@ class SQLiteMeta(SQLiteBase):
                 total_exact=found <= search.count_limit,
             )
 
-        return await (self._write(op) if words else self._read(op))
+        if not words:
+            return await self._read(op)
+        while await self._write(index_step):
+            pass
+        return await self._write(op)
+
+    def _start_indexer(self) -> trio.CancelScope:
+        """Index queued turns and headers in short steps while the store is open, yielding
+        the connection to callers waiting for it (``open_sqlite_store`` starts it)."""
+        return start_indexer(
+            f"sqlite search indexer {self._path}",
+            self._index_in_background,
+            lambda: self._worker.jobs_waiting > 0,
+        )
+
+    async def _index_in_background(self) -> bool:
+        """One background step; whether rows are left. Another process holding the write
+        lock makes it skip (no wait, no busy retry: the next step or search does it)."""
+        try:
+            return await self._worker.run(_background_step)
+        except sqlite3.OperationalError as exc:
+            if _primary_code(exc) in _BUSY_CODES:
+                return False
+            raise
+
+
+def _background_step(conn: _Conn) -> bool:
+    """:func:`index_step` in a write transaction of its own, when turns are queued and the
+    write lock is free at once; whether rows are left."""
+    if conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is None:
+        return False
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+    try:
+        more = index_step(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return more
 
     async def run_epoch(self, session_id: str) -> int | None:
         """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""

@@ -126,8 +126,10 @@ async def open_sqlite_store(
         lambda: StoreClosedError(f"SQLite store {fspath} is closed"),
     )
     store = SQLiteStore(fspath, worker, busy_retries=busy_retries)
+    indexer = store._start_indexer()
     try:
         yield store
     finally:
+        indexer.cancel()
         with trio.CancelScope(shield=True):
             await store.aclose()

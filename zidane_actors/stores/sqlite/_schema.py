@@ -22,12 +22,14 @@ from ...model import (
     stored_header_text,
     stored_turn_text,
 )
+from .._indexer import INDEX_STEP_SECONDS
 
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Migration",
     "index_pending",
+    "index_step",
     "migrate",
     "refuse_foreign",
 ]
@@ -472,6 +474,20 @@ def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
     conn.executemany("INSERT INTO search (rowid, session_id, words) VALUES (?, ?, ?)", documents)
     conn.executemany("DELETE FROM search_pending WHERE turn = ?", [(r[0],) for r in rows])
     return len(rows)
+
+
+_CHUNK: Final = 64
+"""Rows one ``index_pending`` call of :func:`index_step` indexes."""
+
+
+def index_step(conn: sqlite3.Connection, seconds: float = INDEX_STEP_SECONDS) -> bool:
+    """Index queued rows for about ``seconds`` at most (one step of the background indexer,
+    in the caller's write transaction); whether rows are left."""
+    deadline = time.monotonic() + seconds
+    while index_pending(conn, _CHUNK) == _CHUNK:
+        if time.monotonic() >= deadline:
+            return True
+    return False
 
 
 MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (

@@ -1,0 +1,136 @@
+"""A burst of appended turns, then a search: writers never wait long behind indexing.
+
+One writer appends ``--turns`` realistic turns (``_realistic.py``, 1-4 KB of JSON,
+three per call, over 1000 sessions) through the public store API with default
+settings, as fast as the store takes them; the background indexer keeps the search
+queue short meanwhile. Printed: the append latencies (p50, p99, max: a writer held
+behind an indexing step shows in the max), how many turns were still queued when
+the burst ended, and 10 s after it the latency of searches (a common word, and the
+last turn's own word).
+
+Stores: SQLite (a temporary file) and PostgreSQL (``ZIDANE_TEST_POSTGRES``, as
+``tests/_pg.py``; default the local ``test`` database, a fresh schema dropped after).
+
+Run: ``.venv/bin/python benchmarks/bench_search_burst.py [--turns 100000] [--only sqlite]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psycopg
+import trio
+from _realistic import step_turn
+from psycopg import sql
+
+from zidane_actors.model import SessionData, SessionSearch, SessionTurn, TextBlock
+from zidane_actors.stores import open_postgres_store, open_sqlite_store
+
+DSN = os.environ.get("ZIDANE_TEST_POSTGRES") or "host=127.0.0.1 port=5432 user=postgres dbname=test"
+SESSIONS = 1000
+MARKER = "zanzibarquokka"
+
+
+@asynccontextmanager
+async def sqlite_store() -> AsyncIterator[tuple[Any, Callable[[], int]]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "burst.db"
+
+        def queued() -> int:
+            with sqlite3.connect(path) as conn:
+                return int(conn.execute("SELECT count(*) FROM search_pending").fetchone()[0])
+
+        async with open_sqlite_store(path) as store:
+            yield store, queued
+
+
+@asynccontextmanager
+async def postgres_store() -> AsyncIterator[tuple[Any, Callable[[], int]]]:
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+
+    def queued() -> int:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            row = conn.execute("SELECT count(*) FROM turns WHERE words IS NULL").fetchone()
+            return int(row[0]) if row else 0
+
+    try:
+        async with open_postgres_store(DSN, schema=schema) as store:
+            yield store, queued
+    finally:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+async def burst(
+    name: str,
+    opener: Callable[[], AbstractAsyncContextManager[tuple[Any, Callable[[], int]]]],
+    turns: int,
+) -> None:
+    calls = turns // 3
+    async with opener() as (store, queued):
+        for s in range(SESSIONS):
+            await store.save(SessionData(id=f"s{s}", created_at=1, updated_at=1))
+        latencies: list[float] = []
+        started = time.perf_counter()
+        for c in range(calls):
+            session, step = c % SESSIONS, c // SESSIONS
+            batch = [step_turn(session, step * 3 + k) for k in range(3)]
+            if c == calls - 1:
+                last = SessionTurn(
+                    id="last", role="user", created_at=2, content=(TextBlock(f"{MARKER} end"),)
+                )
+                batch.append(last)
+            t0 = time.perf_counter()
+            await store.append_turns(f"s{session}", batch)
+            latencies.append(time.perf_counter() - t0)
+        took = time.perf_counter() - started
+        left = await trio.to_thread.run_sync(queued)
+        latencies.sort()
+        print(
+            f"{name}: {calls * 3 + 1} turns in {calls} appends, {took:.1f} s"
+            f" ({calls * 3 / took:.0f} turns/s); append p50 {ms(statistics.median(latencies))},"
+            f" p99 {ms(latencies[int(len(latencies) * 0.99)])}, max {ms(latencies[-1])};"
+            f" {left} turns queued when the burst ended"
+        )
+        await trio.sleep(10)
+        left = await trio.to_thread.run_sync(queued)
+        for text in ("search files", MARKER):
+            t0 = time.perf_counter()
+            page = await store.search_meta(SessionSearch(text=text))
+            took = time.perf_counter() - t0
+            print(
+                f"{name}: search {text!r} 10 s after the burst ({left} turns queued):"
+                f" {ms(took)} ({page.total} sessions)"
+            )
+
+
+async def main(turns: int, only: str | None) -> None:
+    msgspec.json.encode(1)
+    if only in (None, "sqlite"):
+        await burst("sqlite", sqlite_store, turns)
+    if only in (None, "postgres"):
+        await burst("postgres", postgres_store, turns)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=100_000)
+    parser.add_argument("--only", choices=("sqlite", "postgres"))
+    args = parser.parse_args()
+    trio.run(main, args.turns, args.only)

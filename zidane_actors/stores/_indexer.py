@@ -1,0 +1,74 @@
+"""Search indexing in the background: what writes queue is indexed in small steps.
+
+Writes only queue their turns for the search index (cheap appends); an indexed
+store runs its steps (:func:`start_indexer`) for as long as it is open, so the queue
+stays short and a search rarely has much left to index (it still indexes what is
+left first: it sees every stored turn). Each step is one short transaction, so a
+writer never waits long behind indexing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import trio
+
+from ..errors import StoreClosedError
+
+__all__ = ["INDEX_STEP_SECONDS", "start_indexer"]
+
+INDEX_STEP_SECONDS: Final = 0.01
+"""The most time one indexing step spends computing words before it commits."""
+
+_IDLE_SECONDS: Final = 0.2
+"""How long the indexer waits before it looks again at an empty queue."""
+
+_YIELD_SECONDS: Final = 0.001
+"""How long the indexer waits before it looks again at a store with callers waiting."""
+
+_log = logging.getLogger("zidane_actors.stores")
+
+
+def start_indexer(
+    name: str, step: Callable[[], Awaitable[bool]], busy: Callable[[], bool]
+) -> trio.CancelScope:
+    """Start :func:`_index_in_background` (a trio system task: a store may be opened in
+    one task and closed in another); cancel the answered scope to stop it. It stops by
+    itself once the store is closed."""
+    scope = trio.CancelScope()
+
+    async def run() -> None:
+        with scope:
+            await _index_in_background(step, busy)
+
+    trio.lowlevel.spawn_system_task(run, name=name)
+    return scope
+
+
+async def _index_in_background(
+    step: Callable[[], Awaitable[bool]], busy: Callable[[], bool]
+) -> None:
+    """Run ``step`` (index queued rows in one short transaction: whether rows are left)
+    until the store closes; callers go first while ``busy()``.
+
+    A failing step (the database unavailable) is logged once, until one succeeds
+    again; the next search indexes what is left itself.
+    """
+    failing = False
+    while True:
+        if busy():
+            await trio.sleep(_YIELD_SECONDS)
+            continue
+        try:
+            more = await step()
+        except StoreClosedError:
+            return
+        except Exception as exc:  # a search indexes what is left itself
+            if not failing:
+                _log.warning("search indexing in the background failed, retrying: %s", exc)
+            failing, more = True, False
+        else:
+            failing = False
+        await trio.sleep(0 if more else _IDLE_SECONDS)
