@@ -68,6 +68,7 @@ from ._validate import (
     check_artifact_ids,
     check_fire_ids,
     check_ids,
+    check_send_claim,
     checked,
     checked_header,
     checked_int,
@@ -599,10 +600,7 @@ class MemoryStore(TurnsEdits):
         under its id would inherit the claim.
         """
         await self._enter()
-        validate_id(session_id)
-        validate_request_id(request_id, what="request id")
-        if not isinstance(fingerprint, str):
-            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+        check_send_claim(session_id, request_id, fingerprint)
         self._held_for_send(session_id)
         records = self._send_requests.setdefault(session_id, {})
         existing = records.get(request_id)

@@ -116,6 +116,14 @@ def check_turn_slice(session_id: str, from_: int, limit: int | None) -> None:
         checked_int(limit, "limit")
 
 
+def check_send_claim(session_id: str, request_id: str, fingerprint: str) -> None:
+    """``claim_send_request``'s arguments: safe session and request ids, a string fingerprint."""
+    validate_id(session_id)
+    model.validate_request_id(request_id, what="send request id")
+    if not isinstance(fingerprint, str):
+        raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+
+
 def checked_status(status: object) -> SessionStatus:
     """``status`` if it is a session status, else a refusal located at ``$.status``."""
     if not isinstance(status, str) or status not in _STATUSES:

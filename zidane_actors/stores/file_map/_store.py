@@ -46,7 +46,14 @@ from ...model import (
 )
 from .._edits import HistoryEdits
 from .._protocol import HistoryMutation, MutateResult, Revision, stale
-from .._validate import check_turn_slice, checked, checked_int, checked_status, json_value
+from .._validate import (
+    check_send_claim,
+    check_turn_slice,
+    checked,
+    checked_int,
+    checked_status,
+    json_value,
+)
 from ..sqlite._rows import (
     _metadata_json,
     _now,
@@ -631,10 +638,7 @@ class FileMapStore(HistoryEdits):
 
         The session must exist (:class:`SessionNotFoundError`).
         """
-        validate_id(session_id)
-        validate_request_id(request_id, what="send request id")
-        if not isinstance(fingerprint, str):
-            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+        check_send_claim(session_id, request_id, fingerprint)
         async with self._lock:
             files = await self._files()
             self._check_owner(files, session_id)

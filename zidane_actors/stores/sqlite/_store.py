@@ -14,7 +14,6 @@ from ... import model
 from ...errors import (
     SessionNotFoundError,
     StoreError,
-    ValidationError,
 )
 from ...model import (
     SendRequestClaim,
@@ -29,12 +28,12 @@ from ...model import (
     select_artifact_evictions,
     send_request_evictions,
     validate_id,
-    validate_request_id,
 )
 from .._protocol import StoreWrite, write_step
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
+    check_send_claim,
 )
 from ..sql import (
     SQLITE,
@@ -161,10 +160,7 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQ
         self, session_id: str, request_id: str, fingerprint: str
     ) -> SendRequestClaim:
         """Claim ``request_id`` in one insert-or-detect step, keeping the newest ids per session."""
-        _session_id(session_id)
-        validate_request_id(request_id, what="send request id")
-        if not isinstance(fingerprint, str):
-            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+        check_send_claim(session_id, request_id, fingerprint)
 
         def op(conn: _Conn) -> SendRequestClaim:
             self._sql_held_for_send(conn, session_id)
