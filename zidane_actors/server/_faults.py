@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import ValidationError
 from ..model import preview
 from ._errors import error_response
+from ._guard import HttpMiddleware
 
 __all__ = ["FaultInjection", "parse_faults"]
 
@@ -52,13 +53,12 @@ def parse_faults(spec: str) -> FaultInjection:
 
 
 @attrs.define(eq=False)
-class _FaultyApp:
-    app: ASGIApp
+class _FaultyApp(HttpMiddleware):
     faults: FaultInjection
     _count: int = 0
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/openapi.json":
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] == "/openapi.json":  # the schema is never faulted
             await self.app(scope, receive, send)
             return
         self._count += 1

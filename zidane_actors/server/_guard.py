@@ -65,16 +65,29 @@ def _is_json(content_type: str) -> bool:
 
 
 @attrs.define(eq=False)
-class Guard:
-    """ASGI middleware: bearer-token check, or the loopback-only rules without a token."""
+class HttpMiddleware:
+    """An ASGI middleware over HTTP requests (:meth:`http`); anything else passes through."""
 
     app: ASGIApp
-    token: str | None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request through :attr:`app`."""
+        raise NotImplementedError
+
+
+@attrs.define(eq=False)
+class Guard(HttpMiddleware):
+    """ASGI middleware: bearer-token check, or the loopback-only rules without a token."""
+
+    token: str | None
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: Mapping[bytes, bytes] = dict(scope["headers"])
         try:
             if self.token is None:
@@ -145,17 +158,11 @@ _BASELINE_HEADERS: Final = (
 
 
 @attrs.define(eq=False)
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """ASGI middleware: every answer (JSON, errors, redirects, 404s) carries the baseline
     security headers; an answer that sets one itself (the browser's pages) keeps its own."""
 
-    app: ASGIApp
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", ()))
