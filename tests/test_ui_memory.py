@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+import trio.lowlevel
+import trio.testing
 from test_server_e2e import ServerProcess
 
 from zidane_actors.model import SessionData, SessionRun, SessionTurn, TextBlock
@@ -115,7 +117,7 @@ def test_concurrent_views_of_a_huge_session_stay_within_the_budget(
         assert more.status_code == 200 and "x" * (TURN_CHARS - 32_768) in more.text
 
 
-async def test_a_measured_read_reserves_its_size_first_and_an_unmeasured_one_waits() -> None:
+async def test_a_measured_read_reserves_first_and_unmeasured_keys_go_side_by_side() -> None:
     budget = BodyBudget(100)
     reads = ReadBudget(budget)
     async with reads.hold("a") as held:
@@ -135,15 +137,54 @@ async def test_a_measured_read_reserves_its_size_first_and_an_unmeasured_one_wai
         assert budget.held == 150
     order: list[str] = []
 
-    async def unmeasured(key: str) -> None:
+    async def unmeasured(key: str, size: int = 1) -> None:
         async with reads.hold(key) as held:
             order.append(f"+{key}")
             await trio.lowlevel.checkpoint()
-            held.add(1)
+            held.add(size)
             order.append(f"-{key}")
 
-    async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:  # different keys: side by side
         nursery.start_soon(unmeasured, "x")
         nursery.start_soon(unmeasured, "y")
-    assert order in (["+x", "-x", "+y", "-y"], ["+y", "-y", "+x", "-x"])  # one at a time
+    assert sorted(order[:2]) == ["+x", "+y"], order
+    assert budget.held == 0
+
+
+async def test_first_reads_of_one_key_wait_for_its_measure_and_few_keys_go_unmeasured() -> None:
+    budget = BodyBudget(100)
+    reads = ReadBudget(budget, unmeasured=2)
+    order: list[str] = []
+    gates = {"a1": trio.Event(), "b": trio.Event()}
+
+    async def read(name: str, key: str, size: int) -> None:
+        try:
+            async with reads.hold(key) as held:
+                order.append(f"+{name}")
+                if name in gates:
+                    await gates[name].wait()
+                else:
+                    await trio.lowlevel.checkpoint()
+                held.add(size)
+                order.append(f"-{name}")
+        except ApiError as exc:
+            order.append(f"{name}:{exc.code}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read, "a1", "a", 60)  # measures a, until its gate opens
+        await trio.testing.wait_all_tasks_blocked()
+        for name in ("a2", "a3"):  # wait for a's measure, then reserve it: one fits
+            nursery.start_soon(read, name, "a", 60)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(read, "b", "b", 1)  # another key: the second unmeasured slot
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(read, "c", "c", 1)  # a third: waits for a slot
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == ["+a1", "+b"]
+        gates["b"].set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == ["+a1", "+b", "-b", "+c", "-c"]
+        gates["a1"].set()
+    assert order[5] == "-a1"
+    assert sorted(order[6:]) in (["+a2", "-a2", "a3:busy"], ["+a3", "-a3", "a2:busy"]), order
     assert budget.held == 0

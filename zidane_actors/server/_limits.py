@@ -4,8 +4,8 @@ A slow or hostile client must not hold the server: every request counts
 against ``max_requests`` (503 with ``Retry-After`` beyond it), a body must
 arrive whole within ``body_timeout_s`` (408 otherwise), and the bytes of all
 request bodies being read or served, of all answers being sent and of the
-store reads the browser's pages hold stay within ``max_body_bytes_in_flight``
-(503 with ``Retry-After`` when one would pass it).
+store reads that answers and the browser's pages hold stay within
+``max_body_bytes_in_flight`` (503 with ``Retry-After`` when one would pass it).
 """
 
 from __future__ import annotations
@@ -147,36 +147,51 @@ class ReadHold:
 
 @attrs.define(eq=False)
 class ReadBudget:
-    """Store reads of unknown size (a page of turns, a whole session) in the body budget.
+    """Store reads of unknown size (a session, its history, a page of turns) in the body budget.
 
-    What a read holds is known only once read, so each is counted at the
-    JSON size of what it read, from its reading until its page is built. A
-    read already measured (same key: the same page of the same session)
-    first reserves that size, 503 ``busy`` when it would pass the budget
-    (one larger than the whole budget still goes when nothing else is held,
-    as an answer does); a read never measured waits for the others never
-    measured, one at a time. So many views of a huge session hold at most
-    the budget (or one read larger than it) plus one read not yet measured,
-    and the rest are answered 503.
+    What a read holds is known only once read, so each is counted at what
+    its caller measured (``ReadHold.add``), from its reading until its
+    answer or page is built. A read already measured (same key: the same
+    route over the same session) first reserves that size, 503 ``busy``
+    when it would pass the budget (one larger than the whole budget still
+    goes when nothing else is held, as an answer does). A read never
+    measured goes without a reservation, but single-flight: concurrent first
+    reads of one key wait for the first to be measured, and at most
+    ``unmeasured`` keys are read unmeasured at once. So many reads of a huge
+    session hold at most the budget (or one read larger than it) plus
+    ``unmeasured`` reads not yet measured, and the rest are answered 503;
+    many small sessions read for the first time still go side by side.
     """
 
     budget: BodyBudget
     remembered: int = 1024
     """Sizes kept (the most recently used keys)."""
+    unmeasured: int = 4
+    """Reads of different keys never measured that may go at once."""
     _sizes: OrderedDict[Hashable, int] = attrs.field(factory=OrderedDict, init=False)
-    _unmeasured: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _measuring: dict[Hashable, trio.Event] = attrs.field(factory=dict, init=False)
+    _slots: trio.Semaphore = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._slots = trio.Semaphore(self.unmeasured)
 
     @contextlib.asynccontextmanager
     async def hold(self, key: Hashable) -> AsyncIterator[ReadHold]:
         """Count the reads made under ``key`` (``ReadHold.add`` each) until the block ends."""
         known = self._sizes.get(key)
+        while known is None and key in self._measuring:  # its first read is under way
+            await self._measuring[key].wait()
+            known = self._sizes.get(key)  # none if that read failed: this one measures
         if known is None:
-            async with self._unmeasured:
-                known = self._sizes.get(key)  # measured while this one waited?
-                if known is None:
+            measured = self._measuring[key] = trio.Event()
+            try:
+                async with self._slots:
                     with self._counted(key, 0) as held:
                         yield held
-                    return
+            finally:
+                del self._measuring[key]
+                measured.set()
+            return
         self.budget.reserve_answer(known)
         with self._counted(key, known) as held:
             yield held
