@@ -1,14 +1,22 @@
-"""Peak memory of a real server while many browsers view one huge session at once.
+"""Peak memory of a real server while many clients read one huge session at once.
 
 Seeds a fresh SQLite file with one session of ``--mb`` MB (turns of ``--turn-kb`` KB
 of text, one run, so the page needs the session's runs as well as a page of its
 turns), starts ``zidane-actors serve`` on it with ``--max-body-bytes-in-flight``
-set to ``--budget-mb``, opens ``--views`` session pages at once (their
-fragments, as the browser's script fetches them) and prints how many
-rendered, how many got the budget's 503, and the server's peak RSS
-(``VmHWM``) before and after the views.
+set to ``--budget-mb``, sends ``--views`` GETs of ``--route`` at once and
+prints how many were served, how many got the budget's 503, and the
+server's peak RSS (``VmHWM``) before and after them. ``--route ui`` (the
+default) is the session page's fragment, as the browser's script fetches
+it; ``session``, ``history`` and ``turns`` are the REST reads of the whole
+session (``GET /sessions/{id}``, ``/history``, ``/turns``).
 
-Run: ``python benchmarks/bench_ui_memory.py [--mb 40] [--views 48] [--budget-mb 128]``.
+With ``--small N`` it seeds ``N`` small sessions instead (two turns of
+``--turn-kb`` KB) and times ``--views`` clients reading each of them once
+(reads the server never measured) then once more (measured): reads of many
+small sessions must not wait behind each other.
+
+Run: ``python benchmarks/bench_ui_memory.py [--route ui] [--mb 40] [--views 48] [--budget-mb 128]``
+or ``python benchmarks/bench_ui_memory.py --route session --small 2000``.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from zidane_actors.model import SessionData, SessionRun, SessionTurn, TextBlock
 from zidane_actors.stores import open_sqlite_store
 
 
-def huge_session(sid: str, mb: int, turn_kb: int = 10) -> SessionData:
+def huge_session(sid: str, mb: float, turn_kb: int = 10) -> SessionData:
     """A session of about ``mb`` MB: turns of ``turn_kb`` KB of text, one run."""
     turns = tuple(
         SessionTurn(
@@ -39,7 +47,7 @@ def huge_session(sid: str, mb: int, turn_kb: int = 10) -> SessionData:
             created_at=i,
             run_id="r1",
         )
-        for i in range(mb * 1000 // turn_kb)
+        for i in range(round(mb * 1000 / turn_kb))
     )
     run = SessionRun(id="r1", prompt="go", started_at=0, status="completed")
     return SessionData(id=sid, created_at=0, updated_at=1, turns=turns, runs=(run,))
@@ -49,6 +57,13 @@ async def seed(path: str, sid: str, mb: int, turn_kb: int) -> None:
     """Write the huge session straight through the store."""
     async with open_sqlite_store(path) as store:
         await store.save(huge_session(sid, mb, turn_kb))
+
+
+async def seed_small(path: str, sessions: int, turn_kb: int) -> None:
+    """Write ``sessions`` sessions of two turns of ``turn_kb`` KB: ``s0``, ``s1``, ..."""
+    async with open_sqlite_store(path) as store:
+        for i in range(sessions):
+            await store.save(huge_session(f"s{i}", 2 * turn_kb / 1000, turn_kb))
 
 
 def peak_kib(pid: int) -> dict[str, int]:
@@ -74,39 +89,75 @@ def start_server(path: str, budget: int) -> tuple[subprocess.Popen[str], str]:
     return proc, line.removeprefix("listening on ").strip()
 
 
-def view_all(url: str, sid: str, views: int) -> Counter[int]:
-    """``views`` concurrent GETs of the session's page fragment; their statuses."""
+ROUTES = {
+    "ui": "/ui/fragments/sessions/{}",
+    "session": "/sessions/{}",
+    "history": "/sessions/{}/history",
+    "turns": "/sessions/{}/turns",
+}
+"""The paths ``--route`` names."""
+
+
+def view_all(url: str, paths: list[str], views: int) -> Counter[int]:
+    """GETs of ``paths``, ``views`` at once; their statuses."""
     with httpx.Client(base_url=url, timeout=120) as client:
 
-        def view(_: int) -> int:
-            return client.get(f"/ui/fragments/sessions/{sid}").status_code
+        def view(path: str) -> int:
+            return client.get(path).status_code
 
         with ThreadPoolExecutor(views) as pool:
-            return Counter(pool.map(view, range(views)))
+            return Counter(pool.map(view, paths))
+
+
+def read_small(args: argparse.Namespace, directory: str) -> None:
+    """Time reading ``--small`` sessions, each once unmeasured, then once measured."""
+    path = f"{directory}/small.db"
+    trio.run(seed_small, path, args.small, args.turn_kb)
+    proc, url = start_server(path, args.budget_mb * 1_000_000)
+    paths = [ROUTES[args.route].format(f"s{i}") for i in range(args.small)]
+    try:
+        for which in ("first reads", "measured reads"):
+            start = time.perf_counter()
+            statuses = view_all(url, paths, args.views)
+            took = time.perf_counter() - start
+            print(
+                f"{which}: {args.small} small sessions' {args.route}, {args.views} at once: "
+                f"statuses {dict(sorted(statuses.items()))} in {took:.2f} s "
+                f"({args.small / took:.0f}/s)"
+            )
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--route", choices=sorted(ROUTES), default="ui")
     parser.add_argument("--mb", type=int, default=40)
     parser.add_argument("--views", type=int, default=48)
     parser.add_argument("--budget-mb", type=int, default=128)
     parser.add_argument("--turn-kb", type=int, default=10)
+    parser.add_argument("--small", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
+        if args.small:
+            read_small(args, directory)
+            return
         path = f"{directory}/huge.db"
         trio.run(seed, path, "huge", args.mb, args.turn_kb)
         proc, url = start_server(path, args.budget_mb * 1_000_000)
         try:
             before = peak_kib(proc.pid)
             start = time.perf_counter()
-            statuses = view_all(url, "huge", args.views)
+            statuses = view_all(url, [ROUTES[args.route].format("huge")] * args.views, args.views)
             took = time.perf_counter() - start
             after = peak_kib(proc.pid)
         finally:
             proc.kill()
             proc.wait()
     print(
-        f"{args.views} views of a {args.mb} MB session, budget {args.budget_mb} MB: "
+        f"{args.views} GETs of {args.route} of a {args.mb} MB session, "
+        f"budget {args.budget_mb} MB: "
         f"statuses {dict(sorted(statuses.items()))} in {took:.1f} s; "
         f"peak RSS {before['VmHWM'] / 1024:.0f} MiB before, {after['VmHWM'] / 1024:.0f} MiB after"
     )

@@ -83,6 +83,7 @@ from ..stores.remote._bodies import (
     UpdateRunBody,
     UpdateStatusBody,
     UpsertArtifactResult,
+    encoded_history_rev,
     history_rev,
 )
 from ._errors import ApiError as _ApiError
@@ -96,6 +97,7 @@ from ._limits import (
     BodyBudget,
     CloseUnread,
     ReadBudget,
+    ReadHold,
     ServerLimits,
     read_body,
 )
@@ -135,6 +137,15 @@ class _RevMismatch(Exception):
 
 def _json(value: object, status: int = 200) -> Response:
     return Response(encode(value), status_code=status, media_type="application/json")
+
+
+def _held_json(held: ReadHold, value: object, headers: dict[str, str] | None = None) -> Response:
+    """The JSON answer of ``value``, a store read counted in ``held``: twice its encoding
+    (the value read and the answer), until the handler returns and the answer's own
+    count (``AnswerBudget``) takes over."""
+    body = encode(value)
+    held.add(2 * len(body))
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def _no_content() -> Response:
@@ -286,6 +297,8 @@ class _Api(WritesRoutes):
     limits: ServerLimits
     capabilities: frozenset[str]
     budget: BodyBudget
+    reads: ReadBudget
+    """The store reads of whole sessions (or large parts), counted in ``budget``."""
     locks: _SessionLocks = attrs.field(factory=_SessionLocks)
 
     def _expected(self, request: Request) -> dict[str, int]:
@@ -379,12 +392,11 @@ class _Api(WritesRoutes):
 
     async def load(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        if is_versioned(self.capabilities):
+        async with self.reads.hold(("session", sid)) as held:
+            if not is_versioned(self.capabilities):
+                return _held_json(held, _found(await self.store.load(sid), sid))
             data, rev = _found(await cast(VersionedStore, self.store).load_versioned(sid), sid)
-            response = _json(data)
-            response.headers[REV_HEADER] = str(rev)
-            return response
-        return _json(_found(await self.store.load(sid), sid))
+            return _held_json(held, data, {REV_HEADER: str(rev)})
 
     async def get_rev(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -409,8 +421,9 @@ class _Api(WritesRoutes):
         sid = _path_id(request, "sessionId", "session id")
         start = _param_int(request, "from", 0)
         assert start is not None
-        turns = await self.store.get_turns(sid, start, _param_int(request, "limit"))
-        return _json(turns)
+        limit = _param_int(request, "limit")
+        async with self.reads.hold(("turns", sid, start, limit)) as held:
+            return _held_json(held, await self.store.get_turns(sid, start, limit))
 
     async def append_turns(self, request: Request) -> Response:
         """Append turns through the store's unique-turn-id rule: O(1) of the history.
@@ -488,10 +501,17 @@ class _Api(WritesRoutes):
     # -- history ---------------------------------------------------------
 
     async def get_history(self, request: Request) -> Response:
+        """The history and its revision, from one encoding of it (the revision hashes
+        the very bytes the answer holds)."""
         sid = _path_id(request, "sessionId", "session id")
-        data = _found(await self.store.load(sid), sid)
-        history = SessionHistory(turns=data.turns, runs=data.runs)
-        return _json(HistoryState(history=history, rev=history_rev(history)))
+        async with self.reads.hold(("history", sid)) as held:
+            data = _found(await self.store.load(sid), sid)
+            history = encode(SessionHistory(turns=data.turns, runs=data.runs))
+            del data  # the encoding serves from here
+            held.add(2 * len(history))  # the history read, then the answer built from it
+            raw = cast(SessionHistory, msgspec.Raw(history))  # encoded as is, never read
+            state = HistoryState(history=raw, rev=encoded_history_rev(history))
+            return Response(msgspec.json.encode(state), media_type="application/json")
 
     async def put_history(self, request: Request) -> Response:
         """Write a history if the stored one still has ``expectedRev`` (else 409)."""
@@ -564,7 +584,9 @@ class _Api(WritesRoutes):
 
     async def list_send_requests(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
-        return _json(await self._optional("list_send_requests")(sid))
+        list_send_requests = self._optional("list_send_requests")
+        async with self.reads.hold(("send-requests", sid)) as held:
+            return _held_json(held, await list_send_requests(sid))
 
     async def put_send_request(self, request: Request) -> Response:
         sid = _path_id(request, "sessionId", "session id")
@@ -836,15 +858,17 @@ def create_app(
         raise ValidationError("token must not be empty")
     limits = limits or ServerLimits()
     capabilities = served_capabilities(store)
+    budget = BodyBudget(limits.max_body_bytes_in_flight)
     api = _Api(
         store=store,
         writer=store if writer is None else writer,
         limits=limits,
         capabilities=capabilities,
-        budget=BodyBudget(limits.max_body_bytes_in_flight),
+        budget=budget,
+        reads=ReadBudget(budget),
     )
     openapi = encode(openapi_document(capabilities))
-    routes = _routes(api, openapi) + ui_routes(store, _ui_error, ReadBudget(api.budget))
+    routes = _routes(api, openapi) + ui_routes(store, _ui_error, api.reads)
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     hot = _HotRoutes(
         app=app,

@@ -71,6 +71,7 @@ __all__ = [
     "WriteOutcome",
     "WritesBody",
     "WritesResult",
+    "encoded_history_rev",
     "history_rev",
 ]
 
@@ -452,4 +453,9 @@ def history_rev(history: SessionHistory) -> str:
     about to write, which tells it whether a write whose answer was lost
     has landed.
     """
-    return hashlib.sha256(encode(history)).hexdigest()
+    return encoded_history_rev(encode(history))
+
+
+def encoded_history_rev(encoded: bytes) -> str:
+    """:func:`history_rev` of a history already encoded (``encode(history)``)."""
+    return hashlib.sha256(encoded).hexdigest()
