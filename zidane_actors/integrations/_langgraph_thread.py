@@ -227,10 +227,19 @@ class _Thread:
         self.landed = trio.Event()  # set (and replaced) whenever a checkpoint lands
         self.queue: list[_Write] = []  # writes waiting for the lock's holder to append them
         self.put_queued = trio.Event()  # set when a checkpoint is queued
+        self.landed_at: float | None = None  # when the last checkpoint landed
+        self.next_gap = 0.0  # how long after it the next checkpoint came, last time
 
     def checkpoint_landed(self) -> None:
         self.landed.set()
         self.landed = trio.Event()
+        self.landed_at = trio.current_time()
+
+    def checkpoint_queued(self) -> None:
+        self.put_queued.set()
+        if self.landed_at is not None:
+            self.next_gap = trio.current_time() - self.landed_at
+            self.landed_at = None
 
     async def appended(
         self, session: Session, new: list[SessionTurn], run: SessionRun | None
@@ -531,7 +540,7 @@ class ThreadOps:
         thread = _thread(host, session_id_of(thread_id))
         thread.queue.append(write)
         if write.checkpoint is not None:
-            thread.put_queued.set()
+            thread.checkpoint_queued()
         try:
             async with thread.lock:
                 while not write.done:
@@ -546,11 +555,14 @@ class ThreadOps:
     @staticmethod
     async def _next_checkpoint(thread: _Thread) -> None:
         """When only writes for the latest checkpoint wait, wait (a little) for the next
-        checkpoint: LangGraph hands it over next, and one append then holds both."""
+        checkpoint: LangGraph hands it over next, and one append then holds both. Not
+        when the next one came later than the wait the last time (a busy caller): the
+        writes would only be held up."""
         queue = thread.queue
         index = thread.index
         if (
             not queue
+            or thread.next_gap > NEXT_CHECKPOINT_WAIT
             or index is None
             or any(w.follows is None for w in queue)
             or any(index.latest(w.follows[0]) != w.follows[1] for w in queue if w.follows)
