@@ -447,8 +447,20 @@ def _copied(value: Any) -> Any:
 
 
 def messages_equal(a: BaseMessage, b: BaseMessage) -> bool:
-    """Whether two messages are the same message value (same class, equal fields)."""
-    return type(a) is type(b) and a == b
+    """Whether two messages are the same message value (same class, equal fields).
+
+    Equal field dicts settle it at once (what pydantic's ``==`` checks first, after
+    its per-call lookups); anything else is pydantic's ``==``.
+    """
+    if type(a) is not type(b):
+        return False
+    if (
+        a.__dict__ == b.__dict__
+        and a.__pydantic_extra__ == b.__pydantic_extra__
+        and a.__pydantic_private__ == b.__pydantic_private__
+    ):
+        return True
+    return a == b
 
 
 def first_text(content: str | Sequence[Any] | Mapping[str, Any]) -> str:
