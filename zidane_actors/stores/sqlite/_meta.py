@@ -229,27 +229,6 @@ class SQLiteMeta(SQLiteBase):
                 return False
             raise
 
-
-def _background_step(conn: _Conn) -> bool:
-    """:func:`index_step` in a write transaction of its own, when turns are queued and the
-    write lock is free at once; whether rows are left."""
-    if conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is None:
-        return False
-    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-    try:
-        more = index_step(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return more
-
     async def run_epoch(self, session_id: str) -> int | None:
         """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""
         _session_id(session_id)
@@ -381,3 +360,24 @@ def _background_step(conn: _Conn) -> bool:
             return mutate(SessionHistory(turns=turns, runs=runs))
 
         return await self._write(self._mutate(session_id, edit, expected_rev))
+
+
+def _background_step(conn: _Conn) -> bool:
+    """:func:`index_step` in a write transaction of its own, when turns are queued and the
+    write lock is free at once; whether rows are left."""
+    if conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is None:
+        return False
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+    try:
+        more = index_step(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return more
