@@ -27,6 +27,7 @@ from ...model import (
     validate_id,
     validate_request_id,
 )
+from .._edits import TurnsEdits
 from .._indexer import start_indexer
 from .._protocol import (
     HistoryMutation,
@@ -41,7 +42,6 @@ from .._validate import (
 from ..sql import (
     POSTGRES,
     SQLClaims,
-    SQLHistoryEdits,
     SQLSchedules,
     SQLSendRequests,
     SQLWrites,
@@ -73,9 +73,7 @@ __all__ = ["PostgresStore"]
 
 
 @attrs.define(eq=False)
-class PostgresStore(
-    PostgresBase, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites, SQLClaims
-):
+class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -225,13 +223,8 @@ class PostgresStore(
         name = f"postgres search indexer {self._schema}"
         return start_indexer(name, lambda: self._write(index_step), lambda: False)
 
-    async def _sql_mutate(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        runs_too: bool,
-        expected_rev: int | None,
+    async def _edit_history(
+        self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
     ) -> tuple[MutateResult, Revision]:
         result: list[MutateResult] = []
 

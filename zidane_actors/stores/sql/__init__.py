@@ -5,7 +5,6 @@
 - :mod:`._statements`: the statements both stores run, rendered per dialect.
 - :mod:`._claims`: ``claim_run`` and ``demote_stale_run``.
 - :mod:`._hooks`: what a store gives the shared methods (dialect, transactions).
-- :mod:`._history`: ``mutate_history`` and ``mutate_turns``.
 - :mod:`._schedules`: the schedule methods, a mixin of both stores.
 - :mod:`._send_requests`: finding, listing, settling and putting send requests.
 - :mod:`._writes`: the single writes (``update_run`` … ``delete_artifact``), one step each.
@@ -17,7 +16,6 @@
 from ._claims import SQLClaims
 from ._codec import decode_row, meta_row
 from ._dialect import POSTGRES, SQLITE, Dialect
-from ._history import SQLHistoryEdits
 from ._hooks import SQLHooks
 from ._schedules import SQLSchedules
 from ._send_requests import SQLSendRequests, send_record, settle_send_request
@@ -30,7 +28,6 @@ __all__ = [
     "SQLITE",
     "Dialect",
     "SQLClaims",
-    "SQLHistoryEdits",
     "SQLHooks",
     "SQLSchedules",
     "SQLSendRequests",

@@ -344,13 +344,8 @@ class SQLiteMeta(SQLiteBase):
 
         return op
 
-    async def _sql_mutate(
-        self,
-        session_id: str,
-        mutate: HistoryMutation,
-        *,
-        runs_too: bool,
-        expected_rev: int | None,
+    async def _edit_history(
+        self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None
     ) -> tuple[MutateResult, Revision]:
         # Runs are rewritten only when the edit answers others than it was given, which
         # the turns-only form never does: ``runs_too`` needs no check here.

@@ -29,6 +29,7 @@ from ...model import (
     send_request_evictions,
     validate_id,
 )
+from .._edits import TurnsEdits
 from .._protocol import StoreWrite, write_step
 from .._validate import (
     check_artifact_filter_ids,
@@ -38,7 +39,6 @@ from .._validate import (
 from ..sql import (
     SQLITE,
     SQLClaims,
-    SQLHistoryEdits,
     SQLSchedules,
     SQLSendRequests,
     SQLWrites,
@@ -61,7 +61,7 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, SQLHistoryEdits, SQLWrites, SQLClaims):
+class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers
