@@ -247,29 +247,44 @@ async def empty_files(tmp: Path) -> tuple[int, int]:
     return file_size(tmp / "a.db"), file_size(tmp / "z.db")
 
 
-def ratio_line(label: str, rounds: list[dict[str, float]], ours: str, theirs: str) -> str:
+def ratio_line(
+    label: str, rounds: list[dict[str, float]], ours: str, theirs: str, *, ms: bool = False
+) -> str:
+    """The median of the rounds' ratios and their spread; with ``ms``, each side's median time."""
     ratios = sorted(r[ours] / r[theirs] for r in rounds)
     med = statistics.median(ratios)
-    return f"   {label:<44} {med:5.2f}x  [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+    line = f"   {label:<44} {med:5.2f}x  [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+    if ms:
+        mine, peer = (statistics.median(r[key] for r in rounds) * 1e3 for key in (ours, theirs))
+        line += f"  ours {mine:.2f} ms, theirs {peer:.2f} ms"
+    return line
 
 
 def openai_agents(rounds: int) -> None:
     batches = runner_batches(18)
     items = sum(len(b) for b in batches)
     print(f"1. openai-agents: {items} Runner items in {len(batches)} add_items calls, one session")
-    print("   (ZidaneSession / SQLiteSession; below 1: ours is faster or smaller)")
+    print("   (ZidaneSession / SQLiteSession; below 1: ours is faster or smaller;")
+    print(
+        f"   times: medians over rounds, add_items for all {len(batches)} calls,"
+        " get_items per call)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         bare = [asyncio.run(agents_round(Path(tmp), r, batches, False)) for r in range(rounds)]
         wrapped = [asyncio.run(agents_round(Path(tmp), r, batches, True)) for r in range(rounds)]
     _shared.close_all()
-    print(ratio_line("add_items, wall", bare, "add_wall_ours", "add_wall_theirs"))
-    print(ratio_line("add_items, CPU", bare, "add_cpu_ours", "add_cpu_theirs"))
+    print(ratio_line("add_items, wall", bare, "add_wall_ours", "add_wall_theirs", ms=True))
+    print(ratio_line("add_items, CPU", bare, "add_cpu_ours", "add_cpu_theirs", ms=True))
     print(
         ratio_line(
-            "add_items with the Runner's context, wall", wrapped, "add_wall_ours", "add_wall_theirs"
+            "add_items with the Runner's context, wall",
+            wrapped,
+            "add_wall_ours",
+            "add_wall_theirs",
+            ms=True,
         )
     )
-    print(ratio_line("get_items(120)", bare, "get_ours", "get_theirs"))
+    print(ratio_line("get_items(120)", bare, "get_ours", "get_theirs", ms=True))
     print(ratio_line("stored JSON bytes per item", bare, "bytes_ours", "bytes_theirs"))
     print(ratio_line("stored row bytes per item (every column)", bare, "rows_ours", "rows_theirs"))
     print(
