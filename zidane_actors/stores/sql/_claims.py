@@ -47,6 +47,7 @@ class _Statements:
         )
         self.runs = sql("SELECT id, body FROM runs WHERE session_id = ?")
         self.abort_run = sql("UPDATE runs SET body = ? WHERE session_id = ? AND id = ?")
+        self.epoch = sql("SELECT run_epoch FROM sessions WHERE id = ?")
 
 
 _statements: Final = functools.cache(_Statements)
@@ -60,9 +61,25 @@ def _owner(raw: str | bytes | None, session_id: str) -> RunOwner | None:
 
 
 class SQLClaims(SQLHooks):
-    """``claim_run`` and ``demote_stale_run`` of a SQL store."""
+    """``claim_run``, ``demote_stale_run`` and ``run_epoch`` of a SQL store."""
 
     __slots__ = ()
+
+    async def run_epoch(self, session_id: str) -> int | None:
+        """The session's lease epoch (bumped by every successful claim), or ``None`` for an
+        unknown id.
+
+        A run holder passes it along with its writes so a later claimant can
+        fence off a holder that lost its claim.
+        """
+        validate_id(session_id)
+        sql = _statements(self._dialect).epoch
+
+        def op(db: Any) -> int | None:
+            row = db.execute(sql, (session_id,)).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._sql_read(op)
 
     async def claim_run(
         self, session_id: str, *, stale_at: int, owner: RunOwner | None = None
