@@ -8,7 +8,8 @@ every store, so they live here.
 
 from __future__ import annotations
 
-from ..model import validate_id
+from ..errors import ValidationError
+from ..model import SessionHistory, validate_id
 from ._protocol import HistoryMutation, MutateResult, Revision, RevisionSink, TurnsMutation
 from ._validate import turns_only, warn_mutate_turns
 
@@ -52,7 +53,9 @@ class HistoryEdits:
         on_revision: RevisionSink | None,
     ) -> MutateResult:
         validate_id(session_id)
-        result, revision = await self._edit_history(session_id, mutate, runs_too, expected_rev)
+        result, revision = await self._edit_history(
+            session_id, _checked_edit(mutate), runs_too, expected_rev
+        )
         if on_revision is not None and revision is not None and revision.before:
             on_revision(revision)
         return result
@@ -74,3 +77,18 @@ class TurnsEdits(HistoryEdits):
         """Deprecated turns-only form of :meth:`mutate_history` (runs untouched)."""
         warn_mutate_turns()
         return await self._edit(session_id, turns_only(mutate), False, expected_rev, on_revision)
+
+
+def _checked_edit(mutate: HistoryMutation) -> HistoryMutation:
+    """``mutate``, its answer checked: a :class:`SessionHistory` or ``None`` (no change)."""
+
+    def edit(history: SessionHistory) -> SessionHistory | None:
+        result = mutate(history)
+        if result is not None and not isinstance(result, SessionHistory):
+            raise ValidationError(
+                "a history mutation must return a SessionHistory or None, "
+                f"got {type(result).__name__}"
+            )
+        return result
+
+    return edit

@@ -24,7 +24,6 @@ from .. import model
 from ..errors import (
     SessionNotFoundError,
     StoreClosedError,
-    ValidationError,
 )
 from ..model import (
     AppendTurnsOptions,
@@ -575,11 +574,6 @@ class MemoryStore(TurnsEdits):
         result = mutate(current)
         if result is None:
             return "unchanged"
-        if not isinstance(result, SessionHistory):
-            raise ValidationError(
-                f"mutate_history callback must return a SessionHistory or None, "
-                f"got {type(result).__name__}"
-            )
         turns = checked_items(result.turns, SessionTurn, "history turns")
         runs = stored.runs
         if result.runs != current.runs:

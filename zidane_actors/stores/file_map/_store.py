@@ -615,11 +615,6 @@ class FileMapStore(HistoryEdits):
             result = mutate(model.SessionHistory(turns=turns, runs=meta.runs))
             if result is None:
                 return "unchanged", None
-            if not isinstance(result, model.SessionHistory):
-                raise ValidationError(
-                    "a history mutation must return a SessionHistory or None, "
-                    f"got {type(result).__name__}"
-                )
             lines = _turn_lines(result.turns, "$.turns")
             runs = meta.runs
             if result.runs is not runs and result.runs != runs:
