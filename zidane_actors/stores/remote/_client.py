@@ -14,7 +14,6 @@ import math
 import random
 import ssl
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -181,12 +180,7 @@ class RemoteStore(TurnsEdits):
     async def __aenter__(self) -> RemoteStore:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
