@@ -29,6 +29,7 @@ from ._build import _loaded_session_data, _new_session_data, _restored_session_d
 from ._commands import _SessionCommand
 from ._session import Session
 from ._store_actor import StoreActor, StoreActorStatistics, open_store_actor
+from ._trace import host_op, refresh
 from ._view import Clock, _wall_clock
 
 __all__ = ["HostStatistics", "SessionHost", "open_session_host"]
@@ -110,6 +111,7 @@ class SessionHost:
 
     # -- sessions ------------------------------------------------------------
 
+    @host_op("create_session")
     async def create_session(
         self,
         *,
@@ -178,6 +180,7 @@ class SessionHost:
                 del self._loading[id]
                 pending.done.set()
 
+    @host_op("load_session")
     async def load_session(
         self,
         session_id: str,
@@ -242,6 +245,7 @@ class SessionHost:
             del self._loading[session_id]
             pending.done.set()
 
+    @host_op("delete_session")
     async def delete_session(self, session_id: str) -> None:
         """Delete a session from the store and forget its handle in this host.
 
@@ -419,6 +423,7 @@ async def open_session_host(
         open_store_actor(store, mailbox_size=store_mailbox_size, max_batch=max_batch) as actor,
         open_service_nursery() as nursery,
     ):
+        refresh()  # trace this host's sessions when the application set a tracer provider
         host = SessionHost(
             actor,
             nursery,

@@ -98,6 +98,7 @@ from ._contention import STALE_ATTEMPTS, back_off
 from ._plans import _Planned
 from ._repairs import _heal_history, _HeldMarker, close_interrupted_tool_calls
 from ._store_actor import StoreActor
+from ._trace import session_op
 from ._view import Clock, _History, _wall_clock
 
 __all__ = ["MetaListener", "SavedListener", "Session"]
@@ -441,6 +442,7 @@ class Session(_Planned):
 
     # -- mutations -----------------------------------------------------------
 
+    @session_op("append_turns")
     async def append_turns(
         self, turns: Iterable[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> None:
@@ -468,6 +470,7 @@ class Session(_Planned):
         write = StoreWrite("append_turns", (self.id, checked, options))
         return self._submit_direct(store, write, _AppendReply(self, checked, options))
 
+    @session_op("save")
     async def save(self) -> None:
         """Persist the session, then await the ``on_saved`` listeners in order.
 
@@ -621,6 +624,7 @@ class Session(_Planned):
         """Enqueue :meth:`error_run` without waiting."""
         return self._submit(_FinishRun(run_id, "error", stats, error, detail))
 
+    @session_op("update_run")
     async def update_run(self, run: SessionRun, options: UpdateRunOptions | None = None) -> None:
         """Upsert a run record through ``store.update_run``, then in memory."""
         await self._call(_UpdateRun(_checked_runs((run,))[0], options))
