@@ -18,6 +18,9 @@ alternating order):
   growth of ``pg_database_size`` over the freshly set-up database);
 * **many threads**: ``--threads`` threads at once, 5 runs each (``asyncio.gather``).
 
+Each saver's one-time setup (opening the store, making its tables) is done
+before the timing starts, on both sides.
+
 It prints each round's figures and the median of the round ratios (ours /
 peer: below 1 is smaller or faster).
 """
@@ -172,6 +175,14 @@ def _db_size(name: str) -> int:
         return int(row[0])
 
 
+async def _set_up(saver: Any) -> None:
+    """Open the store and make its tables before timing (each saver's one-time setup)."""
+    if isinstance(saver, ZidaneSaver):
+        await saver.aget_tuple({"configurable": {"thread_id": "warm-up"}})
+    else:
+        await saver.setup()
+
+
 async def _measure(kind: str, ours: bool, runs: int, threads: int) -> tuple[float, int, float]:
     """(seconds per step, bytes stored, seconds for many threads) of one variant."""
     gc.collect()
@@ -180,31 +191,35 @@ async def _measure(kind: str, ours: bool, runs: int, threads: int) -> tuple[floa
         path = os.path.join(folder, "one.db")
         if ours:
             async with ZidaneSaver(store=f"sqlite:{path}") as saver:
+                await _set_up(saver)
                 step = await _one_thread(saver, runs)
         else:
             async with AsyncSqliteSaver.from_conn_string(path) as saver:
+                await _set_up(saver)
                 step = await _one_thread(saver, runs)
         size = _dir_bytes(folder)
         many_path = os.path.join(folder, "many.db")
         if ours:
             async with ZidaneSaver(store=f"sqlite:{many_path}") as saver:
+                await _set_up(saver)
                 many = await _many_threads(saver, threads)
         else:
             async with AsyncSqliteSaver.from_conn_string(many_path) as saver:
+                await _set_up(saver)
                 many = await _many_threads(saver, threads)
         return step, size, many
     async with _database() as name:
         url = f"postgresql://postgres@127.0.0.1:5432/{name}"
         if ours:
             async with ZidaneSaver(store=url) as saver:
-                await saver.aget_tuple({"configurable": {"thread_id": "warm-up"}})
+                await _set_up(saver)
                 base = _db_size(name)
                 step = await _one_thread(saver, runs)
                 size = _db_size(name) - base
                 many = await _many_threads(saver, threads)
         else:
             async with AsyncPostgresSaver.from_conn_string(url) as saver:
-                await saver.setup()
+                await _set_up(saver)
                 base = _db_size(name)
                 step = await _one_thread(saver, runs)
                 size = _db_size(name) - base
