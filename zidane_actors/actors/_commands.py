@@ -315,6 +315,14 @@ class _MutateHistory(_SessionCommand[MutateResult]):
 
 
 @attrs.frozen(eq=False)
+class _Compact(_SessionCommand[SessionTurn]):
+    marker: SessionTurn
+
+    async def apply(self, session: Session) -> SessionTurn:
+        return await session._do_compact(self.marker)
+
+
+@attrs.frozen(eq=False)
 class _Heal(_SessionCommand[bool]):
     async def apply(self, session: Session) -> bool:
         return await session._do_heal()

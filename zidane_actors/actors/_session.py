@@ -9,6 +9,7 @@ write is durable and visible, and a failed one leaves memory unchanged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, cast
@@ -22,6 +23,7 @@ from ..errors import (
     ActorCrashed,
     ConflictError,
     NoStoreError,
+    SessionNotFoundError,
     StaleSessionError,
     UnsupportedOperationError,
     ValidationError,
@@ -33,6 +35,7 @@ from ..model import (
     SessionArtifact,
     SessionArtifactInput,
     SessionData,
+    SessionHistory,
     SessionMessage,
     SessionRun,
     SessionRunAgent,
@@ -40,9 +43,12 @@ from ..model import (
     SessionTurn,
     UpdateRunOptions,
     check_model,
+    compaction_marker,
     fresh_turns,
+    model_view,
     new_id,
     validate_id,
+    with_compaction,
 )
 from ..model._checked import checked_turns
 from ..model._frozen import frozen
@@ -75,6 +81,7 @@ from ._commands import (
     _AddArtifact,
     _AppendReply,
     _AppendTurns,
+    _Compact,
     _DirectReply,
     _FinishRun,
     _Heal,
@@ -769,6 +776,48 @@ class Session(_Planned):
         await trio.lowlevel.cancel_shielded_checkpoint()
         return False
 
+    async def compact(self, summary: Iterable[SessionTurn], *, through: str) -> SessionTurn:
+        """Record that ``summary`` stands, for the model, for the turns through ``through``.
+
+        Lossless: one marker turn is appended (see :mod:`zidane_actors.model`'s
+        ``compaction_marker``) and every turn stays stored and in :attr:`turns`;
+        :meth:`to_messages` starts from the latest marker. ``through`` must name
+        a turn of the session (else :class:`ValidationError` at ``$.through``).
+        Written over the rev memory reflects: when another writer wrote since,
+        nothing is written, memory takes the store's state and
+        :class:`StaleSessionError` is raised. Answers the marker.
+        """
+        marker = compaction_marker(
+            summary, through=through, id=await self.generate_turn_id(), created_at=self._now()
+        )
+        return await self._call(_Compact(checked_turns((marker,))[0]))
+
+    async def _do_compact(self, marker: SessionTurn) -> SessionTurn:
+        if self._bulk:
+            raise ConflictError(f"session {self.id!r} holds an unsaved set_turns: save it first")
+        with_compaction(SessionHistory(self._data.turns, ()), marker)  # located, nothing sent
+        if "mutate_history" in self._caps:
+            told: list[Revision] = []
+            versioned: dict[str, Any] = {"expected_rev": self._rev, "on_revision": told.append}
+            try:
+                result = await self._full().mutate_history(
+                    self.id,
+                    functools.partial(with_compaction, marker=marker),
+                    **({} if self._rev is None else versioned),
+                )
+            except StaleSessionError:
+                await self._fold()
+                raise
+            if result == "no-session":
+                raise SessionNotFoundError(f"session {self.id!r} is not in the store")
+            self._apply_fresh((marker,), None)
+            self._observe(told[0] if told else None)
+        elif self._store is not None:
+            await self._do_append_turns((marker,), None)
+        else:
+            self._apply_fresh((marker,), None)
+        return marker
+
     async def to_messages(
         self,
         *,
@@ -777,10 +826,12 @@ class Session(_Planned):
         user_tail_directive: str | None = None,
         on_repair: Callable[[PairingRepair], None] | None = None,
     ) -> list[SessionMessage]:
-        """The turns as wire-ready messages (pairing repaired; never written back)."""
+        """The model's view (:func:`~zidane_actors.model.model_view`: from the latest
+        compaction on) as wire-ready messages, pairing repaired; never written back.
+        ``on_repair``'s indexes are into that view."""
         self._read_epoch = self._view_epoch()
         messages: list[SessionMessage] = await to_wire_messages(
-            self._view.of(self._data).turns,
+            model_view(self._view.of(self._data).turns),
             provider=provider,
             resolve_content_ref=resolve_content_ref,
             user_tail_directive=user_tail_directive,

@@ -423,6 +423,7 @@ class _SessionAPI(_Handle):
     list_artifacts = _Call(Session.list_artifacts)
     heal_interrupted_tool_calls = _Call(Session.heal_interrupted_tool_calls)
     mutate_history = _Call(Session.mutate_history)  # ``mutate`` runs in the trio thread
+    compact = _Call(Session.compact, freeze=("summary",))
     to_messages = _Call(Session.to_messages)
 
     # The extension-state functions, as methods (the session is the handle's).
