@@ -64,6 +64,8 @@ from ..model import (
     SessionTurn,
     StoredRunOptions,
     TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
     TurnUsage,
     encode,
     new_id,
@@ -84,11 +86,13 @@ from ._responses import (
 )
 from ._usage import Price, cost_of, total
 
-__all__ = ["DEFAULT_STORE", "ZidaneSession"]
+__all__ = ["DEFAULT_STORE", "TOOL_ERRORS_KEY", "ZidaneSession"]
 
 _log = logging.getLogger("zidane_actors.integrations.openai_agents")
 
 DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+TOOL_ERRORS_KEY: Final = "toolErrors"
+"""Where a tool result turn keeps its failed calls' exception texts, by call id."""
 
 T = TypeVar("T")
 
@@ -162,7 +166,9 @@ class _RunnerCall:
     done: bool = False
     changed: set[str] = attrs.Factory(set)  # ids of runs to write besides the current one
     failed: set[str] = attrs.Factory(set)  # call ids of tool results reported as failed
+    tool_errors: dict[str, str] = attrs.Factory(dict)  # call id -> the tool's exception text
     stored: bool = False  # this session stored an item of the call: its runs are this session's
+    answered: bool = False  # its last stored item is an answer (an assistant message, no call)
 
     @property
     def current(self) -> _Run:
@@ -175,6 +181,26 @@ class _RunnerCall:
                 run.status, run.ended_at, run.error = status, now, error
                 self.changed.add(run.id)
         self.done = True
+
+    def settle(self, error: str | None = None) -> None:
+        """Close the runs of a call that is over (its context gone, its session closing).
+
+        ``error`` is the exception that ended it, when known. Without hooks, a
+        call whose last stored item is not an answer has an unknown outcome:
+        never recorded as completed.
+        """
+        if self.final or (not self.hooked and self.answered and error is None):
+            self.finish("completed")
+        elif self.llm_open:
+            self.finish("error", error or "the model call did not answer (the Runner raised)")
+        elif self.tool_open:
+            self.finish("error", error or "a tool call did not finish (the Runner raised)")
+        elif error is not None:
+            self.finish("error", error)
+        elif self.hooked:
+            self.finish("aborted", "ended without a final output (interrupted or stopped)")
+        else:
+            self.finish("aborted", "ended without an answer (its outcome is unknown without hooks)")
 
 
 _Placed = tuple[_Run, TurnUsage | None]
@@ -356,6 +382,7 @@ class ZidaneSession(_shared.Share):
         self._items_json: dict[str, tuple[SessionTurn, bytes]] = {}
         self._calls: dict[int, tuple[weakref.ref[Any], _RunnerCall]] = {}
         self._calls_lock = threading.RLock()  # a finalizer may run inside a hold
+        self._ending: BaseException | None = None  # the exception leaving a with block
 
     def __repr__(self) -> str:
         return f"ZidaneSession({self.session_id!r}, store={self.store_url!r})"
@@ -411,12 +438,17 @@ class ZidaneSession(_shared.Share):
                 else:
                     previous = placed[index - 1] if index else None
                     placed[index] = (call.current if previous is None else previous[0], None)
-            if call.final and groups[-1][0] == "assistant":
+            last_role, last_content, _ = groups[-1]
+            call.answered = last_role == "assistant" and not any(
+                isinstance(b, ToolCallBlock) for b in last_content
+            )
+            if call.final and last_role == "assistant":
                 call.finish("completed")
             if call.failed:
                 groups = [(r, marked(c, call.failed), i) for r, c, i in groups]
                 call.failed.difference_update(*(error_marks(c) for _, c, _ in groups))
-        turns = [_turn(group, where) for group, where in zip(groups, placed, strict=True)]
+        errors = {} if call is None else call.tool_errors
+        turns = [_turn(group, where, errors) for group, where in zip(groups, placed, strict=True)]
         records = _records(call, [p for p in placed if p is not None])
         await self._call(self._append, turns, records)
 
@@ -439,7 +471,10 @@ class ZidaneSession(_shared.Share):
         model sees the SDK's default message: a formatter of your own can call
         this one and answer its own text.
         """
-        self._runner_call(args.run_context.usage, "").failed.add(args.call_id)
+        call = self._runner_call(args.run_context.usage, "")
+        call.failed.add(args.call_id)
+        if args.error is not None:
+            call.tool_errors[args.call_id] = _error_text(args.error)
         return None
 
     # -- lifetime ---------------------------------------------------------------
@@ -447,13 +482,50 @@ class ZidaneSession(_shared.Share):
     def close(self) -> None:
         """Release this session's share of the portal (the last share closes the store).
 
-        Blocks until that close is done; use :meth:`aclose` from asyncio code.
+        The runs of Runner calls still open are closed first (an exception
+        leaving a ``with`` block is their error). Blocks until that close is
+        done; use :meth:`aclose` from asyncio code.
         """
+        records = self._settled(self._ending)
+        shared = self._shared
+        if records and shared is not None:
+            try:
+                shared.ready.result()
+                shared.portal.call(self._write_runs, shared, records)
+            except Exception:  # the close goes on: say what was lost
+                _log.exception("could not record the end of runs of session %r", self.session_id)
         self._let_go_blocking()
 
     async def aclose(self) -> None:
         """:meth:`close` without blocking the asyncio loop."""
+        records = self._settled(self._ending)
+        if records and self._shared is not None:
+            try:
+                await self._call(self._write_runs, records)
+            except Exception:
+                _log.exception("could not record the end of runs of session %r", self.session_id)
         await self._let_go_async()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self._ending = exc
+        self.close()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self._ending = exc
+        await self.aclose()
+
+    def _settled(self, ending: BaseException | None) -> list[SessionRun]:
+        """Close the runs of the Runner calls still open; their records to write."""
+        with self._calls_lock:
+            calls = [call for _, call in self._calls.values()]
+            self._calls.clear()
+        error = f"{type(ending).__name__}: {ending}" if isinstance(ending, Exception) else None
+        records: list[SessionRun] = []
+        for call in calls:
+            if call.stored and not call.done:
+                call.settle(error)
+                records.extend(_records(call, None))
+        return records
 
     def _let_go(self) -> Any:
         stopped = super()._let_go()
@@ -468,7 +540,13 @@ class ZidaneSession(_shared.Share):
         with self._calls_lock:
             known = self._calls.get(key)
             if known is not None and known[0]() is usage:
-                return known[1]
+                call = known[1]
+                if prompt and not call.runs[0].prompt:  # begun by the hooks (run_streamed)
+                    for run in call.runs:
+                        if not run.prompt:
+                            run.prompt = prompt
+                            call.changed.add(run.id)
+                return call
             call = _RunnerCall([_Run(new_id(), prompt, _now_ms())])
             self._calls[key] = (weakref.ref(usage), call)
         weakref.finalize(usage, self._call_gone, weakref.ref(self), key, call)
@@ -485,16 +563,7 @@ class ZidaneSession(_shared.Share):
                 session._calls.pop(key, None)
         if call.done or not call.stored:
             return  # closed already, or a run of another session the hooks were passed to
-        if call.final:
-            call.finish("completed")
-        elif call.llm_open:
-            call.finish("error", "the model call did not answer (the Runner raised)")
-        elif call.tool_open:
-            call.finish("error", "a tool call did not finish (the Runner raised)")
-        elif call.hooked:
-            call.finish("aborted", "ended without a final output (interrupted or stopped)")
-        else:
-            call.finish("completed")  # without hooks the end is all that is known
+        call.settle()
         shared = session._shared
         if shared is None:
             return
@@ -647,9 +716,24 @@ class ZidaneSession(_shared.Share):
             )
 
 
-def _turn(group: ItemGroup, placed: _Placed | None) -> SessionTurn:
-    """The turn that stores ``group``, as part of the run ``placed`` names (if any)."""
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _turn(
+    group: ItemGroup, placed: _Placed | None, tool_errors: dict[str, str] | None = None
+) -> SessionTurn:
+    """The turn that stores ``group``, as part of the run ``placed`` names (if any).
+
+    The exception texts of its failed tool calls (``tool_errors``, taken
+    here) are kept in its ``metadata["toolErrors"]``, by call id.
+    """
     role, content, items = group
+    errors = {
+        b.call_id: tool_errors.pop(b.call_id)
+        for b in content
+        if tool_errors and isinstance(b, ToolResultBlock) and b.call_id in tool_errors
+    }
     turn_id = new_id()
     run, usage = (None, None) if placed is None else placed
     if run is not None and role == "assistant":
@@ -663,7 +747,7 @@ def _turn(group: ItemGroup, placed: _Placed | None) -> SessionTurn:
         created_at=_now_ms(),
         run_id=None if run is None else run.id,
         usage=usage,
-        metadata=turn_metadata(None, role, content, items),
+        metadata=turn_metadata({TOOL_ERRORS_KEY: errors} if errors else None, role, content, items),
     )
 
 
