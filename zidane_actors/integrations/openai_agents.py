@@ -14,8 +14,10 @@ argument), so it knows which call each item belongs to. ``session.hooks``
 (``Runner.run(..., session=s, hooks=s.hooks)``) adds what only the run's
 lifecycle tells: agents, models, per-response usage and cost, handoffs as
 child runs, and how the call ended; ``session.tool_error_formatter`` (a
-``RunConfig`` formatter) marks the results of failed tool calls ``isError``.
-Requires the ``openai-agents`` extra.
+``RunConfig`` formatter) marks the results of failed tool calls ``isError``. Wrapped in
+``OpenAIResponsesCompactionSession``, it compacts losslessly: its compaction
+hooks record a zidane compaction, so ``get_items`` answers the compacted
+history while every item stays stored. Requires the ``openai-agents`` extra.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
 import attrs
@@ -44,6 +46,7 @@ from agents import (
     default_tool_error_function,
 )
 from agents.items import TResponseInputItem
+from agents.memory.session import _CompactionSnapshot
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
@@ -53,7 +56,7 @@ from agents.tool import default_tool_timeout_error_message
 from openai.types.responses import ResponseFunctionToolCall
 
 from ..actors import Session
-from ..errors import ActorClosed, ConflictError
+from ..errors import ActorClosed, ConflictError, StaleSessionError
 from ..errors import SessionNotFoundError as ZidaneNotFound
 from ..model import (
     AppendTurnsOptions,
@@ -67,7 +70,11 @@ from ..model import (
     ToolCallBlock,
     ToolResultBlock,
     TurnUsage,
+    compaction_marker,
+    compaction_of,
     encode,
+    latest_compaction,
+    model_view,
     new_id,
     parse_json,
     preview,
@@ -408,7 +415,9 @@ class ZidaneSession(_shared.Share):
         # An open session is read through load_session: its rev check folds in what
         # another worker wrote since.
         session = await self._call(self._session, False)
-        return [] if session is None else _newest_items(session.turns, wanted, self._items_json)
+        if session is None:
+            return []
+        return _newest_items(model_view(session.turns), wanted, self._items_json)
 
     async def add_items(
         self, items: list[TResponseInputItem], wrapper: RunContextWrapper[Any] | None = None
@@ -461,6 +470,46 @@ class ZidaneSession(_shared.Share):
     async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Remove every item; the zidane session itself (metadata, runs) stays."""
         await self._call(self._clear)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """openai-agents' compaction hook: ``items`` become the whole history the Runner reads.
+
+        Lossless, in one step of the store: a compaction through the newest
+        stored turn with ``items`` as its summary (``Session.compact``), so
+        :meth:`get_items` answers ``items`` while the zidane session keeps
+        every turn it held. An item the converters cannot carry raises
+        ``WireFormatError`` before anything is written.
+        """
+        summary = _summary(items)
+        return await self._call(self._replace, summary, None)
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[TResponseInputItem], bool] | None = None
+    ) -> _CompactionSnapshot | None:
+        """openai-agents' compaction hook: the newest ``limit`` items and how to replace a suffix.
+
+        ``replace_suffix(start, output)`` makes the items from ``start`` on
+        ``output``, as one compaction whose summary is the items before
+        ``start`` then ``output`` (every stored turn kept), and only while the
+        history is still the one read here (else ``False``). ``None`` (the SDK's
+        whole-history path) when asked to prune expired items, which would
+        delete them.
+        """
+        if prune_prefix is not None:
+            return None
+        read = await self._call(self._view_items)
+        newest = read[-limit:] if limit > 0 else []
+        kept = len(read) - len(newest)
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            if not newest[start:]:
+                return False
+            summary = _summary([*read[: kept + start], *output])
+            return await self._call(self._replace, summary, read)
+
+        return _CompactionSnapshot(
+            cast(list[TResponseInputItem], newest), kept == 0, replace_suffix
+        )
 
     def tool_error_formatter(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
         """Record that a tool call failed; pass as ``RunConfig(tool_error_formatter=...)``.
@@ -600,18 +649,22 @@ class ZidaneSession(_shared.Share):
         meta = await store.get_meta(self.session_id)
         if meta is None:
             return ()
-        # Each turn but a command stands for one item or more.
+        # Each turn but a command stands for one item or more. Once a compaction marker
+        # is read, the turns back to its ``through`` decide the view.
         end, items = meta.turn_count, 0
         turns: tuple[SessionTurn, ...] = ()
-        while end > 0 and items < wanted:
-            start = max(0, end - (wanted - items))
+        while end > 0:
+            start = max(0, end - max(wanted - items, len(turns), 1))
             read = tuple(await store.get_turns(self.session_id, start, end - start))
             if not read:
                 break
             turns = read + turns
             items += sum(t.role != "command" for t in read)
             end = start
-        return turns
+            known = _view_known(turns)
+            if known or (known is None and items >= wanted):
+                break
+        return tuple(model_view(turns))
 
     async def _append(
         self, shared: _shared.SharedPortal, turns: list[SessionTurn], records: list[SessionRun]
@@ -688,23 +741,51 @@ class ZidaneSession(_shared.Share):
         popped: list[dict[str, Any]] = []
 
         def pop(history: SessionHistory) -> SessionHistory | None:
-            # The stored newest turn that stands for items loses its last item, in one
-            # step of the store: never a rewrite of this process's view.
+            # The newest turn of the model's view that stands for items loses its last
+            # item, in one step of the store: never a rewrite of this process's view.
             popped.clear()
-            turns = list(history.turns)
-            for index in range(len(turns) - 1, -1, -1):
-                items = items_of_turn(turns[index])
-                if items:
-                    rest = turn_without_last_item(turns[index])
-                    turns[index : index + 1] = [] if rest is None else [rest]
-                    popped.append(items[-1])
-                    return SessionHistory(tuple(turns), history.runs)
-            return None
+            turns = _popped(history.turns, popped)
+            return None if turns is None else SessionHistory(turns, history.runs)
 
         async with _lock_for(session):
             if await session.mutate_history(pop) != "ok" or not popped:
                 return None
             return cast(TResponseInputItem, popped[-1])
+
+    async def _view_items(self, shared: _shared.SharedPortal) -> list[dict[str, Any]]:
+        session = await self._session(shared, False)
+        if session is None:
+            return []
+        return cast(list[dict[str, Any]], _newest_items(model_view(session.turns), None))
+
+    async def _replace(
+        self,
+        shared: _shared.SharedPortal,
+        summary: list[SessionTurn],
+        read: list[dict[str, Any]] | None,
+    ) -> bool:
+        """Make ``summary`` the model's view in one compaction through the newest turn.
+
+        With ``read``: only while the view still holds those items (``False``
+        when not). A write another worker made first is folded in and the
+        compaction made again over it.
+        """
+        session = await self._session(shared, True)
+        assert session is not None
+        async with _lock_for(session):
+            for _ in range(3):
+                if read is not None and _newest_items(model_view(session.turns), None) != read:
+                    return False
+                if not session.turns:
+                    if summary:
+                        await session.append_turns(summary)
+                    return True
+                try:
+                    await session.compact(summary, through=session.turns[-1].id)
+                except StaleSessionError:
+                    continue  # memory is the store's now
+                return True
+        raise ConflictError(f"session {preview(self.session_id)} kept changing while compacted")
 
     async def _clear(self, shared: _shared.SharedPortal) -> None:
         session = await self._session(shared, False)
@@ -766,7 +847,7 @@ def _records(call: _RunnerCall | None, runs: list[_Placed] | None) -> list[Sessi
 
 
 def _newest_items(
-    turns: tuple[SessionTurn, ...],
+    turns: Sequence[SessionTurn],
     wanted: int | None,
     memo: dict[str, tuple[SessionTurn, bytes]] | None = None,
 ) -> list[TResponseInputItem]:
@@ -804,6 +885,54 @@ def _newest_items(
     if wanted is not None and len(flat) > wanted:
         flat = flat[-wanted:]
     return cast(list[TResponseInputItem], flat)
+
+
+def _summary(items: Sequence[Any]) -> list[SessionTurn]:
+    """The turns that store ``items`` as a compaction's summary (no run of their own)."""
+    return [_turn(group, None) for group in group_items(list(items))]
+
+
+def _view_known(turns: tuple[SessionTurn, ...]) -> bool | None:
+    """Whether the newest marker of ``turns`` finds its ``through`` among them (``None``: none)."""
+    for index in range(len(turns) - 1, -1, -1):
+        found = compaction_of(turns[index])
+        if found is not None:
+            return any(turn.id == found.through for turn in turns[:index])
+    return None
+
+
+def _popped(
+    turns: tuple[SessionTurn, ...], popped: list[dict[str, Any]]
+) -> tuple[SessionTurn, ...] | None:
+    """``turns`` without the last item of the model's view (put in ``popped``); ``None``: none.
+
+    An item of a turn after the compaction leaves that turn; an item of its
+    summary leaves the summary the marker carries (the turns it stands for stay).
+    """
+    latest = latest_compaction(turns)
+    first = 0 if latest is None else latest[1] + 1
+    for index in range(len(turns) - 1, first - 1, -1):
+        items = items_of_turn(turns[index]) if compaction_of(turns[index]) is None else []
+        if items:
+            rest = turn_without_last_item(turns[index])
+            popped.append(items[-1])
+            return (*turns[:index], *(() if rest is None else (rest,)), *turns[index + 1 :])
+    if latest is None:
+        return None
+    at, _, compaction = latest
+    summary = list(compaction.summary)
+    for k in range(len(summary) - 1, -1, -1):
+        items = items_of_turn(summary[k])
+        if items:
+            rest = turn_without_last_item(summary[k])
+            popped.append(items[-1])
+            summary[k : k + 1] = [] if rest is None else [rest]
+            old = turns[at]
+            new = compaction_marker(
+                summary, through=compaction.through, id=old.id, created_at=old.created_at
+            )
+            return (*turns[:at], new, *turns[at + 1 :])
+    return None
 
 
 def _merge(last: SessionTurn, new: SessionTurn) -> SessionTurn | None:
