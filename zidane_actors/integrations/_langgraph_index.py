@@ -119,14 +119,16 @@ class _Index:
         self.count = len(turns)
         self.last = turns[-1] if turns else None
 
-    def add_pending(self, turns: Sequence[SessionTurn], runs: Sequence[SessionRun]) -> None:
-        """Index turns planned for an append not made yet (the runs as it leaves them).
+    def add_pending(self, turns: Sequence[SessionTurn], runs: Sequence[SessionRun] | None) -> None:
+        """Index turns planned for an append not made yet (``runs``: the runs as it
+        leaves them, when it adds one; a run's lane depends on the runs it knows).
 
         ``count`` and ``last`` still describe the session's stored turns: once the
         append lands, :meth:`landed` moves them past these; if it fails, the whole
         index is dropped.
         """
-        self.lanes = _lane_for_run(runs)
+        if runs is not None:
+            self.lanes = _lane_for_run(runs)
         for turn in turns:
             self._add(turn)
 

@@ -189,15 +189,12 @@ class _Batch:
         self.index = index
         self.now = _now()
         self.turns: list[SessionTurn] = []
-        self.runs: dict[str, SessionRun] = {}
+        self.runs = {r.id: r for r in session.runs}  # as the batch leaves them
         self.run: SessionRun | None = None
         self.writes: list[_Write] = []
 
     def known_run(self, run_id: str) -> SessionRun | None:
-        found = self.runs.get(run_id)
-        if found is None:
-            found = next((r for r in self.session.runs if r.id == run_id), None)
-        return found
+        return self.runs.get(run_id)
 
     def take(self, write: _Write, run: SessionRun | None, turns: list[SessionTurn]) -> bool:
         """Add ``write``'s turns; ``False`` when it updates another run than the batch's
@@ -207,12 +204,11 @@ class _Batch:
         self.writes.append(write)
         if not turns:
             return True  # stored already: it lands with the batch
+        # A run's lane is decided by the runs known: it changes with a new run only.
+        lanes_change = self.index.lanes is None or (run is not None and run.id not in self.runs)
         if run is not None:
             self.runs[run.id] = self.run = run
-        runs = [self.runs.get(r.id, r) for r in self.session.runs]
-        known = {r.id for r in runs}
-        runs.extend(r for r in self.runs.values() if r.id not in known)
-        self.index.add_pending(turns, runs)
+        self.index.add_pending(turns, list(self.runs.values()) if lanes_change else None)
         self.turns.extend(turns)
         return True
 
