@@ -3,10 +3,13 @@
 One writer appends ``--turns`` realistic turns (``_realistic.py``, 1-4 KB of JSON,
 three per call, over 1000 sessions) through the public store API with default
 settings, as fast as the store takes them; the background indexer keeps the search
-queue short meanwhile. Printed: the append latencies (p50, p99, max: a writer held
-behind an indexing step shows in the max), how many turns were still queued when
-the burst ended, and 10 s after it the latency of searches (a common word, and the
-last turn's own word).
+queue short meanwhile. Printed: the append latencies (p50, p99, max), the indexing
+steps (how many, the longest) and the most any append overlapped one (the time a
+writer can have waited behind indexing: on SQLite the step holds the one connection,
+its commit included; on PostgreSQL the step's computing, on its own connection), how
+many turns were still queued when the burst ended, and 10 s after it the latency of
+searches (a rare word: the last turn's own; a common one, which matches every
+session and costs its query, not indexing).
 
 Stores: SQLite (a temporary file) and PostgreSQL (``ZIDANE_TEST_POSTGRES``, as
 ``tests/_pg.py``; default the local ``test`` database, a fresh schema dropped after).
@@ -36,6 +39,26 @@ from psycopg import sql
 
 from zidane_actors.model import SessionData, SessionSearch, SessionTurn, TextBlock
 from zidane_actors.stores import open_postgres_store, open_sqlite_store
+from zidane_actors.stores.postgres import _store as postgres_module
+from zidane_actors.stores.sqlite import _meta as sqlite_module
+
+STEPS: list[tuple[float, float]] = []
+"""(start, end) of every indexing step, recorded by the wrappers below (in their threads)."""
+
+
+def timed(step: Callable[..., bool]) -> Callable[..., bool]:
+    def run(*args: Any) -> bool:
+        start = time.perf_counter()
+        try:
+            return step(*args)
+        finally:
+            STEPS.append((start, time.perf_counter()))
+
+    return run
+
+
+sqlite_module._background_step = timed(sqlite_module._background_step)  # type: ignore[attr-defined]
+postgres_module.index_step = timed(postgres_module.index_step)  # type: ignore[attr-defined]
 
 DSN = os.environ.get("ZIDANE_TEST_POSTGRES") or "host=127.0.0.1 port=5432 user=postgres dbname=test"
 SESSIONS = 1000
@@ -73,6 +96,22 @@ async def postgres_store() -> AsyncIterator[tuple[Any, Callable[[], int]]]:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def overlaps(spans: list[tuple[float, float]], steps: list[tuple[float, float]]) -> list[float]:
+    """For each span (sorted by start), the longest part of it one step covered."""
+    found: list[float] = []
+    i = 0
+    for t0, t1 in spans:
+        while i < len(steps) and steps[i][1] < t0:
+            i += 1
+        most = 0.0
+        j = i
+        while j < len(steps) and steps[j][0] < t1:
+            most = max(most, min(t1, steps[j][1]) - max(t0, steps[j][0]))
+            j += 1
+        found.append(most)
+    return found
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
@@ -87,6 +126,8 @@ async def burst(
         for s in range(SESSIONS):
             await store.save(SessionData(id=f"s{s}", created_at=1, updated_at=1))
         latencies: list[float] = []
+        spans: list[tuple[float, float]] = []
+        STEPS.clear()
         started = time.perf_counter()
         for c in range(calls):
             session, step = c % SESSIONS, c // SESSIONS
@@ -98,19 +139,27 @@ async def burst(
                 batch.append(last)
             t0 = time.perf_counter()
             await store.append_turns(f"s{session}", batch)
-            latencies.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            latencies.append(t1 - t0)
+            spans.append((t0, t1))
         took = time.perf_counter() - started
+        steps = sorted(STEPS)
+        longest = max((b - a for a, b in steps), default=0.0)
+        behind = overlaps(spans, steps)
         left = await trio.to_thread.run_sync(queued)
         latencies.sort()
         print(
             f"{name}: {calls * 3 + 1} turns in {calls} appends, {took:.1f} s"
             f" ({calls * 3 / took:.0f} turns/s); append p50 {ms(statistics.median(latencies))},"
             f" p99 {ms(latencies[int(len(latencies) * 0.99)])}, max {ms(latencies[-1])};"
+            f" {len(steps)} indexing steps, longest {ms(longest)}; an append overlapped"
+            f" indexing at most {ms(max(behind, default=0.0))}"
+            f" ({sum(b > 0.05 for b in behind)} appends over 50 ms);"
             f" {left} turns queued when the burst ended"
         )
         await trio.sleep(10)
         left = await trio.to_thread.run_sync(queued)
-        for text in ("search files", MARKER):
+        for text in (MARKER, "search files"):
             t0 = time.perf_counter()
             page = await store.search_meta(SessionSearch(text=text))
             took = time.perf_counter() - t0

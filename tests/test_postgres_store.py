@@ -133,6 +133,12 @@ class TestPostgresContract(StoreContract):
         yield lambda: open_postgres_store(FAST_DSN, schema=CONTRACT_SCHEMA, pool_size=2)
 
 
+@pytest.fixture
+def no_indexer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores opened from here on run no background indexer (searches still index)."""
+    monkeypatch.setattr(PostgresStore, "_start_indexer", lambda self: trio.CancelScope())
+
+
 # -- schema ------------------------------------------------------------------------------------
 
 
@@ -178,13 +184,10 @@ async def test_v1_schema_is_migrated_with_its_rows_searchable(schema: str) -> No
     assert admin(schema, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
 
 
-async def test_turn_words_are_computed_by_the_next_search(
-    schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_turn_words_are_computed_by_the_next_search(no_indexer: None, schema: str) -> None:
     """Writes leave a turn's words to the next search for words, which fills them in its
     own transaction; a body rewritten by any path (another program's SQL too) is found by
     its new words only. (The background indexer, which fills them too, is off here.)"""
-    monkeypatch.setattr(PostgresStore, "_start_indexer", lambda self: trio.CancelScope())
     async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
 
         async def hits(text: str) -> list[str]:
@@ -283,8 +286,11 @@ async def test_save_refuses_duplicate_turn_ids(store: PostgresStore) -> None:
     assert await store.load("s") is None
 
 
-async def test_save_keeps_the_stored_turns_it_repeats(schema: str, store: PostgresStore) -> None:
-    """A save rewrites turns only from the first one that differs (by id, role or text)."""
+async def test_save_keeps_the_stored_turns_it_repeats(
+    no_indexer: None, schema: str, store: PostgresStore
+) -> None:
+    """A save rewrites turns only from the first one that differs (by id, role or text).
+    (Row versions tell: the background indexer, which writes words into the rows, is off.)"""
 
     def rows() -> list[tuple[Any, ...]]:
         return admin(schema, "SELECT seq, id, xmin::text FROM turns ORDER BY seq")
@@ -445,7 +451,10 @@ async def test_non_idempotent_write_is_retried_only_when_nothing_was_sent(
     assert await store.run_epoch("s") == 1
 
 
-async def test_server_gone_is_unavailable_after_bounded_retries(schema: str) -> None:
+async def test_server_gone_is_unavailable_after_bounded_retries(
+    no_indexer: None, schema: str
+) -> None:
+    # Counts one call's retries: the background indexer's own are left out.
     async with open_postgres_store(DSN, schema=schema, pool_size=1, retries=2) as opened:
         await opened.save(session("s"))
         opened._writer.dsn = "host=127.0.0.1 port=1 user=postgres dbname=test connect_timeout=1"

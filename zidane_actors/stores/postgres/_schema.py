@@ -332,7 +332,7 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
     return len(turns) + len(headers)
 
 
-_CHUNK: Final = 100
+_CHUNK: Final = 25
 """Turns (and headers) one ``index_pending`` call of :func:`index_step` fills."""
 
 

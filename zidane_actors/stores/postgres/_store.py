@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -60,6 +61,7 @@ from ._reads import (
 )
 from ._rows import (
     _SQL,
+    T,
     _Cursor,
 )
 from ._schema import index_pending, index_step
@@ -217,11 +219,37 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQL
             await self._write(index_pending)
         return await self._read(op)
 
+    _writes: int = 0
+    """Writes this store ran (its background indexer's aside)."""
+    _indexed_after: int = -1
+    """``_writes`` when the background indexer last found nothing to fill: it does not
+    look again until this store writes (other hosts' turns are left to their own
+    indexers and to searches)."""
+
+    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+        self._writes += 1
+        return await super()._write(op, idempotent=idempotent)
+
+    async def _batch(self, op: Callable[[_Cursor], T]) -> T:
+        self._writes += 1
+        return await super()._batch(op)
+
     def _start_indexer(self) -> trio.CancelScope:
         """Fill the words of new turns and headers in short steps while the store is open
         (``open_postgres_store`` starts it)."""
-        name = f"postgres search indexer {self._schema}"
-        return start_indexer(name, lambda: self._write(index_step), lambda: False)
+        return start_indexer(
+            f"postgres search indexer {self._schema}", self._index_in_background, lambda: False
+        )
+
+    async def _index_in_background(self) -> bool:
+        """One background step; whether rows may be left."""
+        seen = self._writes
+        if seen == self._indexed_after:
+            return False
+        more = await PostgresBase._write(self, index_step)
+        if not more:
+            self._indexed_after = seen
+        return more
 
     async def _edit_history(
         self, session_id: str, mutate: HistoryMutation, runs_too: bool, expected_rev: int | None

@@ -219,15 +219,26 @@ class SQLiteMeta(SQLiteBase):
             lambda: self._worker.jobs_waiting > 0,
         )
 
+    _indexed_after: int = -1
+    """The transaction count when the queue was last found empty: until this store runs
+    another transaction the background indexer does not look again (other processes'
+    turns are left to their own indexers and to searches)."""
+
     async def _index_in_background(self) -> bool:
         """One background step; whether rows are left. Another process holding the write
         lock makes it skip (no wait, no busy retry: the next step or search does it)."""
+        seen = self._transactions
+        if seen == self._indexed_after:
+            return False
         try:
-            return await self._worker.run(_background_step)
+            more = await self._worker.run(_background_step)
         except sqlite3.OperationalError as exc:
             if _primary_code(exc) in _BUSY_CODES:
                 return False
             raise
+        if not more:
+            self._indexed_after = seen
+        return more
 
     async def run_epoch(self, session_id: str) -> int | None:
         """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""
@@ -359,20 +370,30 @@ class SQLiteMeta(SQLiteBase):
 
 def _background_step(conn: _Conn) -> bool:
     """:func:`index_step` in a write transaction of its own, when turns are queued and the
-    write lock is free at once; whether rows are left."""
+    write lock is free at once; whether rows are left.
+
+    Its commit does not wait for the disk (``synchronous = NORMAL``, WAL): it writes
+    only the index and the queue, so a crash can at most undo it whole, leaving its
+    turns queued again; the next durable commit flushes it anyway.
+    """
     if conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is None:
         return False
     (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    conn.execute("PRAGMA busy_timeout = 0")
+    (synchronous,) = conn.execute("PRAGMA synchronous").fetchone()
+    conn.execute(f"PRAGMA synchronous = {min(int(synchronous), 1)}")
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+        try:
+            more = index_step(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-    try:
-        more = index_step(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+        conn.execute(f"PRAGMA synchronous = {int(synchronous)}")
     return more

@@ -476,7 +476,7 @@ def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
     return len(rows)
 
 
-_CHUNK: Final = 64
+_CHUNK: Final = 16
 """Rows one ``index_pending`` call of :func:`index_step` indexes."""
 
 
