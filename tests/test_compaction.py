@@ -10,6 +10,7 @@ refused as stale with nothing lost.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -39,6 +40,7 @@ from zidane_actors.model import (
     model_view,
     with_compaction,
 )
+from zidane_actors.portal import open_host_async, start_host
 from zidane_actors.stores import (
     SessionStore,
     create_file_map_store,
@@ -184,6 +186,24 @@ async def test_a_session_without_a_store_compacts_in_memory() -> None:
     await s.append_turns([t("a"), t("b")])
     await s.compact([t("s1")], through="a")
     assert ids(model_view(s.turns)) == ["s1", "b"] and len(s.turns) == 3
+
+
+def test_the_blocking_and_asyncio_doors_compact() -> None:
+    with start_host("memory:") as host:
+        s = host.create_session(id="s")
+        s.append_turns([t("a"), t("b")])
+        made = s.compact([t("s1", text="sum")], through="a")
+        assert ids(s.turns) == ["a", "b", made.id]
+        assert [m.content[0] for m in s.to_messages()] == [TextBlock("sum"), TextBlock("text of b")]
+
+    async def main() -> None:
+        async with open_host_async("memory:") as host:
+            s = await host.create_session(id="s")
+            await s.append_turns([t("a"), t("b")])
+            await s.compact([], through="b")
+            assert await s.to_messages() == []
+
+    asyncio.run(main())
 
 
 def _call(call_id: str) -> SessionTurn:
