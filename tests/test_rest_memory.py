@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,8 @@ from test_server_e2e import ServerProcess
 from test_ui_memory import BUDGET, TURN_CHARS, TURNS, _huge, _kib, _seed
 
 from zidane_actors.model import SessionHistory, encode
-from zidane_actors.stores import open_sqlite_store
+from zidane_actors.server import ServerLimits, serve
+from zidane_actors.stores import create_memory_store, create_remote_store, open_sqlite_store
 from zidane_actors.stores.remote._bodies import HistoryState, history_rev
 
 READS = 48
@@ -99,3 +101,33 @@ def test_the_store_holds_what_the_test_expects(seeded: Path) -> None:
             assert await store.load("huge") == _huge("huge", TURNS)
 
     trio.run(main)
+
+
+async def test_a_remote_client_waits_out_a_busy_read_and_gets_the_document() -> None:
+    """The remote store retries a read answered 503 ``busy`` after its ``Retry-After``."""
+    store = create_memory_store()
+    await store.save(_huge("s1", 1))  # one turn of 400 KB
+    expected = await store.load("s1")
+    budget = 1_000_000
+    # A body announced at the whole budget and never sent holds all of it for 3 s.
+    limits = ServerLimits(max_body_bytes=budget, max_body_bytes_in_flight=budget, body_timeout_s=3)
+    async with trio.open_nursery() as nursery:
+        url: str = await nursery.start(partial(serve, store, port=0, limits=limits))
+        async with create_remote_store(url, retries=8) as remote:
+            assert await remote.load("s1") == expected  # measured: later reads reserve first
+            host = url.removeprefix("http://")
+            held = await trio.open_tcp_stream("127.0.0.1", int(host.rsplit(":", 1)[1]))
+            await held.send_all(
+                f"PUT /sessions/s1 HTTP/1.1\r\nhost: {host}\r\n"
+                f"content-type: application/json\r\ncontent-length: {budget}\r\n\r\n".encode()
+            )
+            with trio.fail_after(10):
+                async with httpx.AsyncClient(base_url=url) as client:
+                    status = 200
+                    while status != 503:  # until the server has reserved the body
+                        status = (await client.get("/sessions/s1")).status_code
+            # Busy until the body times out, then served: one document, after retries.
+            assert await remote.load("s1") == expected
+            assert remote.statistics().retries >= 1
+            await held.aclose()
+        nursery.cancel_scope.cancel()
