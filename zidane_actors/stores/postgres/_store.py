@@ -60,7 +60,6 @@ from ._reads import (
     _session_where,
 )
 from ._rows import (
-    _SQL,
     T,
     _Cursor,
 )
@@ -82,21 +81,6 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQL
     :meth:`run_epoch`, the fencing token every successful :meth:`claim_run`
     increments.
     """
-
-    async def run_epoch(self, session_id: str) -> int | None:
-        """The session's lease epoch (bumped by every claim), or ``None`` for an unknown id.
-
-        A run holder passes it along with its writes so a later claimant can
-        fence off a holder that lost its claim.
-        """
-        validate_id(session_id)
-
-        def op(cur: _Cursor) -> int | None:
-            cur.execute(_SQL.run_epoch, (session_id,))
-            row = cur.fetchone()
-            return None if row is None else int(row[0])
-
-        return await self._read(op)
 
     def _sql_held_for_send(self, db: Any, session_id: str) -> None:
         _held_for_send(db, session_id)

@@ -15,7 +15,6 @@ __all__ = ["SharedSQL"]
 # -- sessions --------------------------------------------------------------------------------------
 
 _REV: Final = "SELECT rev FROM sessions WHERE id = ?"
-_RUN_EPOCH: Final = "SELECT run_epoch FROM sessions WHERE id = ?"
 _DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = ?"
 _LIST_IDS: Final = "SELECT s.id FROM sessions s"
 _HELD: Final = "SELECT 1 FROM sessions WHERE id = ?"
@@ -42,14 +41,12 @@ class SharedSQL:
         "held_for_send",
         "list_ids",
         "rev",
-        "run_epoch",
         "update_run",
     )
 
     def __init__(self, dialect: Dialect) -> None:
         sql = dialect.sql
         self.rev = sql(_REV)
-        self.run_epoch = sql(_RUN_EPOCH)
         self.delete_session = sql(_DELETE_SESSION)
         self.list_ids = _LIST_IDS
         self.held_for_send = sql(_HELD) + dialect.key_share

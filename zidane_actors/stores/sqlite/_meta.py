@@ -9,25 +9,19 @@ from typing import Any, Final
 
 import trio
 
+from ... import model
 from ...errors import (
     CorruptDataError,
     ValidationError,
 )
 from ...model import (
-    JsonValue,
     SaveMetaOptions,
-    SessionData,
     SessionFilter,
     SessionHistory,
     SessionMetaRow,
-    SessionRun,
     SessionSearch,
     SessionSearchPage,
     SessionTurn,
-    corrupt_meta_row,
-    decode,
-    merge_session_metadata,
-    patch_metadata,
     query_words,
 )
 from .._indexer import start_indexer
@@ -128,7 +122,7 @@ class SQLiteMeta(SQLiteBase):
         try:
             return cls._meta_row(row)
         except CorruptDataError as exc:
-            return corrupt_meta_row(row[0], row[6], exc)
+            return model.corrupt_meta_row(row[0], row[6], exc)
 
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One header row with its counts, without reading the turns."""
@@ -240,22 +234,12 @@ class SQLiteMeta(SQLiteBase):
             self._indexed_after = seen
         return more
 
-    async def run_epoch(self, session_id: str) -> int | None:
-        """The session's lease epoch (bumped by every successful ``claim_run``), or ``None``."""
-        _session_id(session_id)
-
-        def op(conn: _Conn) -> int | None:
-            row = conn.execute(_SQL.run_epoch, (session_id,)).fetchone()
-            return None if row is None else int(row[0])
-
-        return await self._read(op)
-
     # -- header writes ---------------------------------------------------------------
 
     def _op_save_meta(
         self,
         conn: _Conn,
-        data: SessionData,
+        data: model.SessionData,
         options: SaveMetaOptions | None = None,
         *,
         expected_rev: int | None = None,
@@ -266,17 +250,17 @@ class SQLiteMeta(SQLiteBase):
         )
 
     def _save_meta_checked(
-        self, conn: _Conn, data: SessionData, options: SaveMetaOptions | None
+        self, conn: _Conn, data: model.SessionData, options: SaveMetaOptions | None
     ) -> None:
         for run in data.runs:
             _run_body(run)
         keys = None
         if options is not None:
-            keys = decode(
+            keys = model.decode(
                 _valid_body(options, SaveMetaOptions, "save_meta options"), SaveMetaOptions
             ).meta_keys
         stored = conn.execute("SELECT metadata FROM sessions WHERE id = ?", (data.id,)).fetchone()
-        metadata = merge_session_metadata(
+        metadata = model.merge_session_metadata(
             None if stored is None else _decode_metadata(stored[0], data.id), data.metadata, keys
         )
         self._write_header(conn, data, metadata)
@@ -284,14 +268,14 @@ class SQLiteMeta(SQLiteBase):
             self._upsert_run(conn, data.id, run)
 
     def _op_patch_meta(
-        self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
+        self, conn: _Conn, session_id: str, patch: Mapping[str, model.JsonValue]
     ) -> Revision:
         return self._versioned(
             conn, session_id, None, lambda: self._patch_meta_checked(conn, session_id, patch)
         )
 
     def _patch_meta_checked(
-        self, conn: _Conn, session_id: str, patch: Mapping[str, JsonValue]
+        self, conn: _Conn, session_id: str, patch: Mapping[str, model.JsonValue]
     ) -> None:
         _session_id(session_id)
         if not isinstance(patch, Mapping):
@@ -302,7 +286,7 @@ class SQLiteMeta(SQLiteBase):
         ).fetchone()
         if stored is None:
             return
-        merged = patch_metadata(_decode_metadata(stored[0], session_id), patch)
+        merged = model.patch_metadata(_decode_metadata(stored[0], session_id), patch)
         conn.execute(
             "UPDATE sessions SET metadata = ?, rev = rev + 1 WHERE id = ?",
             (_metadata_json(merged), session_id),
@@ -313,7 +297,9 @@ class SQLiteMeta(SQLiteBase):
     def _mutate(
         self,
         session_id: str,
-        edit: Callable[[tuple[SessionTurn, ...], tuple[SessionRun, ...]], SessionHistory | None],
+        edit: Callable[
+            [tuple[SessionTurn, ...], tuple[model.SessionRun, ...]], SessionHistory | None
+        ],
         expected_rev: int | None,
     ) -> Callable[[_Conn], tuple[MutateResult, Revision]]:
         def op(conn: _Conn) -> tuple[MutateResult, Revision]:
@@ -332,11 +318,6 @@ class SQLiteMeta(SQLiteBase):
             result = edit(turns, runs)
             if result is None:
                 return "unchanged"
-            if not isinstance(result, SessionHistory):
-                raise ValidationError(
-                    "a history mutation must return a SessionHistory or None, "
-                    f"got {type(result).__name__}"
-                )
             if result.turns is not turns:
                 new_rows = _turn_rows_of(result.turns, 0, "$.turns")
                 keep = 0
@@ -361,7 +342,7 @@ class SQLiteMeta(SQLiteBase):
         # Runs are rewritten only when the edit answers others than it was given, which
         # the turns-only form never does: ``runs_too`` needs no check here.
         def edit(
-            turns: tuple[SessionTurn, ...], runs: tuple[SessionRun, ...]
+            turns: tuple[SessionTurn, ...], runs: tuple[model.SessionRun, ...]
         ) -> SessionHistory | None:
             return mutate(SessionHistory(turns=turns, runs=runs))
 
