@@ -12,7 +12,13 @@ import tempfile
 import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, closing, contextmanager
+from contextlib import (
+    AsyncExitStack,
+    asynccontextmanager,
+    closing,
+    contextmanager,
+    nullcontext,
+)
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +89,8 @@ async def stores(kind: str, sessions: list[SessionData]) -> AsyncIterator[list[t
     """Pairs of (memory store, ``kind`` store) holding ``sessions``: one pair, or one per
     session for the file map (it holds one session)."""
     groups = [[s] for s in sessions] if kind == "file_map" else [sessions]
-    with tempfile.TemporaryDirectory() as tmp, fresh_schema() as schema:
+    schemas = fresh_schema() if kind == "pg" else nullcontext("")
+    with tempfile.TemporaryDirectory() as tmp, schemas as schema:
         async with AsyncExitStack() as stack:
             pairs: list[tuple[Any, Any]] = []
             for i, group in enumerate(groups):
