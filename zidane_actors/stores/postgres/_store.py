@@ -9,9 +9,6 @@ from typing import Any
 import attrs
 import trio
 
-from ...errors import (
-    ValidationError,
-)
 from ...model import SEND_REQUEST_HISTORY as _SEND_REQUEST_HISTORY
 from ...model import (
     ArtifactFilter,
@@ -26,7 +23,6 @@ from ...model import (
     query_words,
     send_request_evictions,
     validate_id,
-    validate_request_id,
 )
 from .._edits import TurnsEdits
 from .._indexer import start_indexer
@@ -37,6 +33,7 @@ from .._protocol import (
 )
 from .._validate import (
     check_artifact_filter_ids,
+    check_send_claim,
     checked,
     now_ms,
 )
@@ -92,10 +89,7 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQL
 
         The session must exist (:class:`SessionNotFoundError`).
         """
-        validate_id(session_id)
-        validate_request_id(request_id, what="request id")
-        if not isinstance(fingerprint, str):
-            raise ValidationError(f"fingerprint must be a string, got {type(fingerprint).__name__}")
+        check_send_claim(session_id, request_id, fingerprint)
 
         def op(cur: _Cursor) -> SendRequestClaim:
             _held_for_send(cur, session_id)
