@@ -74,9 +74,12 @@ async def _traced(
         return result
 
 
-def session_op(name: str) -> Callable[[F], F]:
-    """Trace a coroutine method of ``Session`` as the span ``session.<name>``."""
-    span_name = f"session.{name}"
+def _op(
+    span_name: str,
+    before: Callable[[Any, tuple[Any, ...], dict[str, Any]], dict[str, Any]],
+    after: Callable[[Any, Any], dict[str, Any]],
+) -> Callable[[F], F]:
+    """Trace a coroutine method as ``span_name``: ``before`` names the call, ``after`` its end."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
@@ -84,19 +87,10 @@ def session_op(name: str) -> Callable[[F], F]:
             tracer = _tracer if _tracer is not _UNKNOWN else refresh()
             if tracer is None:
                 return await fn(self, *args, **kwargs)
-            attributes: dict[str, Any] = {
-                "gen_ai.conversation.id": self.id,
-                "zidane.store.kind": _store_kind(self.store),
-            }
-            turns = args[0] if args and name == "append_turns" else kwargs.get("turns")
-            if isinstance(turns, Sized):
-                attributes["zidane.turns.appended"] = len(turns)
+            attributes = before(self, args, kwargs)
+            call = fn(self, *args, **kwargs)
             return await _traced(
-                tracer,
-                span_name,
-                attributes,
-                fn(self, *args, **kwargs),
-                lambda _: {"zidane.session.turns": len(self.turns)},
+                tracer, span_name, attributes, call, lambda result: after(self, result)
             )
 
         return cast(F, traced)
@@ -104,34 +98,43 @@ def session_op(name: str) -> Callable[[F], F]:
     return wrap
 
 
+def session_op(name: str) -> Callable[[F], F]:
+    """Trace a coroutine method of ``Session`` as the span ``session.<name>``."""
+
+    def before(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "gen_ai.conversation.id": session.id,
+            "zidane.store.kind": _store_kind(session.store),
+        }
+        turns = args[0] if args and name == "append_turns" else kwargs.get("turns")
+        if isinstance(turns, Sized):
+            attributes["zidane.turns.appended"] = len(turns)
+        return attributes
+
+    def after(session: Any, _: Any) -> dict[str, Any]:
+        return {"zidane.session.turns": len(session.turns)}
+
+    return _op(f"session.{name}", before, after)
+
+
 def host_op(name: str) -> Callable[[F], F]:
     """Trace a coroutine method of ``SessionHost`` taking a session id (positional or ``id``)."""
-    span_name = f"session_host.{name}"
-    after = _found if name != "delete_session" else _nothing
 
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-            tracer = _tracer if _tracer is not _UNKNOWN else refresh()
-            if tracer is None:
-                return await fn(self, *args, **kwargs)
-            attributes: dict[str, Any] = {"zidane.store.kind": _store_kind(self.store)}
-            session_id = args[0] if args else kwargs.get("id")
-            if isinstance(session_id, str):
-                attributes["gen_ai.conversation.id"] = session_id
-            call = fn(self, *args, **kwargs)
-            return await _traced(tracer, span_name, attributes, call, after)
+    def before(host: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"zidane.store.kind": _store_kind(host.store)}
+        session_id = args[0] if args else kwargs.get("id")
+        if isinstance(session_id, str):
+            attributes["gen_ai.conversation.id"] = session_id
+        return attributes
 
-        return cast(F, traced)
-
-    return wrap
+    return _op(f"session_host.{name}", before, _found if name != "delete_session" else _nothing)
 
 
-def _nothing(_: Any) -> dict[str, Any]:
+def _nothing(_host: Any, _: Any) -> dict[str, Any]:
     return {}
 
 
-def _found(session: Any) -> dict[str, Any]:
+def _found(_host: Any, session: Any) -> dict[str, Any]:
     if session is None:
         return {"zidane.session.found": False}
     turns = getattr(session, "turns", None)
