@@ -46,6 +46,14 @@ from ._rows import _SQL, T, _Conn, _decode_row, _now, _run_body, _session_id, _t
 __all__ = ["SQLiteBase"]
 
 
+def _begin_write(conn: _rows._Conn) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+
+
+def _begin_read(conn: _rows._Conn) -> None:
+    conn.execute("BEGIN")
+
+
 class SQLiteBase:
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
@@ -82,14 +90,7 @@ class SQLiteBase:
     def _in_transaction(self, fn: Callable[[_Conn], T], write: bool, conn: _Conn) -> T:
         """``fn(conn)`` in one transaction; runs in the connection's thread."""
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            result = _rows._transaction(conn, fn, _begin_write if write else _begin_read)
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
         self._transactions += 1

@@ -46,6 +46,7 @@ from ._rows import (
     _primary_code,
     _run_body,
     _session_id,
+    _transaction,
     _turn_json,
     _turn_rows_of,
     _valid_body,
@@ -362,19 +363,15 @@ def _background_step(conn: _Conn) -> bool:
     (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
     (synchronous,) = conn.execute("PRAGMA synchronous").fetchone()
     conn.execute(f"PRAGMA synchronous = {min(int(synchronous), 1)}")
-    try:
+
+    def begin_at_once(conn: _Conn) -> None:
         conn.execute("PRAGMA busy_timeout = 0")
         try:
             conn.execute("BEGIN IMMEDIATE")
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-        try:
-            more = index_step(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+
+    try:
+        return _transaction(conn, index_step, begin_at_once)
     finally:
         conn.execute(f"PRAGMA synchronous = {int(synchronous)}")
-    return more

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import sqlite3
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
 
 import attrs
@@ -62,6 +62,20 @@ _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 
 _Conn: TypeAlias = sqlite3.Connection
+
+
+def _transaction(conn: _Conn, fn: Callable[[_Conn], T], begin: Callable[[_Conn], object]) -> T:
+    """``fn(conn)`` between ``begin(conn)`` and its commit; rolled back on any exception."""
+    begin(conn)
+    try:
+        result = fn(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
 
 _AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRun | None]
 
