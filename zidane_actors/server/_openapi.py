@@ -8,48 +8,22 @@ import attrs
 import msgspec
 import msgspec.inspect as mi
 
+from .. import model
 from ..model import (
     ID_MAX_LENGTH,
     REQUEST_ID_MAX_LENGTH,
-    ExtraFields,
     Schedule,
     ScheduleFire,
-    SendRequestClaim,
     SendRequestRecord,
     SessionArtifact,
     SessionData,
     SessionMetaRow,
-    SessionSearchPage,
     SessionTurn,
 )
 from ..model._extra import EXTRA_KEY
 from ..model._types import RequiredDefault
-from ..stores.remote._bodies import (
-    AppendTurnsBody,
-    ClaimedResult,
-    ClaimFireBody,
-    ClaimRunBody,
-    ClaimRunResult,
-    ClaimSendRequestBody,
-    DeletedResult,
-    DemotedResult,
-    DemoteStaleRunBody,
-    ErrorBody,
-    HistoryBody,
-    HistoryResult,
-    HistoryState,
-    IdResult,
-    IdsResult,
-    PatchMetaBody,
-    RevResult,
-    SaveMetaBody,
-    SettleSendRequestBody,
-    UpdateRunBody,
-    UpdateStatusBody,
-    UpsertArtifactResult,
-    WritesBody,
-    WritesResult,
-)
+from ..stores.remote import _bodies
+from ..stores.remote._bodies import ErrorBody
 
 __all__ = ["openapi_document"]
 
@@ -106,7 +80,7 @@ _CROSS_FIELD: Final = {
 
 
 def _schema_hook(type_: type) -> dict[str, Any]:
-    if type_ is ExtraFields:
+    if type_ is model.ExtraFields:
         return {"type": "object"}
     raise NotImplementedError
 
@@ -206,10 +180,10 @@ _OPS: Final = (
         "/writes",
         "post",
         "Apply store writes in order (one transaction where the store can); one outcome each",
-        body=WritesBody,
-        ok=WritesResult,
+        body=_bodies.WritesBody,
+        ok=_bodies.WritesResult,
     ),
-    _Op("/sessions", "get", "List session ids", ok=IdsResult, query=_FILTER),
+    _Op("/sessions", "get", "List session ids", ok=_bodies.IdsResult, query=_FILTER),
     _Op(
         "/session-meta",
         "get",
@@ -224,7 +198,7 @@ _OPS: Final = (
         "Sessions whose words match text (prefixes of words in messages, tool names, titles,"
         " ids), filtered, one page of summaries and the count of matches",
         "search_meta",
-        ok=SessionSearchPage,
+        ok=model.SessionSearchPage,
         query=(
             ("text", "string"),
             ("agentId", "string"),
@@ -241,13 +215,17 @@ _OPS: Final = (
             ("countLimit", "integer:1000000"),
         ),
     ),
-    _Op("/session-ids", "post", "Generate a session id", ok=IdResult),
-    _Op("/turn-ids", "post", "Generate a turn id", ok=IdResult),
+    _Op("/session-ids", "post", "Generate a session id", ok=_bodies.IdResult),
+    _Op("/turn-ids", "post", "Generate a turn id", ok=_bodies.IdResult),
     _Op("/sessions/{sessionId}", "get", "Load a session", ok=SessionData),
     _Op("/sessions/{sessionId}", "put", "Save a whole session", body=SessionData, ok_status=204),
     _Op("/sessions/{sessionId}", "delete", "Delete a session", ok_status=204),
     _Op(
-        "/sessions/{sessionId}/rev", "get", "The session's change counter", "get_rev", ok=RevResult
+        "/sessions/{sessionId}/rev",
+        "get",
+        "The session's change counter",
+        "get_rev",
+        ok=_bodies.RevResult,
     ),
     _Op(
         "/sessions/{sessionId}/turns",
@@ -260,21 +238,21 @@ _OPS: Final = (
         "/sessions/{sessionId}/turns",
         "post",
         "Append turns, skipping ids stored with identical content",
-        body=AppendTurnsBody,
+        body=_bodies.AppendTurnsBody,
         ok_status=204,
     ),
     _Op(
         "/sessions/{sessionId}/runs/{runId}",
         "put",
         "Upsert a run",
-        body=UpdateRunBody,
+        body=_bodies.UpdateRunBody,
         ok_status=204,
     ),
     _Op(
         "/sessions/{sessionId}/status",
         "put",
         "Set the status",
-        body=UpdateStatusBody,
+        body=_bodies.UpdateStatusBody,
         ok_status=204,
     ),
     _Op(
@@ -289,7 +267,7 @@ _OPS: Final = (
         "put",
         "Save the header, upserting runs",
         "save_meta",
-        body=SaveMetaBody,
+        body=_bodies.SaveMetaBody,
         ok_status=204,
     ),
     _Op(
@@ -297,7 +275,7 @@ _OPS: Final = (
         "patch",
         "Patch metadata keys",
         "patch_meta",
-        body=PatchMetaBody,
+        body=_bodies.PatchMetaBody,
         ok_status=204,
     ),
     _Op(
@@ -305,37 +283,37 @@ _OPS: Final = (
         "post",
         "Claim the session for a run",
         "claim_run",
-        body=ClaimRunBody,
-        ok=ClaimRunResult,
+        body=_bodies.ClaimRunBody,
+        ok=_bodies.ClaimRunResult,
     ),
     _Op(
         "/sessions/{sessionId}/demote-stale-run",
         "post",
         "Persist a load's stale-running demotion if the marker is still stale",
         "demote_stale_run",
-        body=DemoteStaleRunBody,
-        ok=DemotedResult,
+        body=_bodies.DemoteStaleRunBody,
+        ok=_bodies.DemotedResult,
     ),
     _Op(
         "/sessions/{sessionId}/history",
         "get",
         "Turns and runs with their revision",
-        ok=HistoryState,
+        ok=_bodies.HistoryState,
     ),
     _Op(
         "/sessions/{sessionId}/history",
         "put",
         "Write the history if its revision still matches",
-        body=HistoryBody,
-        ok=HistoryResult,
+        body=_bodies.HistoryBody,
+        ok=_bodies.HistoryResult,
     ),
     _Op(
         "/sessions/{sessionId}/send-requests/{requestId}/claim",
         "post",
         "Claim a send request id",
         "claim_send_request",
-        body=ClaimSendRequestBody,
-        ok=SendRequestClaim,
+        body=_bodies.ClaimSendRequestBody,
+        ok=model.SendRequestClaim,
     ),
     _Op(
         "/sessions/{sessionId}/send-requests",
@@ -364,7 +342,7 @@ _OPS: Final = (
         "put",
         "Settle a claimed send",
         "settle_send_request",
-        body=SettleSendRequestBody,
+        body=_bodies.SettleSendRequestBody,
         ok_status=204,
     ),
     _Op(
@@ -373,7 +351,7 @@ _OPS: Final = (
         "Upsert an artifact",
         "upsert_artifact",
         body=SessionArtifact,
-        ok=UpsertArtifactResult,
+        ok=_bodies.UpsertArtifactResult,
     ),
     _Op(
         "/sessions/{sessionId}/artifacts/{artifactId}",
@@ -413,15 +391,15 @@ _OPS: Final = (
         "delete",
         "Delete a schedule",
         "delete_schedule",
-        ok=DeletedResult,
+        ok=_bodies.DeletedResult,
     ),
     _Op(
         "/schedules/{scheduleId}/claim-fire",
         "post",
         "Claim a due fire",
         "claim_schedule_fire",
-        body=ClaimFireBody,
-        ok=ClaimedResult,
+        body=_bodies.ClaimFireBody,
+        ok=_bodies.ClaimedResult,
     ),
     _Op(
         "/schedules/{scheduleId}/fires",
