@@ -87,7 +87,6 @@ from ..stores.remote._bodies import (
     history_rev,
 )
 from ._errors import ApiError as _ApiError
-from ._errors import error_response as _error_response
 from ._errors import mapped_error as _mapped
 from ._errors import worth_a_traceback as _worth_a_traceback
 from ._guard import Guard, SecurityHeaders
@@ -721,12 +720,12 @@ def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
             _log.info(
                 "%s %s: the client left before sending its body", request.method, request.url.path
             )
-            return _error_response(400, "client_disconnected", "the client left mid-body")
+            return _ApiError(400, "client_disconnected", "the client left mid-body").response()
         except Exception as exc:
             error = _named(_mapped(exc), request.path_params.get("sessionId"))
             if _worth_a_traceback(error):
                 _log.exception("%s %s failed", request.method, request.url.path)
-            return _error_response(error.status, error.code, error.message, error.path)
+            return _ApiError(error.status, error.code, error.message, error.path).response()
         finally:
             budget.release(getattr(request.state, "body_bytes", 0))
 
@@ -736,7 +735,7 @@ def _guarded(handler: Handler, budget: BodyBudget) -> Handler:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return _error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    return _ApiError(exc.status_code, code, str(exc.detail), headers=exc.headers).response()
 
 
 def _routes(api: _Api, openapi: bytes) -> list[Route]:

@@ -21,7 +21,7 @@ from ..errors import (
 from ..model import MAX_JSON_DEPTH, encode
 from ..stores.remote._bodies import ErrorBody, ErrorDetail
 
-__all__ = ["ApiError", "error_response", "mapped_error", "worth_a_traceback"]
+__all__ = ["ApiError", "mapped_error", "worth_a_traceback"]
 
 
 class ApiError(Exception):
@@ -44,21 +44,13 @@ class ApiError(Exception):
 
     def response(self) -> Response:
         """This error as an answer."""
-        return error_response(self.status, self.code, self.message, self.path, self.headers)
-
-
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    path: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> Response:
-    """A JSON error answer."""
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, path=path))
-    return Response(
-        encode(body), status_code=status, media_type="application/json", headers=headers
-    )
+        body = ErrorBody(error=ErrorDetail(code=self.code, message=self.message, path=self.path))
+        return Response(
+            encode(body),
+            status_code=self.status,
+            media_type="application/json",
+            headers=self.headers,
+        )
 
 
 def mapped_error(exc: BaseException) -> ApiError:

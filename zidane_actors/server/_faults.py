@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ValidationError
 from ..model import preview
-from ._errors import error_response
+from ._errors import ApiError
 from ._guard import HttpMiddleware
 
 __all__ = ["FaultInjection", "parse_faults"]
@@ -73,7 +73,7 @@ class _FaultyApp(HttpMiddleware):
         if f.delay_every and n % f.delay_every == 0:
             await trio.sleep(f.delay_ms / 1000)
         if f.fail_every and n % f.fail_every == 0:
-            await error_response(500, "injected", "injected fault")(scope, receive, send)
+            await ApiError(500, "injected", "injected fault").response()(scope, receive, send)
             return
         for message in messages:
             await send(message)
