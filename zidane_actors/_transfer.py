@@ -24,6 +24,7 @@ import attrs
 import msgspec
 import trio
 
+from . import model
 from .errors import (
     ConflictError,
     StaleSessionError,
@@ -32,19 +33,13 @@ from .errors import (
     ValidationError,
 )
 from .model import (
-    FIRE_HISTORY,
-    ArtifactFilter,
     Schedule,
     ScheduleFire,
     SendRequestRecord,
     SessionArtifact,
     SessionData,
-    SessionTurn,
-    convert,
-    decode,
     encode,
     encode_str,
-    validate_id,
 )
 from .stores import FileMapStore, SessionStore, store_capabilities
 from .stores._protocol import is_versioned
@@ -129,7 +124,7 @@ async def read_bundle(
     artifacts: tuple[SessionArtifact, ...] = ()
     if "list_artifacts" in caps:
         found = await store.list_artifacts(  # type: ignore[attr-defined]
-            ArtifactFilter(session_id=session_id)
+            model.ArtifactFilter(session_id=session_id)
         )
         artifacts = tuple(sorted(found, key=lambda a: (a.created_at, a.id)))
     requests: tuple[SendRequestRecord, ...] = ()
@@ -158,7 +153,7 @@ async def _with_fires(
     fires: list[ScheduleFire] = []
     if "list_schedule_fires" in caps:
         fires = await store.list_schedule_fires(  # type: ignore[attr-defined]
-            schedule.id, FIRE_HISTORY
+            schedule.id, model.FIRE_HISTORY
         )
     return msgspec.structs.replace(schedule, last_fire=None), fires[::-1]
 
@@ -437,7 +432,7 @@ def schedule_lines(schedule: Schedule, fires: Iterable[ScheduleFire]) -> Iterabl
 
 _LINE_TYPES: Final[Mapping[str, type[Any]]] = {
     "session": SessionData,
-    "turn": SessionTurn,
+    "turn": model.SessionTurn,
     "artifact": SessionArtifact,
     "sendRequest": SendRequestRecord,
     "schedule": Schedule,
@@ -475,14 +470,14 @@ class JsonlReader:
             raise ValidationError(self.errors[0] + more)
 
     def _line(self, line: str, n: int, current: dict[str, Any] | None) -> dict[str, Any] | None:
-        envelope = decode(line, dict[str, Any], what=f"line {n}")
+        envelope = model.decode(line, dict[str, Any], what=f"line {n}")
         if len(envelope) != 1 or not envelope.keys() <= _LINE_TYPES.keys():
             kinds = ", ".join(f'{{"{k}": …}}' for k in _LINE_TYPES)
             raise ValidationError(f"each line must be one of {kinds}")
         ((kind, raw),) = envelope.items()
-        value = convert(raw, _LINE_TYPES[kind], what=kind)
+        value = model.convert(raw, _LINE_TYPES[kind], what=kind)
         if kind == "session":
-            validate_id(value.id)
+            model.validate_id(value.id)
             self._flush(current)
             return {"data": value, "turns": [], "artifacts": [], "sendRequests": []}
         if kind == "schedule":
