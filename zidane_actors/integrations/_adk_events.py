@@ -34,6 +34,7 @@ from ..model import (
     preview,
     validate_id,
 )
+from ._adk_runs import RUN_PREFIX
 
 EVENT_KEY: Final = "adkEvent"
 """Turn metadata key of the whole ADK event, in ``Event.model_dump(mode="json", by_alias=True)``."""
@@ -339,8 +340,8 @@ class _Pairing:
         for turn in turns:
             self.count += 1
             self.last_id = turn.id
-            if turn.run_id is not None:
-                continue  # another lane: its ids never meet ours
+            if turn.run_id is not None and not turn.run_id.startswith(RUN_PREFIX):
+                continue  # another lane: its ids never meet ours (this door's runs have no depth)
             calls = {b.id for b in turn.content if isinstance(b, ToolCallBlock)}
             self.seen |= calls
             if turn.role == "assistant":

@@ -21,7 +21,9 @@ from ..actors import Session, SessionHost
 from ..errors import ActorClosed, ConflictError
 from ..errors import SessionNotFoundError as ZidaneNotFound
 from ..model import (
+    AppendTurnsOptions,
     JsonValue,
+    RunStatus,
     SessionContentBlock,
     SessionFilter,
     SessionHistory,
@@ -48,6 +50,7 @@ from ._adk_events import (
     _turn_id,
     _user_scope_id,
 )
+from ._adk_runs import ended, event_runs, invocation_runs
 from ._adk_state import (
     _capabilities,
     _scope_state,
@@ -70,6 +73,9 @@ class _Append:
     own: dict[str, Any]
     app: dict[str, Any]
     user: dict[str, Any]
+    final: bool = False  # a final response: its invocation is over
+    error: str | None = None  # an error event's code and message
+    trace: dict[str, str] | None = None  # the OpenTelemetry span it was appended in
 
 
 # -- the trio side -------------------------------------------------------------
@@ -331,14 +337,27 @@ async def _append(
         content = pairing.checked(append.blocks)
         # A block the pairing rule turned into text no longer holds its part exactly.
         exact = {i: j for i, j in append.exact.items() if content[j] is append.blocks[j]}
+        turn_id, at = _turn_id(session), max(int(append.data.get("timestamp", 0) * 1000), 0)
+        run_id, records = event_runs(
+            session.runs,
+            append.data,
+            turn_id=turn_id,
+            at=at,
+            usage=append.usage,
+            final=append.final,
+            error=append.error,
+            trace=append.trace,
+        )
         turn = SessionTurn(
-            id=_turn_id(session),
+            id=turn_id,
             role="assistant" if append.role == "assistant" else "user",
             content=content,
-            created_at=max(int(append.data.get("timestamp", 0) * 1000), 0),
+            created_at=at,
             usage=append.usage,
+            run_id=run_id,
             metadata={EVENT_KEY: _stored_once(append.data, exact)},
         )
+        options = AppendTurnsOptions(run=records[0]) if records else None
         # The turn and, when one is due, a state checkpoint of the turns before it (valid
         # whether or not the turn lands): written at once, so they share the store's commits.
         verdicts: dict[str, outcome.Outcome[None]] = {}
@@ -346,12 +365,12 @@ async def _append(
         if len(session.turns) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_settle, verdicts, "turn", session.append_turns, [turn])
+                nursery.start_soon(_settle, verdicts, "turn", session.append_turns, [turn], options)
                 nursery.start_soon(
                     _settle, verdicts, "checkpoint", _checkpoint, session, state, len(turns)
                 )
         else:
-            await _settle(verdicts, "turn", session.append_turns, [turn])
+            await _settle(verdicts, "turn", session.append_turns, [turn], options)
         try:
             verdicts["turn"].unwrap()
         except ZidaneNotFound as exc:
@@ -367,6 +386,12 @@ async def _append(
             await session.mutate_history(functools.partial(_without, turn.id))
             raise StaleSessionError(_STALE)
         pairing.extend([turn])
+        for record in records[1:]:  # the runs this event ended or named besides its own
+            await session.update_run(record)
+        if append.own:
+            # The state shown with its keys as soon as an event changes it.
+            with contextlib.suppress(ConflictError, ZidaneNotFound):
+                await _checkpoint(session, _session_state(session), len(session.turns))
         # A checkpoint that lost to another writer or a deleted session is simply due
         # again with the next event: readers fold the events after the stored one.
         with contextlib.suppress(ConflictError, ZidaneNotFound):
@@ -376,3 +401,23 @@ async def _append(
         if append.app or append.user:
             await _update_scopes(host, app_name, user_id, append.app, append.user)
         return _marker(session)
+
+
+async def _end_invocation(
+    host: SessionHost,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    invocation_id: str,
+    status: RunStatus,
+    error: str | None,
+    at: int,
+) -> None:
+    """End the runs of an invocation still running as ``status`` (the plugin's word)."""
+    session = await _adk_session(host, app_name, user_id, session_id)
+    if session is None:
+        return
+    async with _lock_for(session):
+        for run in invocation_runs(session.runs, invocation_id):
+            if run.status == "running":
+                await session.update_run(ended(run, status, at, error))

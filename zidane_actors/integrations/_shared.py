@@ -13,22 +13,39 @@ import atexit
 import concurrent.futures as cf
 import functools
 import os
+import sys
 import threading
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
+import msgspec
 import trio
 
 from ..errors import ActorClosed
+from ..model import ExtraFields, SessionRun
 from ..portal._api import ClosesOnExit, host_opener
 from ..portal._thread import Portal, wait_future
 
 if TYPE_CHECKING:
     from ..actors import Session
 
-__all__ = ["AsyncShare", "SessionLocks", "Share", "SharedPortal", "acquire", "held", "release"]
+__all__ = [
+    "TRACE_CONTEXT_KEY",
+    "AsyncShare",
+    "SessionLocks",
+    "Share",
+    "SharedPortal",
+    "acquire",
+    "held",
+    "release",
+    "trace_context",
+    "with_trace",
+]
+
+TRACE_CONTEXT_KEY = "traceContext"
+"""The run record's key for the OpenTelemetry span it began in: ``{"traceId", "spanId"}``."""
 
 
 @attrs.define(eq=False)
@@ -174,3 +191,27 @@ class SessionLocks:
         if lock is None:
             lock = self._locks[session] = trio.Lock()
         return lock
+
+
+def trace_context() -> dict[str, str] | None:
+    """The active OpenTelemetry span's ids, as W3C hex (``None`` when there is none).
+
+    Only when the application imported ``opentelemetry.trace``: without it,
+    one dictionary lookup.
+    """
+    trace: Any = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+
+
+def with_trace(run: SessionRun, context: dict[str, str] | None) -> SessionRun:
+    """``run`` carrying ``context`` under ``traceContext`` (an additive field of the record)."""
+    if context is None:
+        return run
+    extra = dict(run.extra_fields or {})
+    extra[TRACE_CONTEXT_KEY] = context
+    return msgspec.structs.replace(run, extra_fields=ExtraFields(extra))

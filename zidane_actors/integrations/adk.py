@@ -24,8 +24,10 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, cast
 
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.sessions.base_session_service import (
     BaseSessionService,
     GetSessionConfig,
@@ -34,10 +36,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session as AdkSession
 
 from ..errors import ValidationError
-from ..model import (
-    new_id,
-    parse_json,
-)
+from ..model import RunStatus, new_id, parse_json
 from ..portal._thread import wait_future
 from . import _shared
 from ._adk_events import (
@@ -48,16 +47,19 @@ from ._adk_events import (
     _session_id,
     _split_state,
 )
+from ._adk_runs import NO_FINAL
 from ._adk_sessions import (
     _Append,
     _append,
     _create,
     _delete,
     _drop_closed_hosts,
+    _end_invocation,
     _list,
     _read,
     _user_state,
 )
+from ._shared import trace_context
 
 __all__ = ["DEFAULT_STORE", "ZidaneSessionService"]
 
@@ -99,6 +101,18 @@ class ZidaneSessionService(BaseSessionService, _shared.AsyncShare):
 
     def __repr__(self) -> str:
         return f"ZidaneSessionService(store={self.store_url!r})"
+
+    @property
+    def plugin(self) -> BasePlugin:
+        """Pass as ``Runner(..., plugins=[service.plugin])`` to record how invocations end.
+
+        The events alone end a run with a final response or an error event;
+        an invocation that raises (a model or tool exception) appends no
+        event, so only this plugin records its run as ``error`` with the
+        exception's type and text, and one that ends with neither as
+        ``aborted``.
+        """
+        return _RunsPlugin(self)
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -227,12 +241,17 @@ class ZidaneSessionService(BaseSessionService, _shared.AsyncShare):
             delta = cast(dict[str, Any], data.get("actions", {}).get("stateDelta") or {})
             app, user, own = _split_state(delta)
             last_id = session.events[-1].id if session.events else None
+            error = ": ".join(filter(None, (event.error_code, event.error_message))) or None
+            final = event.author != "user" and event.is_final_response()
+            append = _Append(
+                data, exact, role, blocks, usage, own, app, user, final, error, trace_context()
+            )
             marker = await self._call(
                 _append,
                 session.app_name,
                 session.user_id,
                 session.id,
-                _Append(data, exact, role, blocks, usage, own, app, user),
+                append,
                 (session._storage_update_marker, session.last_update_time, last_id),
             )
             if marker is None:  # an equal event is stored already: nothing written
@@ -240,3 +259,35 @@ class ZidaneSessionService(BaseSessionService, _shared.AsyncShare):
             session._storage_update_marker = marker
             session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
+
+
+class _RunsPlugin(BasePlugin):
+    """``ZidaneSessionService.plugin``: ends the run records of invocations as they end."""
+
+    def __init__(self, service: ZidaneSessionService) -> None:
+        super().__init__(name="zidane_runs")
+        self._service = weakref.ref(service)
+
+    async def _end(self, context: InvocationContext, status: RunStatus, error: str | None) -> None:
+        service = self._service()
+        session = context.session
+        if service is None or service._shared is None:
+            return
+        await service._call(
+            _end_invocation,
+            session.app_name,
+            session.user_id,
+            session.id,
+            context.invocation_id,
+            status,
+            error,
+            time.time_ns() // 1_000_000,
+        )
+
+    async def on_run_error_callback(
+        self, *, invocation_context: InvocationContext, error: Exception
+    ) -> None:
+        await self._end(invocation_context, "error", f"{type(error).__name__}: {error}")
+
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        await self._end(invocation_context, "aborted", NO_FINAL)

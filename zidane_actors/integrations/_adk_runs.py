@@ -1,0 +1,156 @@
+"""ADK invocations as zidane run records, folded event by event (pure, no I/O).
+
+An invocation is one run whose agent is the first agent that authored an
+event of it; each other agent of the invocation (a transfer, a sub-agent of
+a workflow) gets a run of its own naming the first as its ``parentRunId``.
+They continue one conversation, so they carry no ``depth``: every run of an
+ADK session stays in the session's main view. A run ends ``completed`` with
+a final response and ``error`` with an error event (``CODE: message``; ADK
+appends one for a model or tool exception, its type as the code). What
+appends no event is seen by :class:`~zidane_actors.integrations.adk.ZidaneSessionService`'s
+``plugin`` only (an exception escaping the Runner, a caller that stops
+reading: ``error`` or ``aborted``); without it such a run is ended
+``aborted`` when the next invocation of the session begins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from ..model import RunStatus, SessionRun, SessionRunAgent, StoredRunOptions, TurnUsage
+from ._shared import with_trace
+from ._usage import total
+
+RUN_PREFIX: Final = "adk-run-"
+"""The prefix of the ids of the runs this door records."""
+
+UNKNOWN_END: Final = (
+    "ended without a final response (the session service cannot see how; pass"
+    " ZidaneSessionService.plugin to the Runner to record failures)"
+)
+NO_FINAL: Final = "the invocation ended without a final response"
+
+
+def run_id(invocation_id: str, author: str = "") -> str:
+    """The run of an invocation (``author`` empty) or of one more agent of it."""
+    digest = hashlib.sha256(json.dumps([invocation_id, author]).encode()).hexdigest()
+    return RUN_PREFIX + digest[:32]
+
+
+def invocation_runs(runs: Iterable[SessionRun], invocation_id: str) -> list[SessionRun]:
+    """The runs of one invocation: its own, then those of its other agents."""
+    root = run_id(invocation_id)
+    return [r for r in runs if r.id == root or r.parent_run_id == root]
+
+
+def ended(run: SessionRun, status: RunStatus, at: int, error: str | None) -> SessionRun:
+    """``run`` ended with ``status`` at ``at`` (epoch ms)."""
+    return msgspec.structs.replace(
+        run,
+        status=status,
+        ended_at=at,
+        error=error,
+        wall_ms=float(max(at - run.started_at, 0)),
+    )
+
+
+def _agent(name: str) -> SessionRunAgent:
+    return SessionRunAgent(id=name, label=name)
+
+
+def _prompt(data: Mapping[str, Any]) -> str:
+    content = data.get("content") or {}
+    for part in content.get("parts") or ():
+        if isinstance(part.get("text"), str) and not part.get("thought"):
+            return str(part["text"])
+    return ""
+
+
+def _with_usage(run: SessionRun, usage: TurnUsage, turn_id: str) -> SessionRun:
+    usages = (*(run.turn_usage or ()), msgspec.structs.replace(usage, turn_id=turn_id))
+    summed = total(usages)
+    models = [u.model for u in usages if u.model]
+    return msgspec.structs.replace(
+        run,
+        turn_usage=usages,
+        total_usage=summed,
+        tokens_in=summed.input,
+        tokens_out=summed.output,
+        cost=summed.cost,
+        options=StoredRunOptions(model=models[-1]) if models else run.options,
+    )
+
+
+def event_runs(
+    runs: Sequence[SessionRun],
+    data: Mapping[str, Any],
+    *,
+    turn_id: str,
+    at: int,
+    usage: TurnUsage | None,
+    final: bool,
+    error: str | None,
+    trace: dict[str, str] | None,
+) -> tuple[str | None, list[SessionRun]]:
+    """The run of an event's turn, and the records its write carries (that run first).
+
+    ``runs`` are the session's; ``data`` the event in ADK's JSON form,
+    stored as the turn ``turn_id`` at ``at`` (epoch ms); ``final`` and
+    ``error`` say whether it is a final response or an error event.
+    ``(None, [])`` for an event of no invocation.
+    """
+    invocation = data.get("invocationId")
+    if not isinstance(invocation, str) or not invocation:
+        return None, []
+    author = data.get("author") if isinstance(data.get("author"), str) else None
+    by_id = {r.id: r for r in runs}
+    changed: dict[str, SessionRun] = {}
+    root = by_id.get(run_id(invocation))
+    if root is None:
+        # A new invocation: an earlier one still running is over, how is unknown here.
+        for old in runs:
+            if old.status == "running" and old.id.startswith(RUN_PREFIX):
+                changed[old.id] = ended(old, "aborted", at, UNKNOWN_END)
+        prompt = _prompt(data) if author == "user" else ""
+        root = with_trace(
+            SessionRun(id=run_id(invocation), prompt=prompt, started_at=at, status="running"), trace
+        )
+    if author is None or author == "user":
+        run = root
+    elif root.agent is None or root.agent.id == author:
+        run = root = msgspec.structs.replace(root, agent=root.agent or _agent(author))
+    else:
+        changed[root.id] = root
+        child = run_id(invocation, author)
+        run = by_id.get(child) or with_trace(
+            SessionRun(
+                id=child,
+                prompt=root.prompt,
+                started_at=at,
+                status="running",
+                agent=_agent(author),
+                parent_run_id=root.id,
+            ),
+            trace,
+        )
+    if author not in (None, "user"):
+        run = msgspec.structs.replace(run, turns=(run.turns or 0) + 1)
+        if usage is not None:
+            run = _with_usage(run, usage, turn_id)
+    if run.status != "running" and not (final or error):
+        run = msgspec.structs.replace(run, status="running", ended_at=None, error=None)
+    changed[run.id] = run
+    if final or error:
+        # The invocation is over: its runs still running end with this event.
+        status: RunStatus = "error" if error else "completed"
+        for other in invocation_runs({**by_id, **changed}.values(), invocation):
+            other = changed.get(other.id, other)
+            if other.status == "running":
+                changed[other.id] = ended(other, status, at, error)
+    first = changed.pop(run.id)
+    return run.id, [first, *changed.values()]
