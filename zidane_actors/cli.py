@@ -197,24 +197,36 @@ def _title(metadata: dict[str, Any], first_user: SessionTurn | None) -> str:
 
 
 async def _list(store: SessionStore, args: argparse.Namespace, out: _Out) -> int:
-    from .model import SessionFilter
+    from .model import SessionFilter, is_scope_session_id, shown_session_status
+    from .stores._validate import now_ms
 
-    filter = SessionFilter(agent_id=args.agent, limit=args.limit)
+    now = now_ms()
+
+    def listed(sid: str) -> bool:
+        return args.scopes or not is_scope_session_id(sid)
+
+    lines: list[tuple[str, str, int, str, str]] = []
     if "list_meta" in store_capabilities(store):
-        rows = await store.list_meta(filter)  # type: ignore[attr-defined]
+        asked = args.limit
+        while True:  # scope sessions left out: ask for more until the limit is met
+            rows = await store.list_meta(SessionFilter(agent_id=args.agent, limit=asked))  # type: ignore[attr-defined]
+            kept = [r for r in rows if listed(r.id)][: args.limit]
+            if asked is None or len(rows) < asked or len(kept) >= args.limit:
+                break
+            asked *= 2
         lines = [
             (
                 r.id,
-                r.status or "-",
+                shown_session_status(r.status, r.run_owner, r.updated_at, now),
                 r.turn_count,
                 _when(r.updated_at),
                 _title(r.metadata, r.first_user_turn),
             )
-            for r in rows
+            for r in kept
         ]
     else:
-        lines = []
-        for sid in await store.list(filter):
+        ids = [sid for sid in await store.list(SessionFilter(agent_id=args.agent)) if listed(sid)]
+        for sid in ids[: args.limit]:
             data = await store.load(sid)
             if data is None:
                 continue
@@ -222,7 +234,7 @@ async def _list(store: SessionStore, args: argparse.Namespace, out: _Out) -> int
             lines.append(
                 (
                     sid,
-                    data.status,
+                    shown_session_status(data.status, data.run_owner, data.updated_at, now),
                     len(data.turns),
                     _when(data.updated_at),
                     _title(data.metadata, first),
@@ -690,6 +702,11 @@ def _parser() -> _Parser:
     store_option(listing)
     listing.add_argument("--agent", help="only sessions of this agent id")
     listing.add_argument("--limit", type=int, help="at most this many sessions")
+    listing.add_argument(
+        "--scopes",
+        action="store_true",
+        help="also list frameworks' internal scope sessions (google-adk app:/user: state)",
+    )
     for name, text in (
         ("show", "print a readable transcript"),
         ("heal", "drop invalid tool pairings"),

@@ -50,6 +50,7 @@ from ._run_owner import (
     is_run_owner_holding,
     process_started_at,
     run_claim_blocked,
+    shown_session_status,
 )
 from ._search import (
     search_header_filters,
@@ -68,6 +69,7 @@ from ._send_requests import (
 from ._session_ops import (
     corrupt_meta_row,
     demote_stale_running_status,
+    is_scope_session_id,
     matches_session_filter,
     merge_session_metadata,
     patch_metadata,
@@ -129,6 +131,7 @@ __all__ = [
     "is_column_text",
     "is_run_owner_dead",
     "is_run_owner_holding",
+    "is_scope_session_id",
     "key_segment",
     "latest_compaction",
     "matches_session_filter",
@@ -149,6 +152,7 @@ __all__ = [
     "send_request_evictions",
     "send_request_fingerprint",
     "session_meta_row",
+    "shown_session_status",
     "snapshot_status",
     "stored_header_text",
     "stored_too_deep",

@@ -17,6 +17,7 @@ __all__ = [
     "is_run_owner_holding",
     "process_started_at",
     "run_claim_blocked",
+    "shown_session_status",
 ]
 
 RUN_OWNER_HOLD_MS: Final = 10 * 60_000
@@ -129,3 +130,20 @@ def run_claim_blocked(
     if updated_at > stale_at and not is_run_owner_dead(owner):
         return True
     return is_run_owner_holding(owner, updated_at, now)
+
+
+def shown_session_status(
+    status: SessionStatus | None, owner: RunOwner | None, updated_at: int, now: int
+) -> str:
+    """The status a reader is shown: a stored ``running`` whose owner is gone is ``stale``.
+
+    The owner is judged by the claim rule (:func:`run_claim_blocked` with the
+    ``RUN_OWNER_HOLD_MS`` horizon): on this host by its pid, elsewhere by how
+    long ago the marker was written. A missing status reads as ``idle``.
+    """
+    if status != "running":
+        return status or "idle"
+    blocked = run_claim_blocked(
+        status, owner, updated_at, stale_at=now - RUN_OWNER_HOLD_MS, now=now
+    )
+    return "running" if blocked else "stale"

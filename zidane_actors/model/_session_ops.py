@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET
@@ -13,6 +13,7 @@ from ._types import RunOwner, SessionData, SessionFilter, SessionMetaRow, Sessio
 __all__ = [
     "corrupt_meta_row",
     "demote_stale_running_status",
+    "is_scope_session_id",
     "matches_session_filter",
     "merge_session_metadata",
     "patch_metadata",
@@ -182,3 +183,16 @@ def session_meta_row(
         run_owner=data.run_owner,
         status=data.status,
     )
+
+
+SCOPE_SESSION_PREFIXES: Final = ("adk-app:", "adk-app=", "adk-user:", "adk-user=")
+"""How the ids of google-adk's ``app:``/``user:`` scope sessions begin (readable or digest form)."""
+
+
+def is_scope_session_id(session_id: str) -> bool:
+    """Whether ``session_id`` names a framework's internal scope session, not a conversation.
+
+    google-adk keeps ``app:`` and ``user:`` state in sessions of their own;
+    conversation lists leave them out unless asked for.
+    """
+    return session_id.startswith(SCOPE_SESSION_PREFIXES)

@@ -9,13 +9,12 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from ..model import (
-    RUN_OWNER_HOLD_MS,
     SessionMetaRow,
     SessionTurn,
     TextBlock,
     encode,
     parse_json,
-    run_claim_blocked,
+    shown_session_status,
 )
 from ._html import Html, Node, el, ui_path
 
@@ -77,18 +76,9 @@ def _duration(ms: float | None) -> str:
 
 
 def shown_status(row: SessionMetaRow, now: int) -> str:
-    """The status a reader should see: a stored ``running`` whose owner is gone is ``stale``.
-
-    The owner is judged by the claim rule (``run_claim_blocked``): on this host
-    by its pid, elsewhere by the ``RUN_OWNER_HOLD_MS`` staleness horizon.
-    """
-    status = row.status or "idle"
-    if status != "running":
-        return status
-    blocked = run_claim_blocked(
-        status, row.run_owner, row.updated_at, stale_at=now - RUN_OWNER_HOLD_MS, now=now
-    )
-    return "running" if blocked else "stale"
+    """The status a reader should see: a stored ``running`` whose owner is gone is ``stale``
+    (the model's one rule, :func:`~zidane_actors.model.shown_session_status`)."""
+    return shown_session_status(row.status, row.run_owner, row.updated_at, now)
 
 
 def _badge(status: str | None) -> Html:
@@ -121,7 +111,11 @@ def _session_link(sid: str, text: Node = None) -> Html:
 
 
 def _nav(current: str) -> Html:
-    links = [("sessions", "/ui/", "Sessions"), ("schedules", "/ui/schedules", "Schedules")]
+    links = [
+        ("sessions", "/ui/", "Sessions"),
+        ("summary", "/ui/summary", "Summary"),
+        ("schedules", "/ui/schedules", "Schedules"),
+    ]
     return el(
         "nav",
         {"class": "tabs"},
