@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, Final
@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import UnsupportedOperationError, ValidationError
+from ..errors import CorruptDataError, UnsupportedOperationError, ValidationError
 from ..model import (
     ArtifactFilter,
     Schedule,
@@ -45,6 +45,7 @@ from ..model import (
     SessionSearch,
     SessionSearchPage,
     SessionTurn,
+    is_scope_session_id,
     preview,
     session_meta_row,
     validate_id,
@@ -56,8 +57,9 @@ from ._errors import ApiError
 from ._html import Html
 from ._limits import ReadBudget
 from ._query import query_params
-from ._ui_common import render_error, session_title, shown_status
-from ._ui_list import SessionsPage, render_sessions
+from ._ui_common import _query, render_error, session_title, shown_status
+from ._ui_list import SessionsPage, filter_form, render_sessions
+from ._ui_runs import RunTotals, Summary, render_summary, render_timeline, run_totals
 from ._ui_schedules import render_schedules
 from ._ui_session import SessionPage, last_page_start, long_text, render_more, render_session
 
@@ -71,12 +73,19 @@ PAIRING_LOOKAHEAD: Final = 8
 """Turns read past a transcript page to find results of its last calls."""
 ARTIFACTS_SHOWN: Final = 200
 FIRES_SHOWN: Final = 10
-STATUSES: Final = ("idle", "running", "completed", "error")
+STATUSES: Final = ("idle", "running", "stale", "completed", "error")
+"""Statuses the list filters by; ``stale`` is a stored ``running`` whose owner is gone."""
 DEFAULT_SCAN: Final = 20_000
 """Most sessions one filtered list request reads (status and title search filter the rows)."""
 COUNT_LIMIT: Final = 10_000
 """Matches a ``search_meta`` list counts exactly; past it the page says "10,000+"."""
 SORTS: Final = ("updated", "created")
+RUN_SCAN: Final = 1_000
+"""Most sessions one list request reads the runs of to find failed ones (``scan`` raises it)."""
+SUMMARY_SESSIONS: Final = 500
+"""Most sessions (the most recently updated that match) the summary page reads the runs of."""
+SEARCH_BATCH: Final = 1_000
+"""Most rows one ``search_meta`` call of a filtered list asks for."""
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -97,10 +106,11 @@ _STATIC: Final = {
 _log = logging.getLogger("zidane_actors.server")
 
 ErrorOf = Callable[[Exception, str | None], tuple[int, str]]
+Keep = Callable[[SessionMetaRow], Awaitable[bool]]
 
 
 _PUBLIC_PATH: Final = re.compile(
-    r"/|/favicon\.ico|/ui/?|/ui/schedules|/ui/sessions/[^/]+|/ui/static/[^/]+"
+    r"/|/favicon\.ico|/ui/?|/ui/schedules|/ui/summary|/ui/sessions/[^/]+|/ui/static/[^/]+"
 )
 
 
@@ -180,6 +190,10 @@ class ListQuery:
     project: str | None = None
     untagged: bool = False
     status: str | None = None
+    failed: bool = False
+    """Only sessions holding a failed run (their runs are read: see ``RUN_SCAN``)."""
+    scopes: bool = False
+    """Also list frameworks' internal scope sessions (left out by default)."""
     page: int = 1
     sort: str = "updated"
     dates: str = "updated"
@@ -208,6 +222,8 @@ class ListQuery:
             project=project,
             untagged=untagged is not None,
             status=status,
+            failed=_param(request, "failed") is not None,
+            scopes=_param(request, "scopes") is not None,
             page=_param_count(request, "page", 1, 1),
             sort=sort,
             dates=dates,
@@ -230,7 +246,7 @@ class ListQuery:
             text=self.q,
             agent_id=self.agent,
             project_root=self._root(),
-            status=self.status,  # type: ignore[arg-type]
+            status="running" if self.status == "stale" else self.status,  # type: ignore[arg-type]
             order=self.sort,  # type: ignore[arg-type]
             limit=limit,
             offset=offset,
@@ -241,9 +257,20 @@ class ListQuery:
             updated_to=None if created else self.end,
         )
 
-    def keeps(self, row: SessionMetaRow) -> bool:
+    def shows(self, row: SessionMetaRow, now: int) -> bool:
+        """The filters of a page's rows no store applies: scope sessions, running or stale."""
+        if not self.scopes and is_scope_session_id(row.id):
+            return False
+        if self.status in ("running", "stale"):
+            return shown_status(row, now) == self.status
+        return True
+
+    def keeps(self, row: SessionMetaRow, now: int) -> bool:
         """The filters ``list_meta`` cannot apply: status, dates and the title search."""
-        if self.status is not None and (row.status or "idle") != self.status:
+        if not self.shows(row, now):
+            return False
+        stored = self.status not in (None, "running", "stale")
+        if stored and (row.status or "idle") != self.status:
             return False
         if self.start is not None or self.end is not None:
             at = row.created_at if self.dates == "created" else row.updated_at
@@ -259,9 +286,15 @@ class ListQuery:
         return True
 
     @property
+    def row_filtered(self) -> bool:
+        """Whether rows that ``search_meta`` answers are filtered further (see ``shows``)."""
+        return not self.scopes or self.failed or self.status in ("running", "stale")
+
+    @property
     def post_filtered(self) -> bool:
         return (
-            self.status is not None
+            self.row_filtered
+            or self.status is not None
             or self.q is not None
             or self.start is not None
             or self.end is not None
@@ -275,11 +308,29 @@ class ListQuery:
             "project": self.project,
             "untagged": "1" if self.untagged else None,
             "status": self.status,
+            "failed": "1" if self.failed else None,
+            "scopes": "1" if self.scopes else None,
             "sort": None if self.sort == "updated" else self.sort,
             "dates": None if self.dates == "updated" else self.dates,
             "from": _param(request, "from", 10),
             "to": _param(request, "to", 10),
             "scan": query_params(request).get("scan") if self.post_filtered else None,
+        }
+        return {k: v for k, v in raw.items() if v is not None}
+
+    def filter_params(self, request: Request) -> dict[str, str]:
+        """This list's filters alone (what the summary page keeps), order and scan aside."""
+        raw = {
+            "q": self.q,
+            "agent": self.agent,
+            "project": self.project,
+            "untagged": "1" if self.untagged else None,
+            "status": self.status,
+            "failed": "1" if self.failed else None,
+            "scopes": "1" if self.scopes else None,
+            "dates": None if self.dates == "updated" else self.dates,
+            "from": _param(request, "from", 10),
+            "to": _param(request, "to", 10),
         }
         return {k: v for k, v in raw.items() if v is not None}
 
@@ -295,7 +346,7 @@ class _Reader:
         return name in self.capabilities
 
     async def scan(
-        self, filter: SessionFilter, keep: Callable[[SessionMetaRow], bool], want: int, cap: int
+        self, filter: SessionFilter, keep: Keep, want: int, cap: int
     ) -> tuple[list[SessionMetaRow], bool]:
         """Up to ``want`` rows that ``keep`` accepts, in ``list_meta`` order.
 
@@ -311,7 +362,7 @@ class _Reader:
             ids = await self.store.list(filter)
             for sid in ids[:cap]:
                 row = await self.meta(sid)
-                if row is not None and keep(row):
+                if row is not None and await keep(row):
                     matched.append(row)
                     if len(matched) >= want:
                         return matched, False
@@ -326,7 +377,7 @@ class _Reader:
             for row in rows:
                 if row.id not in seen:
                     seen.add(row.id)
-                    if keep(row):
+                    if await keep(row):
                         matched.append(row)
                         if len(matched) >= want:
                             return matched, False
@@ -347,6 +398,36 @@ class _Reader:
             return None
         return found
 
+    async def search_scan(
+        self, search: SessionSearch, keep: Keep, want: int, cap: int
+    ) -> _Scanned | None:
+        """Up to ``want`` rows of ``search`` that ``keep`` accepts, reading at most ``cap``.
+
+        ``search_meta`` pages from offset 0 (``want`` rows, then ×4, at most
+        ``SEARCH_BATCH`` a call); ``None`` when the store cannot search.
+        """
+        matched: list[SessionMetaRow] = []
+        offset, rejected, total = 0, 0, None
+        limit = min(want, cap, SEARCH_BATCH)
+        while True:
+            found = await self.search(msgspec.structs.replace(search, offset=offset, limit=limit))
+            if found is None:
+                return None
+            total = found.total if total is None else total
+            for row in found.rows:
+                if not await keep(row):
+                    rejected += 1
+                    continue
+                matched.append(row)
+                if len(matched) >= want:
+                    return _Scanned(matched, False, False, total, rejected)
+            offset += len(found.rows)
+            if len(found.rows) < limit:
+                return _Scanned(matched, False, True, total, rejected)
+            if offset >= cap:
+                return _Scanned(matched, True, False, total, rejected)
+            limit = min(limit * 4, cap - offset, SEARCH_BATCH)
+
     async def meta(self, sid: str) -> SessionMetaRow | None:
         if self._has("get_meta"):
             row: SessionMetaRow | None = await self.store.get_meta(sid)  # type: ignore[attr-defined]
@@ -356,20 +437,21 @@ class _Reader:
 
     async def page(
         self, meta: SessionMetaRow, start: int, limit: int
-    ) -> tuple[list[SessionTurn], tuple[SessionRun, ...], int]:
-        """Turns ``start`` to ``start + limit``, the runs, and the JSON bytes read for them.
+    ) -> tuple[list[SessionTurn], tuple[SessionRun, ...], int, tuple[SessionTurn, ...]]:
+        """Turns ``start`` to ``start + limit``, the runs, the JSON bytes read for them,
+        and every turn read (the whole session when it has runs, for the run timeline).
 
         The protocol has no runs-only read: a session with runs is one
         ``load`` (its turns sliced from it), one without is one ``get_turns``.
         """
         if meta.run_count == 0:
             turns: list[SessionTurn] = await self.store.get_turns(meta.id, start, limit)
-            return turns, (), _json_size(turns)
+            return turns, (), _json_size(turns), ()
         data = await self.store.load(meta.id)
         if data is None:
-            return [], (), 0
+            return [], (), 0, ()
         read = _json_size(data.turns) + _json_size(data.runs)
-        return list(data.turns[start : start + limit]), data.runs, read
+        return list(data.turns[start : start + limit]), data.runs, read, data.turns
 
     async def artifacts(self, sid: str) -> list[SessionArtifact] | None:
         if not self._has("list_artifacts"):
@@ -396,6 +478,34 @@ class _Reader:
         return out
 
 
+@attrs.frozen
+class _Listed:
+    """One page of the session list as read: its rows and what the pager says."""
+
+    rows: Sequence[SessionMetaRow]
+    has_next: bool
+    searched: bool
+    """``search_meta`` answered (the list can sort and count)."""
+    scanned: int | None = None
+    total: int | None = None
+    total_exact: bool = True
+    total_at_most: bool = False
+
+
+@attrs.frozen
+class _Scanned:
+    """What a filtered ``search_meta`` scan found: rows, and how far it read."""
+
+    rows: list[SessionMetaRow]
+    truncated: bool
+    """It stopped at its cap, short of ``want`` rows and of the end."""
+    complete: bool
+    """It read every match of the search."""
+    total: int | None
+    """The search's own count (rows ``keep`` rejected included)."""
+    rejected: int
+
+
 def _json_size(values: Iterable[object]) -> int:
     """The JSON bytes of ``values``, one at a time (a measure that holds no copy)."""
     return sum(len(encode_checked(value)) for value in values)
@@ -411,43 +521,137 @@ class _Ui:
     clock: Callable[[], int] = now_ms
     """Epoch ms a page is judged at: the stores' clock, as the run-claim rule reads it."""
 
-    async def sessions(self, request: Request) -> Html:
-        query = ListQuery.parse(request)
-        skip = (query.page - 1) * LIST_PAGE_SIZE
-        found = await self.reader.search(query.search(skip, LIST_PAGE_SIZE))
-        if found is not None:
-            page = SessionsPage(
-                rows=found.rows,
-                has_next=len(found.rows) == LIST_PAGE_SIZE
-                and (skip + LIST_PAGE_SIZE < found.total or not found.total_exact),
-                page=query.page,
-                params=query.params(request),
-                now=self.clock(),
-                total=found.total,
-                total_exact=found.total_exact,
-                page_size=LIST_PAGE_SIZE,
-            )
-            return render_sessions(page, STATUSES, searchable=True)
+    async def _runs(self, row: SessionMetaRow) -> tuple[SessionRun, ...] | None:
+        """``row``'s runs: one ``load`` (no runs-only read), counted in the read budget;
+        ``None`` when the session does not decode (a list names it, never fails for it)."""
+        if row.run_count == 0:
+            return ()
+        if row.corrupt is not None:
+            return None
+        async with self.reads.hold(("page", row.id, 0)) as held:
+            try:
+                data = await self.reader.store.load(row.id)
+            except CorruptDataError:
+                return None
+            if data is None:
+                return ()
+            held.add(_json_size(data.turns) + _json_size(data.runs))
+            return data.runs
+
+    async def _list(
+        self,
+        query: ListQuery,
+        request: Request,
+        totals: dict[str, RunTotals | None],
+        size: int = LIST_PAGE_SIZE,
+    ) -> _Listed:
+        """The list page's rows: ``search_meta`` when it answers, else ``list_meta`` scans.
+
+        Filters no store applies (scope sessions, running or stale, failed runs)
+        read the matches from the first one, up to the scan cap; ``totals``
+        keeps the run totals read on the way.
+        """
+        now = self.clock()
+        skip = (query.page - 1) * size
+        want = skip + size + 1
+
+        async def failed(row: SessionMetaRow) -> bool:
+            if row.id not in totals:
+                totals[row.id] = run_totals(await self._runs(row))
+            return (totals[row.id] or RunTotals()).failed > 0
+
+        async def shows(row: SessionMetaRow) -> bool:
+            return query.shows(row, now) and (not query.failed or await failed(row))
+
+        async def keeps(row: SessionMetaRow) -> bool:
+            return query.keeps(row, now) and (not query.failed or await failed(row))
+
+        default = RUN_SCAN if query.failed else DEFAULT_SCAN
+        cap = max(_param_count(request, "scan", default, 1), want)
+        if not query.row_filtered:
+            found = await self.reader.search(query.search(skip, size))
+            if found is not None:
+                more = skip + size < found.total or not found.total_exact
+                return _Listed(
+                    rows=found.rows,
+                    has_next=len(found.rows) == size and more,
+                    searched=True,
+                    total=found.total,
+                    total_exact=found.total_exact,
+                )
+        else:
+            scanned = await self.reader.search_scan(query.search(0, 1), shows, want, cap)
+            if scanned is not None:
+                listed = _Listed(
+                    rows=scanned.rows[skip : skip + size],
+                    has_next=len(scanned.rows) > skip + size,
+                    searched=True,
+                    scanned=cap if scanned.truncated else None,
+                )
+                if scanned.complete:
+                    return attrs.evolve(listed, total=len(scanned.rows))
+                if not query.failed and query.status not in ("running", "stale"):
+                    # Only scope sessions are left out: the count holds those not yet read.
+                    at_most = (scanned.total or 0) - scanned.rejected
+                    return attrs.evolve(listed, total=at_most, total_at_most=True)
+                return listed
         if query.sort != "updated":
             raise _BadQuery("this store lists sessions by update time only (no search_meta)")
-        want = skip + LIST_PAGE_SIZE + 1
-        if query.post_filtered:
-            cap = max(_param_count(request, "scan", DEFAULT_SCAN, 1), want)
-            matched, truncated = await self.reader.scan(
-                query.store_filter(), query.keeps, want, cap
-            )
-        else:
-            cap, truncated = want, False
-            matched, _ = await self.reader.scan(query.store_filter(), query.keeps, want, want)
-        page = SessionsPage(
-            rows=tuple(matched[skip : skip + LIST_PAGE_SIZE]),
-            has_next=len(matched) > skip + LIST_PAGE_SIZE,
-            page=query.page,
-            now=self.clock(),
-            scanned=cap if truncated else None,
-            params=query.params(request),
+        if not query.post_filtered:
+            cap = want
+        matched, truncated = await self.reader.scan(query.store_filter(), keeps, want, cap)
+        return _Listed(
+            rows=matched[skip : skip + size],
+            has_next=len(matched) > skip + size,
+            searched=False,
+            scanned=cap if truncated and query.post_filtered else None,
         )
-        return render_sessions(page, STATUSES, searchable=False)
+
+    async def sessions(self, request: Request) -> Html:
+        query = ListQuery.parse(request)
+        totals: dict[str, RunTotals | None] = {}
+        listed = await self._list(query, request, totals)
+        for row in listed.rows:  # the tokens, cost and failure columns
+            if row.id not in totals:
+                totals[row.id] = run_totals(await self._runs(row))
+        page = SessionsPage(
+            rows=tuple(listed.rows),
+            has_next=listed.has_next,
+            page=query.page,
+            params=query.params(request),
+            now=self.clock(),
+            scanned=listed.scanned,
+            total=listed.total,
+            total_exact=listed.total_exact,
+            total_at_most=listed.total_at_most,
+            page_size=LIST_PAGE_SIZE,
+            totals=totals,
+            summary_query=_query(query.filter_params(request)),
+        )
+        return render_sessions(page, STATUSES, searchable=listed.searched)
+
+    async def summary(self, request: Request) -> Html:
+        """Runs, failures, tokens and cost per agent and per day over the filtered sessions.
+
+        It reads the runs of at most ``SUMMARY_SESSIONS`` sessions (the most
+        recently updated that match), one session at a time in the read budget.
+        """
+        query = attrs.evolve(ListQuery.parse(request), page=1)
+        listed = await self._list(query, request, {}, size=SUMMARY_SESSIONS)
+        summary = Summary()
+        for row in listed.rows:  # one session's runs held at a time
+            summary.add(row, await self._runs(row))
+        more = listed.has_next or listed.scanned is not None
+        params = query.filter_params(request)
+        list_url = "/ui/" + (f"?{_query(params)}" if params else "")
+        return render_summary(
+            summary,
+            read=len(listed.rows),
+            matched=listed.total if listed.total_exact and not listed.total_at_most else None,
+            more=more,
+            filters=filter_form(params, STATUSES, searchable=listed.searched, action="/ui/summary"),
+            list_url=list_url,
+        )
 
     async def session(self, request: Request) -> Html | tuple[int, Html]:
         sid = validate_id(request.path_params["sessionId"], what="session id")
@@ -459,10 +663,14 @@ class _Ui:
         if "from" not in query_params(request) and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
         async with self.reads.hold(("page", sid, start)) as held:
-            turns, runs, read = await self.reader.page(
+            turns, runs, read, every = await self.reader.page(
                 meta, start, TURN_PAGE_SIZE + PAIRING_LOOKAHEAD
             )
             held.add(read)
+            run_filter = _param(request, "run")
+            shown = next((r for r in runs if r.id == run_filter), None)
+            if shown is None and runs:  # the newest run
+                shown = max(runs, key=lambda r: (r.started_at, r.id))
             artifacts = await self.reader.artifacts(sid)
             held.add(_json_size(artifacts or ()))
             page = SessionPage(
@@ -474,7 +682,8 @@ class _Ui:
                 runs=runs,
                 artifacts=artifacts,
                 now=now,
-                run_filter=_param(request, "run"),
+                run_filter=run_filter,
+                timeline=render_timeline(shown, every, len(runs)) if runs else None,
             )
             return render_session(page)
 
@@ -550,6 +759,7 @@ def ui_routes(store: SessionStore, error_of: ErrorOf, reads: ReadBudget) -> list
         Route("/ui/", page, methods=get),
         Route("/ui/sessions/{sessionId}", page, methods=get),
         Route("/ui/schedules", page, methods=get),
+        Route("/ui/summary", page, methods=get),
         Route("/ui/static/{name}", static, methods=get),
         Route("/ui/fragments/sessions", ui.fragment(ui.sessions), methods=get),
         Route("/ui/fragments/sessions/{sessionId}", ui.fragment(ui.session), methods=get),
@@ -559,4 +769,5 @@ def ui_routes(store: SessionStore, error_of: ErrorOf, reads: ReadBudget) -> list
             methods=get,
         ),
         Route("/ui/fragments/schedules", ui.fragment(ui.schedules), methods=get),
+        Route("/ui/fragments/summary", ui.fragment(ui.summary), methods=get),
     ]

@@ -11,6 +11,7 @@ from ._html import Html, Node, el
 from ._ui_common import (
     _badge,
     _clip,
+    _cost,
     _count,
     _nav,
     _query,
@@ -19,9 +20,11 @@ from ._ui_common import (
     session_title,
     shown_status,
 )
+from ._ui_runs import RunTotals, failure_mark
 
 __all__ = [
     "SessionsPage",
+    "filter_form",
     "render_sessions",
 ]
 
@@ -44,7 +47,13 @@ class SessionsPage:
     """How many sessions match (from ``search_meta``); ``None`` when the store cannot count."""
     total_exact: bool = True
     """False when more than ``total`` match (the store stopped counting there)."""
+    total_at_most: bool = False
+    """``total`` is an upper bound: it holds scope sessions the list leaves out, not yet read."""
     page_size: int = 50
+    totals: Mapping[str, RunTotals | None] = attrs.field(factory=dict)
+    """The run totals of listed sessions (tokens, cost, failed runs), by id."""
+    summary_query: str = ""
+    """The list's filters as a query string, for its summary page link."""
 
 
 def _list_url(params: Mapping[str, str], **changes: str | None) -> str:
@@ -66,9 +75,24 @@ def _choice(name: str, label: str, options: Sequence[tuple[str, str]], chosen: s
     )
 
 
-def _filter_form(
-    params: Mapping[str, str], statuses: Sequence[str], *, searchable: bool = False
+def _check(name: str, label: str, params: Mapping[str, str]) -> Html:
+    return el(
+        "label",
+        {"class": "check"},
+        el("input", {"type": "checkbox", "name": name, "value": "1", "checked": name in params}),
+        label,
+    )
+
+
+def filter_form(
+    params: Mapping[str, str],
+    statuses: Sequence[str],
+    *,
+    searchable: bool = False,
+    action: str = "/ui/",
 ) -> Html:
+    """The list's filters, sent to ``action`` (the list, or the summary over it)."""
+
     def field(name: str, label: str, placeholder: str, kind: str = "text") -> Html:
         return el(
             "label",
@@ -88,26 +112,13 @@ def _filter_form(
     status = params.get("status")
     return el(
         "form",
-        {"class": "filters", "method": "get", "action": "/ui/", "role": "search"},
+        {"class": "filters", "method": "get", "action": action, "role": "search"},
         field(
             "q", "Search", "words in messages, tools, titles, ids" if searchable else "title or id"
         ),
         field("agent", "Agent", "agent id"),
         field("project", "Project", "project root"),
-        el(
-            "label",
-            {"class": "check"},
-            el(
-                "input",
-                {
-                    "type": "checkbox",
-                    "name": "untagged",
-                    "value": "1",
-                    "checked": "untagged" in params,
-                },
-            ),
-            "untagged only",
-        ),
+        _check("untagged", "untagged only", params),
         el(
             "label",
             None,
@@ -127,16 +138,18 @@ def _filter_form(
         ),
         field("from", "from", "YYYY-MM-DD", "date"),
         field("to", "to", "YYYY-MM-DD", "date"),
+        _check("failed", "with failed runs", params),
+        _check("scopes", "scope sessions too", params),
         _choice(
             "sort",
             "Sort",
             [("updated", "newest updated"), ("created", "newest created")],
             params.get("sort", "updated"),
         )
-        if searchable
+        if searchable and action == "/ui/"
         else None,
         el("button", {"type": "submit"}, "Filter"),
-        el("a", {"href": "/ui/", "class": "clear"}, "Clear"),
+        el("a", {"href": action, "class": "clear"}, "Clear"),
     )
 
 
@@ -155,11 +168,15 @@ def _corrupt_row(row: SessionMetaRow) -> Html:
         el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
         el("td", {"class": "num"}, "–"),
         el("td", {"class": "num wide"}, "–"),
+        el("td", {"class": "num"}, "–"),
+        el("td", {"class": "num"}, "–"),
         el("td", None, _when(row.updated_at)),
     )
 
 
-def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Html:
+def _session_row(
+    row: SessionMetaRow, params: Mapping[str, str], now: int, totals: RunTotals | None
+) -> Html:
     if row.corrupt is not None:
         return _corrupt_row(row)
     title = session_title(row.metadata, row.first_user_turn)
@@ -187,9 +204,11 @@ def _session_row(row: SessionMetaRow, params: Mapping[str, str], now: int) -> Ht
         _title_cell(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
         el("td", {"class": "wide"}, agent),
         el("td", {"class": "wide"}, project),
-        el("td", None, _badge(shown_status(row, now))),
+        el("td", None, _badge(shown_status(row, now)), " ", failure_mark(totals)),
         el("td", {"class": "num"}, _count(row.turn_count)),
         el("td", {"class": "num wide"}, _count(row.run_count)),
+        el("td", {"class": "num tokens"}, _count(totals.tokens if totals else None)),
+        el("td", {"class": "num cost"}, _cost(totals.cost if totals else None)),
         el("td", None, _when(row.updated_at)),
     )
 
@@ -233,10 +252,12 @@ def _pager(page: SessionsPage) -> Html:
                     str(n),
                 )
             )
-    if not page.total_exact:
+    if not page.total_exact and not page.total_at_most:
         numbers.append(el("span", {"class": "gap"}, "…"))
     count = f"{page.total:,}{'' if page.total_exact else '+'} session"
     count += "" if page.total == 1 and page.total_exact else "s"
+    if page.total_at_most:
+        count = f"at most {page.total:,} sessions"
     return el(
         "nav",
         {"class": "pager"},
@@ -251,7 +272,17 @@ def render_sessions(
     page: SessionsPage, statuses: Sequence[str], *, searchable: bool = False
 ) -> Html:
     """The session list: filters, one page of rows, page links (numbered when counted)."""
-    head = ["Title", "Agent", "Project", "Status", "Turns", "Runs", "Updated (UTC)"]
+    head = [
+        "Title",
+        "Agent",
+        "Project",
+        "Status",
+        "Turns",
+        "Runs",
+        "Tokens",
+        "Cost",
+        "Updated (UTC)",
+    ]
     wide = {"Agent", "Project", "Runs"}  # left out on a narrow screen
     body: Node
     if page.rows:
@@ -267,7 +298,11 @@ def render_sessions(
                     [el("th", {"class": "wide"} if h in wide else None, h) for h in head],
                 ),
             ),
-            el("tbody", None, [_session_row(r, page.params, page.now) for r in page.rows]),
+            el(
+                "tbody",
+                None,
+                [_session_row(r, page.params, page.now, page.totals.get(r.id)) for r in page.rows],
+            ),
         )
     else:
         body = el("p", {"class": "empty"}, "No sessions match.")
@@ -285,7 +320,16 @@ def render_sessions(
         {"class": "page", "data-page": "sessions", "data-title": "Sessions"},
         _nav("sessions"),
         el("h1", None, "Sessions"),
-        _filter_form(page.params, statuses, searchable=searchable),
+        filter_form(page.params, statuses, searchable=searchable),
+        el(
+            "p",
+            {"class": "summary-link"},
+            el(
+                "a",
+                {"href": "/ui/summary" + (f"?{page.summary_query}" if page.summary_query else "")},
+                "Summary of these sessions (runs, failures, tokens, cost per agent and day)",
+            ),
+        ),
         body,
         more,
         _pager(page),

@@ -76,6 +76,8 @@ class SessionPage:
     """Epoch ms the page is judged at (a ``running`` whose owner is gone shows as stale)."""
     run_filter: str | None = None
     """Show only the turns of this run and its subagents (``?run=``)."""
+    timeline: Html | None = None
+    """The waterfall of one run's calls (the filtered run, else the newest)."""
 
 
 def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
@@ -819,6 +821,7 @@ def render_session(page: SessionPage) -> Html:
         el("h1", None, title),
         _facts(facts),
         runs,
+        page.timeline,
         _transcript(page, running),
         _artifacts(page.artifacts),
         el(
