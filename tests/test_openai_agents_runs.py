@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import trio
 from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
 
+from zidane_actors.integrations._shared import TRACE_CONTEXT_KEY
 from zidane_actors.integrations.openai_agents import TOOL_ERRORS_KEY, ZidaneSession
 from zidane_actors.model import SessionData, SessionRun, ToolResultBlock
 from zidane_actors.stores import open_sqlite_store
@@ -143,3 +145,125 @@ def test_a_streamed_run_keeps_its_prompt(db: str) -> None:
     asyncio.run(main())
     run = only_run(db, "g")
     assert run.prompt == "Stream me" and run.status == "completed"
+
+
+# -- the session's own Runner calls, agentId, handoffs, trace context -------------------
+
+
+def test_a_failure_caught_by_the_caller_keeps_its_text_through_session_run(db: str) -> None:
+    """No exception leaves a with block: session.run saw the Runner's own exception."""
+
+    async def main() -> None:
+        session = ZidaneSession("h", store=db)
+        with pytest.raises(RuntimeError):
+            await session.run(failing(), "Hello?")
+        data = read_back(db, "h")  # recorded before the exception reached the caller
+        (run,) = data.runs
+        assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
+        assert run.agent is not None and run.agent.id == "flaky"
+        assert data.agent_id == "flaky"
+        await session.aclose()
+
+    asyncio.run(main())
+
+
+@function_tool(failure_error_function=None)
+def fatal(city: str) -> str:
+    """A tool whose failure ends the run."""
+    raise ConnectionError(f"no forecast for {city}")
+
+
+def test_a_tool_failure_that_ends_the_call_through_run_sync(db: str) -> None:
+    model = ScriptedModel(
+        [
+            ModelStep(
+                [function_call("fatal", {"city": "Oslo"}, call_id="c1")],
+                usage=Usage(requests=1, input_tokens=30, output_tokens=4, total_tokens=34),
+            )
+        ]
+    )
+    session = ZidaneSession("i", store=db)
+    with pytest.raises(Exception) as raised:
+        session.run_sync(Agent(name="weather", model=model, tools=[fatal]), "Weather?")
+    data = read_back(db, "i")
+    session.close()
+    (run,) = data.runs
+    assert run.status == "error" and run.error is not None
+    assert run.error == f"{type(raised.value).__name__}: {raised.value}"
+    assert "no forecast for Oslo" in run.error
+    assert (run.tokens_in, run.tokens_out) == (30, 4)
+    assert data.agent_id == "weather"
+
+
+def test_a_streamed_failure_keeps_its_text(db: str) -> None:
+    async def main() -> None:
+        async with ZidaneSession("j", store=db) as session:
+            streamed = session.run_streamed(failing("streamer"), "Stream me")
+            with pytest.raises(RuntimeError):
+                async for _ in streamed.stream_events():
+                    pass
+            # The caller handled it: nothing leaves the with block.
+
+    asyncio.run(main())
+    run = only_run(db, "j")
+    assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
+    assert run.prompt == "Stream me" and run.agent is not None and run.agent.id == "streamer"
+
+
+def test_a_handoff_is_a_child_run_of_the_agent_it_went_to(db: str) -> None:
+    step = Usage(requests=1, input_tokens=50, output_tokens=5, total_tokens=55)
+    expert = Agent(
+        name="expert",
+        model=ScriptedModel([ModelStep([assistant_message("Take an umbrella.")], usage=step)]),
+    )
+    triage = Agent(
+        name="triage",
+        model=ScriptedModel(
+            [ModelStep([function_call("transfer_to_expert", {}, call_id="h1")], usage=step)]
+        ),
+        handoffs=[expert],
+    )
+    with ZidaneSession("k", store=db) as session:
+        result = session.run_sync(triage, "Umbrella?")
+    assert result.final_output == "Take an umbrella."
+    data = read_back(db, "k")
+    parent, child = data.runs
+    assert parent.agent is not None and parent.agent.id == "triage"
+    assert child.agent is not None and child.agent.id == "expert"
+    assert child.parent_run_id == parent.id and child.parent_call_id == "h1"
+    assert child.depth == 1 and parent.status == child.status == "completed"
+    assert (parent.tokens_in, child.tokens_in) == (50, 50)
+    assert data.agent_id == "triage"
+    # Each turn names its agent through its run.
+    answer = data.turns[-1]
+    assert answer.role == "assistant" and answer.run_id == child.id
+
+
+def test_a_session_with_an_agent_id_keeps_it(db: str) -> None:
+    async def main() -> None:
+        async with open_sqlite_store(db.removeprefix("sqlite:")) as store:
+            host_data = SessionData(id="l", created_at=1, updated_at=1, agent_id="mine")
+            await store.save(host_data)
+
+    trio.run(main)
+    model = ScriptedModel([[assistant_message("Hi.")]])
+    with ZidaneSession("l", store=db) as session:
+        session.run_sync(Agent(name="plain", model=model), "Hello")
+    assert read_back(db, "l").agent_id == "mine"
+
+
+def test_a_run_begun_in_an_opentelemetry_span_keeps_its_trace_context(db: str) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    model = ScriptedModel([[assistant_message("Hi.")]])
+    with ZidaneSession("m", store=db) as session, tracer.start_as_current_span("request") as span:
+        session.run_sync(Agent(name="plain", model=model), "Hello")
+    context = span.get_span_context()
+    run = only_run(db, "m")
+    assert run.extra_fields == {
+        TRACE_CONTEXT_KEY: {
+            "traceId": f"{context.trace_id:032x}",
+            "spanId": f"{context.span_id:016x}",
+        }
+    }

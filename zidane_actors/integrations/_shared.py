@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -24,7 +25,7 @@ import msgspec
 import trio
 
 from ..errors import ActorClosed
-from ..model import ExtraFields, SessionRun
+from ..model import ExtraFields, SessionRun, is_column_text
 from ..portal._api import ClosesOnExit, host_opener
 from ..portal._thread import Portal, wait_future
 
@@ -38,7 +39,9 @@ __all__ = [
     "Share",
     "SharedPortal",
     "acquire",
+    "agent_of",
     "held",
+    "name_agent",
     "release",
     "trace_context",
     "with_trace",
@@ -215,3 +218,22 @@ def with_trace(run: SessionRun, context: dict[str, str] | None) -> SessionRun:
     extra = dict(run.extra_fields or {})
     extra[TRACE_CONTEXT_KEY] = context
     return msgspec.structs.replace(run, extra_fields=ExtraFields(extra))
+
+
+def agent_of(runs: Sequence[SessionRun]) -> str | None:
+    """The agent a write's runs name: its top-level run's, else the first one's."""
+    named = [r for r in runs if r.agent is not None]
+    top = next((r for r in named if r.parent_run_id is None), named[0] if named else None)
+    return None if top is None or top.agent is None else top.agent.id
+
+
+async def name_agent(session: Session, agent: str | None) -> None:
+    """Give a session with no ``agentId`` the framework's agent as its own (trio side).
+
+    Saved with the header at once; a name no store can keep (empty, a NUL)
+    is left out: the label is the framework's, the conversation is stored anyway.
+    """
+    if not agent or session.agent_id is not None or not is_column_text(agent):
+        return
+    await session.set_agent_id(agent)
+    await session.save_meta_keys(())

@@ -22,28 +22,27 @@ history while every item stays stored. Requires the ``openai-agents`` extra.
 
 from __future__ import annotations
 
-import collections
+import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
-import attrs
 import msgspec
 import trio
 from agents import (
     Agent,
-    FunctionTool,
-    Handoff,
-    ModelResponse,
+    RunConfig,
     RunContextWrapper,
     RunHooks,
-    Tool,
+    Runner,
+    RunResult,
+    RunResultStreaming,
     ToolErrorFormatterArgs,
-    default_tool_error_function,
 )
 from agents.items import TResponseInputItem
 from agents.memory.session import _CompactionSnapshot
@@ -52,24 +51,17 @@ from agents.memory.session_settings import (
     coerce_session_settings,
     resolve_session_limit,
 )
-from agents.tool import default_tool_timeout_error_message
-from openai.types.responses import ResponseFunctionToolCall
 
 from ..actors import Session
 from ..errors import ActorClosed, ConflictError, StaleSessionError
 from ..errors import SessionNotFoundError as ZidaneNotFound
 from ..model import (
     AppendTurnsOptions,
-    RunStatus,
     SessionHistory,
     SessionRun,
-    SessionRunAgent,
     SessionTurn,
-    StoredRunOptions,
-    TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    TurnUsage,
     compaction_marker,
     compaction_of,
     encode,
@@ -81,6 +73,7 @@ from ..model import (
     validate_id,
 )
 from ..portal._thread import wait_future
+from . import _agents_runs as _runs
 from . import _shared
 from ._responses import (
     ItemGroup,
@@ -91,7 +84,7 @@ from ._responses import (
     turn_metadata,
     turn_without_last_item,
 )
-from ._usage import Price, cost_of, total
+from ._usage import Price
 
 __all__ = ["DEFAULT_STORE", "TOOL_ERRORS_KEY", "ZidaneSession"]
 
@@ -105,238 +98,6 @@ T = TypeVar("T")
 
 _lock_for: Final = _shared.SessionLocks()
 """Each session's lock for the writes of this door (in the trio thread)."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-# -- runs -------------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Run:
-    """One agent's part of a Runner call, as it will be written."""
-
-    id: str
-    prompt: str
-    started_at: int
-    agent: str | None = None
-    parent_run_id: str | None = None
-    parent_call_id: str | None = None
-    depth: int | None = None
-    model: str | None = None
-    usage: list[TurnUsage] = attrs.Factory(list)
-    turns: int = 0
-    status: RunStatus = "running"
-    ended_at: int | None = None
-    error: str | None = None
-
-    def record(self, tokens: tuple[int, int] | None = None) -> SessionRun:
-        usages = tuple(self.usage)
-        summed = total(usages) if usages else None
-        tokens_in, tokens_out = (summed.input, summed.output) if summed else tokens or (None, None)
-        return SessionRun(
-            id=self.id,
-            prompt=self.prompt,
-            started_at=self.started_at,
-            status=self.status,
-            agent=None if self.agent is None else SessionRunAgent(id=self.agent, label=self.agent),
-            cost=None if summed is None else summed.cost,
-            depth=self.depth,
-            ended_at=self.ended_at,
-            error=self.error,
-            options=None if self.model is None else StoredRunOptions(model=self.model),
-            parent_call_id=self.parent_call_id,
-            parent_run_id=self.parent_run_id,
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            total_usage=summed,
-            turns=self.turns,
-            turn_usage=usages or None,
-            wall_ms=None if self.ended_at is None else float(self.ended_at - self.started_at),
-        )
-
-
-@attrs.define(eq=False)
-class _RunnerCall:
-    """What one ``Runner.run``/``run_sync``/``run_streamed`` call has shown so far."""
-
-    runs: list[_Run]
-    tokens: tuple[int, int] = (0, 0)  # the call's cumulative tokens (known without hooks too)
-    pending: collections.deque[tuple[_Run, TurnUsage]] = attrs.Factory(collections.deque)
-    calls: list[tuple[str, str]] = attrs.Factory(list)  # the last response's (name, call id)
-    hooked: bool = False
-    llm_open: int = 0
-    tool_open: int = 0
-    final: bool = False
-    done: bool = False
-    changed: set[str] = attrs.Factory(set)  # ids of runs to write besides the current one
-    failed: set[str] = attrs.Factory(set)  # call ids of tool results reported as failed
-    tool_errors: dict[str, str] = attrs.Factory(dict)  # call id -> the tool's exception text
-    stored: bool = False  # this session stored an item of the call: its runs are this session's
-    answered: bool = False  # its last stored item is an answer (an assistant message, no call)
-
-    @property
-    def current(self) -> _Run:
-        return self.runs[-1]
-
-    def finish(self, status: RunStatus, error: str | None = None) -> None:
-        now = _now_ms()
-        for run in self.runs:
-            if run.status == "running":
-                run.status, run.ended_at, run.error = status, now, error
-                self.changed.add(run.id)
-        self.done = True
-
-    def settle(self, error: str | None = None) -> None:
-        """Close the runs of a call that is over (its context gone, its session closing).
-
-        ``error`` is the exception that ended it, when known. Without hooks, a
-        call whose last stored item is not an answer has an unknown outcome:
-        never recorded as completed.
-        """
-        if self.final or (not self.hooked and self.answered and error is None):
-            self.finish("completed")
-        elif self.llm_open:
-            self.finish("error", error or "the model call did not answer (the Runner raised)")
-        elif self.tool_open:
-            self.finish("error", error or "a tool call did not finish (the Runner raised)")
-        elif error is not None:
-            self.finish("error", error)
-        elif self.hooked:
-            self.finish("aborted", "ended without a final output (interrupted or stopped)")
-        else:
-            self.finish("aborted", "ended without an answer (its outcome is unknown without hooks)")
-
-
-_Placed = tuple[_Run, TurnUsage | None]
-"""The run a turn belongs to, and the usage of the response it holds (assistant turns)."""
-
-
-def _model_name(agent: Agent[Any]) -> str | None:
-    model = agent.model
-    if isinstance(model, str):
-        return model
-    name = getattr(model, "model", None)
-    return name if isinstance(name, str) else None
-
-
-def _prompt(groups: list[ItemGroup]) -> str:
-    for role, content, _ in groups:
-        if role == "user":
-            for block in content:
-                if isinstance(block, TextBlock):
-                    return block.text
-    return ""
-
-
-_TOOL_FAILED: Final = default_tool_error_function(RunContextWrapper(None), Exception())
-
-
-def _is_failure_text(tool: Tool, result: object) -> bool:
-    """Whether ``result`` is the text openai-agents answers for a function tool that failed.
-
-    Its default failure handler's message, or its timeout message: what the
-    hooks alone can tell (``tool_error_formatter`` tells every reported failure).
-    """
-    if not isinstance(tool, FunctionTool) or not isinstance(result, str):
-        return False
-    if result == _TOOL_FAILED:
-        return True
-    timeout = tool.timeout_seconds
-    return timeout is not None and result == default_tool_timeout_error_message(
-        tool_name=tool.name, timeout_seconds=timeout
-    )
-
-
-class _Hooks(RunHooks[Any]):
-    """``ZidaneSession.hooks``: tells the session what the Runner does."""
-
-    def __init__(self, session: ZidaneSession) -> None:
-        self._session = weakref.ref(session)
-
-    def _call(self, context: RunContextWrapper[Any]) -> _RunnerCall | None:
-        session = self._session()
-        if session is None:
-            return None
-        call = session._runner_call(context.usage, "")
-        call.hooked = True
-        return call
-
-    async def on_agent_start(self, context: Any, agent: Any) -> None:
-        call = self._call(context)
-        if call is not None and call.current.agent is None:
-            call.current.agent = agent.name
-            call.current.model = _model_name(agent)
-
-    async def on_llm_start(self, context: Any, agent: Any, *_: Any) -> None:
-        call = self._call(context)
-        if call is not None:
-            call.llm_open += 1
-
-    async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
-        call, session = self._call(context), self._session()
-        if call is None or session is None:
-            return
-        call.llm_open -= 1
-        measured = response.usage
-        cached = getattr(measured.input_tokens_details, "cached_tokens", 0) or None
-        usage = TurnUsage(
-            input=measured.input_tokens,
-            output=measured.output_tokens,
-            cache_read=cached,
-            model=_model_name(agent),
-        )
-        cost = cost_of(usage, session.price)
-        if cost is not None:
-            usage = msgspec.structs.replace(usage, cost=cost)
-        call.pending.append((call.current, usage))
-        call.calls = [
-            (item.name, item.call_id)
-            for item in response.output
-            if isinstance(item, ResponseFunctionToolCall)
-        ]
-
-    async def on_tool_start(self, context: Any, agent: Any, tool: Tool) -> None:
-        call = self._call(context)
-        if call is not None:
-            call.tool_open += 1
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Tool, result: object) -> None:
-        call = self._call(context)
-        if call is None:
-            return
-        call.tool_open -= 1
-        call_id = getattr(context, "tool_call_id", None)
-        if isinstance(call_id, str) and _is_failure_text(tool, result):
-            call.failed.add(call_id)
-
-    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
-        call = self._call(context)
-        if call is None:
-            return
-        parent = call.current
-        tool = Handoff.default_tool_name(to_agent)
-        call_id = next((cid for name, cid in call.calls if name == tool), None)
-        call.runs.append(
-            _Run(
-                id=new_id(),
-                prompt=parent.prompt,
-                started_at=_now_ms(),
-                agent=to_agent.name,
-                parent_run_id=parent.id,
-                parent_call_id=call_id,
-                depth=(parent.depth or 0) + 1,
-                model=_model_name(to_agent),
-            )
-        )
-        call.changed.add(parent.id)
-
-    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
-        call = self._call(context)
-        if call is not None:
-            call.final = True
 
 
 class ZidaneSession(_shared.Share):
@@ -383,11 +144,11 @@ class ZidaneSession(_shared.Share):
             else SessionSettings()
         )
         self.price = price
-        self.hooks = _Hooks(self)
+        self.hooks = _runs.Hooks(self)
         self._shared: _shared.SharedPortal | None = _shared.acquire(store)
         self._handle: Session | None = None
         self._items_json: dict[str, tuple[SessionTurn, bytes]] = {}
-        self._calls: dict[int, tuple[weakref.ref[Any], _RunnerCall]] = {}
+        self._calls: dict[int, tuple[weakref.ref[Any], _runs.RunnerCall]] = {}
         self._calls_lock = threading.RLock()  # a finalizer may run inside a hold
         self._ending: BaseException | None = None  # the exception leaving a with block
 
@@ -435,8 +196,10 @@ class ZidaneSession(_shared.Share):
             self._open()  # a closed session refuses even an empty call
             return
         groups = group_items(cast(list[dict[str, Any]], items))
-        call = None if wrapper is None else self._runner_call(wrapper.usage, _prompt(groups))
-        placed: list[_Placed | None] = [None] * len(groups)
+        call = (
+            None if wrapper is None else self._runner_call(wrapper.usage, _runs.prompt_of(groups))
+        )
+        placed: list[_runs.Placed | None] = [None] * len(groups)
         if call is not None:
             assert wrapper is not None
             call.tokens = (wrapper.usage.input_tokens, wrapper.usage.output_tokens)
@@ -458,7 +221,7 @@ class ZidaneSession(_shared.Share):
                 call.failed.difference_update(*(error_marks(c) for _, c, _ in groups))
         errors = {} if call is None else call.tool_errors
         turns = [_turn(group, where, errors) for group, where in zip(groups, placed, strict=True)]
-        records = _records(call, [p for p in placed if p is not None])
+        records = _runs.records(call, [p for p in placed if p is not None])
         await self._call(self._append, turns, records)
 
     async def pop_item(
@@ -523,8 +286,98 @@ class ZidaneSession(_shared.Share):
         call = self._runner_call(args.run_context.usage, "")
         call.failed.add(args.call_id)
         if args.error is not None:
-            call.tool_errors[args.call_id] = _error_text(args.error)
+            call.tool_errors[args.call_id] = _runs.error_text(args.error)
         return None
+
+    # -- Runner calls made by the session ----------------------------------------
+
+    async def run(
+        self, agent: Agent[Any], input: str | list[TResponseInputItem], **kwargs: Any
+    ) -> RunResult:
+        """``Runner.run(agent, input, session=self, ...)``, its failure recorded as it was.
+
+        ``hooks`` and ``run_config``'s ``tool_error_formatter`` default to this
+        session's. When the call raises, its runs still open end ``error``
+        with the exception's type and text before it propagates: a plain
+        ``Runner.run`` shows the session no exception its caller catches.
+        """
+        begun: list[_runs.RunnerCall] = []
+        token = _runs.attempt.set(begun)
+        try:
+            return await Runner.run(agent, input, **self._runner_kwargs(kwargs))
+        except Exception as exc:
+            records = self._failed(begun, exc)
+            if records:
+                try:
+                    await self._call(self._write_runs, records)
+                except Exception:  # the Runner's exception goes on: say what was lost
+                    _log.exception("could not record the failure of session %r", self.session_id)
+            raise
+        finally:
+            _runs.attempt.reset(token)
+
+    def run_sync(
+        self, agent: Agent[Any], input: str | list[TResponseInputItem], **kwargs: Any
+    ) -> RunResult:
+        """:meth:`run` through ``Runner.run_sync`` (blocking)."""
+        begun: list[_runs.RunnerCall] = []
+        token = _runs.attempt.set(begun)
+        try:
+            return Runner.run_sync(agent, input, **self._runner_kwargs(kwargs))
+        except Exception as exc:
+            records = self._failed(begun, exc)
+            shared = self._shared
+            if records and shared is not None:
+                try:
+                    shared.ready.result()
+                    shared.portal.call(self._write_runs, shared, records)
+                except Exception:
+                    _log.exception("could not record the failure of session %r", self.session_id)
+            raise
+        finally:
+            _runs.attempt.reset(token)
+
+    def run_streamed(
+        self, agent: Agent[Any], input: str | list[TResponseInputItem], **kwargs: Any
+    ) -> RunResultStreaming:
+        """:meth:`run` through ``Runner.run_streamed``.
+
+        The exception a failed stream raises (from ``stream_events``) is kept
+        as its runs' error, written when the call's runs are closed: when the
+        session closes, or when the result is let go.
+        """
+        begun: list[_runs.RunnerCall] = []
+        token = _runs.attempt.set(begun)
+        try:
+            result = Runner.run_streamed(agent, input, **self._runner_kwargs(kwargs))
+        finally:
+            _runs.attempt.reset(token)
+        task = result.run_loop_task
+        if task is not None:
+            task.add_done_callback(functools.partial(_stream_ended, begun))
+        return result
+
+    def _runner_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with this session, and its hooks and tool error formatter unless given."""
+        kwargs.setdefault("hooks", self.hooks)
+        config = kwargs.get("run_config")
+        if config is None:
+            kwargs["run_config"] = RunConfig(tool_error_formatter=self.tool_error_formatter)
+        elif config.tool_error_formatter is None:
+            kwargs["run_config"] = dataclasses.replace(
+                config, tool_error_formatter=self.tool_error_formatter
+            )
+        return {**kwargs, "session": self}
+
+    def _failed(self, begun: list[_runs.RunnerCall], error: BaseException) -> list[SessionRun]:
+        """End the runs ``begun`` still open as failed with ``error``; their records."""
+        records: list[SessionRun] = []
+        for call in begun:
+            call.raised = call.raised or _runs.error_text(error)
+            if call.stored and not call.done:
+                call.settle()
+                records.extend(_runs.records(call, None))
+        return records
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -573,7 +426,7 @@ class ZidaneSession(_shared.Share):
         for call in calls:
             if call.stored and not call.done:
                 call.settle(error)
-                records.extend(_records(call, None))
+                records.extend(_runs.records(call, None))
         return records
 
     def _let_go(self) -> Any:
@@ -583,7 +436,7 @@ class ZidaneSession(_shared.Share):
 
     # -- Runner calls -------------------------------------------------------------
 
-    def _runner_call(self, usage: Any, prompt: str) -> _RunnerCall:
+    def _runner_call(self, usage: Any, prompt: str) -> _runs.RunnerCall:
         """The record of the Runner call whose ``Usage`` is ``usage``, started when new."""
         key = id(usage)
         with self._calls_lock:
@@ -596,13 +449,16 @@ class ZidaneSession(_shared.Share):
                             run.prompt = prompt
                             call.changed.add(run.id)
                 return call
-            call = _RunnerCall([_Run(new_id(), prompt, _now_ms())])
+            call = _runs.RunnerCall([_runs.Run(new_id(), prompt, _runs.now_ms())])
             self._calls[key] = (weakref.ref(usage), call)
+            begun = _runs.attempt.get()
+            if begun is not None:  # a call of run/run_sync/run_streamed: its failure is seen
+                begun.append(call)
         weakref.finalize(usage, self._call_gone, weakref.ref(self), key, call)
         return call
 
     @staticmethod
-    def _call_gone(ref: weakref.ref[ZidaneSession], key: int, call: _RunnerCall) -> None:
+    def _call_gone(ref: weakref.ref[ZidaneSession], key: int, call: _runs.RunnerCall) -> None:
         """A Runner call's context is gone: close its runs as it ended (never raises)."""
         session = ref()
         if session is None:
@@ -617,7 +473,7 @@ class ZidaneSession(_shared.Share):
         if shared is None:
             return
         try:
-            shared.portal.post(session._write_runs_soon, shared, _records(call, None))
+            shared.portal.post(session._write_runs_soon, shared, _runs.records(call, None))
         except ActorClosed:
             return
 
@@ -681,6 +537,7 @@ class ZidaneSession(_shared.Share):
             assert session is not None
             with contextlib.suppress(ZidaneNotFound):  # nothing was written: write again
                 if await self._append_to(session, turns, records):
+                    await _shared.name_agent(session, _shared.agent_of(records))
                     return
         raise ConflictError(f"session {preview(self.session_id)} was deleted while being written")
 
@@ -733,6 +590,7 @@ class ZidaneSession(_shared.Share):
         assert session is not None
         for record in records:
             await session.update_run(record)
+        await _shared.name_agent(session, _shared.agent_of(records))
 
     async def _pop_item(self, shared: _shared.SharedPortal) -> TResponseInputItem | None:
         session = await self._session(shared, False)
@@ -797,12 +655,16 @@ class ZidaneSession(_shared.Share):
             )
 
 
-def _error_text(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
+def _stream_ended(begun: list[_runs.RunnerCall], task: asyncio.Task[Any]) -> None:
+    """A streamed call's loop ended: keep the exception it raised as its runs' error."""
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        for call in begun:
+            call.raised = call.raised or _runs.error_text(error)
 
 
 def _turn(
-    group: ItemGroup, placed: _Placed | None, tool_errors: dict[str, str] | None = None
+    group: ItemGroup, placed: _runs.Placed | None, tool_errors: dict[str, str] | None = None
 ) -> SessionTurn:
     """The turn that stores ``group``, as part of the run ``placed`` names (if any).
 
@@ -825,25 +687,11 @@ def _turn(
         id=turn_id,
         role=role,
         content=content,
-        created_at=_now_ms(),
+        created_at=_runs.now_ms(),
         run_id=None if run is None else run.id,
         usage=usage,
         metadata=turn_metadata({TOOL_ERRORS_KEY: errors} if errors else None, role, content, items),
     )
-
-
-def _records(call: _RunnerCall | None, runs: list[_Placed] | None) -> list[SessionRun]:
-    """The run records a write carries: its own runs first, then the others that changed."""
-    if call is None:
-        return []
-    wanted: list[_Run] = []
-    for run in [*(run for run, _ in runs or ()), call.current]:
-        if run not in wanted:
-            wanted.append(run)
-    wanted.extend(r for r in call.runs if r.id in call.changed and r not in wanted)
-    call.changed.clear()
-    tokens = None if call.hooked else call.tokens
-    return [run.record(tokens if run is call.runs[0] else None) for run in wanted]
 
 
 def _newest_items(
