@@ -166,7 +166,7 @@ def _corrupt_row(row: SessionMetaRow) -> Html:
         _title_cell(row.id, el("span", {"class": "muted"}, "(unreadable)")),
         el("td", {"colspan": "2", "class": "wide corrupt-reason"}, _clip(row.corrupt or "", 300)),
         el("td", None, el("span", {"class": "badge status-error"}, "corrupt")),
-        el("td", {"class": "num"}, "–"),
+        el("td", {"class": "num wide"}, "–"),
         el("td", {"class": "num wide"}, "–"),
         el("td", {"class": "num"}, "–"),
         el("td", {"class": "num"}, "–"),
@@ -205,7 +205,7 @@ def _session_row(
         el("td", {"class": "wide"}, agent),
         el("td", {"class": "wide"}, project),
         el("td", None, _badge(shown_status(row, now)), " ", failure_mark(totals)),
-        el("td", {"class": "num"}, _count(row.turn_count)),
+        el("td", {"class": "num wide"}, _count(row.turn_count)),
         el("td", {"class": "num wide"}, _count(row.run_count)),
         el("td", {"class": "num tokens"}, _count(totals.tokens if totals else None)),
         el("td", {"class": "num cost"}, _cost(totals.cost if totals else None)),
@@ -283,7 +283,7 @@ def render_sessions(
         "Cost",
         "Updated (UTC)",
     ]
-    wide = {"Agent", "Project", "Runs"}  # left out on a narrow screen
+    wide = {"Agent", "Project", "Turns", "Runs"}  # left out on a narrow screen
     body: Node
     if page.rows:
         body = el(

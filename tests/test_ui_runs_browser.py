@@ -1,0 +1,131 @@
+"""Runs in a real headless Chromium against a real ``zidane-actors serve``.
+
+The store of tests/test_ui_runs.py (sessions holding failed runs, scope
+sessions, a stale one) in a SQLite file; the browser and its helpers are
+tests/test_ui_browser.py's. Screenshots at 1400 and 420 px go to
+``$ZIDANE_UI_SCREENSHOT_DIR`` when set (else a temporary directory).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from test_server_e2e import ServerProcess
+from test_ui_browser import _open, _png_pixels, _session_ids, _until, browser, pytestmark
+from test_ui_runs import _seed
+
+from zidane_actors.stores import open_sqlite_store
+
+from selenium.webdriver.common.by import By  # isort: skip
+from selenium.webdriver.remote.webdriver import WebDriver  # isort: skip
+
+__all__ = ["browser", "pytestmark"]  # the fixture and the Chromium skip, shared
+
+WIDTHS = (1400, 420)
+
+
+async def _seed_file(path: Path) -> None:
+    async with open_sqlite_store(str(path)) as store:
+        await _seed(store)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    path = tmp_path_factory.mktemp("ui-runs") / "sessions.db"
+    trio.run(_seed_file, path)
+    proc = ServerProcess(f"sqlite:{path}")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(os.environ.get("ZIDANE_UI_SCREENSHOT_DIR") or tmp_path_factory.mktemp("shots"))
+
+
+def _shot(driver: WebDriver, path: Path) -> None:
+    """Save a screenshot, check it is not blank, and that the page never scrolls sideways."""
+    assert driver.save_screenshot(str(path))
+    width, _, bpp, rows = _png_pixels(path.read_bytes())
+    colours = {row[x : x + 3] for row in rows[::7] for x in range(0, width * bpp, bpp * 5)}
+    assert len(colours) > 10, f"{path.name} is (nearly) blank"
+    scroll = driver.execute_script("return document.documentElement.scrollWidth")
+    assert scroll <= width + 2, (path.name, scroll, width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_failed_sessions_tokens_and_cost_in_the_list(
+    browser: WebDriver, server: ServerProcess, shots: Path, width: int
+) -> None:
+    browser.set_window_size(width, 1000)
+    try:
+        _open(browser, f"{server.url}/ui/", "sessions")
+        ids = _session_ids(browser)
+        assert ids[:4] == ["bad-2", "bad-1", "ok-1", "stale-1"]
+        assert not [i for i in ids if i.startswith("adk-")]  # scope sessions left out
+        ok = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='ok-1']")
+        assert ok.find_element(By.CSS_SELECTOR, "td.tokens").text == "150"
+        assert ok.find_element(By.CSS_SELECTOR, "td.cost").text == "$0.0100"
+        assert ok.find_element(By.CSS_SELECTOR, "td.cost").is_displayed()
+        stale = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='stale-1']")
+        assert "stale (owner gone)" in stale.text
+        _shot(browser, shots / f"runs-list-{width}.png")
+
+        browser.find_element(By.NAME, "failed").click()
+        browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+        _until(browser, lambda d: "failed=1" in d.current_url)
+        _open(browser, browser.current_url, "sessions")
+        assert _session_ids(browser) == ["bad-2", "bad-1"]
+        mark = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='bad-1'] .failed-mark")
+        assert mark.is_displayed() and mark.text == "✕ 1"
+        _shot(browser, shots / f"runs-list-failed-{width}.png")
+
+        _open(browser, f"{server.url}/ui/?scopes=1", "sessions")
+        assert {"adk-app:shop", "adk-user:shop:u1"} <= set(_session_ids(browser))
+    finally:
+        browser.set_window_size(1280, 1600)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_timeline_and_the_summary_render(
+    browser: WebDriver, server: ServerProcess, shots: Path, width: int
+) -> None:
+    browser.set_window_size(width, 1000)
+    try:
+        _open(browser, f"{server.url}/ui/sessions/bad-2", "session")
+        rows = browser.find_elements(By.CSS_SELECTOR, "table.waterfall tr.span")
+        assert [r.get_attribute("class") for r in rows] == [
+            "span span-model",
+            "span span-tool span-failed",
+            "span span-model",
+        ]
+        bars = browser.find_elements(By.CSS_SELECTOR, "table.waterfall rect.bar")
+        widths = [b.rect["width"] for b in bars]
+        assert all(w > 0 for w in widths) and widths[0] > widths[1], widths  # 1.2 s > 0.5 s
+        assert rows[1].find_elements(By.TAG_NAME, "td")[2].text == "0.5 s"
+        timeline = browser.find_element(By.CSS_SELECTOR, "section.timeline")
+        browser.execute_script("arguments[0].scrollIntoView()", timeline)
+        _shot(browser, shots / f"runs-timeline-{width}.png")
+
+        _open(browser, f"{server.url}/ui/", "sessions")
+        browser.find_element(By.CSS_SELECTOR, ".summary-link a").click()
+        _until(browser, lambda d: "/ui/summary" in d.current_url)
+        _open(browser, browser.current_url, "summary")
+        agents = browser.find_elements(By.CSS_SELECTOR, "table.per-agent tbody tr")
+        assert [r.find_element(By.TAG_NAME, "td").text for r in agents] == ["alpha", "beta"]
+        cells = [td.text for td in agents[0].find_elements(By.TAG_NAME, "td")]
+        assert cells == ["alpha", "3", "1", "156", "$0.0120"]
+        days = browser.find_elements(By.CSS_SELECTOR, "table.per-day tbody tr")
+        assert len(days) == 2
+        assert (
+            "every session that matches"
+            in browser.find_element(By.CSS_SELECTOR, ".summary-scope").text
+        )
+        _shot(browser, shots / f"runs-summary-{width}.png")
+    finally:
+        browser.set_window_size(1280, 1600)
