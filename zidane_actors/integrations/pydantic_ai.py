@@ -21,12 +21,16 @@ versions keep a whole copy in ``metadata["pydanticAiMessage"]``, still read.
 
 Each agent run in the stored messages (pydantic-ai's ``run_id``) is also
 recorded as a ``SessionRun`` (start and end from the message timestamps,
-models, usage and cost per response), in the same write as its turns.
+models, usage and cost per response, the agent, the OpenTelemetry span it
+was stored in as ``traceContext``), in the same write as its turns; the
+session's ``agentId`` becomes the agent's name when it has none.
 
 ``message_history(session)`` gives a session's history for
 ``agent.run(..., message_history=...)``; ``append_messages`` /
-``append_messages_sync`` store ``result.new_messages()``. Requires the
-``pydantic-ai`` extra.
+``append_messages_sync`` store ``result.new_messages()``. ``run_agent`` /
+``run_agent_sync`` make the run and store it as it ended: a run that raises
+keeps the messages it exchanged and ends ``error`` with the exception's
+type and text. Requires the ``pydantic-ai`` extra.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 import pydantic
+from pydantic_ai import capture_run_messages
+from pydantic_ai.agent import AbstractAgent, AgentRunResult
 from pydantic_ai.messages import (
     BinaryContent,
     DocumentUrl,
@@ -76,6 +82,7 @@ from ..model import (
     TurnUsage,
     call_input,
     encode,
+    is_column_text,
     key_segment,
     new_id,
     parse_json,
@@ -84,6 +91,7 @@ from ..model import (
     validate_id,
 )
 from ..portal import AsyncSession, SyncSession
+from ._shared import trace_context, with_trace
 from ._usage import Price, cost_of, total
 
 __all__ = [
@@ -93,6 +101,8 @@ __all__ = [
     "append_messages_sync",
     "message_history",
     "messages_to_turns",
+    "run_agent",
+    "run_agent_sync",
     "runs_of_turns",
     "turns_to_messages",
 ]
@@ -436,6 +446,7 @@ def runs_of_turns(
                 status="running",
                 agent=None if agent is None else SessionRunAgent(id=agent, label=agent),
             )
+            run = with_trace(run, trace_context())
         elif not run.prompt and turn.role == "user":
             run = msgspec.structs.replace(run, prompt=prompt)
         usages = list(run.turn_usage or ())
@@ -780,43 +791,135 @@ def message_history(session: Session | SyncSession | AsyncSession) -> list[Model
     return turns_to_messages(session.turns)
 
 
+Named = str | AbstractAgent[Any, Any] | None
+"""An agent as the door takes it: its name, the pydantic-ai agent, or none."""
+
+
+def _name(agent: Named) -> str | None:
+    return agent if isinstance(agent, str) or agent is None else agent.name
+
+
+def _agent_to_set(session: SyncSession | AsyncSession, agent: str | None) -> str | None:
+    """``agent`` when the session has no ``agentId`` and a store can keep it as one."""
+    if agent and session.agent_id is None and is_column_text(agent):
+        return agent
+    return None
+
+
 def _write(
     session: SyncSession | AsyncSession,
     messages: Iterable[ModelMessage],
     agent: str | None,
     price: Price | None,
+    error: BaseException | None = None,
 ) -> tuple[list[SessionTurn], list[SessionRun]]:
     turns = messages_to_turns(messages, price=price)
-    return turns, runs_of_turns(turns, session.runs, agent=agent)
+    runs = runs_of_turns(turns, session.runs, agent=agent)
+    if error is not None and runs:  # the run that raised: its last messages' run
+        now = time.time_ns() // 1_000_000
+        failed = runs[-1]
+        runs[-1] = msgspec.structs.replace(
+            failed,
+            status="error",
+            error=f"{type(error).__name__}: {error}",
+            ended_at=now,
+            wall_ms=float(max(now - failed.started_at, 0)),
+        )
+    return turns, runs
 
 
 async def append_messages(
     session: AsyncSession,
     messages: Iterable[ModelMessage],
     *,
-    agent: str | None = None,
+    agent: Named = None,
     price: Price | None = None,
+    error: BaseException | None = None,
 ) -> None:
     """Store a run's ``new_messages()`` and its run record(s) in an asyncio session handle.
 
     One write for the turns and the first run (more only when the messages
-    span several runs). ``agent`` names the agent in the run record.
+    span several runs). ``agent`` (a name or the pydantic-ai agent) names
+    the agent in the run record, and the session when it has no ``agentId``.
+    ``error``: the exception the run raised (the messages are then those
+    ``capture_run_messages`` gave); its run ends ``error`` with its text.
     """
-    turns, runs = _write(session, messages, agent, price)
+    name = _name(agent)
+    turns, runs = _write(session, messages, name, price, error)
     await session.append_turns(turns, AppendTurnsOptions(run=runs[0]) if runs else None)
     for run in runs[1:]:
         await session.update_run(run)
+    named = _agent_to_set(session, name)
+    if named is not None:
+        await session.set_agent_id(named)
+        await session.save_meta_keys(())
 
 
 def append_messages_sync(
     session: SyncSession,
     messages: Iterable[ModelMessage],
     *,
-    agent: str | None = None,
+    agent: Named = None,
     price: Price | None = None,
+    error: BaseException | None = None,
 ) -> None:
     """:func:`append_messages` through a blocking session handle."""
-    turns, runs = _write(session, messages, agent, price)
+    name = _name(agent)
+    turns, runs = _write(session, messages, name, price, error)
     session.append_turns(turns, AppendTurnsOptions(run=runs[0]) if runs else None)
     for run in runs[1:]:
         session.update_run(run)
+    named = _agent_to_set(session, name)
+    if named is not None:
+        session.set_agent_id(named)
+        session.save_meta_keys(())
+
+
+async def run_agent(
+    session: AsyncSession,
+    agent: AbstractAgent[Any, Any],
+    prompt: Any = None,
+    *,
+    price: Price | None = None,
+    **kwargs: Any,
+) -> AgentRunResult[Any]:
+    """``agent.run(prompt, message_history=<the session's>, **kwargs)``, stored as it ended.
+
+    Its new messages and run record in one write; a run that raises stores
+    the messages it exchanged with its run ``error`` (the exception's type and
+    text), then the exception goes on. ``kwargs`` go to ``agent.run``
+    (``deps``, ``event_stream_handler`` for a streamed run, …).
+    """
+    history = message_history(session)
+    with capture_run_messages() as captured:
+        try:
+            result = await agent.run(prompt, message_history=history, **kwargs)
+        except Exception as exc:
+            new = captured[len(history) :]
+            if new:
+                await append_messages(session, new, agent=agent, price=price, error=exc)
+            raise
+    await append_messages(session, result.new_messages(), agent=agent, price=price)
+    return result
+
+
+def run_agent_sync(
+    session: SyncSession,
+    agent: AbstractAgent[Any, Any],
+    prompt: Any = None,
+    *,
+    price: Price | None = None,
+    **kwargs: Any,
+) -> AgentRunResult[Any]:
+    """:func:`run_agent` through ``agent.run_sync`` and a blocking session handle."""
+    history = message_history(session)
+    with capture_run_messages() as captured:
+        try:
+            result = agent.run_sync(prompt, message_history=history, **kwargs)
+        except Exception as exc:
+            new = captured[len(history) :]
+            if new:
+                append_messages_sync(session, new, agent=agent, price=price, error=exc)
+            raise
+    append_messages_sync(session, result.new_messages(), agent=agent, price=price)
+    return result
