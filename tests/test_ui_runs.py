@@ -148,6 +148,21 @@ class _ListOnly:
         return getattr(self.inner, name)
 
 
+class _CountingLoads:
+    """A store that records the sessions it loads whole."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.loads: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def load(self, sid: str) -> Any:
+        self.loads.append(sid)
+        return await self.inner.load(sid)
+
+
 @asynccontextmanager
 async def _sqlite() -> AsyncIterator[SessionStore]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -281,10 +296,15 @@ async def test_the_summary_tallies_runs_per_agent_and_day_within_its_bound(
             assert "4 runs, 2 failed" in r.text and "every session that matches" in r.text
             r = await client.get("/ui/fragments/summary?agent=none-such")
             assert "Summarised 0 sessions" in r.text
-            monkeypatch.setattr(ui, "SUMMARY_SESSIONS", 2)
-            r = await client.get("/ui/fragments/summary?scopes=1")
-            assert "Summarised 2 sessions: the 2 most recently updated" in r.text
+    async with open_memory_store() as inner:
+        await _seed(inner)
+        store = _CountingLoads(inner)
+        async with _client(store) as client:  # type: ignore[arg-type]
+            monkeypatch.setattr(ui, "SUMMARY_SESSIONS", 3)
+            r = await client.get("/ui/fragments/summary")
+            assert "Summarised 3 sessions: the 3 most recently updated" in r.text
             assert "bounded number of sessions" in r.text
+            assert store.loads == ["bad-2", "bad-1", "ok-1"]  # one at a time, only those
 
 
 async def _seed_file(path: Path) -> None:

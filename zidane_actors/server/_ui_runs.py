@@ -92,6 +92,13 @@ class Span:
     failed: bool = False
 
 
+def _run_end(run: SessionRun) -> int | None:
+    """When ``run`` ended: ``endedAt``, else its start plus ``wallMs``."""
+    if run.ended_at is not None or run.wall_ms is None:
+        return run.ended_at
+    return run.started_at + int(run.wall_ms)
+
+
 def run_spans(run: SessionRun, turns: Iterable[SessionTurn]) -> list[Span]:
     """The model and tool calls of ``run`` from its turns' stored times, in order."""
     mine = [t for t in turns if t.run_id == run.id]
@@ -109,7 +116,7 @@ def run_spans(run: SessionRun, turns: Iterable[SessionTurn]) -> list[Span]:
             for block in turn.content:
                 if isinstance(block, ToolCallBlock):
                     done, failed = results.get(block.id, (None, False))
-                    end = done if done is not None else run.ended_at or turn.created_at
+                    end = done if done is not None else _run_end(run) or turn.created_at
                     spans.append(Span("tool", block.name, turn.created_at, end, failed))
         before = max(before, turn.created_at)
     return spans
@@ -122,7 +129,8 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
         return el("section", {"class": "timeline"}, head, el("p", {"class": "muted"}, "No runs."))
     spans = run_spans(run, turns)
     shown = spans[:TIMELINE_SPANS]
-    ends = [s.end for s in shown] + [run.ended_at or run.started_at]
+    ended = _run_end(run)
+    ends = [s.end for s in shown] + [ended or run.started_at]
     t0 = min([run.started_at, *(s.start for s in shown)])
     width = max(max(ends) - t0, 1)
     rows: list[Html] = []
@@ -170,7 +178,7 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
             )
         )
     note = f"Run {run.id} ({_run_name(run)}, {run.status}"
-    note += f", {_duration(run.ended_at - run.started_at)})" if run.ended_at else ")"
+    note += f", {_duration(ended - run.started_at)})" if ended is not None else ")"
     if runs > 1:
         note += "; pick another run's timeline with its “only this run” link."
     if len(spans) > len(shown):
