@@ -21,6 +21,7 @@ from opentelemetry.trace import StatusCode
 from ..actors import Session, SessionHost
 from ..errors import ConflictError, InvalidNameError
 from ..model import (
+    ExtraFields,
     RunErrorDetail,
     RunStatus,
     SessionRun,
@@ -30,6 +31,7 @@ from ..model import (
     preview,
     validate_id,
 )
+from ._shared import name_agent, with_trace
 from ._usage import Price, cost_of, total
 
 __all__ = ["OpenRun", "agent_of", "record_run", "run_id_of", "session_id_of"]
@@ -153,6 +155,7 @@ class OpenRun:
     span_id: int
     started_at: int
     session_id: str | None
+    trace_id: int | None = None
     agent: str | None = None
     parent: OpenRun | None = None
     prompt: str | None = None
@@ -202,7 +205,7 @@ class OpenRun:
                     error, detail = self.failed_tool
         usages = tuple(self.usage)
         summed = total(usages) if usages else None
-        return SessionRun(
+        run = SessionRun(
             id=self.id,
             prompt=self.prompt or "",
             started_at=self.started_at,
@@ -222,6 +225,11 @@ class OpenRun:
             turn_usage=usages or None,
             wall_ms=None if ended_at is None else float(max(0, ended_at - self.started_at)),
         )
+        if self.trace_id is None:
+            return run
+        return with_trace(
+            run, {"traceId": f"{self.trace_id:032x}", "spanId": f"{self.span_id:016x}"}
+        )
 
 
 def _merged(stored: SessionRun, new: SessionRun) -> SessionRun:
@@ -233,6 +241,8 @@ def _merged(stored: SessionRun, new: SessionRun) -> SessionRun:
     }
     if not new.prompt and stored.prompt:
         kept["prompt"] = stored.prompt
+    if new.extra_fields and stored.extra_fields:
+        kept["extra_fields"] = ExtraFields({**stored.extra_fields, **new.extra_fields})
     if new.status == "running" and stored.status != "running":
         return stored  # a start seen after the end: the end stands
     return msgspec.structs.replace(new, **kept) if kept else new
@@ -259,6 +269,4 @@ async def record_run(host: SessionHost, session_id: str, run: SessionRun) -> Non
     session = await _session(host, session_id, agent)
     stored = next((r for r in session.runs if r.id == run.id), None)
     await session.update_run(run if stored is None else _merged(stored, run))
-    if agent is not None and session.agent_id is None:
-        await session.set_agent_id(agent)
-        await session.save_meta_keys(())
+    await name_agent(session, agent)

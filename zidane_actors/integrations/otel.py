@@ -155,6 +155,7 @@ class ZidaneSpanProcessor(SpanProcessor):
                 span_id=context.span_id,
                 started_at=(span.start_time or 0) // 1_000_000,
                 session_id=session_id_of(named),
+                trace_id=context.trace_id,
                 agent=agent_of(attributes),
                 parent=run,
             )
@@ -180,6 +181,7 @@ class ZidaneSpanProcessor(SpanProcessor):
                     span_id=context.span_id,
                     started_at=(span.start_time or 0) // 1_000_000,
                     session_id=None,
+                    trace_id=context.trace_id,
                 )
             self._put(("end" if run.span_id == context.span_id else "span", run, span))
         except Exception:
