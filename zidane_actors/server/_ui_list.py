@@ -284,6 +284,12 @@ def render_sessions(
         "Updated (UTC)",
     ]
     wide = {"Agent", "Project", "Turns", "Runs"}  # left out on a narrow screen
+    numeric = {"Turns", "Runs", "Tokens", "Cost"}
+
+    def header(h: str) -> Html:
+        classes = [c for c, on in (("wide", h in wide), ("num", h in numeric)) if on]
+        return el("th", {"class": " ".join(classes) or None}, h)
+
     body: Node
     if page.rows:
         body = el(
@@ -295,7 +301,7 @@ def render_sessions(
                 el(
                     "tr",
                     None,
-                    [el("th", {"class": "wide"} if h in wide else None, h) for h in head],
+                    [header(h) for h in head],
                 ),
             ),
             el(

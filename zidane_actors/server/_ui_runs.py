@@ -180,7 +180,7 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
     note = f"Run {run.id} ({_run_name(run)}, {run.status}"
     note += f", {_duration(ended - run.started_at)})" if ended is not None else ")"
     if runs > 1:
-        note += "; pick another run's timeline with its “only this run” link."
+        note += "; a run's “its turns” link shows its own."
     if len(spans) > len(shown):
         note += f" The first {len(shown)} of {len(spans)} calls."
     body: Node
@@ -191,7 +191,13 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
             el(
                 "thead",
                 None,
-                el("tr", None, [el("th", None, h) for h in ("Call", "Start", "Duration", "")]),
+                el(
+                    "tr",
+                    None,
+                    el("th", None, "Call"),
+                    [el("th", {"class": "num"}, h) for h in ("Start", "Duration")],
+                    el("th", None),
+                ),
             ),
             el("tbody", None, rows),
         )
@@ -254,7 +260,12 @@ def _tally_table(cls: str, key: str, tallies: Mapping[str, Tally], order: list[s
         el(
             "thead",
             None,
-            el("tr", None, [el("th", None, h) for h in (key, "Runs", "Failed", "Tokens", "Cost")]),
+            el(
+                "tr",
+                None,
+                el("th", None, key),
+                [el("th", {"class": "num"}, h) for h in ("Runs", "Failed", "Tokens", "Cost")],
+            ),
         ),
         el(
             "tbody",
