@@ -86,6 +86,22 @@ def _with_usage(run: SessionRun, usage: TurnUsage, turn_id: str) -> SessionRun:
     )
 
 
+def _of_invocation(runs: Sequence[SessionRun], root: str) -> list[SessionRun]:
+    """The runs of the invocation whose run is ``root``, looked up from the newest.
+
+    The current invocation's runs are the newest: found without reading the
+    others (an event costs the same in the 1000th invocation as in the first).
+    """
+    found: list[SessionRun] = []
+    for run in reversed(runs):
+        found.append(run)
+        if run.id == root:
+            return found
+        if run.parent_run_id != root:
+            break
+    return [r for r in runs if r.id == root or r.parent_run_id == root]  # an older one, or none
+
+
 def event_runs(
     runs: Sequence[SessionRun],
     data: Mapping[str, Any],
@@ -108,7 +124,7 @@ def event_runs(
     if not isinstance(invocation, str) or not invocation:
         return None, []
     author = data.get("author") if isinstance(data.get("author"), str) else None
-    by_id = {r.id: r for r in runs}
+    by_id = {r.id: r for r in _of_invocation(runs, run_id(invocation))}
     changed: dict[str, SessionRun] = {}
     root = by_id.get(run_id(invocation))
     if root is None:
