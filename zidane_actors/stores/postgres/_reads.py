@@ -36,7 +36,7 @@ from .._validate import (
     checked_items,
     now_ms,
 )
-from ..sql import POSTGRES, meta_row, search_header_sql, session_filter_sql
+from ..sql import POSTGRES, meta_row, search_header_sql, search_words_sql, session_filter_sql
 from ._rows import (
     _Cursor,
     _decode,
@@ -97,23 +97,8 @@ def _session_where(filter: SessionFilter | None) -> tuple[str, list[Any]]:
 
 
 def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``search`` over ``sessions s``: words through the GIN indexes."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    words = query_words(search.text or "")
-    if words:
-        # Each word is a prefix of a word of the session's header or of one of its turns
-        # (or of their words past one tsvector's bound); the session ids are intersected.
-        # Words are letters, marks and numbers only: nothing to quote.
-        hits = " INTERSECT ".join(
-            "(SELECT t.session_id FROM turns t WHERE t.words @@ %s::tsquery"
-            " UNION SELECT m.session_id FROM more_words m WHERE m.words @@ %s::tsquery"
-            " UNION SELECT h.id FROM sessions h WHERE h.words @@ %s::tsquery)"
-            for _ in words
-        )
-        clauses.append(f"s.id IN ({hits})")
-        for word in words:
-            params += [f"'{word}':*"] * 3
+    """The WHERE clause of ``search`` over ``sessions s``: words through ``session_words``."""
+    clauses, params = search_words_sql(query_words(search.text or ""), POSTGRES.placeholder)
     header, values = search_header_sql(search, POSTGRES.placeholder)
     clauses += header
     params += values

@@ -289,8 +289,10 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
     The words are the model's (``index_words`` of ``stored_turn_text`` or
     ``stored_header_text``). It never waits for a writer's row locks (a row being
     written right now is left to the next call), so it can neither deadlock with
-    writers nor make them wait longer than its own statements.
+    writers nor make them wait longer than its own statements. It first rebuilds the
+    words of stale sessions (at most ``limit``), counted in its answer.
     """
+    rebuilt = _rebuild_stale(cur, limit)
     cur.execute(
         "SELECT session_id, seq, body FROM turns WHERE words IS NULL LIMIT %s"
         " FOR NO KEY UPDATE SKIP LOCKED",
@@ -329,7 +331,83 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
             " FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(sid, seq, w)",
             [[r[0] for r in more], [r[1] for r in more], [r[2] for r in more]],
         )
-    return len(turns) + len(headers)
+    pairs = sorted(
+        {(w, sid) for sid, _, parts in turns + headers for p in parts for w in p.split()}
+    )
+    if pairs:
+        cur.execute(
+            "INSERT INTO session_words (word, session_id)"
+            " SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
+            [[p[0] for p in pairs], [p[1] for p in pairs]],
+        )
+    return rebuilt + len(turns) + len(headers)
+
+
+# v6: a search reads the words of each session, not of each turn, so a word every
+# session holds costs a row per session rather than one per turn (773 ms for such a word
+# over 100 000 turns before, reading every matching turn's row). ``session_words`` holds
+# each word of a session's header and turns once (``"C"`` order: a prefix is a range);
+# filling a row's words adds them. A turn or header whose words were filled and are then
+# deleted or replaced marks its session stale (``search_stale``), and the next step
+# rebuilds that session's words from its rows' ``words``. The GIN indexes go: nothing
+# reads them. Every session with filled words starts stale here.
+_V6: Final = r"""
+CREATE TABLE session_words (
+    word text COLLATE "C" NOT NULL,
+    session_id text NOT NULL,
+    PRIMARY KEY (word, session_id)
+);
+CREATE INDEX session_words_of ON session_words (session_id);
+CREATE TABLE search_stale (session_id text PRIMARY KEY);
+
+CREATE FUNCTION turns_stale() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO search_stale (session_id) VALUES (OLD.session_id) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION sessions_stale() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' OR NEW.words IS NULL THEN
+        INSERT INTO search_stale (session_id) VALUES (OLD.id) ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER turns_stale AFTER DELETE OR UPDATE OF session_id, body ON turns
+    FOR EACH ROW WHEN (OLD.words IS NOT NULL) EXECUTE FUNCTION turns_stale();
+CREATE TRIGGER sessions_stale AFTER DELETE OR UPDATE OF id, metadata ON sessions
+    FOR EACH ROW WHEN (OLD.words IS NOT NULL) EXECUTE FUNCTION sessions_stale();
+DROP INDEX turns_by_words;
+DROP INDEX sessions_by_words;
+DROP INDEX more_words_by_words;
+INSERT INTO search_stale (session_id)
+    SELECT session_id FROM turns WHERE words IS NOT NULL
+    UNION SELECT id FROM sessions WHERE words IS NOT NULL;
+"""
+
+
+def _rebuild_stale(cur: psycopg.Cursor[Any], limit: int | None) -> int:
+    """Rebuild the words of the stale sessions (at most ``limit``) from their rows'
+    ``words``; the number rebuilt. A session another step is rebuilding is skipped."""
+    cur.execute("SELECT session_id FROM search_stale LIMIT %s FOR UPDATE SKIP LOCKED", (limit,))
+    stale = sorted(str(r[0]) for r in cur.fetchall())
+    if stale:
+        cur.execute("DELETE FROM session_words WHERE session_id = ANY(%s)", (stale,))
+        cur.execute(
+            "INSERT INTO session_words (word, session_id)"
+            " SELECT DISTINCT w, d.sid FROM ("
+            " SELECT session_id, words FROM turns WHERE session_id = ANY(%(s)s)"
+            " UNION ALL SELECT id, words FROM sessions WHERE id = ANY(%(s)s)"
+            " UNION ALL SELECT session_id, words FROM more_words WHERE session_id = ANY(%(s)s)"
+            ") d (sid, words), unnest(tsvector_to_array(d.words)) w"
+            " ORDER BY 1, 2 ON CONFLICT DO NOTHING",
+            {"s": stale},
+        )
+        cur.execute("DELETE FROM search_stale WHERE session_id = ANY(%s)", (stale,))
+    return len(stale)
 
 
 _CHUNK: Final = 25
@@ -346,7 +424,7 @@ def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) ->
     return False
 
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5)
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

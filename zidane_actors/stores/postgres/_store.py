@@ -158,7 +158,7 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQL
         return await self._read(op)
 
     async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
-        """Sessions matching ``search`` (words found through GIN indexes), a page and a count.
+        """Sessions matching ``search`` (words found in ``session_words``), a page and a count.
 
         The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
         A search for words first computes the words the background indexer has not yet

@@ -20,7 +20,7 @@ from ._hooks import SQLHooks
 from ._schedules import SQLSchedules
 from ._send_requests import SQLSendRequests, send_record, settle_send_request
 from ._statements import SharedSQL
-from ._where import equal_sql, search_header_sql, session_filter_sql
+from ._where import equal_sql, search_header_sql, search_words_sql, session_filter_sql
 from ._writes import SQLWrites
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "equal_sql",
     "meta_row",
     "search_header_sql",
+    "search_words_sql",
     "send_record",
     "session_filter_sql",
     "settle_send_request",

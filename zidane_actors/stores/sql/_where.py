@@ -6,11 +6,33 @@ shared with the stores that scan; only its SQL rendering lives here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ...model import SessionFilter, SessionSearch, is_column_text, search_header_filters
 
-__all__ = ["equal_sql", "search_header_sql", "session_filter_sql"]
+__all__ = ["equal_sql", "search_header_sql", "search_words_sql", "session_filter_sql"]
+
+_PAST_WORDS: Final = "\U0010ffff"
+"""A word prefix followed by this is past every word that starts with it, in code point
+order (SQLite's ``BINARY``, PostgreSQL's ``"C"``): it is a noncharacter, never in a word."""
+
+
+def search_words_sql(words: list[str], placeholder: str) -> tuple[list[str], list[Any]]:
+    """The conditions that each of ``words`` (``query_words``) is a prefix of a word of the
+    session ``s``, and their values.
+
+    The words are read from ``session_words`` (each word of a session's header and turns,
+    once), so a word every session holds costs a row per session, not one per turn.
+    """
+    clauses: list[str] = []
+    params: list[Any] = []
+    for word in words:
+        clauses.append(
+            f"s.id IN (SELECT w.session_id FROM session_words w"
+            f" WHERE w.word >= {placeholder} AND w.word < {placeholder})"
+        )
+        params += [word, word + _PAST_WORDS]
+    return clauses, params
 
 
 def search_header_sql(search: SessionSearch, placeholder: str) -> tuple[list[str], list[Any]]:

@@ -31,7 +31,7 @@ from .._protocol import (
     Revision,
     stale,
 )
-from ..sql import SQLITE, meta_row, search_header_sql, session_filter_sql
+from ..sql import SQLITE, meta_row, search_header_sql, search_words_sql, session_filter_sql
 from ._base import SQLiteBase
 from ._rows import (
     _BUSY_CODES,
@@ -152,25 +152,16 @@ class SQLiteMeta(SQLiteBase):
 
     @staticmethod
     def _search_where(search: SessionSearch) -> tuple[str, builtins.list[Any]]:
-        """The WHERE clause of ``search`` over ``sessions s``: words through the FTS5 index."""
-        clauses: builtins.list[str] = []
-        params: builtins.list[Any] = []
-        words = query_words(search.text or "")
-        if words:
-            # Each word is a prefix of a word somewhere in the session: one index lookup per
-            # word, the session ids intersected. Words are letters, marks and numbers only.
-            hits = " INTERSECT ".join(
-                "SELECT session_id FROM search WHERE search MATCH ?" for _ in words
-            )
-            clauses.append(f"s.id IN ({hits})")
-            params.extend(f'words : "{w}"*' for w in words)
+        """The WHERE clause of ``search`` over ``sessions s``: words through ``session_words``."""
+        clauses, params = search_words_sql(query_words(search.text or ""), SQLITE.placeholder)
         header, values = search_header_sql(search, SQLITE.placeholder)
         clauses += header
         params += values
         return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
     async def search_meta(self, search: SessionSearch) -> SessionSearchPage:
-        """Sessions matching ``search`` (words found in the FTS5 index), one page and a count.
+        """Sessions matching ``search`` (words found in ``session_words``), one page and a
+        count.
 
         The count stops at ``countLimit + 1`` matches, so it costs at most that many rows.
         A search for words first indexes what the background indexer has not yet (appends
@@ -358,7 +349,10 @@ def _background_step(conn: _Conn) -> bool:
     only the index and the queue, so a crash can at most undo it whole, leaving its
     turns queued again; the next durable commit flushes it anyway.
     """
-    if conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is None:
+    if (
+        conn.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone() is None
+        and conn.execute("SELECT 1 FROM search_stale LIMIT 1").fetchone() is None
+    ):
         return False
     (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
     (synchronous,) = conn.execute("PRAGMA synchronous").fetchone()

@@ -449,13 +449,93 @@ INSERT OR IGNORE INTO search_pending (turn) SELECT -rowid FROM sessions;
 """
 
 
+def _stale_words(key: str, session: str) -> str:
+    """SQL: mark ``session`` stale once when the document ``key`` is indexed (its words are
+    in ``session_words``); to run before the document is deleted."""
+    return (
+        f"INSERT INTO search_stale (session_id) SELECT {session}"
+        f" WHERE EXISTS (SELECT 1 FROM search WHERE rowid = {key})"
+        f" AND NOT EXISTS (SELECT 1 FROM search_stale WHERE session_id = {session});"
+    )
+
+
+# v11: a search reads the words of each session, not of each turn, so a word every
+# session holds costs a row per session rather than one per turn. ``session_words`` holds
+# each word of a session's indexed documents (its header and turns) once; indexing a
+# document adds its words. A document deleted or replaced after it was indexed marks its
+# session stale (``search_stale``), and indexing rebuilds a stale session's words from
+# its documents in ``search``, which keeps them. Every session with an indexed document
+# starts stale here, so its words are derived by the next step or search.
+_V11: Final = f"""
+CREATE TABLE session_words (
+    word TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    PRIMARY KEY (word, session_id)
+) WITHOUT ROWID;
+CREATE INDEX session_words_of ON session_words (session_id);
+CREATE TABLE search_stale (session_id TEXT PRIMARY KEY) WITHOUT ROWID;
+DROP TRIGGER turns_unindexed;
+DROP TRIGGER turns_reindexed;
+DROP TRIGGER sessions_unindexed;
+DROP TRIGGER sessions_reindexed;
+CREATE TRIGGER turns_unindexed AFTER DELETE ON turns BEGIN
+    {_stale_words("OLD.rowid", "OLD.session_id")}
+    DELETE FROM search WHERE rowid = OLD.rowid;
+    DELETE FROM search_pending WHERE turn = OLD.rowid;
+END;
+CREATE TRIGGER turns_reindexed AFTER UPDATE OF session_id, body ON turns BEGIN
+    {_stale_words("OLD.rowid", "OLD.session_id")}
+    DELETE FROM search WHERE rowid = OLD.rowid;
+    {_queue("NEW.rowid")}
+END;
+CREATE TRIGGER sessions_unindexed AFTER DELETE ON sessions BEGIN
+    {_stale_words("-OLD.rowid", "OLD.id")}
+    DELETE FROM search WHERE rowid = -OLD.rowid;
+    DELETE FROM search_pending WHERE turn = -OLD.rowid;
+END;
+CREATE TRIGGER sessions_reindexed AFTER UPDATE OF id, metadata ON sessions
+    WHEN {_session_text("OLD.id", "OLD.metadata")} IS NOT {_session_text("NEW.id", "NEW.metadata")}
+BEGIN
+    {_stale_words("-OLD.rowid", "OLD.id")}
+    DELETE FROM search WHERE rowid = -OLD.rowid;
+    {_queue("-NEW.rowid")}
+END;
+INSERT INTO search_stale (session_id) SELECT DISTINCT session_id FROM search;
+"""
+
+
+def _rebuild_stale(conn: sqlite3.Connection, limit: int) -> int:
+    """Rebuild the words of the stale sessions (at most ``limit``, all when negative) from
+    their indexed documents; the number rebuilt."""
+    stale = [r[0] for r in conn.execute("SELECT session_id FROM search_stale LIMIT ?", (limit,))]
+    for session_id in stale:
+        words: set[str] = set()
+        for (text,) in conn.execute(
+            "SELECT f.words FROM sessions s JOIN search f ON f.rowid = -s.rowid WHERE s.id = ?"
+            " UNION ALL"
+            " SELECT f.words FROM turns t JOIN search f ON f.rowid = t.rowid"
+            " WHERE t.session_id = ?",
+            (session_id, session_id),
+        ):
+            words.update(text.split())
+        conn.execute("DELETE FROM session_words WHERE session_id = ?", (session_id,))
+        conn.executemany(
+            "INSERT INTO session_words (word, session_id) VALUES (?, ?)",
+            [(w, session_id) for w in sorted(words)],
+        )
+        conn.execute("DELETE FROM search_stale WHERE session_id = ?", (session_id,))
+    return len(stale)
+
+
 def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
-    """Index the queued turns and headers (at most ``limit``, all when negative), oldest
-    first; the number indexed. Runs in the caller's write transaction.
+    """Index the queued turns and headers and rebuild the stale sessions' words (at most
+    ``limit`` of each, all when negative), oldest first; the number done. Runs in the
+    caller's write transaction.
 
     The words are the model's (``index_words`` of ``stored_turn_text`` or
     ``stored_header_text``): a row that no longer decodes gives the words it can.
     """
+    rebuilt = _rebuild_stale(conn, limit)
     rows = conn.execute(
         "SELECT p.turn, t.session_id, t.body, s.id, s.metadata FROM search_pending p"
         " LEFT JOIN turns t ON p.turn > 0 AND t.rowid = p.turn"
@@ -472,19 +552,23 @@ def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
             text = stored_header_text(session_id, metadata)
             documents.append((key, session_id, " ".join(index_words([text]))))
     conn.executemany("INSERT INTO search (rowid, session_id, words) VALUES (?, ?, ?)", documents)
+    conn.executemany(
+        "INSERT OR IGNORE INTO session_words (word, session_id) VALUES (?, ?)",
+        sorted({(w, sid) for _, sid, words in documents for w in words.split()}),
+    )
     conn.executemany("DELETE FROM search_pending WHERE turn = ?", [(r[0],) for r in rows])
-    return len(rows)
+    return rebuilt + len(rows)
 
 
 _CHUNK: Final = 16
-"""Rows one ``index_pending`` call of :func:`index_step` indexes."""
+"""Rows (and stale sessions) one ``index_pending`` call of :func:`index_step` does."""
 
 
 def index_step(conn: sqlite3.Connection, seconds: float = INDEX_STEP_SECONDS) -> bool:
     """Index queued rows for about ``seconds`` at most (one step of the background indexer,
     in the caller's write transaction); whether rows are left."""
     deadline = time.monotonic() + seconds
-    while index_pending(conn, _CHUNK) == _CHUNK:
+    while index_pending(conn, _CHUNK) >= _CHUNK:
         if time.monotonic() >= deadline:
             return True
     return False
@@ -501,6 +585,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V8,
     _V9,
     _V10,
+    _V11,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""

@@ -1,0 +1,113 @@
+"""The SQL stores answer a search from each session's words (``session_words``): a word
+leaves a session's words when the last turn or title holding it goes, and a store written
+by the previous schema derives them on open. The memory store is the reference."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from _pg import DSN
+from psycopg import sql
+from test_search_rule import answers, fresh_schema, session, stores, turn
+
+from zidane_actors.model import SessionSearch, encode
+from zidane_actors.stores import open_postgres_store, open_sqlite_store
+from zidane_actors.stores.postgres import _schema as pg_schema
+from zidane_actors.stores.sqlite import _schema as sqlite_schema
+
+WORDS = ["alpha", "beta", "gamma", "delta", "title", "tit", "b", "s"]
+
+
+async def _same(memory: Any, other: Any) -> None:
+    for text in WORDS:
+        assert await answers(other, text) == await answers(memory, text), text
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "pg"])
+async def test_words_leave_a_session_with_the_turns_and_title_holding_them(kind: str) -> None:
+    """Rewritten, dropped and deleted turns, a changed title and a deleted then re-created
+    session answer as the memory store, each after the session's words were indexed."""
+    first = [
+        session("s1", turn(0, "alpha beta"), turn(1, "gamma"), title="title one"),
+        session("s2", turn(0, "beta delta")),
+    ]
+    async with stores(kind, first) as pairs:
+        ((memory, other),) = pairs
+        await _same(memory, other)
+        steps = [
+            session("s1", turn(0, "alpha"), turn(1, "gamma"), title="title one"),  # rewritten
+            session("s1", turn(0, "alpha"), title="title one"),  # dropped
+            session("s1", turn(0, "alpha")),  # title gone
+            session("s2", turn(0, "delta"), title="beta"),  # the word moves to the title
+        ]
+        for data in steps:
+            await memory.save(data)
+            await other.save(data)
+            await _same(memory, other)
+        for store in (memory, other):
+            await store.delete("s2")
+            await store.save(session("s2", turn(0, "gamma")))
+        await _same(memory, other)
+
+
+async def test_a_sqlite_file_of_version_10_derives_its_sessions_words(tmp_path: Path) -> None:
+    """A v10 file's indexed turns and headers become its sessions' words on open."""
+    db = tmp_path / "v10.db"
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        sqlite_schema.migrate(conn, str(db), sqlite_schema.MIGRATIONS[:10])
+        conn.execute(
+            "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
+            " VALUES ('a', 'idle', '{\"title\":\"Okapi\"}', 1, 2)"
+        )
+        t = turn(0, "zebra crossing")
+        conn.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 0, ?, ?, ?)",
+            (t.id, t.role, encode(t)),
+        )
+        conn.execute(  # indexed as v10 did: the header's and the turn's documents
+            "INSERT INTO search (rowid, session_id, words)"
+            " VALUES (-1, 'a', 'a okapi'), (1, 'a', 'crossing zebra')"
+        )
+        conn.execute("DELETE FROM search_pending")
+    async with open_sqlite_store(db) as store:
+        for text in ("zebra", "cross", "okapi", "a"):
+            assert await answers(store, text) == ["a"], text
+        assert await answers(store, "zebras") == []
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT count(*) FROM search_stale").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM session_words").fetchone() == (4,)
+
+
+async def test_a_postgres_schema_of_version_5_derives_its_sessions_words() -> None:
+    """A v5 schema's filled words become its sessions' words on open."""
+    with fresh_schema() as schema:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            conn.execute(
+                "CREATE TABLE schema_version (version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for version in range(1, 6):
+                conn.execute(pg_schema._MIGRATIONS[version - 1].encode())
+                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+            conn.execute(
+                "INSERT INTO sessions (id, created_at, updated_at, status, metadata)"
+                " VALUES ('a', 1, 2, 'idle', '{\"title\":\"Okapi\"}')"
+            )
+            t = turn(0, "zebra crossing")
+            conn.execute(
+                "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 0, %s, %s, %s)",
+                (t.id, t.role, encode(t).decode()),
+            )
+            conn.execute("UPDATE turns SET words = array_to_tsvector(ARRAY['zebra', 'crossing'])")
+            conn.execute("UPDATE sessions SET words = array_to_tsvector(ARRAY['a', 'okapi'])")
+        async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
+            for text in ("zebra", "cross", "okapi", "a"):
+                assert await answers(store, text) == ["a"], text
+            assert (await store.search_meta(SessionSearch(text="zebras"))).total == 0
