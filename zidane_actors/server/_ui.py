@@ -291,6 +291,11 @@ class ListQuery:
         return not self.scopes or self.failed or self.status in ("running", "stale")
 
     @property
+    def only_scopes_hidden(self) -> bool:
+        """Whether scope sessions are the only rows left out of what ``search_meta`` answers."""
+        return not self.scopes and not self.failed and self.status not in ("running", "stale")
+
+    @property
     def post_filtered(self) -> bool:
         return (
             self.row_filtered
@@ -407,25 +412,23 @@ class _Reader:
         ``SEARCH_BATCH`` a call); ``None`` when the store cannot search.
         """
         matched: list[SessionMetaRow] = []
-        offset, rejected, total = 0, 0, None
+        offset = 0
         limit = min(want, cap, SEARCH_BATCH)
         while True:
             found = await self.search(msgspec.structs.replace(search, offset=offset, limit=limit))
             if found is None:
                 return None
-            total = found.total if total is None else total
             for row in found.rows:
                 if not await keep(row):
-                    rejected += 1
                     continue
                 matched.append(row)
                 if len(matched) >= want:
-                    return _Scanned(matched, False, False, total, rejected)
+                    return _Scanned(matched, False, False)
             offset += len(found.rows)
             if len(found.rows) < limit:
-                return _Scanned(matched, False, True, total, rejected)
+                return _Scanned(matched, False, True)
             if offset >= cap:
-                return _Scanned(matched, True, False, total, rejected)
+                return _Scanned(matched, True, False)
             limit = min(limit * 4, cap - offset, SEARCH_BATCH)
 
     async def meta(self, sid: str) -> SessionMetaRow | None:
@@ -501,9 +504,6 @@ class _Scanned:
     """It stopped at its cap, short of ``want`` rows and of the end."""
     complete: bool
     """It read every match of the search."""
-    total: int | None
-    """The search's own count (rows ``keep`` rejected included)."""
-    rejected: int
 
 
 def _json_size(values: Iterable[object]) -> int:
@@ -544,12 +544,15 @@ class _Ui:
         request: Request,
         totals: dict[str, RunTotals | None],
         size: int = LIST_PAGE_SIZE,
+        *,
+        whole: bool = False,
     ) -> _Listed:
         """The list page's rows: ``search_meta`` when it answers, else ``list_meta`` scans.
 
-        Filters no store applies (scope sessions, running or stale, failed runs)
-        read the matches from the first one, up to the scan cap; ``totals``
-        keeps the run totals read on the way.
+        Filters no store applies (running or stale, failed runs) read the matches
+        from the first one, up to the scan cap; ``totals`` keeps the run totals
+        read on the way. Scope sessions alone are left out of the store's own page
+        (which may then show fewer rows), unless ``whole``: ``size`` rows that show.
         """
         now = self.clock()
         skip = (query.page - 1) * size
@@ -568,18 +571,21 @@ class _Ui:
 
         default = RUN_SCAN if query.failed else DEFAULT_SCAN
         cap = max(_param_count(request, "scan", default, 1), want)
-        if not query.row_filtered:
+        if not query.row_filtered or (query.only_scopes_hidden and not whole):
+            # Reading every match before the page would cost its offset.
             found = await self.reader.search(query.search(skip, size))
             if found is not None:
                 more = skip + size < found.total or not found.total_exact
+                rows = [row for row in found.rows if query.shows(row, now)]
                 return _Listed(
-                    rows=found.rows,
+                    rows=rows,
                     has_next=len(found.rows) == size and more,
                     searched=True,
                     total=found.total,
                     total_exact=found.total_exact,
+                    total_at_most=query.only_scopes_hidden,
                 )
-        else:
+        if query.row_filtered:
             scanned = await self.reader.search_scan(query.search(0, 1), shows, want, cap)
             if scanned is not None:
                 listed = _Listed(
@@ -590,10 +596,6 @@ class _Ui:
                 )
                 if scanned.complete:
                     return attrs.evolve(listed, total=len(scanned.rows))
-                if not query.failed and query.status not in ("running", "stale"):
-                    # Only scope sessions are left out: the count holds those not yet read.
-                    at_most = (scanned.total or 0) - scanned.rejected
-                    return attrs.evolve(listed, total=at_most, total_at_most=True)
                 return listed
         if query.sort != "updated":
             raise _BadQuery("this store lists sessions by update time only (no search_meta)")
@@ -637,7 +639,7 @@ class _Ui:
         recently updated that match), one session at a time in the read budget.
         """
         query = attrs.evolve(ListQuery.parse(request), page=1)
-        listed = await self._list(query, request, {}, size=SUMMARY_SESSIONS)
+        listed = await self._list(query, request, {}, size=SUMMARY_SESSIONS, whole=True)
         summary = Summary()
         for row in listed.rows:  # one session's runs held at a time
             summary.add(row, await self._runs(row))
