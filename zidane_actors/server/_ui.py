@@ -308,17 +308,8 @@ class ListQuery:
     def params(self, request: Request) -> dict[str, str]:
         """The query parameters that make this list (for its links), page aside."""
         raw = {
-            "q": self.q,
-            "agent": self.agent,
-            "project": self.project,
-            "untagged": "1" if self.untagged else None,
-            "status": self.status,
-            "failed": "1" if self.failed else None,
-            "scopes": "1" if self.scopes else None,
+            **self.filter_params(request),
             "sort": None if self.sort == "updated" else self.sort,
-            "dates": None if self.dates == "updated" else self.dates,
-            "from": _param(request, "from", 10),
-            "to": _param(request, "to", 10),
             "scan": query_params(request).get("scan") if self.post_filtered else None,
         }
         return {k: v for k, v in raw.items() if v is not None}
