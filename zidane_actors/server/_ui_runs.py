@@ -38,14 +38,24 @@ def is_failed_run(run: SessionRun) -> bool:
     return run.status == "error"
 
 
-@attrs.frozen
+@attrs.define
 class RunTotals:
-    """One session's runs, failed runs, tokens (in + out) and cost (``None``: none recorded)."""
+    """Runs, failed runs, tokens (in + out) and cost (``None``: none recorded) of some
+    runs: one session's (a list row) or one agent's or day's (the summary)."""
 
     runs: int = 0
     failed: int = 0
     tokens: int = 0
     cost: float | None = None
+
+    def add(self, run: SessionRun) -> None:
+        self.runs += 1
+        self.failed += is_failed_run(run)
+        tin, tout = _run_tokens(run)
+        self.tokens += (tin or 0) + (tout or 0)
+        spent = _run_cost(run)
+        if spent is not None:
+            self.cost = (self.cost or 0.0) + spent
 
 
 def run_totals(runs: Iterable[SessionRun] | None) -> RunTotals | None:
@@ -53,17 +63,10 @@ def run_totals(runs: Iterable[SessionRun] | None) -> RunTotals | None:
     ``None`` for runs that could not be read."""
     if runs is None:
         return None
-    count = failed = tokens = 0
-    cost: float | None = None
+    totals = RunTotals()
     for run in runs:
-        count += 1
-        failed += is_failed_run(run)
-        tin, tout = _run_tokens(run)
-        tokens += (tin or 0) + (tout or 0)
-        spent = _run_cost(run)
-        if spent is not None:
-            cost = (cost or 0.0) + spent
-    return RunTotals(count, failed, tokens, cost)
+        totals.add(run)
+    return totals
 
 
 def failure_mark(totals: RunTotals | None) -> Html | None:
@@ -210,24 +213,6 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
 
 
 @attrs.define
-class Tally:
-    """Runs, failures, tokens and cost of one agent or day."""
-
-    runs: int = 0
-    failed: int = 0
-    tokens: int = 0
-    cost: float | None = None
-
-    def add(self, run: SessionRun) -> None:
-        totals = run_totals((run,)) or RunTotals()
-        self.runs += 1
-        self.failed += totals.failed
-        self.tokens += totals.tokens
-        if totals.cost is not None:
-            self.cost = (self.cost or 0.0) + totals.cost
-
-
-@attrs.define
 class Summary:
     """The tallies per agent and per day (UTC) of the runs of the sessions read."""
 
@@ -235,9 +220,9 @@ class Summary:
     failed_sessions: int = 0
     unreadable: int = 0
     """Sessions whose runs did not decode (left out of the tallies)."""
-    total: Tally = attrs.field(factory=Tally)
-    agents: dict[str, Tally] = attrs.field(factory=dict)
-    days: dict[str, Tally] = attrs.field(factory=dict)
+    total: RunTotals = attrs.field(factory=RunTotals)
+    agents: dict[str, RunTotals] = attrs.field(factory=dict)
+    days: dict[str, RunTotals] = attrs.field(factory=dict)
 
     def add(self, row: SessionMetaRow, runs: Sequence[SessionRun] | None) -> None:
         self.sessions += 1
@@ -248,12 +233,12 @@ class Summary:
         for run in runs:
             agent = run.agent.id if run.agent is not None else row.agent_id
             day = datetime.fromtimestamp(run.started_at / 1000, UTC).strftime("%Y-%m-%d")
-            for tally in (self.total, self.agents.setdefault(agent or "–", Tally())):
+            for tally in (self.total, self.agents.setdefault(agent or "–", RunTotals())):
                 tally.add(run)
-            self.days.setdefault(day, Tally()).add(run)
+            self.days.setdefault(day, RunTotals()).add(run)
 
 
-def _tally_table(cls: str, key: str, tallies: Mapping[str, Tally], order: list[str]) -> Html:
+def _tally_table(cls: str, key: str, tallies: Mapping[str, RunTotals], order: list[str]) -> Html:
     return el(
         "table",
         {"class": f"summary {cls}"},
