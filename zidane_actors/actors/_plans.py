@@ -60,9 +60,13 @@ class _Planned(_View):
         """
         data = self._snapshot()
         expect = {} if self._rev is None else {"expected_rev": self._rev}
+        sent = data.runs
         if "save_meta" in self._caps and (keys is not None or not self._bulk):
             saved = tuple(sorted(self._changed)) if keys is None else keys
-            write = StoreWrite("save_meta", (data, SaveMetaOptions(meta_keys=saved)), expect)
+            # The header and the runs the store may lack: it never writes turns here.
+            sent = self._unsent_runs(data.runs)
+            header = msgspec.structs.replace(data, turns=(), runs=sent)
+            write = StoreWrite("save_meta", (header, SaveMetaOptions(meta_keys=saved)), expect)
             full = False
         else:
             if self._bulk and self._rev is not None and self._edit_epoch != self._epoch:
@@ -80,6 +84,10 @@ class _Planned(_View):
         def finish(result: object) -> bool:
             if type(result) is Revision and self._rev is not None:
                 self._rev = result.after
+                if full:
+                    self._known_runs = data.runs
+                elif sent and self._known_runs is not None:
+                    self._known_runs = upsert_runs(self._known_runs, sent)
             self._changed = tuple(k for k in self._changed if k not in saved)
             self._fields = tuple(f for f in self._fields if f not in fields)
             if full:
@@ -95,6 +103,7 @@ class _Planned(_View):
         def finish(result: object) -> T:
             data = self._data
             runs = upsert_runs(data.runs, (run,))
+            self._acknowledge_runs(data.runs, runs, (run,))
             if self._pre is not None:
                 self._pre = (self._pre[0], upsert_runs(self._pre[1], (run,)))
             self._commit(msgspec.structs.replace(data, runs=runs, updated_at=self._now()))

@@ -82,6 +82,7 @@ class _View:
         "_fields",
         "_held",
         "_indexed",
+        "_known_runs",
         "_now",
         "_own_step",
         "_pre",
@@ -115,6 +116,11 @@ class _View:
         # whether a write showed that another writer moved it since.
         self._rev = rev if is_versioned(caps) else None
         self._stale = False
+        # The runs the store holds at that rev, as memory last read or had acknowledged
+        # (``None``: not known): a header save sends only the runs that differ.
+        self._known_runs: tuple[SessionRun, ...] | None = None
+        if self._rev is not None and pre is None:
+            self._known_runs = data.runs if held is None else held.restore(data).runs
         self._now = clock
         # The caller's unsaved changes, as intents a fold keeps: metadata keys set or
         # removed, header fields set, and a history replacement (``_bulk``) with the
@@ -220,6 +226,7 @@ class _View:
         self._commit(data)
         self._held = held
         self._rev = rev
+        self._known_runs = stored.runs
         self._stale = False
         if persist_demotion and held is not None and "demote_stale_run" in self._caps:
             now = self._now()
@@ -255,6 +262,33 @@ class _View:
         return {k: v for k, v in theirs.items() if k not in changed} == {
             k: v for k, v in ours.items() if k not in changed
         }
+
+    def _unsent_runs(self, runs: tuple[SessionRun, ...]) -> tuple[SessionRun, ...]:
+        """Those of ``runs`` the store is not known to hold as they are (all when not known).
+
+        A run unchanged since the store last showed or acknowledged it is the
+        very value memory holds (runs are frozen); one rebuilt equal counts as
+        held too. A header save upserts and never deletes, so sending only
+        these leaves the store as sending all would, at the rev it expects.
+        """
+        known = self._known_runs
+        if known is None:
+            return runs
+        if len(known) == len(runs) and all(a is b for a, b in zip(known, runs, strict=True)):
+            return ()
+        held = {r.id: r for r in known}
+        return tuple(r for r in runs if (k := held.get(r.id)) is not r and k != r)
+
+    def _acknowledge_runs(
+        self,
+        before: tuple[SessionRun, ...],
+        after: tuple[SessionRun, ...],
+        written: tuple[SessionRun, ...],
+    ) -> None:
+        """An own write upserted ``written``, taking memory's runs from ``before`` to ``after``."""
+        known = self._known_runs
+        if known is not None:
+            self._known_runs = after if known is before else upsert_runs(known, written)
 
     def _drop_intents(self) -> None:
         """Forget every unsaved change (the store's state is about to be memory)."""
@@ -365,6 +399,7 @@ class _View:
         runs = data.runs
         if options is not None and options.run is not None:
             runs = upsert_runs(runs, (options.run,))
+            self._acknowledge_runs(data.runs, runs, (options.run,))
         new = msgspec.structs.replace(
             data, turns=data.turns + fresh, runs=runs, updated_at=self._now()
         )
