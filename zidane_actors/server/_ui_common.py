@@ -16,7 +16,7 @@ from ..model import (
     parse_json,
     shown_session_status,
 )
-from ._html import Html, Node, el, ui_path
+from ._html import AttrValue, Html, Node, el, ui_path
 
 __all__ = [
     "render_error",
@@ -140,6 +140,11 @@ def render_error(status: int, message: str) -> Html:
 def _query(params: Mapping[str, object]) -> str:
     """A URL query; a lone surrogate (a stored agent id may hold one) as its UTF-8 bytes."""
     return urlencode(params, errors="surrogatepass")
+
+
+def _table(attrs: Mapping[str, AttrValue], head: Node, rows: Node) -> Html:
+    """A table of one header row (``head``, its cells) and then ``rows``."""
+    return el("table", attrs, el("thead", None, el("tr", None, head)), el("tbody", None, rows))
 
 
 def _facts(items: Iterable[tuple[str, Node]]) -> Html:

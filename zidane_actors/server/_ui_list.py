@@ -16,6 +16,7 @@ from ._ui_common import (
     _nav,
     _query,
     _session_link,
+    _table,
     _when,
     session_title,
     shown_status,
@@ -292,23 +293,10 @@ def render_sessions(
 
     body: Node
     if page.rows:
-        body = el(
-            "table",
+        body = _table(
             {"class": "sessions"},
-            el(
-                "thead",
-                None,
-                el(
-                    "tr",
-                    None,
-                    [header(h) for h in head],
-                ),
-            ),
-            el(
-                "tbody",
-                None,
-                [_session_row(r, page.params, page.now, page.totals.get(r.id)) for r in page.rows],
-            ),
+            [header(h) for h in head],
+            [_session_row(r, page.params, page.now, page.totals.get(r.id)) for r in page.rows],
         )
     else:
         body = el("p", {"class": "empty"}, "No sessions match.")

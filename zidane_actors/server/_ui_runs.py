@@ -18,7 +18,7 @@ import attrs
 
 from ..model import SessionMetaRow, SessionRun, SessionTurn, ToolCallBlock, ToolResultBlock
 from ._html import Html, Node, el
-from ._ui_common import _cost, _count, _duration, _nav, _token
+from ._ui_common import _cost, _count, _duration, _nav, _table, _token
 from ._ui_session import _run_cost, _run_name, _run_tokens
 
 __all__ = [
@@ -188,21 +188,14 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
         note += f" The first {len(shown)} of {len(spans)} calls."
     body: Node
     if rows:
-        body = el(
-            "table",
+        body = _table(
             {"class": "waterfall", "data-run-id": run.id},
-            el(
-                "thead",
-                None,
-                el(
-                    "tr",
-                    None,
-                    el("th", None, "Call"),
-                    [el("th", {"class": "num"}, h) for h in ("Start", "Duration")],
-                    el("th", None),
-                ),
-            ),
-            el("tbody", None, rows),
+            [
+                el("th", None, "Call"),
+                [el("th", {"class": "num"}, h) for h in ("Start", "Duration")],
+                el("th", None),
+            ],
+            rows,
         )
     else:
         body = el("p", {"class": "muted"}, "No model or tool calls stored for this run.")
@@ -239,36 +232,25 @@ class Summary:
 
 
 def _tally_table(cls: str, key: str, tallies: Mapping[str, RunTotals], order: list[str]) -> Html:
-    return el(
-        "table",
+    return _table(
         {"class": f"summary {cls}"},
-        el(
-            "thead",
-            None,
+        [
+            el("th", None, key),
+            [el("th", {"class": "num"}, h) for h in ("Runs", "Failed", "Tokens", "Cost")],
+        ],
+        [
             el(
                 "tr",
-                None,
-                el("th", None, key),
-                [el("th", {"class": "num"}, h) for h in ("Runs", "Failed", "Tokens", "Cost")],
-            ),
-        ),
-        el(
-            "tbody",
-            None,
-            [
-                el(
-                    "tr",
-                    {"data-key": _token(name)},
-                    el("td", None, name),
-                    el("td", {"class": "num"}, _count(t.runs)),
-                    el("td", {"class": "num failed" if t.failed else "num"}, _count(t.failed)),
-                    el("td", {"class": "num"}, _count(t.tokens)),
-                    el("td", {"class": "num"}, _cost(t.cost)),
-                )
-                for name in order
-                for t in (tallies[name],)
-            ],
-        ),
+                {"data-key": _token(name)},
+                el("td", None, name),
+                el("td", {"class": "num"}, _count(t.runs)),
+                el("td", {"class": "num failed" if t.failed else "num"}, _count(t.failed)),
+                el("td", {"class": "num"}, _count(t.tokens)),
+                el("td", {"class": "num"}, _cost(t.cost)),
+            )
+            for name in order
+            for t in (tallies[name],)
+        ],
     )
 
 
