@@ -25,7 +25,14 @@ time per append, and each variant's ratio to ADK's database service and to
 its in-memory service; the verdict is the median of each round's own ratio
 of ours to the database service (both measured back to back).
 
+``--long-session N`` measures one long session instead: N invocations of
+ours on SQLite, each the user's message and an answer with a state delta (a
+run record and a state checkpoint each), reporting the mean time of the
+first and the last 50 appends and the CPU per append, so what an append
+costs as the session's runs grow shows.
+
 Run: ``.venv/bin/python benchmarks/bench_adk.py [--sessions 100] [--rounds 5]``
+or ``... --long-session 600``
 (needs the ``bench`` extra: google-adk, sqlalchemy[asyncio], aiosqlite).
 """
 
@@ -201,12 +208,48 @@ async def one_round(sessions: int, first: int) -> dict[str, Run]:
     return runs
 
 
+async def long_session(invocations: int) -> None:
+    """One session of ``invocations`` invocations (the user's event, an answer changing
+    state); prints the mean wall time of the first and last 50 appends, and CPU per append."""
+    events = [invocation(0, n) for n in range(invocations)]
+    with tempfile.TemporaryDirectory() as tmp:
+        service = ZidaneSessionService(store=f"sqlite:{Path(tmp) / 'zidane.db'}")
+        try:
+            await service.create_session(app_name="bench", user_id="u", session_id="long")
+            times: list[float] = []
+            cpu = time.process_time()
+            for user, *_, answer in events:
+                session = await service.get_session(
+                    app_name="bench", user_id="u", session_id="long"
+                )
+                assert session is not None
+                for event in (user, answer):
+                    started = time.perf_counter()
+                    await service.append_event(session, event)
+                    times.append(time.perf_counter() - started)
+            cpu = time.process_time() - cpu
+            got = await service.get_session(app_name="bench", user_id="u", session_id="long")
+            assert got is not None and len(got.events) == 2 * invocations, "events lost"
+        finally:
+            await service.aclose()
+    first, last = statistics.mean(times[:50]) * 1e3, statistics.mean(times[-50:]) * 1e3
+    print(
+        f"one session, {invocations} invocations x 2 events (state delta each):"
+        f" first 50 appends {first:.2f} ms, last 50 {last:.2f} ms each;"
+        f" {cpu / len(times) * 1e6:.0f} µs CPU per append (get_session included)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--long-session", type=int, default=0, metavar="N")
     args = parser.parse_args()
     gc.freeze()  # google-adk's imports track ~200k objects: keep them out of every collection
+    if args.long_session:
+        asyncio.run(long_session(args.long_session))
+        return
     by_variant: dict[str, list[Run]] = {name: [] for name in VARIANTS}
     for r in range(args.rounds):
         runs = asyncio.run(one_round(args.sessions, r % len(VARIANTS)))
