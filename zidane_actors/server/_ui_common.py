@@ -142,6 +142,17 @@ def _query(params: Mapping[str, object]) -> str:
     return urlencode(params, errors="surrogatepass")
 
 
+def _tab_page(name: str, title: str, *children: Node) -> Html:
+    """A page under one of the nav's tabs: the nav (``name`` current), its title, ``children``."""
+    return el(
+        "section",
+        {"class": "page", "data-page": name, "data-title": title},
+        _nav(name),
+        el("h1", None, title),
+        *children,
+    )
+
+
 def _table(attrs: Mapping[str, AttrValue], head: Node, rows: Node) -> Html:
     """A table of one header row (``head``, its cells) and then ``rows``."""
     return el("table", attrs, el("thead", None, el("tr", None, head)), el("tbody", None, rows))

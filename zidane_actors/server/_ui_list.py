@@ -13,9 +13,9 @@ from ._ui_common import (
     _clip,
     _cost,
     _count,
-    _nav,
     _query,
     _session_link,
+    _tab_page,
     _table,
     _when,
     session_title,
@@ -309,11 +309,9 @@ def render_sessions(
             f"Searched the {page.scanned:,} most recently updated sessions only. ",
             el("a", {"href": _list_url(page.params, scan=further)}, f"Search {further} sessions"),
         )
-    return el(
-        "section",
-        {"class": "page", "data-page": "sessions", "data-title": "Sessions"},
-        _nav("sessions"),
-        el("h1", None, "Sessions"),
+    return _tab_page(
+        "sessions",
+        "Sessions",
         filter_form(page.params, statuses, searchable=searchable),
         el(
             "p",

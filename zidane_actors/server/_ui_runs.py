@@ -18,7 +18,7 @@ import attrs
 
 from ..model import SessionMetaRow, SessionRun, SessionTurn, ToolCallBlock, ToolResultBlock
 from ._html import Html, Node, el
-from ._ui_common import _cost, _count, _duration, _nav, _table, _token
+from ._ui_common import _cost, _count, _duration, _tab_page, _table, _token
 from ._ui_session import _run_cost, _run_name, _run_tokens
 
 __all__ = [
@@ -270,11 +270,9 @@ def render_summary(
         scope += f" {summary.unreadable:,} of them do not decode and are left out."
     agents = sorted(summary.agents, key=lambda a: (-summary.agents[a].runs, a))
     days = sorted(summary.days, reverse=True)
-    return el(
-        "section",
-        {"class": "page", "data-page": "summary", "data-title": "Summary"},
-        _nav("summary"),
-        el("h1", None, "Summary"),
+    return _tab_page(
+        "summary",
+        "Summary",
         filters,
         el(
             "p",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model import Schedule, ScheduleFire
 from ._html import Html, Node, el, ui_path
-from ._ui_common import _badge, _clip, _duration, _facts, _nav, _session_link, _when
+from ._ui_common import _badge, _clip, _duration, _facts, _session_link, _tab_page, _when
 
 __all__ = [
     "render_schedules",
@@ -85,10 +85,8 @@ def render_schedules(schedules: list[tuple[Schedule, list[ScheduleFire]]] | None
             )
             for s, fires in schedules
         ]
-    return el(
-        "section",
-        {"class": "page", "data-page": "schedules", "data-title": "Schedules"},
-        _nav("schedules"),
-        el("h1", None, "Schedules"),
+    return _tab_page(
+        "schedules",
+        "Schedules",
         body,
     )
