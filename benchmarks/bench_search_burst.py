@@ -8,13 +8,15 @@ steps (how many, the longest) and the most any append overlapped one (the time a
 writer can have waited behind indexing: on SQLite the step holds the one connection,
 its commit included; on PostgreSQL the step's computing, on its own connection), how
 many turns were still queued when the burst ended, and 10 s after it the latency of
-searches (a rare word: the last turn's own; a common one, which matches every
-session and costs its query, not indexing).
+three calls of each search: a rare word (the last turn's own), a common one (every
+session holds it), two common words, a one-letter prefix. Then the stores that scan
+sessions (memory, file map) answer the same searches over the same turns.
 
 Stores: SQLite (a temporary file) and PostgreSQL (``ZIDANE_TEST_POSTGRES``, as
 ``tests/_pg.py``; default the local ``test`` database, a fresh schema dropped after).
 
-Run: ``.venv/bin/python benchmarks/bench_search_burst.py [--turns 100000] [--only sqlite]``.
+Run: ``.venv/bin/python benchmarks/bench_search_burst.py [--turns 100000]
+[--only sqlite|postgres|scan]``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import psycopg
@@ -38,7 +40,12 @@ from _realistic import step_turn
 from psycopg import sql
 
 from zidane_actors.model import SessionData, SessionSearch, SessionTurn, TextBlock
-from zidane_actors.stores import open_postgres_store, open_sqlite_store
+from zidane_actors.stores import (
+    create_file_map_store,
+    open_memory_store,
+    open_postgres_store,
+    open_sqlite_store,
+)
 from zidane_actors.stores.postgres import _store as postgres_module
 from zidane_actors.stores.sqlite import _meta as sqlite_module
 
@@ -159,14 +166,79 @@ async def burst(
         )
         await trio.sleep(10)
         left = await trio.to_thread.run_sync(queued)
-        for text in (MARKER, "search files"):
+        print(f"{name}: 10 s after the burst ({left} turns queued):")
+        await searches(name, store)
+
+
+QUERIES: Final = (
+    ("rare", MARKER),
+    ("common", "files"),
+    ("two words", "search files"),
+    ("one letter", "a"),
+)
+"""What a search looks for: the last turn's own word (one session), a word every session
+holds, two such words, and a one-letter prefix of many words of every session."""
+
+
+async def searches(name: str, store: Any) -> None:
+    """Each of :data:`QUERIES` three times, first call first: the times and the total."""
+    for kind, text in QUERIES:
+        took: list[float] = []
+        for _ in range(3):
             t0 = time.perf_counter()
             page = await store.search_meta(SessionSearch(text=text))
-            took = time.perf_counter() - t0
-            print(
-                f"{name}: search {text!r} 10 s after the burst ({left} turns queued):"
-                f" {ms(took)} ({page.total} sessions)"
-            )
+            took.append(time.perf_counter() - t0)
+        print(
+            f"{name}:   search {kind} {text!r}: {', '.join(ms(t) for t in took)}"
+            f" ({page.total} sessions)"
+        )
+
+
+async def scanned(turns: int) -> None:
+    """The stores that scan sessions at the same scale: the memory store holding all 1000
+    sessions, a file map (it holds one session) one of a tenth of the turns."""
+    sessions: dict[int, list[SessionTurn]] = {s: [] for s in range(SESSIONS)}
+    for c in range(turns // 3):
+        session, step = c % SESSIONS, c // SESSIONS
+        sessions[session] += [step_turn(session, step * 3 + k) for k in range(3)]
+    sessions[0].append(
+        SessionTurn(id="last", role="user", created_at=2, content=(TextBlock(f"{MARKER} end"),))
+    )
+    datas = [
+        SessionData(id=f"s{s}", created_at=1, updated_at=1 + s, turns=tuple(t))
+        for s, t in sessions.items()
+    ]
+    async with open_memory_store() as store:
+        for data in datas:
+            await store.save(data)
+        await searches("memory", store)
+    files = _Files()
+    store = create_file_map_store(files)
+    try:
+        big = [t for s in range(SESSIONS // 10) for t in sessions[s]]
+        await store.save(SessionData(id="s0", created_at=1, updated_at=1, turns=tuple(big)))
+        await searches(f"file map (one session of {len(big)} turns)", store)
+    finally:
+        await store.aclose()
+
+
+class _Files:
+    """A file map kept in memory (the file-map store's host adapter)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    async def get(self) -> dict[str, str]:
+        await trio.lowlevel.checkpoint()
+        return dict(self.files)
+
+    async def save(self, files: dict[str, str]) -> None:
+        await trio.lowlevel.checkpoint()
+        self.files = dict(files)
+
+    async def delete(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.files = {}
 
 
 async def main(turns: int, only: str | None) -> None:
@@ -175,11 +247,13 @@ async def main(turns: int, only: str | None) -> None:
         await burst("sqlite", sqlite_store, turns)
     if only in (None, "postgres"):
         await burst("postgres", postgres_store, turns)
+    if only in (None, "scan"):
+        await scanned(turns)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100_000)
-    parser.add_argument("--only", choices=("sqlite", "postgres"))
+    parser.add_argument("--only", choices=("sqlite", "postgres", "scan"))
     args = parser.parse_args()
     trio.run(main, args.turns, args.only)
