@@ -391,8 +391,17 @@ INSERT INTO search_stale (session_id)
 
 def _rebuild_stale(cur: psycopg.Cursor[Any], limit: int | None) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``) from their rows'
-    ``words``; the number rebuilt. A session another step is rebuilding is skipped."""
-    cur.execute("SELECT session_id FROM search_stale LIMIT %s FOR UPDATE SKIP LOCKED", (limit,))
+    ``words``; the number rebuilt. A session another step is rebuilding is skipped.
+
+    The marks are taken first: a writer marking a session again meanwhile waits for
+    this transaction, then marks it anew, so a turn deleted after the words were read
+    is never left in them.
+    """
+    cur.execute(
+        "DELETE FROM search_stale WHERE session_id IN (SELECT session_id FROM search_stale"
+        " LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING session_id",
+        (limit,),
+    )
     stale = sorted(str(r[0]) for r in cur.fetchall())
     if stale:
         cur.execute("DELETE FROM session_words WHERE session_id = ANY(%s)", (stale,))
@@ -406,7 +415,6 @@ def _rebuild_stale(cur: psycopg.Cursor[Any], limit: int | None) -> int:
             " ORDER BY 1, 2 ON CONFLICT DO NOTHING",
             {"s": stale},
         )
-        cur.execute("DELETE FROM search_stale WHERE session_id = ANY(%s)", (stale,))
     return len(stale)
 
 
