@@ -33,6 +33,7 @@ from ..stores._protocol import (
     store_capabilities,
 )
 from ._actor import Actor, ActorStatistics, Command, Reply
+from ._trace import batched
 
 __all__ = ["StoreActor", "StoreActorStatistics", "open_store_actor"]
 
@@ -215,6 +216,7 @@ class StoreActor:
     async def _apply_writes(self, writes: list[StoreWrite]) -> list[outcome.Outcome[Any]]:
         self._batches += 1
         self._batched_writes += len(writes)
+        batched(self._store, len(writes))  # zidane.store.batch.size, when measuring
         return await _one_outcome_each(cast(BatchingStore, self._store).apply_writes, writes)
 
     # -- SessionStore (required methods) -------------------------------------

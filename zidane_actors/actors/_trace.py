@@ -1,10 +1,12 @@
-"""OpenTelemetry out: spans of session operations for the application's tracer provider.
+"""OpenTelemetry out: spans and metrics of session operations for the application's providers.
 
-Nothing here imports OpenTelemetry. Whether to trace is decided once, when a
-host opens (or at the first traced call without a host): only when the
-application already imported ``opentelemetry.trace`` and set a tracer
-provider (not the API's default proxy or no-op one). Otherwise every traced
-method costs one test of a module global on top of its own work.
+Nothing here imports OpenTelemetry. Whether to trace and to measure is
+decided once, when a host opens (or at the first traced call without a
+host): tracing only when the application already imported
+``opentelemetry.trace`` and set a tracer provider, metrics only when it
+imported ``opentelemetry.metrics`` and set a meter provider (neither the
+API's default proxy nor its no-op one). Otherwise every traced method costs
+one test of a module global on top of its own work.
 
 Each span carries ``gen_ai.conversation.id`` (the session id, as the GenAI
 semantic conventions name a conversation), ``zidane.store.kind``
@@ -12,34 +14,97 @@ semantic conventions name a conversation), ``zidane.store.kind``
 session's turn count after the operation and, for an append, the turns it
 appended; a failed operation records its exception, ``error.type`` and an
 error status.
+
+The metrics, each with ``zidane.store.kind`` and ``zidane.operation``
+(``append_turns``, ``save``, ``update_run``, ``create_session``, …):
+``zidane.session.operation.duration`` (s; ``error.type`` when it failed),
+``zidane.session.append.turns`` (turns per sized append),
+``zidane.session.conflicts`` (``ConflictError``/``StaleSessionError``
+raised, with ``error.type``) and ``zidane.store.errors`` (any other
+``StoreError`` raised, with ``error.type``); and, from the host's store actor,
+``zidane.store.batch.size`` (writes per ``apply_writes`` call, with the
+store kind alone).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sized
 from typing import Any, Final, TypeVar, cast
 
-__all__ = ["host_op", "refresh", "session_op"]
+from ..errors import ConflictError, StoreError
+
+__all__ = ["batched", "host_op", "refresh", "session_op"]
 
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 _UNKNOWN: Final[Any] = object()
-_tracer: Any = _UNKNOWN  # the application's tracer, None (off), or not looked for yet
+_on: Any = _UNKNOWN  # True: tracing or measuring; False: neither; or not looked for yet
+_tracer: Any = None  # the application's tracer, or None
+_metrics: _Metrics | None = None  # the instruments of the application's meter, or None
 _kinds: dict[type, str] = {}
 
 
-def refresh() -> Any:
-    """Look for the application's tracer provider (when a host opens); answer the tracer."""
-    global _tracer
+class _Metrics:
+    """The instruments, made once from the application's meter."""
+
+    def __init__(self, meter: Any) -> None:
+        self.duration = meter.create_histogram(
+            "zidane.session.operation.duration",
+            unit="s",
+            description="Duration of session and session-host operations.",
+        )
+        self.turns = meter.create_histogram(
+            "zidane.session.append.turns",
+            unit="{turn}",
+            description="Turns appended by one append_turns call.",
+        )
+        self.conflicts = meter.create_counter(
+            "zidane.session.conflicts",
+            unit="{conflict}",
+            description="Operations refused by a conflict (a stale session, a taken id).",
+        )
+        self.errors = meter.create_counter(
+            "zidane.store.errors",
+            unit="{error}",
+            description="Operations failed by a store error other than a conflict.",
+        )
+        self.batch = meter.create_histogram(
+            "zidane.store.batch.size",
+            unit="{write}",
+            description="Writes the host's store actor sent in one apply_writes call.",
+        )
+
+
+def refresh() -> bool:
+    """Look for the application's tracer and meter providers (when a host opens).
+
+    Answer whether either is set, so traced methods do more than call through.
+    """
+    global _on, _tracer, _metrics
     trace: Any = sys.modules.get("opentelemetry.trace")
     _tracer = None
     if trace is not None:
         provider = trace.get_tracer_provider()
         if not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
             _tracer = provider.get_tracer("zidane_actors")
-    return _tracer
+    metrics: Any = sys.modules.get("opentelemetry.metrics")
+    _metrics = None
+    if metrics is not None:
+        provider = metrics.get_meter_provider()
+        # The API's default proxy and its no-op provider live in the API package itself.
+        if not type(provider).__module__.startswith("opentelemetry.metrics"):
+            _metrics = _Metrics(provider.get_meter("zidane_actors"))
+    on = _on = _tracer is not None or _metrics is not None
+    return on
+
+
+def batched(store: object, writes: int) -> None:
+    """Record one ``apply_writes`` call of ``writes`` writes (the store actor's group commit)."""
+    if _metrics is not None:
+        _metrics.batch.record(writes, {"zidane.store.kind": _store_kind(store)})
 
 
 def _store_kind(store: object) -> str:
@@ -74,23 +139,56 @@ async def _traced(
         return result
 
 
+async def _observed(
+    operation: str,
+    span_name: str,
+    attributes: dict[str, Any],
+    call: Coroutine[Any, Any, Any],
+    after: Callable[[Any], dict[str, Any]],
+) -> Any:
+    """Await ``call`` in a span when tracing, and record its metrics when measuring."""
+    metrics, tracer = _metrics, _tracer
+    if metrics is None:
+        return await _traced(tracer, span_name, attributes, call, after)
+    labels = {"zidane.store.kind": attributes["zidane.store.kind"], "zidane.operation": operation}
+    start = time.perf_counter()
+    try:
+        if tracer is None:
+            result = await call
+        else:
+            result = await _traced(tracer, span_name, attributes, call, after)
+    except Exception as exc:
+        failed = {**labels, "error.type": type(exc).__qualname__}
+        metrics.duration.record(time.perf_counter() - start, failed)
+        if isinstance(exc, ConflictError):
+            metrics.conflicts.add(1, failed)
+        elif isinstance(exc, StoreError):
+            metrics.errors.add(1, failed)
+        raise
+    metrics.duration.record(time.perf_counter() - start, labels)
+    appended = attributes.get("zidane.turns.appended")
+    if appended is not None:
+        metrics.turns.record(appended, labels)
+    return result
+
+
 def _op(
+    operation: str,
     span_name: str,
     before: Callable[[Any, tuple[Any, ...], dict[str, Any]], dict[str, Any]],
     after: Callable[[Any, Any], dict[str, Any]],
 ) -> Callable[[F], F]:
-    """Trace a coroutine method as ``span_name``: ``before`` names the call, ``after`` its end."""
+    """Trace and measure a coroutine method: ``before`` names the call, ``after`` its end."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-            tracer = _tracer if _tracer is not _UNKNOWN else refresh()
-            if tracer is None:
+            if not (_on if _on is not _UNKNOWN else refresh()):
                 return await fn(self, *args, **kwargs)
             attributes = before(self, args, kwargs)
             call = fn(self, *args, **kwargs)
-            return await _traced(
-                tracer, span_name, attributes, call, lambda result: after(self, result)
+            return await _observed(
+                operation, span_name, attributes, call, lambda result: after(self, result)
             )
 
         return cast(F, traced)
@@ -99,7 +197,7 @@ def _op(
 
 
 def session_op(name: str) -> Callable[[F], F]:
-    """Trace a coroutine method of ``Session`` as the span ``session.<name>``."""
+    """Trace a coroutine method of ``Session`` as the span ``session.<name>``; measure it."""
 
     def before(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -114,7 +212,7 @@ def session_op(name: str) -> Callable[[F], F]:
     def after(session: Any, _: Any) -> dict[str, Any]:
         return {"zidane.session.turns": len(session.turns)}
 
-    return _op(f"session.{name}", before, after)
+    return _op(name, f"session.{name}", before, after)
 
 
 def host_op(name: str) -> Callable[[F], F]:
@@ -127,7 +225,9 @@ def host_op(name: str) -> Callable[[F], F]:
             attributes["gen_ai.conversation.id"] = session_id
         return attributes
 
-    return _op(f"session_host.{name}", before, _found if name != "delete_session" else _nothing)
+    return _op(
+        name, f"session_host.{name}", before, _found if name != "delete_session" else _nothing
+    )
 
 
 def _nothing(_host: Any, _: Any) -> dict[str, Any]:
