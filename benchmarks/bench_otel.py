@@ -1,4 +1,4 @@
-"""OpenTelemetry out: what session spans cost on the host path.
+"""OpenTelemetry out: what session spans and metrics cost on the host path.
 
 One session in a host over the memory store (so the figure is the library's
 own CPU, not a disk's) appends one turn at a time, ``--appends`` times after
@@ -11,14 +11,19 @@ a warm-up, in a fresh process per variant:
 - ``provider``: the SDK's ``TracerProvider`` set, with no span processor (the
   cost of making each span);
 - ``batch``: that provider with a ``BatchSpanProcessor`` and an exporter
-  that drops what it gets (a production setup, minus the network).
+  that drops what it gets (a production setup, minus the network);
+- ``apis``: ``opentelemetry.trace`` and ``opentelemetry.metrics`` imported,
+  neither provider set: as ``installed``, for metrics too;
+- ``meter``: the SDK's ``MeterProvider`` set (no tracer provider) with an
+  in-memory reader never collected: the cost of the metrics alone.
 
 Each process times its appends in chunks of 250 and keeps its fastest
 chunk (the least disturbed by the other processes of a shared machine);
 variants alternate within each round, and the figures are medians over
 rounds of that time per append (µs). ``absent`` vs ``installed`` is the "no
 cost without a provider" claim; ``provider``/``batch`` minus ``installed``
-is the span cost per append.
+is the span cost per append; ``apis`` vs ``absent`` is the "no cost without
+a meter provider" claim, ``meter`` minus ``apis`` the metrics' cost.
 
 Run: ``.venv/bin/python benchmarks/bench_otel.py [--rounds N] [--appends N]``.
 """
@@ -31,7 +36,7 @@ import subprocess
 import sys
 import textwrap
 
-VARIANTS = ("absent", "installed", "provider", "batch")
+VARIANTS = ("absent", "installed", "provider", "batch", "apis", "meter")
 
 SETUP = {
     "absent": 'sys.modules["opentelemetry"] = None',
@@ -54,6 +59,14 @@ SETUP = {
         provider = TracerProvider()
         provider.add_span_processor(BatchSpanProcessor(Drop()))
         trace.set_tracer_provider(provider)
+    """,
+    "apis": "import opentelemetry.trace, opentelemetry.metrics",
+    "meter": """
+        import opentelemetry.trace
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
     """,
 }
 
