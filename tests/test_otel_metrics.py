@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 import trio
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from zidane_actors.actors import _trace, open_session_host
 from zidane_actors.errors import ConflictError, StaleSessionError, StoreClosedError
@@ -203,3 +206,25 @@ def test_without_a_provider_nothing_from_opentelemetry_is_imported() -> None:
         """
     )
     assert out.splitlines() == ["None None False", "[]"]
+
+
+async def test_spans_and_metrics_together(
+    reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    async with open_session_host(create_memory_store()) as host:
+        session = await host.create_session(id="chat-7")
+        await session.append_turns([turn("a")])
+        with pytest.raises(ConflictError):
+            await host.create_session(id="chat-7")
+    names = [span.name for span in exported.get_finished_spans()]
+    assert names == [
+        "session_host.create_session",
+        "session.append_turns",
+        "session_host.create_session",
+    ]
+    assert by_operation(reader, "zidane.session.append.turns")["append_turns"].sum == 1
+    assert by_operation(reader, "zidane.session.conflicts")["create_session"].value == 1
