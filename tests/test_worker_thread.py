@@ -11,7 +11,7 @@ import trio
 
 from zidane_actors.errors import StoreClosedError
 from zidane_actors.model import SessionData
-from zidane_actors.stores import open_sqlite_store
+from zidane_actors.stores import SQLiteStore, open_sqlite_store
 from zidane_actors.stores._thread import WorkerThread, start_worker_thread
 
 
@@ -257,7 +257,11 @@ async def test_open_and_close_errors_are_raised() -> None:
     assert not worker._thread.is_alive()
 
 
-async def test_sqlite_store_after_close_and_with_calls_queued(tmp_path: Path) -> None:
+async def test_sqlite_store_after_close_and_with_calls_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The background search indexer would queue steps of its own among the calls counted.
+    monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
     async with open_sqlite_store(tmp_path / "a.db") as store:
         await store.save(SessionData(id="s", created_at=1, updated_at=1))
         gate = Gate()
