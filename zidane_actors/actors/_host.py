@@ -423,7 +423,7 @@ async def open_session_host(
         open_store_actor(store, mailbox_size=store_mailbox_size, max_batch=max_batch) as actor,
         open_service_nursery() as nursery,
     ):
-        refresh()  # trace this host's sessions when the application set a tracer provider
+        refresh()  # trace and measure this host's sessions when the application set a provider
         host = SessionHost(
             actor,
             nursery,
