@@ -47,35 +47,59 @@ _metrics: _Metrics | None = None  # the instruments of the application's meter, 
 _kinds: dict[type, str] = {}
 
 
+_INSTRUMENTS: Final = (
+    # attribute, instrument kind, name, unit, description
+    (
+        "duration",
+        "histogram",
+        "zidane.session.operation.duration",
+        "s",
+        "Duration of session and session-host operations.",
+    ),
+    (
+        "turns",
+        "histogram",
+        "zidane.session.append.turns",
+        "{turn}",
+        "Turns appended by one append_turns call.",
+    ),
+    (
+        "conflicts",
+        "counter",
+        "zidane.session.conflicts",
+        "{conflict}",
+        "Operations refused by a conflict (a stale session, a taken id).",
+    ),
+    (
+        "errors",
+        "counter",
+        "zidane.store.errors",
+        "{error}",
+        "Operations failed by a store error other than a conflict.",
+    ),
+    (
+        "batch",
+        "histogram",
+        "zidane.store.batch.size",
+        "{write}",
+        "Writes the host's store actor sent in one apply_writes call.",
+    ),
+)
+
+
 class _Metrics:
-    """The instruments, made once from the application's meter."""
+    """The instruments of :data:`_INSTRUMENTS`, made once from the application's meter."""
+
+    duration: Any
+    turns: Any
+    conflicts: Any
+    errors: Any
+    batch: Any
 
     def __init__(self, meter: Any) -> None:
-        self.duration = meter.create_histogram(
-            "zidane.session.operation.duration",
-            unit="s",
-            description="Duration of session and session-host operations.",
-        )
-        self.turns = meter.create_histogram(
-            "zidane.session.append.turns",
-            unit="{turn}",
-            description="Turns appended by one append_turns call.",
-        )
-        self.conflicts = meter.create_counter(
-            "zidane.session.conflicts",
-            unit="{conflict}",
-            description="Operations refused by a conflict (a stale session, a taken id).",
-        )
-        self.errors = meter.create_counter(
-            "zidane.store.errors",
-            unit="{error}",
-            description="Operations failed by a store error other than a conflict.",
-        )
-        self.batch = meter.create_histogram(
-            "zidane.store.batch.size",
-            unit="{write}",
-            description="Writes the host's store actor sent in one apply_writes call.",
-        )
+        for attribute, kind, name, unit, description in _INSTRUMENTS:
+            make = getattr(meter, f"create_{kind}")
+            setattr(self, attribute, make(name, unit=unit, description=description))
 
 
 def refresh() -> bool:
