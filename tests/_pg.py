@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -48,3 +49,26 @@ def fresh_database(prefix: str) -> Iterator[str]:
     finally:
         with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def schema_at(version: int) -> Iterator[tuple[str, psycopg.Connection[Any]]]:
+    """A new schema of ``DSN`` migrated by the store's own steps up to ``version`` (a
+    database an older release left), and a connection using it; dropped afterwards."""
+    from zidane_actors.stores.postgres import _schema
+
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        try:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(name)))
+            conn.execute(
+                "CREATE TABLE schema_version (version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for step in range(1, version + 1):
+                conn.execute(_schema._MIGRATIONS[step - 1].encode())
+                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (step,))
+            yield name, conn
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

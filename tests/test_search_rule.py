@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 import trio
-from _pg import DSN
+from _pg import DSN, schema_at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -48,7 +48,6 @@ from zidane_actors.stores import (
     open_postgres_store,
     open_sqlite_store,
 )
-from zidane_actors.stores.postgres import _schema as pg_schema
 from zidane_actors.stores.sqlite import _schema as sqlite_schema
 
 KINDS = ("sqlite", "pg", "file_map")
@@ -325,29 +324,18 @@ async def test_sqlite_file_of_the_previous_schema_is_searched_by_the_rule(tmp_pa
 async def test_postgres_schema_of_the_previous_version_is_searched_by_the_rule() -> None:
     """A schema at the previous version (words made by the server's regex and lower())
     re-derives every turn's and header's words, keeps every row, and answers by the rule."""
-    with fresh_schema() as schema:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    with schema_at(4) as (schema, conn):
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, status, metadata) VALUES"
+            " ('a', 1, 2, 'idle', '{\"title\":\"ΣΊΣΥΦΟΣ\"}'), ('b', 1, 3, 'idle', '{}')"
+        )
+        rows = [("a", 0, turn(0, "Meet in İstanbul")), ("b", 0, turn(0, f"x {LONG} y"))]
+        for sid, seq, t in rows:
             conn.execute(
-                "CREATE TABLE schema_version (version integer PRIMARY KEY,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
+                "INSERT INTO turns (session_id, seq, id, role, body) VALUES (%s, %s, %s, %s, %s)",
+                (sid, seq, t.id, t.role, encode_str(t)),
             )
-            for version in range(1, 5):
-                conn.execute(pg_schema._MIGRATIONS[version - 1].encode())
-                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-            conn.execute(
-                "INSERT INTO sessions (id, created_at, updated_at, status, metadata) VALUES"
-                " ('a', 1, 2, 'idle', '{\"title\":\"ΣΊΣΥΦΟΣ\"}'), ('b', 1, 3, 'idle', '{}')"
-            )
-            rows = [("a", 0, turn(0, "Meet in İstanbul")), ("b", 0, turn(0, f"x {LONG} y"))]
-            for sid, seq, t in rows:
-                conn.execute(
-                    "INSERT INTO turns (session_id, seq, id, role, body)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    (sid, seq, t.id, t.role, encode_str(t)),
-                )
-            conn.execute("UPDATE turns SET words = turn_words(body)")
+        conn.execute("UPDATE turns SET words = turn_words(body)")
         async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
             assert await answers(store, "İstanbul") == ["a"]
             assert await answers(store, "ΣΊΣΥΦΟΣ") == ["a"]

@@ -9,15 +9,12 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from _pg import DSN
-from psycopg import sql
-from test_search_rule import answers, fresh_schema, session, stores, turn
+from _pg import DSN, schema_at
+from test_search_rule import answers, session, stores, turn
 
 from zidane_actors.model import SessionSearch, encode
 from zidane_actors.stores import open_postgres_store, open_sqlite_store
-from zidane_actors.stores.postgres import _schema as pg_schema
 from zidane_actors.stores.sqlite import _schema as sqlite_schema
 
 WORDS = ["alpha", "beta", "gamma", "delta", "title", "tit", "b", "s"]
@@ -85,28 +82,18 @@ async def test_a_sqlite_file_of_version_10_derives_its_sessions_words(tmp_path: 
 
 async def test_a_postgres_schema_of_version_5_derives_its_sessions_words() -> None:
     """A v5 schema's filled words become its sessions' words on open."""
-    with fresh_schema() as schema:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-            conn.execute(
-                "CREATE TABLE schema_version (version integer PRIMARY KEY,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            for version in range(1, 6):
-                conn.execute(pg_schema._MIGRATIONS[version - 1].encode())
-                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-            conn.execute(
-                "INSERT INTO sessions (id, created_at, updated_at, status, metadata)"
-                " VALUES ('a', 1, 2, 'idle', '{\"title\":\"Okapi\"}')"
-            )
-            t = turn(0, "zebra crossing")
-            conn.execute(
-                "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 0, %s, %s, %s)",
-                (t.id, t.role, encode(t).decode()),
-            )
-            conn.execute("UPDATE turns SET words = array_to_tsvector(ARRAY['zebra', 'crossing'])")
-            conn.execute("UPDATE sessions SET words = array_to_tsvector(ARRAY['a', 'okapi'])")
+    with schema_at(5) as (schema, conn):
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, status, metadata)"
+            " VALUES ('a', 1, 2, 'idle', '{\"title\":\"Okapi\"}')"
+        )
+        t = turn(0, "zebra crossing")
+        conn.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 0, %s, %s, %s)",
+            (t.id, t.role, encode(t).decode()),
+        )
+        conn.execute("UPDATE turns SET words = array_to_tsvector(ARRAY['zebra', 'crossing'])")
+        conn.execute("UPDATE sessions SET words = array_to_tsvector(ARRAY['a', 'okapi'])")
         async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
             for text in ("zebra", "cross", "okapi", "a"):
                 assert await answers(store, text) == ["a"], text
