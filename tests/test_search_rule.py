@@ -19,6 +19,7 @@ from contextlib import (
     contextmanager,
     nullcontext,
 )
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +43,17 @@ from zidane_actors.model import (
     encode_str,
     search_words,
 )
+from zidane_actors.server import serve
 from zidane_actors.stores import (
     create_file_map_store,
+    create_remote_store,
     open_memory_store,
     open_postgres_store,
     open_sqlite_store,
 )
 from zidane_actors.stores.sqlite import _schema as sqlite_schema
 
-KINDS = ("sqlite", "pg", "file_map")
+KINDS = ("sqlite", "pg", "file_map", "remote")
 """The stores compared with the memory store (``pg``: PostgreSQL, skipped where none runs)."""
 
 
@@ -102,6 +105,14 @@ async def stores(kind: str, sessions: list[SessionData]) -> AsyncIterator[list[t
                     other = await stack.enter_async_context(
                         open_postgres_store(DSN, schema=schema, pool_size=1)
                     )
+                elif kind == "remote":  # the REST server over SQLite, and its client
+                    served = await stack.enter_async_context(
+                        open_sqlite_store(Path(tmp) / f"{i}.db")
+                    )
+                    nursery = await stack.enter_async_context(trio.open_nursery())
+                    stack.callback(nursery.cancel_scope.cancel)
+                    url = await nursery.start(partial(serve, served, port=0))
+                    other = await stack.enter_async_context(create_remote_store(url))
                 else:
                     other = create_file_map_store(_Files())
                     stack.push_async_callback(other.aclose)
