@@ -257,12 +257,8 @@ def pg_schema() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     """One memory-backed server process for the remote store (started on first use)."""
-    process = ServerProcess("memory")
-    process.start()
-    try:
+    with ServerProcess("memory") as process:
         yield process
-    finally:
-        process.stop()
 
 
 def place(backend: str, request: pytest.FixtureRequest) -> str | None:

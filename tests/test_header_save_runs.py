@@ -93,12 +93,8 @@ class Rig:
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     """One memory-backed server process for the remote store."""
-    process = ServerProcess("memory")
-    process.start()
-    try:
+    with ServerProcess("memory") as process:
         yield process
-    finally:
-        process.stop()
 
 
 @asynccontextmanager

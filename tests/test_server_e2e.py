@@ -77,6 +77,13 @@ class ServerProcess:
         assert self.proc.stdout.readline() == f"session browser: {self.url}/ui/\n"
         return self.url
 
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def kill(self) -> None:
         """SIGKILL: no cleanup, as a crash."""
         if self.proc is not None and self.proc.poll() is None:

@@ -121,12 +121,8 @@ class RigOpener(Protocol):
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     """One memory-backed server process for the remote store (started on first use)."""
-    process = ServerProcess("memory")
-    process.start()
-    try:
+    with ServerProcess("memory") as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture
