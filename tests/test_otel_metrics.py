@@ -3,9 +3,6 @@ read back with the SDK's in-memory reader; and nothing measured or imported with
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_otel_out import run_python
 
 from zidane_actors.actors import _trace, open_session_host
 from zidane_actors.errors import ConflictError, StaleSessionError, StoreClosedError
@@ -151,17 +149,6 @@ async def test_a_provider_not_set_globally_gets_nothing() -> None:
         await session.append_turns([turn("a")])
     assert read.get_metrics_data() is None
     provider.shutdown()
-
-
-def run_python(code: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return done.stdout
 
 
 def test_the_global_provider_measures_the_portal_path() -> None:
