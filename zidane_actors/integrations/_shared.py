@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import attrs
 import msgspec
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..actors import Session
 
 __all__ = [
+    "DEFAULT_STORE",
     "TRACE_CONTEXT_KEY",
     "AsyncShare",
     "SessionLocks",
@@ -46,6 +47,9 @@ __all__ = [
     "trace_context",
     "with_trace",
 ]
+
+DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+"""The store every door opens when given none: the file ``zidane-actors serve`` reads."""
 
 TRACE_CONTEXT_KEY = "traceContext"
 """The run record's key for the OpenTelemetry span it began in: ``{"traceId", "spanId"}``."""

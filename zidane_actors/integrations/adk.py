@@ -63,7 +63,7 @@ from ._shared import trace_context
 
 __all__ = ["DEFAULT_STORE", "ZidaneSessionService"]
 
-DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+DEFAULT_STORE: Final = _shared.DEFAULT_STORE
 
 T = TypeVar("T")
 

@@ -63,7 +63,7 @@ __all__ = [
     "thread_id_of",
 ]
 
-DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+DEFAULT_STORE: Final = _shared.DEFAULT_STORE
 PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
 
 T = TypeVar("T")

@@ -90,7 +90,7 @@ __all__ = ["DEFAULT_STORE", "TOOL_ERRORS_KEY", "ZidaneSession"]
 
 _log = logging.getLogger("zidane_actors.integrations.openai_agents")
 
-DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+DEFAULT_STORE: Final = _shared.DEFAULT_STORE
 TOOL_ERRORS_KEY: Final = "toolErrors"
 """Where a tool result turn keeps its failed calls' exception texts, by call id."""
 

@@ -61,7 +61,7 @@ __all__ = ["DEFAULT_STORE", "SpanProcessorStatistics", "ZidaneSpanProcessor"]
 
 _log = logging.getLogger("zidane_actors.integrations.otel")
 
-DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
+DEFAULT_STORE: Final = _shared.DEFAULT_STORE
 
 
 @attrs.frozen
