@@ -23,6 +23,20 @@ from ._compaction import (
     with_compaction,
 )
 from ._extra import ExtraFields
+from ._forks import (
+    BRANCH_OF_KEY,
+    BRANCHES_KEY,
+    FORKED_FROM_KEY,
+    Branch,
+    ForkedFrom,
+    branch_entry,
+    branch_history,
+    branches_of,
+    fork_document,
+    forked_from,
+    restored_history,
+    turn_index,
+)
 from ._ids import (
     ID_MAX_LENGTH,
     REQUEST_ID_MAX_LENGTH,
@@ -92,8 +106,11 @@ from ._words import (
 )
 
 __all__ = [
+    "BRANCHES_KEY",
+    "BRANCH_OF_KEY",
     "COMPACTION_KEY",
     "FIRE_HISTORY",
+    "FORKED_FROM_KEY",
     "ID_MAX_LENGTH",
     "MAX_JSON_DEPTH",
     "MAX_SEARCH_TEXT",
@@ -104,9 +121,14 @@ __all__ = [
     "REQUEST_ID_MAX_LENGTH",
     "RUN_OWNER_HOLD_MS",
     "SEND_REQUEST_HISTORY",
+    "Branch",
     "Compaction",
     "Decoder",
     "ExtraFields",
+    "ForkedFrom",
+    "branch_entry",
+    "branch_history",
+    "branches_of",
     "check_column_text",
     "check_json",
     "check_model",
@@ -124,6 +146,8 @@ __all__ = [
     "encode",
     "encode_str",
     "extra_json",
+    "fork_document",
+    "forked_from",
     "fresh_turns",
     "has_lone_surrogate",
     "host_id",
@@ -143,6 +167,7 @@ __all__ = [
     "preview",
     "process_started_at",
     "query_words",
+    "restored_history",
     "resume_chain_run_ids",
     "run_claim_blocked",
     "same_turn",
@@ -158,6 +183,7 @@ __all__ = [
     "stored_too_deep",
     "stored_turn_text",
     "to_builtins",
+    "turn_index",
     "turn_search_text",
     "upsert_runs",
     "validate_id",

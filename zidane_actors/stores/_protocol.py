@@ -177,11 +177,13 @@ OPTIONAL_METHODS: Final = frozenset(
         "delete_schedule",
         "demote_stale_run",
         "find_send_request",
+        "fork_session",
         "generate_session_id",
         "generate_turn_id",
         "get_meta",
         "get_rev",
         "list_artifacts",
+        "list_forks",
         "list_meta",
         "list_schedule_fires",
         "list_schedules",
@@ -225,6 +227,7 @@ READ_METHODS: Final = frozenset(
         "get_turns",
         "list",
         "list_artifacts",
+        "list_forks",
         "list_meta",
         "list_schedule_fires",
         "list_schedules",
@@ -351,6 +354,27 @@ class FullSessionStore(SessionStore, Protocol):
         """The record of a claimed request id, without claiming it."""
         ...
 
+    async def fork_session(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        at: str | None,
+        created_at: int,
+        expected_rev: int | None = None,
+    ) -> Revision | None:
+        """Create ``new_id`` as :func:`~zidane_actors.model.fork_document` of ``source_id``.
+
+        Atomic: the source as of one snapshot. ``expected_rev`` is the
+        source's: another rev raises :class:`StaleSessionError`, writing
+        nothing. ``new_id`` held raises :class:`ConflictError`, no source
+        :class:`SessionNotFoundError`, ``at`` naming no turn
+        :class:`ValidationError` at ``$.at``. Answers the fork's
+        :class:`Revision` on a versioned store. Later writes to either never
+        show in the other; deleting the source leaves the fork whole.
+        """
+        ...
+
     async def generate_session_id(self) -> str:
         """A new session id issued by the backend."""
         ...
@@ -367,6 +391,10 @@ class FullSessionStore(SessionStore, Protocol):
         self, filter: model.ArtifactFilter | None = None
     ) -> builtins.list[SessionArtifact]:
         """Artifacts, newest ``updatedAt`` first, filtered."""
+        ...
+
+    async def list_forks(self, source_id: str) -> builtins.list[str]:
+        """The ids of the direct forks of ``source_id`` (its ``forkedFrom`` names it), sorted."""
         ...
 
     async def list_meta(
