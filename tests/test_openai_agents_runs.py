@@ -8,16 +8,26 @@ Driven by the SDK's own ``ScriptedModel`` (no network, no mocks).
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    RunConfig,
+    Runner,
+    function_tool,
+    set_trace_processors,
+    set_tracing_disabled,
+)
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
-from zidane_actors.integrations._shared import TRACE_CONTEXT_KEY
+from zidane_actors.integrations import _agents_runs as _runs
+from zidane_actors.integrations._shared import CALL_TIMES_KEY, TRACE_CONTEXT_KEY
 from zidane_actors.integrations.openai_agents import TOOL_ERRORS_KEY, ZidaneSession
 from zidane_actors.model import SessionData, SessionRun, ToolResultBlock
 from zidane_actors.stores import open_sqlite_store
@@ -261,9 +271,101 @@ def test_a_run_begun_in_an_opentelemetry_span_keeps_its_trace_context(db: str) -
         session.run_sync(Agent(name="plain", model=model), "Hello")
     context = span.get_span_context()
     run = only_run(db, "m")
-    assert run.extra_fields == {
-        TRACE_CONTEXT_KEY: {
-            "traceId": f"{context.trace_id:032x}",
-            "spanId": f"{context.span_id:016x}",
-        }
+    assert run.extra_fields is not None
+    assert run.extra_fields[TRACE_CONTEXT_KEY] == {
+        "traceId": f"{context.trace_id:032x}",
+        "spanId": f"{context.span_id:016x}",
     }
+
+
+# -- a plain Runner call, seen through the SDK's tracing (on, nothing exported) -----------
+
+
+@pytest.fixture
+def tracing() -> Iterator[None]:
+    """The SDK's tracing on, with the session's processor as its only one."""
+    set_trace_processors([_runs.failures()])
+    set_tracing_disabled(False)
+    try:
+        yield
+    finally:
+        set_tracing_disabled(True)
+
+
+def stored_when(db: str, session_id: str, done: Callable[[SessionData], bool]) -> SessionData:
+    """The session once an asynchronous write made ``done`` true (bounded wait)."""
+    deadline = time.monotonic() + 10
+    while True:
+        data = read_back(db, session_id)
+        if done(data) or time.monotonic() > deadline:
+            return data
+        time.sleep(0.01)
+
+
+def ended(data: SessionData) -> bool:
+    return bool(data.runs) and all(r.status != "running" for r in data.runs)
+
+
+def test_a_plain_runner_failure_is_recorded_when_it_happens(db: str, tracing: None) -> None:
+    """No hooks, no with block, no session.run: the run ends as the Runner raises."""
+    session = ZidaneSession("n", store=db)
+    try:
+        with pytest.raises(RuntimeError):
+            Runner.run_sync(failing(), "Hello?", session=session)
+        data = stored_when(db, "n", ended)  # the session is still open
+        (run,) = data.runs
+        assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
+        assert run.agent is not None and run.agent.id == "flaky"
+        assert run.prompt == "Hello?" and run.ended_at is not None
+        assert data.agent_id == "flaky"
+    finally:
+        session.close()
+    assert only_run(db, "n").error == "RuntimeError: provider down: 429"  # close kept it
+
+
+def test_a_plain_runner_success_without_hooks_is_completed_at_once(db: str, tracing: None) -> None:
+    session = ZidaneSession("o", store=db)
+    try:
+        model = ScriptedModel([[assistant_message("Hi.")]])
+        Runner.run_sync(Agent(name="plain", model=model), "Hello", session=session)
+        run = stored_when(db, "o", ended).runs[0]
+        assert run.status == "completed" and run.error is None
+        assert run.agent is not None and run.agent.id == "plain"
+    finally:
+        session.close()
+
+
+def test_a_plain_tool_failure_ending_the_call_keeps_its_text(db: str, tracing: None) -> None:
+    model = ScriptedModel([[function_call("fatal", {"city": "Oslo"}, call_id="c1")]])
+    session = ZidaneSession("p", store=db)
+    try:
+        with pytest.raises(Exception) as raised:
+            Runner.run_sync(
+                Agent(name="weather", model=model, tools=[fatal]), "Weather?", session=session
+            )
+        (run,) = stored_when(db, "p", ended).runs
+        assert run.status == "error"
+        assert run.error == f"{type(raised.value).__name__}: {raised.value}"
+        assert "no forecast for Oslo" in run.error
+    finally:
+        session.close()
+
+
+def test_the_hooks_time_each_model_and_tool_call(db: str) -> None:
+    model = ScriptedModel(
+        [[function_call("broken", {"city": "Paris"}, call_id="c1")], [assistant_message("Sorry.")]]
+    )
+    with ZidaneSession("q", store=db) as session:
+        session.run_sync(Agent(name="weather", model=model, tools=[broken]), "Weather?")
+    run = only_run(db, "q")
+    assert run.extra_fields is not None
+    calls = run.extra_fields[CALL_TIMES_KEY]
+    assert [(c["kind"], c["name"], c.get("callId"), c.get("failed")) for c in calls] == [
+        ("model", "weather", None, None),
+        ("tool", "broken", "c1", True),
+        ("model", "weather", None, None),
+    ]
+    assert all(c["durationMs"] >= 0 for c in calls)
+    starts = [c["startedAt"] for c in calls]
+    assert starts == sorted(starts) and run.started_at <= starts[0]
+    assert run.ended_at is not None and starts[-1] <= run.ended_at

@@ -4,13 +4,19 @@ A ``RunnerCall`` is what one ``Runner`` call has shown the session so far
 (known by its ``Usage`` object, which every item write and hook of the call
 carries); its ``Run``s are the records it writes: one per agent, a
 handoff's as a child run, each with the OpenTelemetry span it began in
-(``traceContext``). ``Hooks`` is ``ZidaneSession.hooks``.
+(``traceContext``) and the times of its model and tool calls the hooks saw
+(``callTimes``). ``Hooks`` is ``ZidaneSession.hooks``. ``Failures`` is the
+tracing processor (installed with the first call a trace holds) that ends
+a call's runs as its Runner's task span ends: with the exception it raised,
+when it raised, with no ``with`` block or ``session.run`` needed.
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
+import sys
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final
@@ -28,8 +34,19 @@ from agents import (
     default_tool_error_function,
 )
 from agents.tool import default_tool_timeout_error_message
+from agents.tracing import (
+    AgentSpanData,
+    Span,
+    TaskSpanData,
+    Trace,
+    TracingProcessor,
+    add_trace_processor,
+    get_current_trace,
+)
+from agents.tracing.traces import NoOpTrace
 from openai.types.responses import ResponseFunctionToolCall
 
+from ..errors import ActorClosed
 from ..model import (
     RunStatus,
     SessionRun,
@@ -40,7 +57,7 @@ from ..model import (
     new_id,
 )
 from ._responses import ItemGroup
-from ._shared import trace_context, with_trace
+from ._shared import CallTime, trace_context, with_calls, with_trace
 from ._usage import cost_of, total
 
 if TYPE_CHECKING:
@@ -77,6 +94,7 @@ class Run:
     ended_at: int | None = None
     error: str | None = None
     trace: dict[str, str] | None = attrs.Factory(trace_context)  # the span it began in
+    calls: list[CallTime] = attrs.Factory(list)  # its model and tool calls, as the hooks timed them
 
     def record(self, tokens: tuple[int, int] | None = None) -> SessionRun:
         usages = tuple(self.usage)
@@ -102,7 +120,7 @@ class Run:
             turn_usage=usages or None,
             wall_ms=None if self.ended_at is None else float(self.ended_at - self.started_at),
         )
-        return with_trace(run, self.trace)
+        return with_calls(with_trace(run, self.trace), self.calls)
 
 
 @attrs.define(eq=False)
@@ -116,6 +134,8 @@ class RunnerCall:
     hooked: bool = False
     llm_open: int = 0
     tool_open: int = 0
+    llm_started: list[int] = attrs.Factory(list)  # start times (ns) of model calls still open
+    tool_started: dict[str, int] = attrs.Factory(dict)  # call id -> its start (ns)
     final: bool = False
     done: bool = False
     changed: set[str] = attrs.Factory(set)  # ids of runs to write besides the current one
@@ -227,12 +247,17 @@ class Hooks(RunHooks[Any]):
         call = self._call(context)
         if call is not None:
             call.llm_open += 1
+            call.llm_started.append(time.time_ns())
 
     async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
         call, session = self._call(context), self._session()
         if call is None or session is None:
             return
         call.llm_open -= 1
+        if call.llm_started:
+            call.current.calls.append(
+                timed("model", model_name(agent) or agent.name, call.llm_started.pop(0))
+            )
         measured = response.usage
         cached = getattr(measured.input_tokens_details, "cached_tokens", 0) or None
         usage = TurnUsage(
@@ -255,6 +280,9 @@ class Hooks(RunHooks[Any]):
         call = self._call(context)
         if call is not None:
             call.tool_open += 1
+            call_id = getattr(context, "tool_call_id", None)
+            if isinstance(call_id, str):
+                call.tool_started[call_id] = time.time_ns()
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Tool, result: object) -> None:
         call = self._call(context)
@@ -262,8 +290,14 @@ class Hooks(RunHooks[Any]):
             return
         call.tool_open -= 1
         call_id = getattr(context, "tool_call_id", None)
-        if isinstance(call_id, str) and is_failure_text(tool, result):
+        if not isinstance(call_id, str):
+            return
+        failed = is_failure_text(tool, result) or call_id in call.tool_errors
+        if failed:
             call.failed.add(call_id)
+        started = call.tool_started.pop(call_id, None)
+        if started is not None:
+            call.current.calls.append(timed("tool", tool.name, started, call_id, failed=failed))
 
     async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
         call = self._call(context)
@@ -292,8 +326,124 @@ class Hooks(RunHooks[Any]):
             call.final = True
 
 
+def timed(
+    kind: str, name: str, started_ns: int, call_id: str | None = None, *, failed: bool = False
+) -> CallTime:
+    """A call that began at ``started_ns`` (``time.time_ns``) and ends now."""
+    took = (time.time_ns() - started_ns) / 1e6
+    return CallTime(kind, name, started_ns // 1_000_000, took, call_id, failed)
+
+
 def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
+
+
+# -- the tracing processor --------------------------------------------------------
+
+
+class Failures(TracingProcessor):
+    """Ends a Runner call's runs when its task span ends (the SDK's tracing, when on).
+
+    A span ending while an exception propagates sees it (``sys.exc_info``):
+    the call failed, with that exception's type and text, at that moment.
+    A task span ending without one is a call that returned: completed.
+    Calls are known by the trace they began in (``traced``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[str, list[tuple[RunnerCall, weakref.ref[ZidaneSession]]]] = {}
+        self._agent_errors: dict[str, str] = {}  # trace id -> the agent span's error text
+
+    def traced(self, session: ZidaneSession, call: RunnerCall) -> None:
+        """Follow ``call`` when the current trace is a real one."""
+        trace = get_current_trace()
+        if trace is None or isinstance(trace, NoOpTrace):
+            return
+        with self._lock:
+            self._calls.setdefault(trace.trace_id, []).append((call, weakref.ref(session)))
+
+    def on_trace_start(self, trace: Trace) -> None:
+        pass
+
+    def on_trace_end(self, trace: Trace) -> None:
+        with self._lock:
+            self._calls.pop(trace.trace_id, None)
+            self._agent_errors.pop(trace.trace_id, None)
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        data = span.span_data
+        if not isinstance(data, AgentSpanData):
+            return
+        with self._lock:
+            calls = list(self._calls.get(span.trace_id, ()))
+        for call, _ in calls:  # without hooks, the agent span names the agent
+            if call.current.agent is None:
+                call.current.agent = data.name
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        data = span.span_data
+        raised = sys.exc_info()[1]
+        if isinstance(data, AgentSpanData) and span.error is not None:
+            detail = (span.error.get("data") or {}).get("error")
+            text = f"{span.error.get('message')}: {detail}" if detail else span.error["message"]
+            with self._lock:
+                self._agent_errors.setdefault(span.trace_id, text)
+        if not isinstance(data, TaskSpanData):
+            return
+        with self._lock:
+            calls = self._calls.pop(span.trace_id, [])
+            spoken = self._agent_errors.pop(span.trace_id, None)
+        for call, ref in calls:
+            session = ref()
+            if session is None or call.done or not call.stored:
+                continue
+            if isinstance(raised, Exception):
+                call.raised = call.raised or error_text(raised)
+            elif raised is None and span.error is None:
+                call.final = True  # the Runner returned
+            call.settle(spoken)
+            post_records(session, call)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+def post_records(session: ZidaneSession, call: RunnerCall) -> None:
+    """Write the records of ``call``, ended, from any thread (never raises, never waits)."""
+    shared = session._shared
+    if shared is None:
+        return
+    try:
+        shared.portal.post(session._write_runs_soon, shared, records(call, None))
+    except ActorClosed:
+        return
+
+
+_failures: Failures | None = None
+_install = threading.Lock()
+
+
+def failures() -> Failures:
+    """The processor, added to the SDK's trace processors on first use.
+
+    ``agents.set_trace_processors`` replaces the list: pass it along
+    (``set_trace_processors([mine, failures()])``) to keep it.
+    """
+    global _failures
+    with _install:
+        if _failures is None:
+            _failures = Failures()
+            add_trace_processor(_failures)
+        return _failures
+
+
+def traced(session: ZidaneSession, call: RunnerCall) -> None:
+    """Follow ``call`` through the SDK's tracing, when a trace holds it."""
+    failures().traced(session, call)
 
 
 def records(call: RunnerCall | None, runs: list[Placed] | None) -> list[SessionRun]:

@@ -33,9 +33,11 @@ if TYPE_CHECKING:
     from ..actors import Session
 
 __all__ = [
+    "CALL_TIMES_KEY",
     "DEFAULT_STORE",
     "TRACE_CONTEXT_KEY",
     "AsyncShare",
+    "CallTime",
     "SessionLocks",
     "Share",
     "SharedPortal",
@@ -45,6 +47,7 @@ __all__ = [
     "name_agent",
     "release",
     "trace_context",
+    "with_calls",
     "with_trace",
 ]
 
@@ -53,6 +56,34 @@ DEFAULT_STORE: Final = "sqlite:zidane-sessions.db"
 
 TRACE_CONTEXT_KEY = "traceContext"
 """The run record's key for the OpenTelemetry span it began in: ``{"traceId", "spanId"}``."""
+
+CALL_TIMES_KEY = "callTimes"
+"""The run record's key for its model and tool calls' own start and duration (``CallTime``)."""
+
+
+@attrs.frozen
+class CallTime:
+    """One model or tool call of a run, timed by its framework (epoch ms, ms)."""
+
+    kind: str  # "model" or "tool"
+    name: str
+    started_at: int
+    duration_ms: float
+    call_id: str | None = None
+    failed: bool = False
+
+    def json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "kind": self.kind,
+            "name": self.name,
+            "startedAt": self.started_at,
+            "durationMs": round(max(0.0, self.duration_ms), 3),
+        }
+        if self.call_id is not None:
+            out["callId"] = self.call_id
+        if self.failed:
+            out["failed"] = True
+        return out
 
 
 @attrs.define(eq=False)
@@ -215,13 +246,23 @@ def trace_context() -> dict[str, str] | None:
     return {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
 
 
+def _with_extra(run: SessionRun, key: str, value: object) -> SessionRun:
+    extra = dict(run.extra_fields or {})
+    extra[key] = value
+    return msgspec.structs.replace(run, extra_fields=ExtraFields(extra))
+
+
 def with_trace(run: SessionRun, context: dict[str, str] | None) -> SessionRun:
     """``run`` carrying ``context`` under ``traceContext`` (an additive field of the record)."""
-    if context is None:
+    return run if context is None else _with_extra(run, TRACE_CONTEXT_KEY, context)
+
+
+def with_calls(run: SessionRun, calls: Sequence[CallTime]) -> SessionRun:
+    """``run`` carrying its timed calls, in start order, under ``callTimes`` (additive)."""
+    if not calls:
         return run
-    extra = dict(run.extra_fields or {})
-    extra[TRACE_CONTEXT_KEY] = context
-    return msgspec.structs.replace(run, extra_fields=ExtraFields(extra))
+    ordered = sorted(calls, key=lambda c: c.started_at)
+    return _with_extra(run, CALL_TIMES_KEY, [c.json() for c in ordered])
 
 
 def agent_of(runs: Sequence[SessionRun]) -> str | None:

@@ -53,7 +53,7 @@ from agents.memory.session_settings import (
 )
 
 from ..actors import Session
-from ..errors import ActorClosed, ConflictError, StaleSessionError
+from ..errors import ConflictError, StaleSessionError
 from ..errors import SessionNotFoundError as ZidaneNotFound
 from ..model import (
     AppendTurnsOptions,
@@ -455,6 +455,7 @@ class ZidaneSession(_shared.Share):
             if begun is not None:  # a call of run/run_sync/run_streamed: its failure is seen
                 begun.append(call)
         weakref.finalize(usage, self._call_gone, weakref.ref(self), key, call)
+        _runs.traced(self, call)
         return call
 
     @staticmethod
@@ -469,13 +470,7 @@ class ZidaneSession(_shared.Share):
         if call.done or not call.stored:
             return  # closed already, or a run of another session the hooks were passed to
         call.settle()
-        shared = session._shared
-        if shared is None:
-            return
-        try:
-            shared.portal.post(session._write_runs_soon, shared, _runs.records(call, None))
-        except ActorClosed:
-            return
+        _runs.post_records(session, call)
 
     # -- the trio side ----------------------------------------------------------
 
