@@ -21,7 +21,8 @@ import trio
 
 from .._nursery import open_service_nursery
 from ..errors import ActorClosed, ConflictError
-from ..model import JsonValue, SessionData, validate_id
+from ..model import JsonValue, SessionData, SessionTurn, validate_id
+from ..stores._model_view import read_model_view
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor
@@ -244,6 +245,21 @@ class SessionHost:
         finally:
             del self._loading[session_id]
             pending.done.set()
+
+    @host_op("load_model_view")
+    async def load_model_view(self, session_id: str) -> list[SessionTurn] | None:
+        """The turns the model sees of the stored session, or ``None`` when the store has none.
+
+        Exactly :func:`~zidane_actors.model.model_view` of the turns the store
+        holds, read from the latest compaction on (the store's
+        ``load_model_view``: the turns a compaction summarized are not read;
+        a store without it is loaded whole). Nothing is loaded into this host
+        and no heal is applied; it runs after the writes queued before it.
+        ``Session.to_messages`` is this view as wire messages, for an open session.
+        """
+        self._check_open()
+        validate_id(session_id)
+        return await read_model_view(self._store, session_id, self._caps)
 
     @host_op("delete_session")
     async def delete_session(self, session_id: str) -> None:

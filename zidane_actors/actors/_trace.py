@@ -249,13 +249,16 @@ def host_op(name: str) -> Callable[[F], F]:
             attributes["gen_ai.conversation.id"] = session_id
         return attributes
 
-    return _op(
-        name, f"session_host.{name}", before, _found if name != "delete_session" else _nothing
-    )
+    after = {"delete_session": _nothing, "load_model_view": _viewed}.get(name, _found)
+    return _op(name, f"session_host.{name}", before, after)
 
 
 def _nothing(_host: Any, _: Any) -> dict[str, Any]:
     return {}
+
+
+def _viewed(_host: Any, turns: Any) -> dict[str, Any]:
+    return {"zidane.session.found": turns is not None}
 
 
 def _found(_host: Any, session: Any) -> dict[str, Any]:

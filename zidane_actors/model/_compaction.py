@@ -38,6 +38,7 @@ __all__ = [
     "compaction_of",
     "latest_compaction",
     "model_view",
+    "view_after",
     "with_compaction",
 ]
 
@@ -146,6 +147,17 @@ def model_view(turns: Sequence[SessionTurn]) -> Sequence[SessionTurn]:
     if not any_marker:
         return turns
     return tuple(t for t in turns if compaction_of(t) is None)
+
+
+def view_after(compaction: Compaction | None, turns: Iterable[SessionTurn]) -> list[SessionTurn]:
+    """:func:`model_view` told its compaction and the stored turns after its ``through``
+    (every stored turn when ``None``): the summary, then those turns, markers left out.
+
+    How a store that finds the latest compaction by its own indexes answers
+    the view without reading the turns it summarizes.
+    """
+    kept = [turn for turn in turns if compaction_of(turn) is None]
+    return kept if compaction is None else [*compaction.summary, *kept]
 
 
 def with_compaction(history: SessionHistory, marker: SessionTurn) -> SessionHistory:

@@ -454,6 +454,7 @@ class _HostAPI(_Handle):
     check_open = _CallSoon(SessionHost.check_open)
     create_session = _Opens(SessionHost.create_session)
     load_session = _MaybeOpens(SessionHost.load_session)
+    load_model_view = _Call(SessionHost.load_model_view)
     delete_session = _Call(SessionHost.delete_session)
 
 

@@ -55,6 +55,7 @@ from ..model._codec import encode_checked
 from ._edits import TurnsEdits
 from ._protocol import (
     HistoryMutation,
+from ..model._compaction import model_view
     MutateResult,
     Revision,
     RunClaim,
@@ -317,6 +318,14 @@ class MemoryStore(TurnsEdits):
     def _update_run(
         self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
     ) -> Revision:
+    async def load_model_view(self, session_id: str) -> builtins.list[SessionTurn] | None:
+        """``model_view`` of the stored turns, or ``None`` when the store has no such session."""
+        await self._enter()
+        stored = self._sessions.get(validate_id(session_id))
+        if stored is None:
+            return None
+        return builtins.list(_copy(tuple(model_view(stored.turns)), tuple[SessionTurn, ...]))
+
         """Upsert one run record; an unknown session is a no-op (no ghost header)."""
         return self._versioned(
             session_id, None, lambda: self._update_run_checked(session_id, run, options)

@@ -188,6 +188,7 @@ OPTIONAL_METHODS: Final = frozenset(
         "list_schedule_fires",
         "list_schedules",
         "list_send_requests",
+        "load_model_view",
         "load_versioned",
         "mutate_history",
         "mutate_turns",
@@ -233,6 +234,7 @@ READ_METHODS: Final = frozenset(
         "list_schedules",
         "list_send_requests",
         "load",
+        "load_model_view",
         "load_versioned",
         "search_meta",
     }
@@ -420,6 +422,10 @@ class FullSessionStore(SessionStore, Protocol):
     async def put_send_request(self, session_id: str, record: SendRequestRecord) -> None:
         """Store ``record`` exactly as given, replacing its id's record, keeping the newest
         ``SEND_REQUEST_HISTORY`` (copies and imports; a claim is ``claim_send_request``)."""
+        ...
+
+    async def load_model_view(self, session_id: str) -> builtins.list[SessionTurn] | None:
+        """``model_view`` of the stored turns, read from the latest compaction; ``None``: absent."""
         ...
 
     async def mutate_history(self, session_id: str, mutate: HistoryMutation) -> MutateResult:
