@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgspec
 import pytest
@@ -102,6 +102,7 @@ from zidane_actors.model import (
     current_run_owner,
     decode,
     encode,
+    fork_document,
     host_id,
     search_page,
     validate_id,
@@ -113,6 +114,8 @@ from zidane_actors.stores import (
     Revision,
     SessionStore,
     StoreWrite,
+    fork_session,
+    list_forks,
     store_capabilities,
 )
 
@@ -2242,6 +2245,146 @@ class StoreContract:
                 await diff.compare_all()
             finally:
                 await harness.aclose()
+
+    # -- forks ------------------------------------------------------------------------------
+    #
+    # Through ``stores.fork_session`` / ``stores.list_forks``: the store's own methods when
+    # it has them, the generic rule otherwise, so every store answers these.
+
+    forks_in_store: ClassVar[bool] = True
+    """Whether a fork can live in the same store (a file map holds one session: no)."""
+
+    def need_forks(self) -> None:
+        if not self.forks_in_store:
+            pytest.skip("the store holds one session: its forks live in other stores")
+
+    async def _forked_source(self, store: SessionStore) -> SessionData:
+        turns = (
+            make_turn(0),
+            make_turn(1, "assistant", run_id="r1"),
+            make_turn(2),
+            make_turn(3, "assistant", run_id="r2"),
+        )
+        runs = (make_run("r1"), make_run("r2"), make_run("r3", "aborted"))
+        data = make_session(
+            "src",
+            status="completed",
+            metadata={"title": "forked words", "zidaneBranches": [], "deep": {"k": [1]}},
+            turns=turns,
+            runs=runs,
+            agent_id="coder",
+            project_root="/p",
+        )
+        await store.save(data)
+        stored = await store.load("src")
+        assert stored is not None
+        return stored
+
+    async def test_fork_whole_history(self, store: SessionStore, reopen: Reopen) -> None:
+        self.need_forks()
+        source = await self._forked_source(store)
+        await fork_session(store, "src", "f1", at=None, created_at=5_000)
+        expected = fork_document(source, new_id="f1", at=None, created_at=5_000)
+        assert expected.metadata["forkedFrom"] == {
+            "sessionId": "src",
+            "turnId": "t3",
+            "forkedAt": 5_000,
+        }
+        assert "zidaneBranches" not in expected.metadata
+        for _ in range(2):
+            assert await store.load("f1") == expected
+            assert await store.get_turns("f1", 1, 2) == list(source.turns[1:3])
+            assert await list_forks(store, "src") == ["f1"]
+            assert await list_forks(store, "f1") == []
+            if "get_meta" in store_capabilities(store):
+                row = await cast(Any, store).get_meta("f1")
+                assert (row.turn_count, row.run_count) == (4, 3)
+            store = await reopen()
+        assert await store.load("src") == source
+
+    async def test_fork_at_turn_keeps_its_runs(self, store: SessionStore) -> None:
+        self.need_forks()
+        source = await self._forked_source(store)
+        await fork_session(store, "src", "f1", at="t1", created_at=5_000)
+        fork = await store.load("f1")
+        assert fork == fork_document(source, new_id="f1", at="t1", created_at=5_000)
+        assert fork is not None
+        assert [t.id for t in fork.turns] == ["t0", "t1"]
+        assert [r.id for r in fork.runs] == ["r1", "r3"]  # r2: only a left-out turn's
+        assert (fork.status, fork.run_owner) == ("idle", None)
+        await fork_session(store, "src", "f0", at="t0", created_at=5_000)
+        empty = make_session("bare")
+        await store.save(empty)
+        await fork_session(store, "bare", "f2", at=None, created_at=5_000)
+        bare = await store.load("f2")
+        assert bare is not None
+        assert bare.turns == () and bare.metadata["forkedFrom"]["turnId"] is None
+        assert await list_forks(store, "src") == ["f0", "f1"]
+
+    async def test_fork_is_independent(self, store: SessionStore) -> None:
+        self.need_forks()
+        await self._forked_source(store)
+        await fork_session(store, "src", "f1", at="t2", created_at=5_000)
+        await fork_session(store, "f1", "f2", at=None, created_at=6_000)
+        before = await store.load("f1")
+        await store.append_turns("src", [make_turn(7)])
+        await store.append_turns("f1", [make_turn(8)])
+        assert [t.id for t in (await store.get_turns("f1"))] == ["t0", "t1", "t2", "t8"]
+        assert [t.id for t in (await store.get_turns("src"))][-1] == "t7"
+        assert [t.id for t in (await store.get_turns("f2"))] == ["t0", "t1", "t2"]
+        assert await list_forks(store, "f1") == ["f2"]
+        await store.delete("src")
+        assert before is not None
+        after = await store.load("f1")
+        assert after is not None and after.turns == (*before.turns, make_turn(8))
+        assert await list_forks(store, "src") == ["f1"]  # the link stays: it is history
+        await store.delete("f2")
+        assert await list_forks(store, "f1") == []
+
+    async def test_fork_refusals_write_nothing(self, store: SessionStore) -> None:
+        self.need_forks()
+        await self._forked_source(store)
+        await store.save(make_session("taken", metadata={"x": 1}))
+        taken = await store.load("taken")
+        with pytest.raises(SessionNotFoundError):
+            await fork_session(store, "ghost", "f1", at=None, created_at=5_000)
+        with pytest.raises(ValidationError) as bad_at:
+            await fork_session(store, "src", "f1", at="nope", created_at=5_000)
+        assert bad_at.value.path == "$.at"
+        with pytest.raises(InvalidNameError):
+            await fork_session(store, "src", "../f", at=None, created_at=5_000)
+        with pytest.raises(ConflictError) as conflict:
+            await fork_session(store, "src", "taken", at=None, created_at=5_000)
+        assert not isinstance(conflict.value, StaleSessionError)
+        with pytest.raises(ConflictError):
+            await fork_session(store, "src", "src", at=None, created_at=5_000)
+        assert await store.load("taken") == taken
+        assert await store.load("f1") is None
+        assert await list_forks(store, "src") == []
+
+    async def test_fork_at_expected_rev(self, store: SessionStore) -> None:
+        self.need_forks()
+        full = self.need(store, "load_versioned", "get_rev")
+        await self._forked_source(store)
+        rev = await full.get_rev("src")
+        with pytest.raises(StaleSessionError):
+            await fork_session(store, "src", "f1", at=None, created_at=5_000, expected_rev=rev + 1)
+        assert await store.load("f1") is None
+        revision = await fork_session(
+            store, "src", "f1", at=None, created_at=5_000, expected_rev=rev
+        )
+        assert isinstance(revision, Revision) and revision.before == 0
+        assert revision.after == await full.get_rev("f1")
+        assert await full.get_rev("src") == rev  # a fork writes nothing to its source
+
+    async def test_fork_is_searched_whole(self, store: SessionStore) -> None:
+        self.need_forks()
+        full = self.need(store, "search_meta")
+        await self._forked_source(store)
+        await fork_session(store, "src", "f1", at="t1", created_at=5_000)
+        await store.append_turns("src", [make_turn(9)])
+        page = await full.search_meta(SessionSearch(text="turn 1"))
+        assert sorted(row.id for row in page.rows) == ["f1", "src"]
 
 
 # -- the differential program: every store against the memory store -----------------------------

@@ -107,6 +107,7 @@ class _SingleSessionContract(StoreContract):
 
     required_capabilities = FILE_MAP_CAPABILITIES
     session_ids = ("s0",)
+    forks_in_store = False
     # A delete removes every file: another store object on them starts rev afresh.
     rev_survives_reopen = False
 

@@ -78,9 +78,11 @@ class Branch(msgspec.Struct, frozen=True, rename="camel"):
     turns: int
 
 
-def forked_from(data: SessionData) -> ForkedFrom | None:
-    """The origin ``data`` records, or ``None`` when it is no fork (or the entry is malformed)."""
-    value = data.metadata.get(FORKED_FROM_KEY)
+def forked_from(session: SessionData | Mapping[str, Any]) -> ForkedFrom | None:
+    """The origin a session (or its metadata) records; ``None`` when it is no fork (or the
+    entry is malformed)."""
+    metadata = session.metadata if isinstance(session, SessionData) else session
+    value = metadata.get(FORKED_FROM_KEY)
     if not isinstance(value, Mapping):
         return None
     try:

@@ -8,6 +8,7 @@ imports only the REST bodies, ``stores.remote._bodies``).
 from typing import TYPE_CHECKING
 
 from . import _protocol
+from ._forks import fork_into, fork_session, list_forks
 from ._lazy import lazy_names
 from ._memory import MemoryStore, create_memory_store, open_memory_store
 from ._protocol import *  # noqa: F403 (the protocol's public names: _protocol.__all__)
@@ -53,6 +54,9 @@ __all__ = [
     "create_file_map_store",
     "create_memory_store",
     "create_remote_store",
+    "fork_into",
+    "fork_session",
+    "list_forks",
     "open_directory_adapter",
     "open_memory_store",
     "open_postgres_store",

@@ -22,6 +22,7 @@ import trio
 
 from .. import model
 from ..errors import (
+    ConflictError,
     SessionNotFoundError,
     StoreClosedError,
 )
@@ -44,6 +45,8 @@ from ..model import (
     SessionSearchPage,
     SessionTurn,
     UpdateRunOptions,
+    fork_document,
+    forked_from,
     preview,
     search_page,
     upsert_runs,
@@ -52,10 +55,10 @@ from ..model import (
 )
 from ..model._checked import CheckedTurns
 from ..model._codec import encode_checked
+from ..model._compaction import model_view
 from ._edits import TurnsEdits
 from ._protocol import (
     HistoryMutation,
-from ..model._compaction import model_view
     MutateResult,
     Revision,
     RunClaim,
@@ -315,9 +318,6 @@ class MemoryStore(TurnsEdits):
         end = None if count is None else start + count
         return builtins.list(_copy(stored.turns[start:end], tuple[SessionTurn, ...]))
 
-    def _update_run(
-        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
-    ) -> Revision:
     async def load_model_view(self, session_id: str) -> builtins.list[SessionTurn] | None:
         """``model_view`` of the stored turns, or ``None`` when the store has no such session."""
         await self._enter()
@@ -326,6 +326,9 @@ class MemoryStore(TurnsEdits):
             return None
         return builtins.list(_copy(tuple(model_view(stored.turns)), tuple[SessionTurn, ...]))
 
+    def _update_run(
+        self, session_id: str, run: SessionRun, options: UpdateRunOptions | None = None
+    ) -> Revision:
         """Upsert one run record; an unknown session is a no-op (no ghost header)."""
         return self._versioned(
             session_id, None, lambda: self._update_run_checked(session_id, run, options)
@@ -403,6 +406,37 @@ class MemoryStore(TurnsEdits):
         self._send_requests.pop(session_id, None)
 
     delete = _entered(_delete)
+
+    async def fork_session(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        at: str | None,
+        created_at: int,
+        expected_rev: int | None = None,
+    ) -> Revision:
+        """Create ``new_id`` as the fork of ``source_id`` (``FullSessionStore.fork_session``)."""
+        await self._enter()
+        source = self._sessions.get(validate_id(source_id))
+        if source is None:
+            raise SessionNotFoundError(f"no session {preview(source_id)} to fork")
+        self._expect(source_id, expected_rev)
+        checked_int(created_at, "createdAt")
+        fork = fork_document(source, new_id=new_id, at=at, created_at=created_at)
+        if new_id in self._sessions:
+            raise ConflictError(f"the store already holds a session {preview(new_id)}")
+        return self._versioned(new_id, None, lambda: self._write(fork))
+
+    async def list_forks(self, source_id: str) -> builtins.list[str]:
+        """The direct forks of ``source_id``, sorted."""
+        await self._enter()
+        validate_id(source_id)
+        return sorted(
+            session_id
+            for session_id, data in self._sessions.items()
+            if (origin := forked_from(data.metadata)) is not None and origin.session_id == source_id
+        )
 
     def _ordered(self, filter: SessionFilter | None) -> builtins.list[SessionData]:
         if filter is not None:
