@@ -646,7 +646,7 @@ def test_runner_with_a_tool_call_over_the_service(store: str, tmp_path: Path) ->
         for turn in turns:
             parts = turn.metadata["adkEvent"]["content"]["parts"]
             assert parts == [{"zidaneBlock": i} for i in range(len(turn.content))]
-        assert stored_session.agent_id == "weather"
+        assert stored_session.agent_id == "forecaster"  # its agent (the app name before)
         await service.aclose()
 
     run(main())

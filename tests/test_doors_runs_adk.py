@@ -156,7 +156,25 @@ def test_an_invocation_is_a_run_with_agent_model_tokens_and_the_state_keys(url: 
     assert run.options is not None and run.options.model == "scripted-1"
     assert all(t.run_id == run.id for t in data.turns)
     assert data.metadata["adkState"] == {"city": "Paris", "sky": "sunny"}
-    assert data.agent_id == "weather"
+    assert data.agent_id == "forecaster"  # the framework's agent, not the app
+
+
+def test_sessions_named_after_their_agent_are_still_listed_by_app(url: str) -> None:
+    """agentId is the root agent once it spoke (the app name before): list_sessions finds both."""
+    model = Scripted(script=[answer("Hi.")])
+    sid, _ = drive(url, LlmAgent(name="greeter", model=model), ["Hello"])
+
+    async def main() -> tuple[set[str], set[str]]:
+        async with ZidaneSessionService(store=url) as service:
+            fresh = await service.create_session(app_name="weather", user_id="ada")
+            listed = await service.list_sessions(app_name="weather", user_id="ada")
+            other = await service.list_sessions(app_name="greeter", user_id="ada")
+            assert other.sessions == []
+            return {s.id for s in listed.sessions}, {sid, fresh.id}
+
+    listed, wanted = asyncio.run(main())
+    assert listed == wanted
+    assert stored(url, sid).agent_id == "greeter"
 
 
 def test_a_first_model_call_that_raises_is_an_error_with_its_text(url: str) -> None:

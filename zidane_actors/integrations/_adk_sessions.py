@@ -30,6 +30,7 @@ from ..model import (
     SessionTurn,
     TurnUsage,
     encode,
+    is_column_text,
 )
 from ..stores._protocol import FullSessionStore
 from ._adk_events import (
@@ -53,6 +54,7 @@ from ._adk_events import (
 from ._adk_runs import ended, event_runs, invocation_runs
 from ._adk_state import (
     _capabilities,
+    _merge_state,
     _scope_state,
     _scopes,
     _settle,
@@ -82,6 +84,9 @@ class _Append:
 
 _lock_for: Final = SessionLocks()
 """Each ADK session's lock for its appends (in the trio thread)."""
+
+AGENTS_KEY: Final = "adkAgents"
+"""The app scope session's ``{agent: true}`` of the agents its sessions are named after."""
 
 KEEP_HANDLES: Final = 10_000
 """Session handles kept per host, newest use last, so reads find them without the store."""
@@ -216,23 +221,42 @@ async def _read(
     return merged, encode(events), _last_update(session), _marker(session)
 
 
+async def _name_agent(host: SessionHost, session: Session, app_name: str, agent: str) -> None:
+    """Name the session after its first agent (ADK's root agent; the app name until then).
+
+    The agent goes in the app's list (``adkAgents``) first, so that
+    ``list_sessions`` finds the session by its ``agentId`` at every moment.
+    """
+    if session.agent_id != app_name or agent in ("user", app_name) or not is_column_text(agent):
+        return
+    known = await _scope_state(host, _app_scope_id(app_name), AGENTS_KEY)
+    if agent not in known:
+        await _merge_state(
+            host, _app_scope_id(app_name), {"adkApp": app_name}, AGENTS_KEY, {agent: True}
+        )
+    await session.set_agent_id(agent)
+    await session.save_meta_keys(())
+
+
 async def _list(
     host: SessionHost, app_name: str, user_id: str | None
 ) -> list[tuple[str, str, bytes, float]]:
     store = cast(FullSessionStore, host.store)
-    found: list[tuple[str, Mapping[str, Any], int]] = []
-    if "list_meta" in _capabilities(host):
-        for row in await store.list_meta(SessionFilter(agent_id=app_name)):
-            found.append((row.id, row.metadata, row.turn_count))
-    else:
-        for zid in await store.list(SessionFilter(agent_id=app_name)):
-            data = await store.load(zid)
-            if data is not None:
-                found.append((zid, data.metadata, len(data.turns)))
+    found: dict[str, tuple[Mapping[str, Any], int]] = {}
+    agents = [app_name, *await _scope_state(host, _app_scope_id(app_name), AGENTS_KEY)]
+    for agent in dict.fromkeys(agents):  # the app's sessions, each named after the app or an agent
+        if "list_meta" in _capabilities(host):
+            for row in await store.list_meta(SessionFilter(agent_id=agent)):
+                found[row.id] = (row.metadata, row.turn_count)
+        else:
+            for zid in await store.list(SessionFilter(agent_id=agent)):
+                data = await store.load(zid)
+                if data is not None:
+                    found[zid] = (data.metadata, len(data.turns))
     app_state = await _scope_state(host, _app_scope_id(app_name), "adkAppState")
     user_states: dict[str, dict[str, Any]] = {}
     rows: list[tuple[str, str, bytes, float]] = []
-    for zid, meta, count in found:
+    for zid, (meta, count) in found.items():
         session_id, user = meta.get("adkSessionId"), meta.get("adkUser")
         if not isinstance(session_id, str) or not isinstance(user, str):
             continue
@@ -388,6 +412,10 @@ async def _append(
         pairing.extend([turn])
         for record in records[1:]:  # the runs this event ended or named besides its own
             await session.update_run(record)
+        author = append.data.get("author")
+        if isinstance(author, str):
+            with contextlib.suppress(ConflictError, ZidaneNotFound):  # due again next event
+                await _name_agent(host, session, app_name, author)
         if append.own:
             # The state shown with its keys as soon as an event changes it.
             with contextlib.suppress(ConflictError, ZidaneNotFound):
