@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -19,6 +19,7 @@ from ...model import (
     SessionRun,
     SessionSearch,
     SessionTurn,
+    compaction_of,
     corrupt_meta_row,
     decoder,
     preview,
@@ -26,6 +27,7 @@ from ...model import (
     stored_too_deep,
     validate_id,
 )
+from ...model._compaction import view_after
 from .._protocol import (
     HistoryMutation,
     MutateResult,
@@ -147,6 +149,98 @@ def _history(cur: _Cursor, session_id: str) -> SessionHistory:
         turns=_decode_list(cur, row[0], SessionTurn, "turns", session_id),
         runs=_decode_list(cur, row[1], SessionRun, "runs", session_id),
     )
+
+
+# -- the model's view (``load_model_view``): read from the latest compaction on -----------
+# Each statement reads the session's rev too: statements of one read-committed
+# transaction see their own snapshots, so the view is answered only when every
+# statement saw the same rev (every write of turns moves it).
+
+_COMMANDS_PAGE: Final = 16
+"""``command`` rows read at a time, newest first, looking for the latest compaction."""
+_TOP: Final = 2**63 - 1
+
+
+def _commands_below(
+    cur: _Cursor, session_id: str, below: int
+) -> tuple[int, list[tuple[int, SessionTurn]]] | None:
+    """The session's rev and its ``command`` turns below seq ``below``, newest first, one page
+    (``turns_commands``); ``None`` when there is no such session."""
+    cur.execute(
+        "SELECT s.rev, c.seq, c.body FROM sessions s LEFT JOIN LATERAL (SELECT seq, body"
+        " FROM turns WHERE session_id = s.id AND role = 'command' AND seq < %s"
+        " ORDER BY seq DESC LIMIT %s) c ON true WHERE s.id = %s",
+        (below, _COMMANDS_PAGE, session_id),
+    )
+    rows = cur.fetchall()
+    if not rows:
+        return None
+    key = f"(session_id={preview(session_id)}) seq "
+    commands = [
+        (seq, _decode(body, SessionTurn, "turns", f"{key}{seq}"))
+        for _, seq, body in rows
+        if seq is not None
+    ]
+    return int(rows[0][0]), commands
+
+
+def _turns_after(
+    cur: _Cursor, session_id: str, through: str | None, below: int
+) -> tuple[int, tuple[SessionTurn, ...] | None] | None:
+    """The session's rev and its turns after turn ``through`` (every turn when ``None``),
+    oldest first; ``None`` for the turns when ``through`` names no turn below seq
+    ``below``, ``None`` alone when there is no such session."""
+    if through is None:
+        after = "SELECT -1 AS seq"
+        params: tuple[object, ...] = (session_id,)
+    else:
+        after = "SELECT seq FROM turns WHERE session_id = s.id AND id = %s AND seq < %s"
+        params = (through, below, session_id)
+    cur.execute(
+        f"SELECT s.rev, a.seq, (SELECT {_AGG} FROM turns WHERE session_id = s.id AND seq > a.seq)"
+        f" FROM sessions s LEFT JOIN LATERAL ({after}) a ON true WHERE s.id = %s",
+        params,
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    if row[1] is None:
+        return int(row[0]), None
+    return int(row[0]), _decode_list(cur, row[2], SessionTurn, "turns", session_id)
+
+
+def _model_view(cur: _Cursor, session_id: str) -> list[SessionTurn] | Literal[False] | None:
+    """``model_view`` of the session's turns, reading none a compaction summarized;
+    ``None`` when there is no such session, ``False`` when a write moved its rev
+    between the statements (read again).
+
+    The latest marker whose ``through`` names an earlier turn is found among the
+    ``command`` rows, newest first; then only the rows after its ``through`` are read.
+    """
+    below, first = _TOP, None
+    while True:
+        page = _commands_below(cur, session_id, below)
+        if page is None:
+            return None if first is None else False
+        rev, commands = page
+        if first is not None and rev != first:
+            return False
+        first = rev
+        for seq, turn in commands:
+            found = compaction_of(turn)
+            if found is None:
+                continue
+            read = _turns_after(cur, session_id, found.through, seq)
+            if read is None or read[0] != rev:
+                return False
+            if read[1] is not None:
+                return view_after(found, read[1])
+        if len(commands) < _COMMANDS_PAGE:
+            read = _turns_after(cur, session_id, None, _TOP)
+            if read is None or read[0] != rev or read[1] is None:
+                return False
+            return view_after(None, read[1])
+        below = commands[-1][0]
 
 
 def _mutate(

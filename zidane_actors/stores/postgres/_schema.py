@@ -389,6 +389,11 @@ INSERT INTO search_stale (session_id)
 """
 
 
+# v7: the ``command`` rows of each session, newest first, without reading the others: the
+# model's view (``load_model_view``) starts from the latest compaction marker among them.
+_V7: Final = "CREATE INDEX turns_commands ON turns (session_id, seq) WHERE role = 'command'"
+
+
 def _rebuild_stale(cur: psycopg.Cursor[Any], limit: int | None) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``) from their rows'
     ``words``; the number rebuilt. A session another step is rebuilding is skipped.
@@ -432,7 +437,7 @@ def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) ->
     return False
 
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6)
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

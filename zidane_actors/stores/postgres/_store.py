@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, Literal
 
 import attrs
 import trio
@@ -19,11 +19,13 @@ from ...model import (
     SessionMetaRow,
     SessionSearch,
     SessionSearchPage,
+    SessionTurn,
     filter_artifacts,
     query_words,
     send_request_evictions,
     validate_id,
 )
+from ...model._compaction import model_view
 from .._edits import TurnsEdits
 from .._indexer import start_indexer
 from .._protocol import (
@@ -52,6 +54,7 @@ from ._reads import (
     _gen_uuid,
     _listed_row,
     _meta_row,
+    _model_view,
     _mutate,
     _search_where,
     _session_where,
@@ -68,6 +71,9 @@ from ._writes import (
 )
 
 __all__ = ["PostgresStore"]
+
+_VIEW_ATTEMPTS: Final = 4
+"""Reads of the model's view one ``load_model_view`` makes before loading the session whole."""
 
 
 @attrs.define(eq=False)
@@ -146,6 +152,25 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQL
             return None if row is None else _meta_row(row)
 
         return await self._read(op)
+
+    async def load_model_view(self, session_id: str) -> builtins.list[SessionTurn] | None:
+        """``model_view`` of the stored turns, reading none a compaction summarized; ``None``
+        when absent. Two indexed statements (``_reads._model_view``), read again while a
+        write moves the session between them, then loaded whole in one statement."""
+        validate_id(session_id)
+
+        def op(cur: _Cursor) -> builtins.list[SessionTurn] | Literal[False] | None:
+            for _ in range(_VIEW_ATTEMPTS):
+                view = _model_view(cur, session_id)
+                if view is not False:
+                    return view
+            return False
+
+        view = await self._read(op)
+        if view is not False:
+            return view
+        data = await self.load(session_id)
+        return None if data is None else builtins.list(model_view(data.turns))
 
     async def list_meta(self, filter: SessionFilter | None = None) -> builtins.list[SessionMetaRow]:
         """Session summaries, most recently updated first, in one query."""
