@@ -56,6 +56,7 @@ from ..model import (
     validate_request_id,
 )
 from ..stores import MutateResult, SessionStore, store_capabilities
+from ..stores._model_view import read_model_view
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
 from ..stores.remote._bodies import (
     IF_MATCH_HEADER,
@@ -424,6 +425,12 @@ class _Api(WritesRoutes):
         async with self.reads.hold(("turns", sid, start, limit)) as held:
             return _held_json(held, await self.store.get_turns(sid, start, limit))
 
+    async def load_model_view(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        async with self.reads.hold(("model-view", sid)) as held:
+            view = await read_model_view(self.store, sid, self.capabilities)
+            return _held_json(held, _found(view, sid))
+
     async def append_turns(self, request: Request) -> Response:
         """Append turns through the store's unique-turn-id rule: O(1) of the history.
 
@@ -756,6 +763,7 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}/rev", "GET", api.get_rev),
         ("/sessions/{sessionId}/turns", "GET", api.get_turns),
         ("/sessions/{sessionId}/turns", "POST", api.append_turns),
+        ("/sessions/{sessionId}/model-view", "GET", api.load_model_view),
         ("/sessions/{sessionId}/runs/{runId}", "PUT", api.update_run),
         ("/sessions/{sessionId}/status", "PUT", api.update_status),
         ("/sessions/{sessionId}/meta", "GET", api.get_meta),

@@ -242,6 +242,12 @@ _OPS: Final = (
         ok_status=204,
     ),
     _Op(
+        "/sessions/{sessionId}/model-view",
+        "get",
+        "The turns the model sees: the latest compaction's summary, then the turns after it",
+        ok=list[SessionTurn],
+    ),
+    _Op(
         "/sessions/{sessionId}/runs/{runId}",
         "put",
         "Upsert a run",

@@ -387,6 +387,13 @@ class RemoteStore(TurnsEdits):
         )
         return builtins.list(turns)
 
+    async def load_model_view(self, session_id: str) -> builtins.list[SessionTurn] | None:
+        """``model_view`` of the session's stored turns, read by the server from the latest
+        compaction on (``GET /sessions/{id}/model-view``); ``None`` when absent."""
+        path = f"/sessions/{seg(session_id, 'session id')}/model-view"
+        found = await self._found(path, tuple[SessionTurn, ...])
+        return None if found is None else builtins.list(found)
+
     async def update_run(
         self, session_id: str, run: model.SessionRun, options: model.UpdateRunOptions | None = None
     ) -> Revision | None:
