@@ -51,6 +51,7 @@ from ..model import (
     validate_id,
 )
 from ..model._codec import encode_checked
+from ..model._compaction import compaction_of
 from ..stores import SessionStore, store_capabilities
 from ..stores._validate import now_ms
 from ._errors import ApiError
@@ -59,6 +60,7 @@ from ._limits import ReadBudget
 from ._query import query_params
 from ._ui_common import _query, render_error, session_title, shown_status
 from ._ui_list import SessionsPage, filter_form, render_sessions
+from ._ui_reshape import read_lineage, render_lineage
 from ._ui_runs import RunTotals, Summary, render_summary, render_timeline, run_totals
 from ._ui_schedules import render_schedules
 from ._ui_session import SessionPage, last_page_start, long_text, render_more, render_session
@@ -86,6 +88,8 @@ SUMMARY_SESSIONS: Final = 500
 """Most sessions (the most recently updated that match) the summary page reads the runs of."""
 SEARCH_BATCH: Final = 1_000
 """Most rows one ``search_meta`` call of a filtered list asks for."""
+FIND_BATCH: Final = 1_000
+"""Turns one ``get_turns`` call reads while finding the page of a turn (``?turn=``)."""
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -447,6 +451,26 @@ class _Reader:
         read = _json_size(data.turns) + _json_size(data.runs)
         return list(data.turns[start : start + limit]), data.runs, read, data.turns
 
+    async def find_turn(self, meta: SessionMetaRow, turn_id: str, reads: ReadBudget) -> int | None:
+        """The index of turn ``turn_id``: ``get_turns`` batches from the first, each counted
+        in ``reads`` and let go before the next (one batch held at a time)."""
+        for start in range(0, meta.turn_count, FIND_BATCH):
+            async with reads.hold(("find", meta.id, start)) as held:
+                batch: list[SessionTurn] = await self.store.get_turns(meta.id, start, FIND_BATCH)
+                held.add(_json_size(batch))
+                found = next((k for k, t in enumerate(batch) if t.id == turn_id), None)
+                if found is not None:
+                    return start + found
+                if len(batch) < FIND_BATCH:
+                    break
+        return None
+
+    async def lineage(self, meta: SessionMetaRow) -> Html | None:
+        """The page's "Forks and branches": metadata, source rows, the store's forks."""
+        list_forks = self.store.list_forks if self._has("list_forks") else None  # type: ignore[attr-defined]
+        found = await read_lineage(meta, self.meta, list_forks)
+        return render_lineage(found)
+
     async def artifacts(self, sid: str) -> list[SessionArtifact] | None:
         if not self._has("list_artifacts"):
             return None
@@ -653,8 +677,16 @@ class _Ui:
         if meta is None:
             return 404, render_error(404, f"No session {preview(sid)} in this store.")
         now = self.clock()
-        if "from" not in query_params(request) and shown_status(meta, now) == "running":
+        target = _param(request, "turn")
+        if target is not None:
+            validate_id(target, what="turn id")
+            index = await self.reader.find_turn(meta, target, self.reads)
+            if index is None:
+                return 404, render_error(404, f"Session {preview(sid)} has no turn {target}.")
+            start = index // TURN_PAGE_SIZE * TURN_PAGE_SIZE
+        elif "from" not in query_params(request) and shown_status(meta, now) == "running":
             start = last_page_start(meta.turn_count, TURN_PAGE_SIZE)  # follow the newest turns
+        lineage = await self.reader.lineage(meta)
         async with self.reads.hold(("page", sid, start)) as held:
             turns, runs, read, every = await self.reader.page(
                 meta, start, TURN_PAGE_SIZE + PAIRING_LOOKAHEAD
@@ -677,6 +709,9 @@ class _Ui:
                 now=now,
                 run_filter=run_filter,
                 timeline=render_timeline(shown, every, len(runs)) if runs else None,
+                every=every,
+                lineage=lineage,
+                target=target,
             )
             return render_session(page)
 
@@ -692,9 +727,14 @@ class _Ui:
             held.add(_json_size(found))
             if not found:
                 return 404, render_error(404, f"Session {preview(sid)} has no turn #{index + 1}.")
-            text = long_text(
-                found[0], block, part=part, tool_input="input" in query_params(request)
-            )
+            turn = found[0]
+            if "summary" in query_params(request):  # a summary turn of a compaction marker
+                summary = _param_count(request, "summary", 0, 0)
+                compaction = compaction_of(turn)
+                if compaction is None or summary >= len(compaction.summary):
+                    raise _BadQuery("no such summary turn at that turn")
+                turn = compaction.summary[summary]
+            text = long_text(turn, block, part=part, tool_input="input" in query_params(request))
             if text is None:
                 raise _BadQuery("no text at that block of the turn")
             query = dict(query_params(request))

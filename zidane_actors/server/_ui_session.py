@@ -44,6 +44,7 @@ from ._ui_common import (
     session_title,
     shown_status,
 )
+from ._ui_reshape import Fold, fold_head, folded, page_folds
 
 __all__ = [
     "SHOWN_CHARS",
@@ -78,6 +79,12 @@ class SessionPage:
     """Show only the turns of this run and its subagents (``?run=``)."""
     timeline: Html | None = None
     """The waterfall of one run's calls (the filtered run, else the newest)."""
+    every: tuple[SessionTurn, ...] = ()
+    """Every turn of the session when it was read whole (for the run timeline), else none."""
+    lineage: Html | None = None
+    """Its forks and branches (see :func:`render_lineage`)."""
+    target: str | None = None
+    """The id of the turn the page was opened at (``?turn=``), marked and scrolled to."""
 
 
 def _image(block: ImageBlock | FileBlock, alt: str) -> Html | None:
@@ -133,9 +140,12 @@ class _Where:
     session_id: str
     turn: int
     block: int
+    summary: int | None = None
+    """The index of the summary turn in the compaction marker at ``turn``, if it is one."""
 
     def more(self, **query: int) -> str:
-        params = "&".join(f"{k}={v}" for k, v in {"block": self.block, **query}.items())
+        at = {} if self.summary is None else {"summary": self.summary}
+        params = "&".join(f"{k}={v}" for k, v in {**at, "block": self.block, **query}.items())
         turn = ui_fragment_path("sessions", self.session_id, "turns", str(self.turn))
         return f"{turn}/more?{params}"
 
@@ -335,6 +345,7 @@ class _Context:
     running: bool
     runs: Mapping[str, SessionRun]
     started_by_call: Mapping[str, Sequence[SessionRun]]
+    target: str | None = None
 
 
 def _block(block: SessionContentBlock, where: _Where, ctx: _Context) -> Node:
@@ -361,6 +372,7 @@ def _block(block: SessionContentBlock, where: _Where, ctx: _Context) -> Node:
 
 def _turn(turn: SessionTurn, where: _Where, ctx: _Context) -> Html:
     index = where.turn
+    anchor = f"turn-{index}" if where.summary is None else f"turn-{index}-summary-{where.summary}"
     marks: list[Node] = []
     meta = turn.metadata or {}
     if turn.id.endswith(_HEALED_TURN_SUFFIX) or meta.get("synthetic") is True:
@@ -384,15 +396,20 @@ def _turn(turn: SessionTurn, where: _Where, ctx: _Context) -> Html:
     blocks = [_block(b, attrs.evolve(where, block=k), ctx) for k, b in enumerate(turn.content)]
     if turn.content and not any(b is not None for b in blocks) and not marks:
         # Only tool results, each shown under its call: an anchor, no empty card.
-        return el("span", {"class": "turn-folded", "id": f"turn-{index}", "data-turn-id": turn.id})
+        return el("span", {"class": "turn-folded", "id": anchor, "data-turn-id": turn.id})
+    cls = f"turn role-{_token(turn.role)}" + (" target" if turn.id == ctx.target else "")
     return el(
         "article",
-        {"class": f"turn role-{_token(turn.role)}", "id": f"turn-{index}", "data-turn-id": turn.id},
+        {"class": cls, "id": anchor, "data-turn-id": turn.id},
         el(
             "header",
             None,
             el("span", {"class": "role"}, turn.role),
-            el("span", {"class": "muted"}, f"#{index + 1}"),
+            el(
+                "span",
+                {"class": "muted"},
+                f"#{index + 1}" if where.summary is None else f"summary {where.summary + 1}",
+            ),
             _when(turn.created_at),
             run,
             usage,
@@ -449,25 +466,110 @@ def _subtree(runs: Sequence[SessionRun], root: str) -> set[str]:
     return found
 
 
-def _transcript(page: SessionPage, running: bool) -> Html:
-    sid = page.meta.id
+def _context(
+    page: SessionPage,
+    turns: Sequence[SessionTurn],
+    where: Sequence[_Where],
+    shown: int,
+    running: bool,
+) -> _Context:
+    """What drawing ``turns`` needs: their results by call (``where`` each turn is),
+    the calls of the first ``shown`` of them, the runs and what each call started."""
     results: dict[str, tuple[ToolResultBlock, _Where]] = {}
-    for i, turn in enumerate((*page.turns, *page.lookahead)):
+    for turn, at in zip(turns, where, strict=True):
         for k, block in enumerate(turn.content):
             if isinstance(block, ToolResultBlock):
-                results.setdefault(block.call_id, (block, _Where(sid, page.start + i, k)))
+                results.setdefault(block.call_id, (block, attrs.evolve(at, block=k)))
     started: dict[str, list[SessionRun]] = {}
     for run in page.runs:
         if run.parent_call_id is not None:
             started.setdefault(run.parent_call_id, []).append(run)
-    ctx = _Context(
+    return _Context(
         results=results,
-        calls_here={b.id for t in page.turns for b in t.content if isinstance(b, ToolCallBlock)},
+        calls_here={b.id for t in turns[:shown] for b in t.content if isinstance(b, ToolCallBlock)},
         running=running,
         runs={r.id: r for r in page.runs},
         started_by_call=started,
+        target=page.target,
     )
-    shown = list(enumerate(page.turns))
+
+
+def _fold(page: SessionPage, fold: Fold, originals: Sequence[Node] | None, running: bool) -> Html:
+    """A compaction's fold: its count, its summary turns, the original turns one click away."""
+    sid = page.meta.id
+    summary = fold.compaction.summary
+    where = [_Where(sid, fold.index, 0, summary=j) for j in range(len(summary))]
+    ctx = _context(page, summary, where, len(summary), running)
+    summarized = fold.summarized
+    before = page.start if summarized is None else min(page.start, summarized)
+    label = "the original turns" if summarized is None else f"the {summarized:,} original turns"
+    earlier: Node = None
+    if before:
+        earlier = el(
+            "a",
+            {"href": f"{ui_path('sessions', sid)}?from=0", "class": "fold-earlier"},
+            f"turns 1–{before:,} are on earlier pages"
+            if originals is not None
+            else f"{label[0].upper()}{label[1:]}, on earlier pages →",
+        )
+    body: Node
+    if originals is None:
+        body = el("p", {"class": "fold-originals-link"}, earlier)
+    else:
+        body = el(
+            "details",
+            {"class": "fold-originals"},
+            el("summary", None, f"Show {label}"),
+            el("p", {"class": "fold-note"}, earlier) if earlier is not None else None,
+            originals,
+        )
+    return el(
+        "section",
+        {"class": "fold", "id": f"fold-{fold.index}", "data-fold-of": fold.marker.id},
+        el(
+            "header",
+            {"class": "fold-head"},
+            el("strong", None, fold_head(fold)),
+            el("span", {"class": "muted"}, " · compacted "),
+            _when(fold.marker.created_at),
+            el("span", {"class": "muted"}, " · "),
+            el("a", {"href": f"#turn-{fold.index}"}, f"marker #{fold.index + 1}"),
+        ),
+        el(
+            "div",
+            {"class": "fold-summary"},
+            el(
+                "p",
+                {"class": "fold-label"},
+                f"What the model reads instead ({len(summary):,} summary "
+                f"turn{'s' if len(summary) != 1 else ''}):",
+            ),
+            [_turn(t, w, ctx) for t, w in zip(summary, where, strict=True)],
+        ),
+        body,
+    )
+
+
+def _marker(index: int, turn: SessionTurn, fold: Fold) -> Html:
+    """A compaction marker where it stands: a line pointing at its fold."""
+    count = "" if fold.summarized is None else f" for turns 1–{fold.summarized:,}"
+    return el(
+        "div",
+        {"class": "turn-compaction", "id": f"turn-{index}", "data-turn-id": turn.id},
+        "⤴ Compaction recorded here (",
+        el("span", {"class": "muted"}, f"#{index + 1}"),
+        "): ",
+        el("a", {"href": f"#fold-{index}"}, "its summary"),
+        f" stands{count}.",
+    )
+
+
+def _transcript(page: SessionPage, running: bool) -> Html:
+    sid = page.meta.id
+    turns = (*page.turns, *page.lookahead)
+    where = [_Where(sid, page.start + i, 0) for i in range(len(turns))]
+    ctx = _context(page, turns, where, len(page.turns), running)
+    shown = [(page.start + i, t) for i, t in enumerate(page.turns)]
     notice: Node = None
     if page.run_filter is not None:
         keep = _subtree(page.runs, page.run_filter)
@@ -478,13 +580,22 @@ def _transcript(page: SessionPage, running: bool) -> Html:
             f"Showing the turns of run {page.run_filter} and its subagents on this page. ",
             el("a", {"href": f"{ui_path('sessions', sid)}?from={page.start}"}, "Show every turn"),
         )
+    read = enumerate(page.every) if page.every else enumerate(page.turns, page.start)
+    folds = page_folds(shown, read, whole=bool(page.every))
     return el(
         "section",
         {"class": "transcript"},
         el("h2", None, "Transcript"),
         notice,
         _turn_pager(page),
-        [_turn(t, _Where(sid, page.start + i, 0), ctx) for i, t in shown],
+        folded(
+            shown,
+            folds,
+            lambda i, t: (
+                _marker(i, t, folds[i]) if i in folds else _turn(t, where[i - page.start], ctx)
+            ),
+            lambda fold, originals: _fold(page, fold, originals, running),
+        ),
         el("p", {"class": "empty"}, "No turns on this page.") if not shown else None,
         _turn_pager(page) if len(shown) > 10 else None,
     )
@@ -820,6 +931,7 @@ def render_session(page: SessionPage) -> Html:
         _nav(""),
         el("h1", None, title),
         _facts(facts),
+        page.lineage,
         runs,
         page.timeline,
         _transcript(page, running),

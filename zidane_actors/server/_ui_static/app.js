@@ -75,6 +75,20 @@
     return open;
   }
 
+  // Scroll to an element, opening the folds (closed <details>) it sits in first.
+  function reveal(target) {
+    for (var up = target && target.parentElement; up; up = up.parentElement) {
+      if (up.tagName === "DETAILS") up.open = true;
+    }
+    if (target) target.scrollIntoView();
+  }
+
+  window.addEventListener("hashchange", function () {
+    var id = location.hash.slice(1);
+    try { id = decodeURIComponent(id); } catch (e) { /* keep it raw */ }
+    if (id) reveal(document.getElementById(id));
+  });
+
   function newestTurnInView() {
     var turns = main.querySelectorAll(".turn");
     if (!turns.length) return true;
@@ -99,11 +113,16 @@
     }
     var title = root && root.getAttribute("data-title");
     document.title = title ? title + " · zidane-actors" : "zidane-actors";
-    if (location.hash && !lastText) {
-      var id = location.hash.slice(1);
-      try { id = decodeURIComponent(id); } catch (e) { /* keep it raw */ }
-      var target = document.getElementById(id);
-      if (target) target.scrollIntoView();
+    if (!lastText) {
+      // The anchor of the URL, else the turn a ?turn= link opened the page at (inside a
+      // fold's originals, the fold opened first).
+      var target = main.querySelector(".turn.target");
+      if (location.hash) {
+        var id = location.hash.slice(1);
+        try { id = decodeURIComponent(id); } catch (e) { /* keep it raw */ }
+        target = document.getElementById(id);
+      }
+      reveal(target);
     }
   }
 
