@@ -25,8 +25,9 @@ from google.adk.runners import Runner
 from google.adk.tools import ToolContext
 from google.genai import types
 
+from zidane_actors.integrations._shared import CALL_TIMES_KEY
 from zidane_actors.integrations.adk import ZidaneSessionService
-from zidane_actors.model import SessionData, SessionRun
+from zidane_actors.model import SessionData, SessionRun, ToolCallBlock
 from zidane_actors.stores import open_sqlite_store
 
 
@@ -280,3 +281,26 @@ def test_a_transfer_is_a_run_of_the_agent_it_went_to(url: str) -> None:
     # Each turn names its agent: the run it belongs to.
     authors = {t.run_id for t in data.turns if t.role == "assistant"}
     assert authors == {parent.id, child.id}
+
+
+def test_each_model_and_tool_call_is_timed_from_the_event_timestamps(url: str) -> None:
+    model = Scripted(script=[call("weather", city="Paris"), answer("Sunny in Paris.")])
+    sid, _ = drive(url, LlmAgent(name="forecaster", model=model, tools=[weather]), ["Paris?"])
+    data = stored(url, sid)
+    (run,) = data.runs
+    assert run.extra_fields is not None
+    calls = run.extra_fields[CALL_TIMES_KEY]
+    assert [(c["kind"], c["name"], c.get("failed")) for c in calls] == [
+        ("model", "scripted-1", None),
+        ("tool", "weather", None),
+        ("model", "scripted-1", None),
+    ]
+    first, tool, second = calls
+    assert second["startedAt"] >= tool["startedAt"] + tool["durationMs"]
+    call_id = next(b.id for t in data.turns for b in t.content if isinstance(b, ToolCallBlock))
+    assert tool["callId"] == call_id
+    # A model call begins at its event's stamp; its tools begin once it answered.
+    assert first["startedAt"] == data.turns[1].created_at
+    assert tool["startedAt"] == int(first["startedAt"] + first["durationMs"])
+    assert tool["startedAt"] + tool["durationMs"] == data.turns[2].created_at
+    assert all(c["durationMs"] >= 0 for c in calls) and run.ended_at is not None

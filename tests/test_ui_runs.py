@@ -21,6 +21,7 @@ import trio
 
 from zidane_actors.cli import main
 from zidane_actors.model import (
+    ExtraFields,
     RunOwner,
     SessionData,
     SessionRun,
@@ -35,6 +36,7 @@ from zidane_actors.model import (
 )
 from zidane_actors.server import _ui as ui
 from zidane_actors.server import create_app
+from zidane_actors.server._ui_runs import recorded_spans, render_timeline, run_spans
 from zidane_actors.stores import SessionStore, open_memory_store, open_sqlite_store
 
 T0 = 1_750_000_000_000
@@ -265,7 +267,8 @@ async def test_the_session_page_draws_its_runs_timeline() -> None:
             rows = re.findall(r'<tr class="span ([^"]+)">(.*?)</tr>', timeline)
             assert [cls for cls, _ in rows] == ["span-model", "span-tool span-failed", "span-model"]
             cells = [re.findall(r'class="num">([^<]+)<', body) for _, body in rows]
-            assert cells == [["+0.0 s", "1.2 s"], ["+1.2 s", "0.5 s"], ["+1.7 s", "0.8 s"]]
+            assert cells == [["+0 ms", "1.2 s"], ["+1.2 s", "500 ms"], ["+1.7 s", "800 ms"]]
+            assert "Times of its turns." in timeline
             assert "m-1" in rows[0][1] and "ls" in rows[1][1]
             bars = re.findall(r'<rect class="bar" x="([\d.]+)" y="1" width="([\d.]+)"', timeline)
             assert bars == [("0.0", "480.0"), ("480.0", "200.0"), ("680.0", "320.0")]
@@ -275,6 +278,37 @@ async def test_the_session_page_draws_its_runs_timeline() -> None:
                 '<section class="timeline">'
                 not in (await client.get("/ui/fragments/sessions/f01")).text
             )
+
+
+def test_a_run_keeping_its_call_times_is_drawn_from_them() -> None:
+    """Two tools run side by side: the turns cannot show it, the recorded times do."""
+    at = T0 + 5
+    calls = [
+        {"kind": "tool", "name": "slow", "startedAt": at + 40, "durationMs": 60, "callId": "c2"},
+        {"kind": "model", "name": "m-1", "startedAt": at, "durationMs": 40.5},
+        {"kind": "tool", "name": "fast", "startedAt": at + 40, "durationMs": 2.25, "failed": True},
+        {"kind": "model", "name": "m-1", "startedAt": at + 100, "durationMs": 20},
+        {"kind": "thought", "name": "x", "startedAt": at, "durationMs": 1},  # not a call kind
+        {"kind": "tool", "name": "bad", "startedAt": at, "durationMs": -1},  # not a duration
+        "junk",
+    ]
+    run = msgspec.structs.replace(
+        _run("r9", "completed", "alpha", (1, 1), 0.0, at),
+        ended_at=at + 120,
+        extra_fields=ExtraFields({"callTimes": calls}),
+    )
+    spans = run_spans(run, _timed_turns("r9", at))
+    assert [(s.kind, s.label, s.start - at, s.end - at, s.failed) for s in spans] == [
+        ("model", "m-1", 0, 40.5, False),
+        ("tool", "slow", 40, 100, False),
+        ("tool", "fast", 40, 42.25, True),
+        ("model", "m-1", 100, 120, False),
+    ]
+    html = str(render_timeline(run, (), 1))
+    cells = re.findall(r'<td class="num">([^<]+)<', html)
+    assert cells == ["+0 ms", "40 ms", "+40 ms", "60 ms", "+40 ms", "2.2 ms", "+100 ms", "20 ms"]
+    assert "Times as its framework measured each call." in html
+    assert recorded_spans(msgspec.structs.replace(run, extra_fields=None)) is None
 
 
 async def test_the_summary_tallies_runs_per_agent_and_day_within_its_bound(

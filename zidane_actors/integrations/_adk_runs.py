@@ -11,19 +11,25 @@ appends no event is seen by :class:`~zidane_actors.integrations.adk.ZidaneSessio
 ``plugin`` only (an exception escaping the Runner, a caller that stops
 reading: ``error`` or ``aborted``); without it such a run is ended
 ``aborted`` when the next invocation of the session begins.
+
+Each run keeps its calls' times (``callTimes``) from ADK's own timestamps:
+a model response event is stamped when its model call begins and stored
+when it answered; a function response event is stamped when its tools
+are done, which began once the model call that asked for them answered.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
 
 from ..model import RunStatus, SessionRun, SessionRunAgent, StoredRunOptions, TurnUsage
-from ._shared import with_trace
+from ._shared import CALL_TIMES_KEY, CallTime, with_calls, with_trace
 from ._usage import total
 
 RUN_PREFIX: Final = "adk-run-"
@@ -102,6 +108,46 @@ def _of_invocation(runs: Sequence[SessionRun], root: str) -> list[SessionRun]:
     return [r for r in runs if r.id == root or r.parent_run_id == root]  # an older one, or none
 
 
+def _parts(data: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    content = data.get("content") or {}
+    found = [part.get(kind) for part in content.get("parts") or () if isinstance(part, dict)]
+    return [f for f in found if isinstance(f, dict)]
+
+
+def _last_answer(run: SessionRun) -> int | None:
+    """When the newest model call of ``run`` answered (epoch ms)."""
+    held = run.extra_fields.get(CALL_TIMES_KEY) if run.extra_fields else None
+    calls: list[Any] = held if isinstance(held, list) else []
+    for call in reversed(calls):
+        if isinstance(call, dict) and call.get("kind") == "model":
+            return int(call["startedAt"] + call["durationMs"])
+    return None
+
+
+def _timed(run: SessionRun, data: Mapping[str, Any], at: int, now: int, model: str) -> SessionRun:
+    """``run`` with the calls an agent's event shows, timed."""
+    responses = _parts(data, "functionResponse")
+    if not responses:
+        if (data.get("content") or {}).get("role") != "model":
+            return run
+        return with_calls(run, [CallTime("model", model, at, float(now - at))])
+    began = _last_answer(run)
+    if began is None or began > at:
+        return run
+    calls = [
+        CallTime(
+            "tool",
+            str(response.get("name") or "tool"),
+            began,
+            float(at - began),
+            response.get("id") if isinstance(response.get("id"), str) else None,
+            failed=isinstance(response.get("response"), dict) and "error" in response["response"],
+        )
+        for response in responses
+    ]
+    return with_calls(run, calls)
+
+
 def event_runs(
     runs: Sequence[SessionRun],
     data: Mapping[str, Any],
@@ -112,12 +158,14 @@ def event_runs(
     final: bool,
     error: str | None,
     trace: dict[str, str] | None,
+    now: int | None = None,
 ) -> tuple[str | None, list[SessionRun]]:
     """The run of an event's turn, and the records its write carries (that run first).
 
     ``runs`` are the session's; ``data`` the event in ADK's JSON form,
     stored as the turn ``turn_id`` at ``at`` (epoch ms); ``final`` and
-    ``error`` say whether it is a final response or an error event.
+    ``error`` say whether it is a final response or an error event;
+    ``now`` is when it is stored (epoch ms, the clock's by default).
     ``(None, [])`` for an event of no invocation.
     """
     invocation = data.get("invocationId")
@@ -158,6 +206,9 @@ def event_runs(
         run = msgspec.structs.replace(run, turns=(run.turns or 0) + 1)
         if usage is not None:
             run = _with_usage(run, usage, turn_id)
+        stored = time.time_ns() // 1_000_000 if now is None else now
+        model = (usage.model if usage is not None else None) or str(author)
+        run = _timed(run, data, at, max(stored, at), model)
     if run.status != "running" and not (final or error):
         run = msgspec.structs.replace(run, status="running", ended_at=None, error=None)
     changed[run.id] = run

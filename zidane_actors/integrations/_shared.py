@@ -258,11 +258,13 @@ def with_trace(run: SessionRun, context: dict[str, str] | None) -> SessionRun:
 
 
 def with_calls(run: SessionRun, calls: Sequence[CallTime]) -> SessionRun:
-    """``run`` carrying its timed calls, in start order, under ``callTimes`` (additive)."""
+    """``run`` carrying ``calls`` after those it holds, in start order, under ``callTimes``."""
     if not calls:
         return run
-    ordered = sorted(calls, key=lambda c: c.started_at)
-    return _with_extra(run, CALL_TIMES_KEY, [c.json() for c in ordered])
+    held = run.extra_fields.get(CALL_TIMES_KEY) if run.extra_fields else None
+    timed = [*(held if isinstance(held, list) else ()), *(c.json() for c in calls)]
+    timed.sort(key=lambda c: c["startedAt"] if isinstance(c, dict) else 0)
+    return _with_extra(run, CALL_TIMES_KEY, timed)
 
 
 def agent_of(runs: Sequence[SessionRun]) -> str | None:

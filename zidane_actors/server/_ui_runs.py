@@ -1,15 +1,19 @@
 """What the browser shows of runs across pages: row totals, a run's timeline, the summary.
 
 Everything here is computed from what the stores keep: run records
-(status, tokens, cost, ``startedAt``/``endedAt``) and the ``createdAt`` of
-each turn. A model call spans from the turn before its answer to the
-answer; a tool call from the answer that asked for it to the turn holding
-its result. Stores write a turn when it is complete, so these are the
-times the turns were stored: close to, never shorter than, the call.
+(status, tokens, cost, ``startedAt``/``endedAt``, and ``callTimes``: each
+model and tool call's start and duration as its framework timed them, which
+the doors record) and the ``createdAt`` of each turn. A run without
+``callTimes`` is drawn from its turns: a model call spans from the turn
+before its answer to the answer, a tool call from the answer that asked for
+it to the turn holding its result. Those are the times the turns carry (the
+framework's message timestamps for pydantic-ai, else when each was
+stored): close to, never shorter than, the call.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
@@ -31,6 +35,9 @@ __all__ = [
 
 TIMELINE_SPANS: Final = 200
 """Most calls one run's timeline draws (the first ones, in order)."""
+
+CALL_TIMES: Final = "callTimes"
+"""The run record's key for its calls' own times (``integrations._shared.CALL_TIMES_KEY``)."""
 
 
 def is_failed_run(run: SessionRun) -> bool:
@@ -90,9 +97,37 @@ class Span:
 
     kind: str
     label: str
-    start: int
-    end: int
+    start: float
+    end: float
     failed: bool = False
+
+
+def _ms(value: object) -> float | None:
+    """A finite, non-negative number of ms (epoch or length), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def recorded_spans(run: SessionRun) -> list[Span] | None:
+    """The calls ``run`` keeps under ``callTimes``, in start order (``None``: it keeps none).
+
+    Entries that are not ``{kind: "model"|"tool", name, startedAt, durationMs}``
+    are left out: the key is additional, and written by more than one door.
+    """
+    held = run.extra_fields.get(CALL_TIMES) if run.extra_fields else None
+    if not isinstance(held, Sequence) or isinstance(held, str) or not held:
+        return None
+    spans: list[Span] = []
+    for call in held:
+        if not isinstance(call, Mapping):
+            continue
+        kind, name = call.get("kind"), call.get("name")
+        start, took = _ms(call.get("startedAt")), _ms(call.get("durationMs"))
+        if kind in ("model", "tool") and isinstance(name, str) and None not in (start, took):
+            assert start is not None and took is not None
+            spans.append(Span(kind, name, start, start + took, call.get("failed") is True))
+    return sorted(spans, key=lambda s: s.start)
 
 
 def _run_end(run: SessionRun) -> int | None:
@@ -103,7 +138,10 @@ def _run_end(run: SessionRun) -> int | None:
 
 
 def run_spans(run: SessionRun, turns: Iterable[SessionTurn]) -> list[Span]:
-    """The model and tool calls of ``run`` from its turns' stored times, in order."""
+    """The model and tool calls of ``run``: as its framework timed them, else from its turns."""
+    recorded = recorded_spans(run)
+    if recorded is not None:
+        return recorded
     mine = [t for t in turns if t.run_id == run.id]
     results: dict[str, tuple[int, bool]] = {}
     for turn in mine:
@@ -123,6 +161,13 @@ def run_spans(run: SessionRun, turns: Iterable[SessionTurn]) -> list[Span]:
                     spans.append(Span("tool", block.name, turn.created_at, end, failed))
         before = max(before, turn.created_at)
     return spans
+
+
+def _span_ms(ms: float) -> str:
+    """A call's start or length: ms below a second (calls are often that short)."""
+    if ms >= 1000:
+        return _duration(ms)
+    return f"{ms:.1f} ms" if 0 < ms < 10 else f"{ms:.0f} ms"
 
 
 def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: int) -> Html:
@@ -152,8 +197,8 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
                     " ",
                     span.label,
                 ),
-                el("td", {"class": "num"}, f"+{_duration(span.start - t0)}"),
-                el("td", {"class": "num"}, _duration(max(0, span.end - span.start))),
+                el("td", {"class": "num"}, f"+{_span_ms(span.start - t0)}"),
+                el("td", {"class": "num"}, _span_ms(max(0.0, span.end - span.start))),
                 el(
                     "td",
                     {"class": "span-bar"},
@@ -164,7 +209,7 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
                             "viewBox": "0 0 1000 10",
                             "preserveAspectRatio": "none",
                             "role": "img",
-                            "aria-label": f"{span.label}: {_duration(span.end - span.start)}",
+                            "aria-label": f"{span.label}: {_span_ms(span.end - span.start)}",
                         },
                         el(
                             "rect",
@@ -181,9 +226,11 @@ def render_timeline(run: SessionRun | None, turns: Sequence[SessionTurn], runs: 
             )
         )
     note = f"Run {run.id} ({_run_name(run)}, {run.status}"
-    note += f", {_duration(ended - run.started_at)})" if ended is not None else ")"
+    note += f", {_span_ms(ended - run.started_at)})." if ended is not None else ")."
+    measured = recorded_spans(run) is not None
+    note += " Times as its framework measured each call." if measured else " Times of its turns."
     if runs > 1:
-        note += "; a run's “its turns” link shows its own."
+        note += " A run's “its turns” link shows its own."
     if len(spans) > len(shown):
         note += f" The first {len(shown)} of {len(spans)} calls."
     body: Node
