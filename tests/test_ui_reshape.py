@@ -281,7 +281,7 @@ async def test_a_fork_links_to_its_source_and_the_source_lists_its_forks() -> No
         assert re.findall(r'<li data-session-id="([^"]+)"', source) == ["fork-a", "fork-b"]
         assert 'href="/ui/sessions/fork-a"' in source
         fork = _lineage((await client.get("/ui/fragments/sessions/fork-a")).text)
-        assert "⑂ Forked from" in fork
+        assert "↱ Forked from" in fork
         assert 'href="/ui/sessions/src"' in fork and "<strong>The source</strong>" in fork
         assert 'href="/ui/sessions/src?turn=t2"' in fork
         assert "Forks (1)" in fork and 'data-session-id="fork-a-a"' in fork
@@ -315,7 +315,7 @@ async def test_a_store_that_cannot_list_forks_shows_none() -> None:
             source = (await client.get("/ui/fragments/sessions/src")).text
             fork = (await client.get("/ui/fragments/sessions/fork-a")).text
     assert 'class="lineage"' not in source
-    assert "⑂ Forked from" in fork and "Forks (" not in fork
+    assert "↱ Forked from" in fork and "Forks (" not in fork
 
 
 def _branched(sid: str, evil: str = "") -> list[SessionData]:
@@ -368,7 +368,7 @@ async def test_a_session_lists_its_left_branches_and_each_links_back() -> None:
         assert "↶ A branch left by" in left and 'href="/ui/sessions/b"' in left
         assert "<strong>Went back</strong>" in left
         assert 'href="/ui/sessions/b?turn=t1"' in left
-        assert "⑂ Forked from" not in left  # its origin is the session that left it
+        assert "↱ Forked from" not in left  # its origin is the session that left it
 
 
 async def test_hostile_lineage_and_summaries_stay_text() -> None:

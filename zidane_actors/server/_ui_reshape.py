@@ -268,7 +268,7 @@ def render_lineage(lineage: Lineage) -> Html | None:
             el(
                 "p",
                 {"class": "forked-from"},
-                "⑂ Forked from ",
+                "↱ Forked from ",
                 _session(origin.session_id, lineage.rows),
                 _at_turn(origin.session_id, origin.turn_id),
                 ", ",
