@@ -22,7 +22,6 @@ from ..model import (
     SessionData,
     check_model,
     demote_stale_running_status,
-    new_id,
     validate_id,
 )
 from ..stores._protocol import (
@@ -38,6 +37,7 @@ from ..wire import (
 )
 from ._actor import Actor
 from ._args import _checked_agent, _json_copy
+from ._branches import generated_session_id
 from ._commands import _SessionCommand
 from ._repairs import _HeldMarker, _lane_for_run
 from ._session import Session
@@ -65,10 +65,7 @@ async def _new_session_data(
     """
     caps = session_caps(store, caps)
     if id is None:
-        if "generate_session_id" in caps:
-            id = await cast(FullSessionStore, store).generate_session_id()
-        else:
-            id = new_id()
+        id = await generated_session_id(store, caps)
     validate_id(id)
     if agent_id is not None:
         _checked_agent(agent_id)

@@ -21,11 +21,13 @@ import trio
 
 from .._nursery import open_service_nursery
 from ..errors import ActorClosed, ConflictError
-from ..model import JsonValue, SessionData, SessionTurn, validate_id
+from ..model import JsonValue, SessionData, SessionTurn, branches_of, validate_id
+from ..stores._forks import fork_session
 from ..stores._model_view import read_model_view
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor
+from ._branches import delete_archives, generated_session_id
 from ._build import _loaded_session_data, _new_session_data, _restored_session_data, _run_after
 from ._commands import _SessionCommand
 from ._session import Session
@@ -261,6 +263,33 @@ class SessionHost:
         validate_id(session_id)
         return await read_model_view(self._store, session_id, self._caps)
 
+    @host_op("fork_session")
+    async def fork_session(
+        self, source_id: str, *, at: str | None = None, id: str | None = None
+    ) -> Session:
+        """A new session: the fork of ``source_id`` through turn ``at`` (all turns by default).
+
+        The fork is :func:`~zidane_actors.model.fork_document` of the source as
+        the store holds it (a handle's unsaved changes are not in it), made in
+        one step of the store (shared history on the SQL stores, a copy on the
+        others); its metadata's ``forkedFrom`` says where it came from. ``id``
+        defaults to one the store generates. Raises :class:`SessionNotFoundError`
+        without a source, :class:`ConflictError` when ``id`` is taken, and a
+        :class:`ValidationError` at ``$.at`` when ``at`` names no turn.
+        """
+        self._check_open()
+        validate_id(source_id)
+        if id is None:
+            id = await generated_session_id(self._store, self._caps)
+        validate_id(id)
+        if id in self._sessions or id in self._loading:
+            raise ConflictError(f"session {id!r} is already open in this host")
+        await fork_session(self._store, source_id, id, at=at, created_at=self._clock())
+        session = await self.load_session(id)
+        if session is None:  # deleted by another writer at once
+            raise ConflictError(f"the fork {id!r} was deleted as it was made")
+        return session
+
     @host_op("delete_session")
     async def delete_session(self, session_id: str) -> None:
         """Delete a session from the store and forget its handle in this host.
@@ -269,6 +298,8 @@ class SessionHost:
         fail with ``ActorClosed``) and its writes land before the delete, so a
         later ``load_session`` answers ``None`` and ``create_session`` may
         reuse the id. A handle kept elsewhere must not be written to again.
+        The archives of the branches it left (:attr:`Session.branches`) are
+        deleted after it; its forks stay whole.
         """
         self._check_open()
         validate_id(session_id)
@@ -282,7 +313,15 @@ class SessionHost:
             if actor is not None:
                 actor.close()
                 await actor.wait_stopped()
+        if "get_meta" in self._caps:
+            row = await self._store.get_meta(session_id)
+            metadata = None if row is None else row.metadata
+        else:
+            data = await self._store.load(session_id)
+            metadata = None if data is None else data.metadata
         await self._store.delete(session_id)
+        if metadata is not None:
+            await delete_archives(self._store, session_id, branches_of(metadata))
 
     # -- the runner protocol -------------------------------------------------
 

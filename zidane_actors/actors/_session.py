@@ -31,6 +31,7 @@ from ..errors import (
 from ..model import (
     AppendTurnsOptions,
     ArtifactFilter,
+    Branch,
     RunErrorDetail,
     SessionArtifact,
     SessionArtifactInput,
@@ -42,6 +43,7 @@ from ..model import (
     SessionStatus,
     SessionTurn,
     UpdateRunOptions,
+    branches_of,
     check_model,
     compaction_marker,
     fresh_turns,
@@ -76,6 +78,7 @@ from ._args import (
     _checked_status,
     _meta_value,
 )
+from ._branches import _Branch, _RestoreBranch
 from ._commands import (
     RunStats,
     _AddArtifact,
@@ -209,6 +212,11 @@ class Session(_Planned):
         """Run records, in start order (frozen)."""
         self._read_epoch = self._view_epoch()
         return self._view.of(self._data).runs
+
+    @property
+    def branches(self) -> tuple[Branch, ...]:
+        """The branches this session left (:meth:`branch`), in the order they were made."""
+        return branches_of(self._view.of(self._data).metadata)
 
     @property
     def rev(self) -> int | None:
@@ -817,6 +825,26 @@ class Session(_Planned):
         else:
             self._apply_fresh((marker,), None)
         return marker
+
+    async def branch(self, at: str) -> Branch:
+        """Continue the session from turn ``at``, keeping the turns after it in an archive.
+
+        The archive is a fork of the session's stored head (``branchOf`` in its
+        metadata), listed in :attr:`branches`; then the turns after ``at`` (and
+        the runs only they belong to) leave the session. Conditional on the rev
+        memory reflects (else :class:`StaleSessionError`, nothing kept); ``at``
+        naming no turn is a :class:`ValidationError` at ``$.at``. Answers the entry.
+        """
+        return await self._call(_Branch(at))
+
+    async def restore_branch(self, branch_session_id: str) -> Branch | None:
+        """Bring back the turns of the listed branch ``branch_session_id`` after its turn.
+
+        The session's turns after that turn become a new listed branch first
+        (answered; ``None`` when there were none); nothing is deleted and the
+        restored branch stays listed. Conditional on the rev, as :meth:`branch`.
+        """
+        return await self._call(_RestoreBranch(branch_session_id))
 
     async def to_messages(
         self,

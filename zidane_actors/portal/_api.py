@@ -397,6 +397,7 @@ class _SessionAPI(_Handle):
     turns = _Read(Session.turns)
     runs = _Read(Session.runs)
     rev = _Read(Session.rev)
+    branches = _Read(Session.branches)
     project_root = _Read(Session.project_root)
     is_empty = _Read(Session.is_empty)
     store = _Read(Session.store)  # the host's store actor: a trio object
@@ -424,6 +425,8 @@ class _SessionAPI(_Handle):
     heal_interrupted_tool_calls = _Call(Session.heal_interrupted_tool_calls)
     mutate_history = _Call(Session.mutate_history)  # ``mutate`` runs in the trio thread
     compact = _Call(Session.compact, freeze=("summary",))
+    branch = _Call(Session.branch)
+    restore_branch = _Call(Session.restore_branch)
     to_messages = _Call(Session.to_messages)
 
     # The extension-state functions, as methods (the session is the handle's).
@@ -454,6 +457,7 @@ class _HostAPI(_Handle):
     check_open = _CallSoon(SessionHost.check_open)
     create_session = _Opens(SessionHost.create_session)
     load_session = _MaybeOpens(SessionHost.load_session)
+    fork_session = _Opens(SessionHost.fork_session)
     load_model_view = _Call(SessionHost.load_model_view)
     delete_session = _Call(SessionHost.delete_session)
 
