@@ -34,11 +34,10 @@ def test_a_run_recorded_from_spans_names_its_agent_span() -> None:
         processor.shutdown()
     (span,) = [s for s in exporter.get_finished_spans() if _is_agent_run(s)]
     assert span.context is not None
-    assert run.extra_fields == {
-        TRACE_CONTEXT_KEY: {
-            "traceId": f"{span.context.trace_id:032x}",
-            "spanId": f"{span.context.span_id:016x}",
-        }
+    assert run.extra_fields is not None
+    assert run.extra_fields[TRACE_CONTEXT_KEY] == {
+        "traceId": f"{span.context.trace_id:032x}",
+        "spanId": f"{span.context.span_id:016x}",
     }
 
 

@@ -27,6 +27,7 @@ from pydantic_ai.models.test import TestModel
 
 from zidane_actors.actors import SessionHost
 from zidane_actors.integrations import otel
+from zidane_actors.integrations._shared import CALL_TIMES_KEY
 from zidane_actors.integrations.otel import ZidaneSpanProcessor
 from zidane_actors.model import SessionRun
 from zidane_actors.portal import SyncHost, start_host
@@ -83,6 +84,16 @@ def test_a_pydantic_ai_run_is_a_run_record_of_its_session(host: SyncHost) -> Non
     assert run.prompt == "add 1 and 2"
     assert run.ended_at is not None and run.ended_at >= run.started_at
     assert run.depth == 0 and run.parent_run_id is None
+    # Each model and tool call at its own span's start, for its own length.
+    assert run.extra_fields is not None
+    calls = run.extra_fields[CALL_TIMES_KEY]
+    assert [(c["kind"], c["name"]) for c in calls] == [
+        ("model", "test"),
+        ("tool", "add"),
+        ("model", "test"),
+    ]
+    assert all(run.started_at <= c["startedAt"] <= run.ended_at for c in calls)
+    assert calls[1]["startedAt"] >= calls[0]["startedAt"] + int(calls[0]["durationMs"])
     session = host.load_session("chat-1")
     assert session is not None and session.agent_id == "adder"
     assert session.turns == ()  # runs only: the history is the application's to store

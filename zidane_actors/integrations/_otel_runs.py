@@ -31,7 +31,7 @@ from ..model import (
     preview,
     validate_id,
 )
-from ._shared import name_agent, with_trace
+from ._shared import CallTime, name_agent, with_calls, with_trace
 from ._usage import Price, cost_of, total
 
 __all__ = ["OpenRun", "agent_of", "record_run", "run_id_of", "session_id_of"]
@@ -78,6 +78,13 @@ def run_id_of(attributes: Mapping[str, Any] | None, trace_id: int, span_id: int)
 
 def _ms(ns: int | None) -> int | None:
     return None if ns is None else ns // 1_000_000
+
+
+def _timed(span: ReadableSpan) -> tuple[int, float] | None:
+    """An ended span's start (epoch ms) and length (ms)."""
+    if span.start_time is None or span.end_time is None:
+        return None
+    return span.start_time // 1_000_000, max(0, span.end_time - span.start_time) / 1e6
 
 
 def _usage(attributes: Mapping[str, Any], model: str | None) -> TurnUsage | None:
@@ -162,6 +169,7 @@ class OpenRun:
     usage: list[TurnUsage] = attrs.Factory(list)
     models: list[str] = attrs.Factory(list)
     failed_tool: tuple[str, RunErrorDetail] | None = None
+    calls: list[CallTime] = attrs.Factory(list)  # its model and tool spans' own times
 
     @property
     def depth(self) -> int:
@@ -173,6 +181,10 @@ class OpenRun:
         self.session_id = self.session_id or session_id_of(attributes.get(CONVERSATION))
         self.agent = self.agent or agent_of(attributes)
         operation = attributes.get(OPERATION)
+        timed = _timed(span)
+        if operation in _MODEL_CALLS and timed is not None:
+            name = _model(attributes) or str(operation)
+            self.calls.append(CallTime("model", name, *timed, failed=_failure(span) is not None))
         if operation in _MODEL_CALLS or (span.context.span_id == self.span_id and not self.usage):
             model = _model(attributes)
             if model is not None:
@@ -187,10 +199,14 @@ class OpenRun:
                 self.prompt = _prompt(attributes)
         elif operation == "execute_tool":
             failure = _failure(span)
+            tool = _text(attributes.get("gen_ai.tool.name"))
+            if timed is not None:
+                call_id = _text(attributes.get("gen_ai.tool.call.id"))
+                failed = failure is not None
+                self.calls.append(CallTime("tool", tool or "tool", *timed, call_id, failed))
             if failure is not None:
-                tool = _text(attributes.get("gen_ai.tool.name")) or "a tool"
                 line, detail = failure
-                self.failed_tool = (f"{tool}: {line}", detail)
+                self.failed_tool = (f"{tool or 'a tool'}: {line}", detail)
 
     def record(self, status: RunStatus, span: ReadableSpan | None = None) -> SessionRun:
         """The run record as known now (``span``: the run's own span, ended)."""
@@ -225,6 +241,7 @@ class OpenRun:
             turn_usage=usages or None,
             wall_ms=None if ended_at is None else float(max(0, ended_at - self.started_at)),
         )
+        run = with_calls(run, self.calls)
         if self.trace_id is None:
             return run
         return with_trace(
