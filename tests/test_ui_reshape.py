@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from test_ui import STORES, _client, _Tags
 
+from zidane_actors.actors import open_session_host
 from zidane_actors.model import (
     BRANCH_OF_KEY,
     BRANCHES_KEY,
@@ -427,3 +428,34 @@ async def test_every_store_shows_folds_and_lineage_as_the_memory_store(name: str
         expected = [forks.sub("", forks.sub("", p)) for p in expected]
     cut = '<section class="artifacts">'
     assert [p.split(cut)[0] for p in got] == [p.split(cut)[0] for p in expected]
+
+
+async def test_what_the_host_writes_shows_as_written() -> None:
+    """Compaction, fork and branch through the session API, then the pages."""
+    async with open_memory_store() as store, open_session_host(store) as host:
+        s = await host.create_session(id="live", metadata={"title": "Live"})
+        await s.append_turns(
+            [_say(i, role="user" if i % 2 == 0 else "assistant") for i in range(6)]
+        )
+        await s.compact(_summary("recap of four"), through="t3")
+        await s.append_turns([_say(7), _say(8, role="assistant")])
+        fork = await host.fork_session("live", at="t8", id="live-fork")
+        left = await s.branch("t7")
+        async with _client(store) as client:
+            page = (await client.get("/ui/fragments/sessions/live")).text
+            forked = (await client.get(f"/ui/fragments/sessions/{fork.id}")).text
+            archive = (await client.get(f"/ui/fragments/sessions/{left.session_id}")).text
+    assert "<strong>4 turns summarized</strong>" in page and "recap of four" in page
+    assert _turn_ids(_between(page, '<details class="fold-originals">', "</details>")) == [
+        "t0",
+        "t1",
+        "t2",
+        "t3",
+    ]
+    section = _lineage(page)
+    assert "Left branches (1)" in section and f'data-session-id="{left.session_id}"' in section
+    assert 'href="/ui/sessions/live?turn=t7"' in section
+    assert 'data-session-id="live-fork"' in section and "Forks (1)" in section
+    assert "↱ Forked from" in forked and 'href="/ui/sessions/live?turn=t8"' in forked
+    assert "4 turns summarized" in forked  # the fork keeps the marker, and so the fold
+    assert "↶ A branch left by" in archive and 'href="/ui/sessions/live?turn=t7"' in archive
