@@ -30,7 +30,7 @@ from zidane_actors.stores._model_view import read_model_view
 
 __all__ = ["pg_schema", "server"]  # the fixtures test_compaction defines, used here
 
-NATIVE = ("memory", "postgres", "remote")
+NATIVE = ("memory", "sqlite", "postgres", "remote")
 """The stores that read the view themselves (the file map is loaded whole)."""
 
 # One step of a history: a turn of a role, a marker through an earlier turn (or a

@@ -474,6 +474,23 @@ class SQLiteBase:
 
         return op
 
+    async def load_model_view(self, session_id: str) -> builtins.list[SessionTurn] | None:
+        """``model_view`` of the stored turns, reading none a compaction summarized; ``None``
+        when absent. One read transaction (``_rows._model_view``)."""
+        return await self._read(self._model_view_op(session_id))
+
+    def _model_view_op(
+        self, session_id: str
+    ) -> Callable[[_Conn], builtins.list[SessionTurn] | None]:
+        _session_id(session_id)
+
+        def op(conn: _Conn) -> builtins.list[SessionTurn] | None:
+            if conn.execute(_SQL.rev, (session_id,)).fetchone() is None:
+                return None
+            return _rows._model_view(conn, session_id)
+
+        return op
+
     def _op_update_run(
         self,
         conn: _Conn,

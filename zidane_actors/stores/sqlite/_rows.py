@@ -25,6 +25,7 @@ from ...model import (
     check_json,
     check_model,
     check_unique_turn_ids,
+    compaction_of,
     decode,
     decoder,
     parse_json,
@@ -34,6 +35,7 @@ from ...model import (
 )
 from ...model._checked import CheckedTurns
 from ...model._codec import encode_checked
+from ...model._compaction import view_after
 from .._validate import (
     checked_header,
 )
@@ -286,3 +288,58 @@ def _owner_json(owner: RunOwner) -> str:
 
 def _session_id(value: object) -> str:
     return validate_id(value, what="session id")
+
+
+# -- the model's view (``load_model_view``): read from the latest compaction on -----------
+
+_COMMANDS_PAGE: Final = 16
+"""``command`` rows read at a time, newest first, looking for the latest compaction."""
+_Row: TypeAlias = tuple[int, str, str, bytes]
+
+
+def _commands_before(conn: _Conn, session_id: str, seq: int) -> builtins.list[_Row]:
+    """The session's ``command`` rows below ``seq``, newest first, one page."""
+    rows: builtins.list[_Row] = conn.execute(
+        "SELECT seq, id, role, body FROM turns WHERE session_id = ? AND role = 'command'"
+        " AND seq < ? ORDER BY seq DESC LIMIT ?",
+        (session_id, seq, _COMMANDS_PAGE),
+    ).fetchall()
+    return rows
+
+
+def _seq_of(conn: _Conn, session_id: str, turn_id: str) -> int | None:
+    """The seq of the session's turn ``turn_id`` (``turns_by_id``), ``None`` when it has none."""
+    row = conn.execute(
+        "SELECT seq FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _rows_after(conn: _Conn, session_id: str, seq: int) -> builtins.list[_Row]:
+    """The session's turn rows above ``seq``, oldest first (``turns_by_session``)."""
+    rows: builtins.list[_Row] = conn.execute(
+        "SELECT seq, id, role, body FROM turns WHERE session_id = ? AND seq > ? ORDER BY seq",
+        (session_id, seq),
+    ).fetchall()
+    return rows
+
+
+def _model_view(conn: _Conn, session_id: str) -> builtins.list[SessionTurn]:
+    """``model_view`` of the session's turns, reading none a compaction summarized.
+
+    The latest marker whose ``through`` names an earlier turn is found among the
+    ``command`` rows, newest first; then only the rows after its ``through`` are read.
+    """
+    below = 2**63 - 1
+    while True:
+        rows = _commands_before(conn, session_id, below)
+        for (seq, *_), turn in zip(rows, _decode_turns(session_id, rows), strict=True):
+            found = compaction_of(turn)
+            at = None if found is None else _seq_of(conn, session_id, found.through)
+            if at is not None and at < seq:
+                return view_after(
+                    found, _decode_turns(session_id, _rows_after(conn, session_id, at))
+                )
+        if len(rows) < _COMMANDS_PAGE:
+            return view_after(None, _decode_turns(session_id, _rows_after(conn, session_id, -1)))
+        below = rows[-1][0]

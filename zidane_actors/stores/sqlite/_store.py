@@ -265,6 +265,8 @@ class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrit
         if method == "load":
             op = self._load_op(*read.args, **read.kwargs)
             return lambda conn: None if (loaded := op(conn)) is None else loaded[0]
+        if method == "load_model_view":
+            return self._model_view_op(*read.args, **read.kwargs)
         return None
 
     def _each(
