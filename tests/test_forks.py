@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_compaction import opened, place, two_stores
 from test_postgres_store import fresh_schema
+from test_server import RequiredOnly, error_of, running, turn
 from test_server_e2e import ServerProcess
 
 from zidane_actors._transfer import JsonlReader, Writer, bundle_lines, read_bundle
@@ -54,6 +55,7 @@ from zidane_actors.portal import open_host_async, start_host
 from zidane_actors.stores import (
     SessionStore,
     create_file_map_store,
+    create_memory_store,
     fork_into,
     list_forks,
     open_directory_adapter,
@@ -517,3 +519,44 @@ async def test_two_hosts_branching_at_once_one_wins_nothing_lost(
         # The loser goes on from what it sees now.
         again = await loser.branch("u0")
         assert ids(loser.turns) == ["u0"] and list(loser.branches) == [entry, again]
+
+
+# -- the REST routes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backing", ["memory", "required-only"])
+async def test_the_fork_routes(backing: str) -> None:
+    store = create_memory_store() if backing == "memory" else RequiredOnly()
+    async with running(store) as c:
+        session = {"id": "s1", "createdAt": 1, "updatedAt": 1, "metadata": {"title": "x"}}
+        assert (await c.put("/sessions/s1", json=session)).status_code == 204
+        await c.post("/sessions/s1/turns", json={"turns": [turn(1), turn(2)]})
+        r = await c.post("/sessions/s1/forks", json={"at": "t1", "id": "f1", "createdAt": 5})
+        assert r.status_code == 201 and r.json() == {"id": "f1"}
+        fork = (await c.get("/sessions/f1")).json()
+        assert [x["id"] for x in fork["turns"]] == ["t1"]
+        assert fork["metadata"] == {
+            "title": "x",
+            "forkedFrom": {"sessionId": "s1", "turnId": "t1", "forkedAt": 5},
+        }
+        made = await c.post("/sessions/s1/forks", json={})
+        assert made.status_code == 201
+        assert (await c.get("/sessions/s1/forks")).json() == {
+            "ids": sorted(["f1", made.json()["id"]])
+        }
+        for body, status, code in (
+            ({"at": "nope"}, 422, "invalid"),
+            ({"id": "f1"}, 409, "conflict"),
+            ({"id": "../x"}, 400, "invalid_name"),
+            ({"at": 7}, 422, "invalid_body"),
+            ({"surprise": 1}, 422, "invalid_body"),
+        ):
+            r = await c.post("/sessions/s1/forks", json=body)
+            assert (r.status_code, error_of(r)["code"]) == (status, code), body
+        r = await c.post("/sessions/ghost/forks", json={})
+        assert (r.status_code, error_of(r)["code"]) == (404, "session_not_found")
+        r = await c.post("/sessions/s1/forks", json={"expectedRev": 999})
+        expected = (409, "stale_session") if backing == "memory" else (501, "unsupported")
+        assert (r.status_code, error_of(r)["code"]) == expected
+        paths = (await c.get("/openapi.json")).json()["paths"]
+        assert {"post", "get"} <= set(paths["/sessions/{sessionId}/forks"])

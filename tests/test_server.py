@@ -278,8 +278,10 @@ async def test_missing_capabilities_answer_501_and_leave_the_document() -> None:
                 assert await remote.mutate_turns("s1", lambda turns: ()) == "ok"
             assert await remote.get_turns("s1") == []
     assert served_capabilities(store) == {
+        "fork_session",
         "generate_session_id",
         "generate_turn_id",
+        "list_forks",
         "mutate_history",
         "mutate_turns",
     }

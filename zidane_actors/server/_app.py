@@ -55,9 +55,10 @@ from ..model import (
     validate_id,
     validate_request_id,
 )
-from ..stores import MutateResult, SessionStore, store_capabilities
+from ..stores import MutateResult, SessionStore, fork_session, list_forks, store_capabilities
 from ..stores._model_view import read_model_view
 from ..stores._protocol import WRITE_METHODS, Revision, VersionedStore, is_versioned
+from ..stores._validate import now_ms
 from ..stores.remote._bodies import (
     IF_MATCH_HEADER,
     REV_AFTER_HEADER,
@@ -72,6 +73,7 @@ from ..stores.remote._bodies import (
     DeletedResult,
     DemotedResult,
     DemoteStaleRunBody,
+    ForkBody,
     HistoryBody,
     HistoryResult,
     HistoryState,
@@ -112,7 +114,14 @@ __all__ = ["create_app", "served_capabilities"]
 T = TypeVar("T")
 
 _SERVER_PROVIDED: Final = frozenset(
-    {"generate_session_id", "generate_turn_id", "mutate_history", "mutate_turns"}
+    {
+        "fork_session",
+        "generate_session_id",
+        "generate_turn_id",
+        "list_forks",
+        "mutate_history",
+        "mutate_turns",
+    }
 )
 _log = logging.getLogger("zidane_actors.server")
 
@@ -120,9 +129,10 @@ _log = logging.getLogger("zidane_actors.server")
 def served_capabilities(store: object) -> frozenset[str]:
     """The optional methods the API serves over ``store``.
 
-    The server adds id generation (random UUIDs) and the history rewrite
-    (over ``load`` + ``save`` under its session lock) when the store lacks
-    them; ``aclose`` is never exposed.
+    The server adds id generation (random UUIDs), the history rewrite
+    (over ``load`` + ``save`` under its session lock) and forks (the generic
+    rule of ``stores.fork_session``) when the store lacks them; ``aclose`` is
+    never exposed.
     """
     return (store_capabilities(store) | _SERVER_PROVIDED) - {"aclose"}
 
@@ -152,12 +162,16 @@ def _no_content() -> Response:
     return Response(status_code=204)
 
 
+def _revision_headers(revision: object) -> dict[str, str]:
+    """A write's revision headers (none when the store answered no revision)."""
+    if type(revision) is not Revision:
+        return {}
+    return {REV_BEFORE_HEADER: str(revision.before), REV_AFTER_HEADER: str(revision.after)}
+
+
 def _written(revision: object) -> Response:
     """204, with the write's revision headers when the store answered one."""
-    if type(revision) is not Revision:
-        return _no_content()
-    headers = {REV_BEFORE_HEADER: str(revision.before), REV_AFTER_HEADER: str(revision.after)}
-    return Response(status_code=204, headers=headers)
+    return Response(status_code=204, headers=_revision_headers(revision))
 
 
 def _ui_error(exc: Exception, session_id: str | None) -> tuple[int, str]:
@@ -382,9 +396,13 @@ class _Api(WritesRoutes):
         search = convert(fields, SessionSearch, what="session search")
         return _json(await search_meta(search))
 
-    async def generate_session_id(self, request: Request) -> Response:
+    async def _new_session_id(self) -> str:
         make = getattr(self.store, "generate_session_id", None)
-        return _json(IdResult(id=await make() if callable(make) else new_id()))
+        made: str = await make() if callable(make) else new_id()
+        return made
+
+    async def generate_session_id(self, request: Request) -> Response:
+        return _json(IdResult(id=await self._new_session_id()))
 
     async def generate_turn_id(self, request: Request) -> Response:
         make = getattr(self.store, "generate_turn_id", None)
@@ -430,6 +448,29 @@ class _Api(WritesRoutes):
         async with self.reads.hold(("model-view", sid)) as held:
             view = await read_model_view(self.store, sid, self.capabilities)
             return _held_json(held, _found(view, sid))
+
+    async def fork_session(self, request: Request) -> Response:
+        """Fork the session (the store's own fork, or the generic rule): 201 with the fork's id."""
+        sid = _path_id(request, "sessionId", "session id")
+        body = await self._body(request, ForkBody)
+        new = await self._new_session_id() if body.id is None else body.id
+        validate_id(new, what="fork id at $.id")
+        created_at = now_ms() if body.created_at is None else body.created_at
+        async with self.locks.hold(new):
+            revision = await fork_session(
+                self.store,
+                sid,
+                new,
+                at=body.at,
+                created_at=created_at,
+                expected_rev=body.expected_rev,
+            )
+        body_bytes = encode(IdResult(id=new))
+        return Response(body_bytes, 201, _revision_headers(revision), "application/json")
+
+    async def list_forks(self, request: Request) -> Response:
+        sid = _path_id(request, "sessionId", "session id")
+        return _json(IdsResult(ids=tuple(await list_forks(self.store, sid))))
 
     async def append_turns(self, request: Request) -> Response:
         """Append turns through the store's unique-turn-id rule: O(1) of the history.
@@ -764,6 +805,8 @@ def _routes(api: _Api, openapi: bytes) -> list[Route]:
         ("/sessions/{sessionId}/turns", "GET", api.get_turns),
         ("/sessions/{sessionId}/turns", "POST", api.append_turns),
         ("/sessions/{sessionId}/model-view", "GET", api.load_model_view),
+        ("/sessions/{sessionId}/forks", "POST", api.fork_session),
+        ("/sessions/{sessionId}/forks", "GET", api.list_forks),
         ("/sessions/{sessionId}/runs/{runId}", "PUT", api.update_run),
         ("/sessions/{sessionId}/status", "PUT", api.update_status),
         ("/sessions/{sessionId}/meta", "GET", api.get_meta),

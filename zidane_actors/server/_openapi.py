@@ -248,6 +248,20 @@ _OPS: Final = (
         ok=list[SessionTurn],
     ),
     _Op(
+        "/sessions/{sessionId}/forks",
+        "post",
+        "Fork the session through a turn (all turns by default) into a new session",
+        body=_bodies.ForkBody,
+        ok=_bodies.IdResult,
+        ok_status=201,
+    ),
+    _Op(
+        "/sessions/{sessionId}/forks",
+        "get",
+        "The ids of the session's direct forks, sorted",
+        ok=_bodies.IdsResult,
+    ),
+    _Op(
         "/sessions/{sessionId}/runs/{runId}",
         "put",
         "Upsert a run",

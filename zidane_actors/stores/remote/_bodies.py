@@ -48,6 +48,7 @@ __all__ = [
     "DemotedResult",
     "ErrorBody",
     "ErrorDetail",
+    "ForkBody",
     "HistoryBody",
     "HistoryResult",
     "HistoryState",
@@ -431,6 +432,17 @@ class DeletedResult(_Body, frozen=True):
     """Whether a delete removed something."""
 
     deleted: bool
+
+
+class ForkBody(_Body, frozen=True):
+    """``POST /sessions/{id}/forks``: fork through turn ``at`` (all when absent) as ``id``
+    (generated when absent), only while the source is at ``expectedRev`` (when given), made
+    at ``createdAt`` (the server's clock when absent)."""
+
+    at: str | None = None
+    id: str | None = None
+    expected_rev: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    created_at: EpochMs | None = None
 
 
 class IdResult(_Body, frozen=True):

@@ -529,6 +529,37 @@ class RemoteStore(TurnsEdits):
         )
         await self._request("PUT", path, body=record, retry=True)
 
+    async def fork_session(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        at: str | None,
+        created_at: int,
+        expected_rev: int | None = None,
+    ) -> Revision | None:
+        """Create ``new_id`` as the fork of ``source_id`` (``POST /sessions/{id}/forks``).
+
+        Sent once (a retry of a fork that was made would conflict with it).
+        """
+        seg(new_id, "session id")
+        path = f"/sessions/{seg(source_id, 'session id')}/forks"
+        body = _bodies.ForkBody(at=at, id=new_id, expected_rev=expected_rev, created_at=created_at)
+        try:
+            response = await self._request("POST", path, body=body, retry=False)
+        except StaleSessionError as exc:
+            raise _with_expected(exc, expected_rev) from None
+        assert response is not None
+        made = decode(response.content, _bodies.IdResult, what=f"answer of POST {path}")
+        same_id(made.id, new_id, f"POST {path}")
+        return _revision(response)
+
+    async def list_forks(self, source_id: str) -> builtins.list[str]:
+        """The direct forks of ``source_id``, sorted (``GET /sessions/{id}/forks``)."""
+        path = f"/sessions/{seg(source_id, 'session id')}/forks"
+        found = await self._json(_bodies.IdsResult, "GET", path, retry=True)
+        return builtins.list(found.ids)
+
     async def generate_session_id(self) -> str:
         """A new session id issued by the server's store."""
         return (await self._json(_bodies.IdResult, "POST", "/session-ids", retry=True)).id
