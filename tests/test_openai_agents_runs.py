@@ -153,8 +153,10 @@ def test_a_streamed_run_keeps_its_prompt(db: str) -> None:
                 pass
 
     asyncio.run(main())
-    run = only_run(db, "g")
+    data = read_back(db, "g")
+    (run,) = data.runs
     assert run.prompt == "Stream me" and run.status == "completed"
+    assert run.agent is not None and run.agent.id == "streamer" and data.agent_id == "streamer"
 
 
 # -- the session's own Runner calls, agentId, handoffs, trace context -------------------

@@ -154,7 +154,9 @@ class ZidaneSpanProcessor(SpanProcessor):
                 id=run_id_of(attributes, context.trace_id, context.span_id),
                 span_id=context.span_id,
                 started_at=(span.start_time or 0) // 1_000_000,
-                session_id=session_id_of(named),
+                # A sub-agent's run (an agent a tool delegated to) is a child run of its
+                # parent's session, whatever conversation id its framework made up for it.
+                session_id=(run.session_id if run is not None else None) or session_id_of(named),
                 trace_id=context.trace_id,
                 agent=agent_of(attributes),
                 parent=run,
