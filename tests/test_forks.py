@@ -560,3 +560,86 @@ async def test_the_fork_routes(backing: str) -> None:
         assert (r.status_code, error_of(r)["code"]) == expected
         paths = (await c.get("/openapi.json")).json()["paths"]
         assert {"post", "get"} <= set(paths["/sessions/{sessionId}/forks"])
+
+
+# -- the file map: one session per store, its forks in other maps ------------------------------
+
+
+map_ops = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 9), st.integers(1, 2)),
+    st.tuples(st.just("fork"), st.integers(0, 9), st.integers(0, 9)),
+    st.tuples(st.just("compact"), st.integers(0, 9), st.integers(0, 9)),
+    st.tuples(st.just("delete"), st.integers(0, 9), st.just(0)),
+)
+
+
+async def run_file_map_program(program: list[Op], where: Path) -> None:
+    """Each session in its own file map (a directory), each map with its own host."""
+    ref = Reference()
+    async with AsyncExitStack() as stack:
+        stores: dict[str, SessionStore] = {}
+        handles: dict[str, Session] = {}
+
+        async def open_map(sid: str) -> SessionHost:
+            adapter = await stack.enter_async_context(open_directory_adapter(where / sid))
+            store = create_file_map_store(adapter)
+            stack.push_async_callback(store.aclose)
+            stores[sid] = store
+            return await stack.enter_async_context(open_session_host(store))
+
+        hosts = {"m0": await open_map("m0")}
+        handles["m0"] = await hosts["m0"].create_session(id="m0")
+        ref.turns["m0"], ref.branches["m0"] = [], []
+        ref.mains.append("m0")
+        for step, (kind, a, b) in enumerate(program):
+            when = f"step {step} {kind}({a}, {b})"
+            if not ref.mains:
+                break
+            sid = ref.mains[a % len(ref.mains)]
+            turns = ref.turns[sid]
+            pick = turns[b % len(turns)] if turns else None
+            if kind == "append":
+                made = [f"{step}.{k}" for k in range(b)]
+                await handles[sid].append_turns(
+                    [t(i, run_id=f"r{step}") for i in made],
+                    AppendTurnsOptions(run=run(f"r{step}")),
+                )
+                ref.run_of.update(dict.fromkeys(made, f"r{step}"))
+                turns.extend(made)
+            elif kind == "fork":
+                new = f"f{step}"
+                at = None if b % (len(turns) + 1) == len(turns) else pick
+                hosts[new] = await open_map(new)
+                await fork_into(stores[sid], stores[new], sid, new, at=at, created_at=7)
+                loaded = await hosts[new].load_session(new)
+                assert loaded is not None
+                handles[new] = loaded
+                ref.fork(sid, new, at)
+                ref.mains.append(new)
+            elif kind == "compact" and pick is not None:
+                marker = await handles[sid].compact([t(f"{step}.sum")], through=pick)
+                ref.run_of[marker.id] = None
+                turns.append(marker.id)
+            elif kind == "delete":
+                await hosts[sid].delete_session(sid)
+                handles.pop(sid)
+                ref.delete(sid)
+            for live in ref.turns:
+                stored = await stores[live].load(live)
+                assert stored is not None, f"{when}: {live} lost"
+                assert ids(stored.turns) == ref.turns[live], f"{when}: the turns of {live}"
+                assert ids(stored.runs) == ref.runs(live), f"{when}: the runs of {live}"
+                assert handles[live].turns == stored.turns, f"{when}: memory of {live}"
+                origin = forked_from(stored)
+                found = None if origin is None else (origin.session_id, origin.turn_id)
+                assert found == ref.origin.get(live), when
+
+
+def test_random_programs_of_forks_across_file_maps_match_the_reference() -> None:
+    @settings(max_examples=15)
+    @given(program=st.lists(map_ops, min_size=1, max_size=8))
+    def examples(program: list[Op]) -> None:
+        with tempfile.TemporaryDirectory() as where:
+            trio.run(run_file_map_program, program, Path(where))
+
+    examples()
