@@ -17,6 +17,7 @@ import pytest
 from test_ui import STORES, _client, _Tags
 
 from zidane_actors.actors import open_session_host
+from zidane_actors.errors import RemoteStoreError, UnsupportedOperationError
 from zidane_actors.model import (
     BRANCH_OF_KEY,
     BRANCHES_KEY,
@@ -298,24 +299,40 @@ async def test_a_fork_links_to_its_source_and_the_source_lists_its_forks() -> No
 
 
 class _NoForks:
-    """A store without ``list_forks``: a source page then lists none."""
+    """A store without ``list_forks``, or whose ``list_forks`` refuses (``refusal``)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, refusal: Exception | None = None) -> None:
         self.inner = inner
+        self.refusal = refusal
 
     def __getattr__(self, name: str) -> Any:
-        if name == "list_forks":
+        if name == "list_forks" and self.refusal is None:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    async def _refuse(self, source_id: str) -> list[str]:
+        assert self.refusal is not None
+        raise self.refusal
 
-async def test_a_store_that_cannot_list_forks_shows_none() -> None:
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        None,
+        UnsupportedOperationError("the server's store cannot list forks"),
+        RemoteStoreError("GET /sessions/src/forks: not found", status=404, code="not_found"),
+    ],
+)
+async def test_a_store_that_cannot_list_forks_shows_none(refusal: Exception | None) -> None:
     async with open_memory_store() as inner:
         await _lineage_store(inner)
-        async with _client(_NoForks(inner)) as client:  # type: ignore[arg-type]
-            source = (await client.get("/ui/fragments/sessions/src")).text
+        store = _NoForks(inner, refusal)
+        if refusal is not None:
+            store.list_forks = store._refuse  # type: ignore[attr-defined]
+        async with _client(store) as client:  # type: ignore[arg-type]
+            source = await client.get("/ui/fragments/sessions/src")
             fork = (await client.get("/ui/fragments/sessions/fork-a")).text
-    assert 'class="lineage"' not in source
+    assert source.status_code == 200 and 'class="lineage"' not in source.text
     assert "↱ Forked from" in fork and "Forks (" not in fork
 
 

@@ -21,7 +21,7 @@ from typing import Final
 
 import attrs
 
-from ..errors import InvalidNameError, UnsupportedOperationError
+from ..errors import InvalidNameError, RemoteStoreError, UnsupportedOperationError
 from ..model import (
     BRANCH_OF_KEY,
     Branch,
@@ -183,7 +183,11 @@ async def read_lineage(
     if list_forks is not None:
         try:
             listed = await list_forks(meta.id)
-        except UnsupportedOperationError:  # a remote store whose server cannot
+        except UnsupportedOperationError:  # a remote store whose server's store cannot
+            listed = None
+        except RemoteStoreError as exc:  # ... or a server from before forks (no such route)
+            if exc.status != 404:
+                raise
             listed = None
         if listed is not None:
             left = {b.session_id for b in branches}
