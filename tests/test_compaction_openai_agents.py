@@ -185,17 +185,19 @@ def test_replacing_an_empty_session_and_refused_items_write_nothing_lost(tmp_pat
 
 
 def test_a_session_read_before_opening_shows_the_compacted_view(tmp_path: Path) -> None:
-    """``get_items(limit)`` of a session this process has not opened reads the newest turns only."""
+    """``get_items(limit)`` of a session this process has not opened reads the newest turns
+    only; ``get_items()`` the model's view (``load_model_view``)."""
     outer, inner = wrapped("zidane", tmp_path)
     asyncio.run(outer.add_items(exchange(1) + exchange(2)))
     asyncio.run(outer.run_compaction({"force": True}))
     asyncio.run(outer.add_items(exchange(3)))
     expected = asyncio.run(outer.get_items())
     inner.close()
-    for limit in (1, 3, 6, 50):
+    for limit in (None, 1, 3, 6, 50):
         fresh = ZidaneSession("conv", store=f"sqlite:{tmp_path / 'zidane.db'}")
         try:
-            assert asyncio.run(fresh.get_items(limit=limit)) == expected[-limit:]
+            newest = expected if limit is None else expected[-limit:]
+            assert asyncio.run(fresh.get_items(limit=limit)) == newest
         finally:
             fresh.close()
 

@@ -163,15 +163,18 @@ class ZidaneSession(_shared.Share):
         """The newest ``limit`` items (all when ``None``, or the settings' limit), oldest first.
 
         ``0`` answers none and a negative limit all, as openai-agents' SQLite session does.
-        Only the turns holding those items are read (while this process has not
-        opened the session) and converted.
+        While this process has not opened the session, only the turns holding
+        those items are read (all: the model's view, from its latest compaction on)
+        and converted.
         """
         resolved = resolve_session_limit(limit, self.session_settings)
         wanted = None if resolved is None or resolved < 0 else resolved
         self._open()
         if wanted == 0:
             return []
-        if self._handle is None and wanted is not None:
+        if self._handle is None:  # not opened by this process: read the store's view
+            if wanted is None:
+                return _newest_items(await self._call(self._view), None)
             return _newest_items(await self._call(self._tail, wanted), wanted)
         # An open session is read through load_session: its rev check folds in what
         # another worker wrote since.
@@ -493,6 +496,10 @@ class ZidaneSession(_shared.Share):
                 self._handle = session
             return session
         raise ConflictError(f"session {preview(self.session_id)} could not be created or loaded")
+
+    async def _view(self, shared: _shared.SharedPortal) -> Sequence[SessionTurn]:
+        """The model's view of the stored session, read from its latest compaction on."""
+        return await shared.portal.host.load_model_view(self.session_id) or ()
 
     async def _tail(self, shared: _shared.SharedPortal, wanted: int) -> tuple[SessionTurn, ...]:
         """The newest turns holding ``wanted`` items, read from the store (the session unopened)."""
