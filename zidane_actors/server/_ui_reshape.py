@@ -86,11 +86,11 @@ def page_folds(
     """The folds of the markers among ``turns`` (index, turn), by marker index.
 
     ``read`` is every turn read with its index (the page's, or the whole
-    session's when ``whole``), looked through only when a marker is on the
-    page. A marker folds when its ``through`` is an earlier turn; one whose
-    ``through`` is not among those read folds with an unknown count, unless
-    the whole session was read (then its ``through`` is gone: it stays an
-    ordinary turn, as for the model).
+    session's), looked through only when a marker is on the page; ``whole``
+    says it holds every turn before the page's. A marker folds when its
+    ``through`` is an earlier turn; one whose ``through`` is not among those
+    read folds with an unknown count, unless ``whole`` (then its ``through``
+    is gone: it stays an ordinary turn, as for the model).
     """
     markers = [(i, t, c) for i, t in turns if (c := compaction_of(t)) is not None]
     if not markers:
