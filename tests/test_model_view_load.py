@@ -142,6 +142,17 @@ def test_hand_made_histories(backend: str, request: pytest.FixtureRequest) -> No
             ["s1", "b", "c", "d"],
         ),
         "through a later turn": ((a, marker("c", [t("s")], "m"), c), ["a", "c"]),
+        "the marker pages of commands back": (
+            (
+                a,
+                b,
+                marker("a", [t("s")], "m"),
+                *(t(f"k{i}", "command") for i in range(20)),
+                *(marker("x", [], f"d{i}") for i in range(20)),
+                c,
+            ),
+            ["s", "b", *(f"k{i}" for i in range(20)), "c"],
+        ),
         "through the earlier marker": (
             (a, b, marker("a", [t("s1")], "m1"), c, marker("m1", [], "m2")),
             ["c"],
