@@ -475,6 +475,7 @@ async def test_what_the_host_writes_shows_as_written() -> None:
             page = (await client.get("/ui/fragments/sessions/live")).text
             forked = (await client.get(f"/ui/fragments/sessions/{fork.id}")).text
             archive = (await client.get(f"/ui/fragments/sessions/{left.session_id}")).text
+            listed = (await client.get("/ui/fragments/sessions")).text
     assert "<strong>4 turns summarized</strong>" in page and "recap of four" in page
     assert _turn_ids(_between(page, '<details class="fold-originals">', "</details>")) == [
         "t0",
@@ -489,3 +490,8 @@ async def test_what_the_host_writes_shows_as_written() -> None:
     assert "↱ Forked from" in forked and 'href="/ui/sessions/live?turn=t8"' in forked
     assert "4 turns summarized" in forked  # the fork keeps the marker, and so the fold
     assert "↶ A branch left by" in archive and 'href="/ui/sessions/live?turn=t7"' in archive
+    # The list says which sessions are forks and which keep a left branch.
+    rows = dict(re.findall(r'data-session-id="([^"]+)">(.*?)</tr>', listed))
+    assert "↱ fork of live" in rows["live-fork"]
+    assert "↶ branch left by live" in rows[left.session_id]
+    assert "lineage-mark" not in rows["live"]

@@ -41,6 +41,7 @@ __all__ = [
     "Lineage",
     "fold_head",
     "folded",
+    "lineage_mark",
     "page_folds",
     "read_lineage",
     "render_lineage",
@@ -227,6 +228,17 @@ def _session(sid: str, rows: Mapping[str, SessionMetaRow | None]) -> Node:
         [el("strong", None, title), " "] if title else None,
         el("code", None, sid),
     )
+
+
+def lineage_mark(row: SessionMetaRow) -> Node:
+    """What a listed session's id line adds: the session it is a branch or a fork of."""
+    branch_of = row.metadata.get(BRANCH_OF_KEY)
+    if isinstance(branch_of, str):
+        return el("span", {"class": "lineage-mark"}, f" · ↶ branch left by {branch_of}")
+    origin = forked_from(row.metadata)
+    if origin is not None:
+        return el("span", {"class": "lineage-mark"}, f" · ↱ fork of {origin.session_id}")
+    return None
 
 
 def _turn_a(sid: str, turn_id: str) -> Html:
