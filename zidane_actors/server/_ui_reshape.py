@@ -4,7 +4,7 @@ A compaction marker folds the turns it summarized: the page shows "N turns
 summarized", the summary turns, and the original turns one click away (a
 ``<details>`` for those on the page, a link for those on earlier pages).
 Folds are planned from the page's own turns: a marker whose ``through`` lies
-before the page (and was not read) still folds, counting what it can.
+before the page (and was not read) still folds, its count unknown.
 
 A fork's page links to its source and the turn it was forked at; a source's
 page lists its forks when the store can (``list_forks``); a session's page
