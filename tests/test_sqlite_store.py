@@ -524,7 +524,7 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
         meta = await store.get_meta("b")
         assert meta is not None and meta.turn_count == 3
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
         assert indexes == {"turns_by_session", "turns_by_id"}
         with pytest.raises(sqlite3.IntegrityError):
@@ -532,6 +532,33 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
                 "INSERT INTO turns (session_id, seq, id, role, body)"
                 " VALUES ('a', 0, 'x', 'user', x'')"
             )
+
+
+async def test_v11_file_gains_forks_that_share_its_rows(tmp_path: Path) -> None:
+    """Schema v12: a v11 file opens with the ``forks`` table; its sessions fork, and the
+    fork's turns stay the source's rows until the source is rewritten."""
+    db = tmp_path / "v11.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:11]) == 11
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
+        " VALUES ('a', 'idle', '{}', 1, 2)"
+    )
+    conn.executemany(
+        "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', ?, ?, 'user', ?)",
+        [(i, f"t{i}", msgspec.json.encode(turn(i))) for i in range(3)],
+    )
+    conn.close()
+    async with open_sqlite_store(db) as store:
+        await store.fork_session("a", "b", at="t1", created_at=5_000)
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT * FROM forks").fetchall() == [("b", "a", 2)]
+            assert conn.execute("SELECT COUNT(*) FROM turns").fetchone() == (3,)
+        await store.save(session("a", turns=(turn(9),)))
+        fork = await store.load("b")
+        assert fork is not None and [t.id for t in fork.turns] == ["t0", "t1"]
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT * FROM forks").fetchall() == []
 
 
 async def test_v2_duplicate_turn_ids_are_merged_without_losing_a_turn(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ from ._commands import _SessionCommand
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["delete_archives", "generated_session_id", "stored_metadata"]
+__all__ = ["delete_archives", "generated_session_id"]
 
 
 async def generated_session_id(store: SessionStore | None, caps: frozenset[str]) -> str:
@@ -240,16 +240,13 @@ async def delete_archives(store: SessionStore, session_id: str, listed: tuple[Br
     Only a session whose ``branchOf`` names ``session_id`` is deleted: the list
     is metadata, and a listed id naming any other session leaves it alone.
     """
+    caps = store_capabilities(store)
     for entry in listed:
-        metadata = await stored_metadata(store, entry.session_id)
+        if "get_meta" in caps:
+            row = await cast(FullSessionStore, store).get_meta(entry.session_id)
+            metadata = None if row is None else row.metadata
+        else:
+            data = await store.load(entry.session_id)
+            metadata = None if data is None else data.metadata
         if metadata is not None and metadata.get(BRANCH_OF_KEY) == session_id:
             await store.delete(entry.session_id)
-
-
-async def stored_metadata(store: SessionStore, session_id: str) -> dict[str, Any] | None:
-    """A stored session's metadata (its header row when the store has ``get_meta``)."""
-    if "get_meta" in store_capabilities(store):
-        row = await cast(FullSessionStore, store).get_meta(session_id)
-        return None if row is None else row.metadata
-    data = await store.load(session_id)
-    return None if data is None else data.metadata

@@ -40,7 +40,7 @@ from .._validate import (
     checked_status,
 )
 from ..sql import SQLITE, Dialect
-from . import _rows
+from . import _rows, _sharing
 from ._rows import _SQL, T, _Conn, _decode_row, _now, _run_body, _session_id, _turn_json
 
 __all__ = ["SQLiteBase"]
@@ -163,10 +163,8 @@ class SQLiteBase:
 
     @staticmethod
     def _turn_rows(conn: _Conn, session_id: str) -> builtins.list[tuple[int, str, str, bytes]]:
-        return conn.execute(
-            "SELECT seq, id, role, body FROM turns WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        ).fetchall()
+        """The rows of every turn the session sees, its forked-from ones included."""
+        return _sharing.visible_rows(conn, session_id)
 
     @staticmethod
     def _runs(conn: _Conn, session_id: str) -> tuple[SessionRun, ...]:
@@ -334,10 +332,14 @@ class SQLiteBase:
         rows = _rows._turn_rows_of(data.turns, 0, "$.turns")
 
         def write() -> None:
+            _sharing.unshare(conn, data.id)
+            shared = _sharing.share_less(conn, data.id, 0)
             self._write_header(conn, data, data.metadata)
             conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
             self._append_rows(conn, data.id, rows)
             self._replace_runs(conn, data.id, data.runs)
+            if shared:  # its counts counted the turns it no longer shares
+                _sharing.recount(conn, data.id)
 
         return self._versioned(conn, data.id, expected_rev, write)
 
@@ -377,6 +379,8 @@ class SQLiteBase:
         options: AppendTurnsOptions | None = None,
     ) -> Revision:
         session_id, values, run = self._append_plan(session_id, turns, options)
+        if values and conn.execute(_sharing.FORK_SQL.link_of, (session_id,)).fetchone():
+            values = self._unshared_values(conn, session_id, values)
         if values:
             try:
                 added = conn.executemany(_rows._APPEND_TURN, values).rowcount
@@ -399,21 +403,45 @@ class SQLiteBase:
             self._upsert_run(conn, session_id, run)
         return Revision(bumped[0] - 1, bumped[0])
 
-    @staticmethod
+    @classmethod
     def _check_retried(
-        conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
+        cls, conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
     ) -> None:
         """Raise ``ConflictError`` if a skipped turn id is stored with other content.
 
         Reads only the rows of the appended ids (index lookups), and only when
         the insert skipped some: a retried append costs nothing more.
         """
+        stored = {
+            v[1]: conn.execute(
+                "SELECT role, body FROM turns WHERE session_id = ? AND id = ?", (session_id, v[1])
+            ).fetchone()
+            for v in values
+        }
+        cls._check_same(session_id, values, stored)
+
+    @classmethod
+    def _unshared_values(
+        cls, conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
+    ) -> builtins.list[tuple[str, str, str, bytes]]:
+        """``values`` without the turns a fork sees already in the rows it shares (a retried
+        append); ``ConflictError`` when one of those ids holds other content there."""
+        shared = _sharing.shared_turns(conn, session_id, [v[1] for v in values])
+        if shared:
+            cls._check_same(session_id, [v for v in values if v[1] in shared], shared)
+        return [v for v in values if v[1] not in shared]
+
+    @staticmethod
+    def _check_same(
+        session_id: str,
+        values: Sequence[tuple[str, str, str, bytes]],
+        stored: Mapping[str, tuple[str, bytes]],
+    ) -> None:
+        """Raise ``ConflictError`` if a turn of ``values`` is ``stored`` with other content."""
         held = {}
         for _, tid, role, body in values:
-            stored_role, stored = conn.execute(
-                "SELECT role, body FROM turns WHERE session_id = ? AND id = ?", (session_id, tid)
-            ).fetchone()
-            theirs = _turn_json(tid, stored_role, stored)
+            stored_role, stored_body = stored[tid]
+            theirs = _turn_json(tid, stored_role, stored_body)
             if theirs != _turn_json(tid, role, body):
                 held[tid] = _decode_row(
                     theirs, SessionTurn, "turns", session_id, f"id {preview(tid)}"
@@ -437,6 +465,9 @@ class SQLiteBase:
         """
         now = _now()
         sids = sorted({p[0] for p in plans})
+        marks = ", ".join("?" * len(sids))
+        if conn.execute(f"SELECT 1 FROM forks WHERE session_id IN ({marks})", sids).fetchone():
+            raise ConflictError("a batched append goes to a fork (its shared turn ids are checked)")
         revs = dict(
             conn.execute(
                 f"SELECT id, rev FROM sessions WHERE id IN ({', '.join('?' * len(sids))})", sids
@@ -465,11 +496,7 @@ class SQLiteBase:
         check_turn_slice(session_id, from_, limit)
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
-            rows = conn.execute(
-                "SELECT seq, id, role, body FROM turns WHERE session_id = ? AND seq >= ?"
-                " ORDER BY seq LIMIT ?",
-                (session_id, from_, -1 if limit is None else limit),
-            ).fetchall()
+            rows = _sharing.visible_rows(conn, session_id, from_, limit)
             return list(_rows._decode_turns(session_id, rows))
 
         return op
@@ -487,6 +514,10 @@ class SQLiteBase:
         def op(conn: _Conn) -> builtins.list[SessionTurn] | None:
             if conn.execute(_SQL.rev, (session_id,)).fetchone() is None:
                 return None
+            if conn.execute(_sharing.FORK_SQL.link_of, (session_id,)).fetchone() is not None:
+                # A fork: its turns span the rows it shares (read whole, then the rule).
+                turns = _rows._decode_turns(session_id, _sharing.visible_rows(conn, session_id))
+                return list(model.model_view(turns))
             return _rows._model_view(conn, session_id)
 
         return op
@@ -542,5 +573,6 @@ class SQLiteBase:
             " WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
             (session_id, session_id),
         )
+        _sharing.unshare(conn, session_id)  # its forks keep what they see
         conn.execute(_SQL.delete_session, (session_id,))
         conn.execute(_SQL.delete_sends, (session_id,))

@@ -32,6 +32,7 @@ from .._protocol import (
     stale,
 )
 from ..sql import SQLITE, meta_row, search_header_sql, search_words_sql, session_filter_sql
+from . import _sharing
 from ._base import SQLiteBase
 from ._rows import (
     _BUSY_CODES,
@@ -91,14 +92,28 @@ class SQLiteMeta(SQLiteBase):
     # The counts and the first user turn's seq are kept in the row by triggers
     # (schema v4), so a listed session costs one turn lookup at most: its first user
     # turn, joined when the metadata holds no title.
+    # The last column is the seq of a first user turn the join missed: one a fork shares.
+    _FIRST_SEQ: Final = (
+        "CASE WHEN NOT json_valid(s.metadata) THEN NULL"
+        " WHEN json_type(s.metadata, '$.title') IS NULL THEN s.first_user_seq END"
+    )
     _META_SELECT: Final = (
         "SELECT s.id, s.agent_id, s.project_root, s.status, s.metadata, s.created_at,"
         " s.updated_at, s.run_owner, s.rev, s.turn_count, s.user_turn_count, s.run_count,"
-        " s.artifact_count, t.id, t.role, t.body FROM sessions s"
-        " LEFT JOIN turns t ON t.session_id = s.id AND t.seq = CASE"
-        " WHEN NOT json_valid(s.metadata) THEN NULL"
-        " WHEN json_type(s.metadata, '$.title') IS NULL THEN s.first_user_seq END"
+        f" s.artifact_count, t.id, t.role, t.body, CASE WHEN t.id IS NULL THEN {_FIRST_SEQ}"
+        " END FROM sessions s"
+        f" LEFT JOIN turns t ON t.session_id = s.id AND t.seq = {_FIRST_SEQ}"
     )
+
+    @staticmethod
+    def _resolved(conn: _Conn, rows: builtins.list[tuple[Any, ...]]) -> builtins.list[Any]:
+        """``rows`` of ``_META_SELECT`` with the first user turns forks share read."""
+        resolved = []
+        for row in rows:
+            if row[16] is not None:
+                row = (*row[:13], *(_sharing.first_turn_row(conn, row[0], row[16]) or (None,) * 3))
+            resolved.append(row[:16])
+        return resolved
 
     @staticmethod
     def _meta_row(row: tuple[Any, ...]) -> SessionMetaRow:
@@ -133,8 +148,8 @@ class SQLiteMeta(SQLiteBase):
         _session_id(session_id)
 
         def op(conn: _Conn) -> SessionMetaRow | None:
-            row = conn.execute(f"{self._META_SELECT} WHERE s.id = ?", (session_id,)).fetchone()
-            return None if row is None else self._meta_row(row)
+            rows = conn.execute(f"{self._META_SELECT} WHERE s.id = ?", (session_id,)).fetchall()
+            return None if not rows else self._meta_row(self._resolved(conn, rows)[0])
 
         return op
 
@@ -146,7 +161,7 @@ class SQLiteMeta(SQLiteBase):
             rows = conn.execute(
                 f"{self._META_SELECT}{where} ORDER BY s.updated_at DESC, s.id{limit}", params
             ).fetchall()
-            return [self._listed_row(r) for r in rows]
+            return [self._listed_row(r) for r in self._resolved(conn, rows)]
 
         return await self._read(op)
 
@@ -185,7 +200,7 @@ class SQLiteMeta(SQLiteBase):
                 [*params, search.count_limit + 1],
             ).fetchone()
             return SessionSearchPage(
-                rows=tuple(self._listed_row(r) for r in rows),
+                rows=tuple(self._listed_row(r) for r in self._resolved(conn, rows)),
                 total=min(found, search.count_limit),
                 total_exact=found <= search.count_limit,
             )
@@ -317,10 +332,14 @@ class SQLiteMeta(SQLiteBase):
                     if [tid, role, _turn_json(tid, role, old)] != new:
                         break  # another id, role or turn: rewritten from here on
                     keep += 1
+                _sharing.unshare(conn, session_id, keep)  # forks seeing the old turns keep them
+                shared = _sharing.share_less(conn, session_id, keep)
                 conn.execute(
                     "DELETE FROM turns WHERE session_id = ? AND seq >= ?", (session_id, keep)
                 )
                 self._append_rows(conn, session_id, new_rows[keep:])
+                if shared:  # its counts counted the turns it no longer shares
+                    _sharing.recount(conn, session_id)
             if result.runs is not runs and result.runs != runs:
                 self._replace_runs(conn, session_id, result.runs)
             self._bump(conn, session_id, updated_at=_now())

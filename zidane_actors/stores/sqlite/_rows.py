@@ -82,11 +82,13 @@ def _transaction(conn: _Conn, fn: Callable[[_Conn], T], begin: Callable[[_Conn],
 _AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRun | None]
 
 _BUMP: Final = "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?"
-# The next seq is read per row, so rows inserted by one executemany follow each other.
-# A turn id the session holds already is skipped here; the caller compares its row.
+# The next seq is read per row, so rows inserted by one executemany follow each other; a
+# fork's first own turn follows the turns it shares (its bound). A turn id the session holds
+# already is skipped here; the caller compares its row.
 _APPEND_TURN: Final = (
     "INSERT INTO turns (session_id, seq, id, role, body) VALUES"
-    " (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM turns WHERE session_id = ?1), ?2, ?3, ?4)"
+    " (?1, COALESCE((SELECT MAX(seq) FROM turns WHERE session_id = ?1) + 1,"
+    " (SELECT bound FROM forks WHERE session_id = ?1), 0), ?2, ?3, ?4)"
     " ON CONFLICT (session_id, id) DO NOTHING"
 )
 

@@ -23,6 +23,9 @@ from ...model import (
     stored_turn_text,
 )
 from .._indexer import INDEX_STEP_SECONDS
+from ..sql import SQLITE
+from ..sql._forks import ranges_select
+from ._sharing import has_forks, heirs, ranges
 
 __all__ = [
     "MIGRATIONS",
@@ -504,18 +507,30 @@ INSERT INTO search_stale (session_id) SELECT DISTINCT session_id FROM search;
 """
 
 
+# v12: forks share their source's turns (``..sql._forks``). A fork's row here names the
+# session it shares from and how many of that session's visible turns it sees; its own
+# turns continue at ``seq = bound``. Its counts (turn_count...) count what it sees.
+_V12: Final = """
+CREATE TABLE forks (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    parent_id TEXT NOT NULL,
+    bound INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX forks_of ON forks (parent_id, session_id);
+"""
+
+
 def _rebuild_stale(conn: sqlite3.Connection, limit: int) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``, all when negative) from
     their indexed documents; the number rebuilt."""
     stale = [r[0] for r in conn.execute("SELECT session_id FROM search_stale LIMIT ?", (limit,))]
     for session_id in stale:
         words: set[str] = set()
+        turns, params = ranges_select(ranges(conn, session_id), "seq, rowid AS key", SQLITE)
         for (text,) in conn.execute(
             "SELECT f.words FROM sessions s JOIN search f ON f.rowid = -s.rowid WHERE s.id = ?"
-            " UNION ALL"
-            " SELECT f.words FROM turns t JOIN search f ON f.rowid = t.rowid"
-            " WHERE t.session_id = ?",
-            (session_id, session_id),
+            f" UNION ALL SELECT f.words FROM ({turns}) t JOIN search f ON f.rowid = t.key",
+            (session_id, *params),
         ):
             words.update(text.split())
         conn.execute("DELETE FROM session_words WHERE session_id = ?", (session_id,))
@@ -537,24 +552,38 @@ def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
     """
     rebuilt = _rebuild_stale(conn, limit)
     rows = conn.execute(
-        "SELECT p.turn, t.session_id, t.body, s.id, s.metadata FROM search_pending p"
+        "SELECT p.turn, t.session_id, t.seq, t.body, s.id, s.metadata FROM search_pending p"
         " LEFT JOIN turns t ON p.turn > 0 AND t.rowid = p.turn"
         " LEFT JOIN sessions s ON p.turn < 0 AND s.rowid = -p.turn"
         " ORDER BY p.turn LIMIT ?",
         (limit,),
     ).fetchall()
     documents = []
-    for key, turn_session, body, session_id, metadata in rows:
+    readers: dict[tuple[str, int], list[str]] = {}  # a turn's words go to the forks seeing it
+    forked: dict[str, bool] = {}
+    for key, turn_session, seq, body, session_id, metadata in rows:
         if turn_session is not None:
             text = stored_turn_text(body)
             documents.append((key, turn_session, " ".join(index_words([text]))))
+            if turn_session not in forked:
+                forked[turn_session] = has_forks(conn, turn_session)
+            found = heirs(conn, turn_session, seq) if forked[turn_session] else []
+            readers[turn_session, key] = [turn_session, *found]
         elif session_id is not None:
             text = stored_header_text(session_id, metadata)
             documents.append((key, session_id, " ".join(index_words([text]))))
+            readers[session_id, key] = [session_id]
     conn.executemany("INSERT INTO search (rowid, session_id, words) VALUES (?, ?, ?)", documents)
     conn.executemany(
         "INSERT OR IGNORE INTO session_words (word, session_id) VALUES (?, ?)",
-        sorted({(w, sid) for _, sid, words in documents for w in words.split()}),
+        sorted(
+            {
+                (w, reader)
+                for key, sid, words in documents
+                for reader in readers[sid, key]
+                for w in words.split()
+            }
+        ),
     )
     conn.executemany("DELETE FROM search_pending WHERE turn = ?", [(r[0],) for r in rows])
     return rebuilt + len(rows)
@@ -586,6 +615,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V9,
     _V10,
     _V11,
+    _V12,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""

@@ -45,6 +45,7 @@ from ..sql import (
     send_record,
     settle_send_request,
 )
+from ._forks import SQLiteForks
 from ._meta import SQLiteMeta
 from ._rows import (
     _SQL,
@@ -61,7 +62,9 @@ from ._rows import (
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(SQLiteMeta, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims):
+class SQLiteStore(
+    SQLiteForks, SQLiteMeta, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims
+):
     """A :class:`~zidane_actors.stores.FullSessionStore` on one SQLite file.
 
     Create it with :func:`open_sqlite_store`. Besides the protocol it offers

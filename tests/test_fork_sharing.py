@@ -1,0 +1,196 @@
+"""Forks on the SQL stores share their source's rows: random programs of appends, forks
+(of forks), whole saves, history edits and deletes answer as the memory store does
+(loads, pages, header rows, search, forks listed), and a fork costs no copy of the rows."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from msgspec.structs import replace
+from test_search_rule import stores
+
+from zidane_actors.errors import ConflictError
+from zidane_actors.model import (
+    SessionData,
+    SessionHistory,
+    SessionRun,
+    SessionSearch,
+    SessionTurn,
+    TextBlock,
+)
+from zidane_actors.stores import fork_session, list_forks
+
+KINDS = ["sqlite", "pg"]
+
+
+def _turn(n: int, rng: random.Random) -> SessionTurn:
+    role = rng.choice(["user", "assistant", "assistant"])
+    run = rng.choice([None, "r0", "r1", "r2"])
+    return SessionTurn(
+        id=f"t{n}",
+        role=role,  # type: ignore[arg-type]
+        content=(TextBlock(text=f"word{n} common"),),
+        created_at=1_000 + n,
+        run_id=run,
+    )
+
+
+def _runs() -> tuple[SessionRun, ...]:
+    return tuple(
+        SessionRun(id=f"r{i}", prompt="p", status="completed", started_at=1_000) for i in range(3)
+    )
+
+
+def _meta(row: Any) -> Any:
+    """A header row without what each store stamps itself (its rev, a write's time)."""
+    return None if row is None else (row.id, row.turn_count, row.user_message_count,
+                                     row.run_count, row.first_user_turn, row.metadata)  # fmt: skip
+
+
+async def _same(memory: Any, other: Any, live: list[str], rng: random.Random) -> None:
+    for sid in live:
+        want, got = await memory.load(sid), await other.load(sid)
+        assert want is not None and got is not None
+        assert replace(got, updated_at=0) == replace(want, updated_at=0), sid
+        start = rng.randrange(len(want.turns) + 1)
+        limit = rng.choice([None, 1, 3])
+        assert await other.get_turns(sid, start, limit) == await memory.get_turns(sid, start, limit)
+        assert _meta(await other.get_meta(sid)) == _meta(await memory.get_meta(sid)), sid
+        assert await list_forks(other, sid) == await list_forks(memory, sid)
+    assert sorted(map(_meta, await other.list_meta())) == sorted(
+        map(_meta, await memory.list_meta())
+    )
+    word = f"word{rng.randrange(40)}"
+    found = [
+        sorted(r.id for r in (await s.search_meta(SessionSearch(text=word, limit=100))).rows)
+        for s in (memory, other)
+    ]
+    assert found[1] == found[0], word
+
+
+async def _step(
+    stores_: tuple[Any, Any], live: list[str], rng: random.Random, n: list[int]
+) -> None:
+    """One random write, the same on both stores."""
+    op = rng.choice(["append", "append", "fork", "fork", "save", "edit", "delete"])
+    sid = rng.choice(live)
+    if op == "append" or (op == "delete" and len(live) < 3):
+        turns = [_turn(n[0] + i, rng) for i in range(rng.randint(1, 3))]
+        n[0] += len(turns)
+        for s in stores_:
+            await s.append_turns(sid, turns)
+    elif op == "fork":
+        data = await stores_[0].load(sid)
+        at = rng.choice([None, *[t.id for t in data.turns]])
+        new = f"s{n[0]}"
+        n[0] += 1
+        for s in stores_:
+            await fork_session(s, sid, new, at=at, created_at=5_000)
+        live.append(new)
+    elif op == "save":
+        data = await stores_[0].load(sid)
+        keep = rng.randrange(len(data.turns) + 1)
+        turns = (*data.turns[:keep], _turn(n[0], rng))
+        n[0] += 1
+        data = SessionData(
+            id=sid, created_at=1, updated_at=2, metadata=data.metadata, turns=turns, runs=_runs()
+        )
+        for s in stores_:
+            await s.save(data)
+    elif op == "edit":
+        cut = rng.random()
+        extra = _turn(n[0], rng)
+        n[0] += 1
+
+        def edit(h: SessionHistory) -> SessionHistory:
+            return SessionHistory((*h.turns[: int(len(h.turns) * cut)], extra), h.runs)
+
+        for s in stores_:
+            await s.mutate_history(sid, edit)
+    else:
+        live.remove(sid)
+        for s in stores_:
+            await s.delete(sid)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_programs_answer_as_the_memory_store(kind: str, seed: int) -> None:
+    rng = random.Random(seed)
+    async with stores(kind, []) as pairs:
+        ((memory, other),) = pairs
+        first = SessionData(
+            id="root",
+            created_at=1,
+            updated_at=2,
+            metadata={"title": "root"} if seed % 2 else {},
+            turns=tuple(_turn(i, rng) for i in range(6)),
+            runs=_runs(),
+        )
+        for s in (memory, other):
+            await s.save(first)
+        live, n = ["root"], [100]
+        for _ in range(25):
+            await _step((memory, other), live, rng, n)
+            await _same(memory, other, live, rng)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_fork_sees_its_turn_ids(kind: str) -> None:
+    """An append to a fork repeating a shared turn is a retry; other content is a conflict."""
+    rng = random.Random(1)
+    turns = tuple(_turn(i, rng) for i in range(4))
+    async with stores(kind, [SessionData(id="a", created_at=1, updated_at=2, turns=turns)]) as p:
+        ((_, store),) = p
+        await fork_session(store, "a", "b", at="t2", created_at=5_000)
+        rev = await store.get_rev("b")
+        await store.append_turns("b", [turns[1]])  # retried: nothing written
+        assert await store.get_rev("b") == rev
+        with pytest.raises(ConflictError):
+            await store.append_turns("b", [_turn(1, random.Random(9))])
+        await store.append_turns("b", [turns[3]])  # left out of the fork: a new turn there
+        data = await store.load("b")
+        assert [t.id for t in data.turns] == ["t0", "t1", "t2", "t3"]
+
+
+async def test_a_sqlite_fork_copies_no_row(tmp_path: Any) -> None:
+    """The fork is a header and one link row; its rows are copied only when its source is
+    deleted, and then once."""
+    import sqlite3
+
+    from zidane_actors.stores import open_sqlite_store
+
+    rng = random.Random(2)
+    turns = tuple(_turn(i, rng) for i in range(50))
+    db = tmp_path / "f.db"
+    async with open_sqlite_store(db) as store:
+        await store.save(SessionData(id="a", created_at=1, updated_at=2, turns=turns))
+        await store.fork_session("a", "b", at=None, created_at=5_000)
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM turns").fetchone() == (50,)
+        await store.delete("a")
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM turns").fetchone() == (50,)
+        data = await store.load("b")
+        assert data is not None and data.turns == turns
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_forks_model_view_spans_what_it_shares(kind: str) -> None:
+    """``load_model_view`` of a fork (of a fork) reads the turns it shares, as the memory
+    store does, before and after the source is deleted."""
+    rng = random.Random(3)
+    turns = tuple(_turn(i, rng) for i in range(5))
+    async with stores(kind, [SessionData(id="a", created_at=1, updated_at=2, turns=turns)]) as p:
+        ((memory, other),) = p
+        for s in (memory, other):
+            await fork_session(s, "a", "b", at="t3", created_at=5_000)
+            await s.append_turns("b", [_turn(9, random.Random(4))])
+            await fork_session(s, "b", "c", at=None, created_at=6_000)
+        for sid in ("b", "c"):
+            assert await other.load_model_view(sid) == await memory.load_model_view(sid)
+        for s in (memory, other):
+            await s.delete("a")
+        assert await other.load_model_view("c") == await memory.load_model_view("c")
