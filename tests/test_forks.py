@@ -36,11 +36,13 @@ from zidane_actors.errors import (
     ConflictError,
     SessionNotFoundError,
     StaleSessionError,
+    UnsupportedOperationError,
     ValidationError,
 )
 from zidane_actors.model import (
     AppendTurnsOptions,
     Branch,
+    SessionArtifactInput,
     SessionData,
     SessionHistory,
     SessionRun,
@@ -57,6 +59,7 @@ from zidane_actors.stores import (
     create_file_map_store,
     create_memory_store,
     fork_into,
+    fork_session,
     list_forks,
     open_directory_adapter,
     open_memory_store,
@@ -192,7 +195,7 @@ async def test_branch_and_restore_keep_every_turn() -> None:
         tail = await s.restore_branch(left.session_id)
         assert tail is not None and (tail.turn_id, tail.turns) == ("a1", 1)
         assert ids(s.turns) == ["u0", "a1", "u2", "a3"] and ids(s.runs) == ["r1", "r2"]
-        assert s.branches == (left, tail)
+        assert list(s.branches) == [left, tail]
         stored = await store.load("s")
         assert stored is not None and stored.turns == s.turns
         with pytest.raises(ValidationError) as bad:
@@ -325,7 +328,7 @@ class Reference:
         ]
         for sid in gone:
             for table in (self.turns, self.origin, self.branch_of, self.branches):
-                table.pop(sid, None)  # type: ignore[attr-defined]
+                table.pop(sid, None)
         self.mains.remove(session_id)
 
 
@@ -431,12 +434,12 @@ async def run_fork_program(
                         continue
                     k = turns.index(at) + 1
                     head, left = turns[:k], turns[k:]
-                    entry = await s.restore_branch(chosen.session_id)
+                    tail = await s.restore_branch(chosen.session_id)
                     if left:
-                        assert entry is not None and (entry.turn_id, entry.turns) == (at, len(left))
-                        ref.archive(sid, entry)  # the head as it was before the restore
+                        assert tail is not None and (tail.turn_id, tail.turns) == (at, len(left))
+                        ref.archive(sid, tail)  # the head as it was before the restore
                     else:
-                        assert entry is None, when
+                        assert tail is None, when
                     ref.turns[sid] = [*head, *back[back.index(at) + 1 :]]
                 elif kind == "compact":
                     if not turns:
@@ -643,3 +646,38 @@ def test_random_programs_of_forks_across_file_maps_match_the_reference() -> None
             trio.run(run_file_map_program, program, Path(where))
 
     examples()
+
+
+async def test_a_store_of_the_required_methods_only_forks_and_branches() -> None:
+    """No versions, no patch_meta, no get_meta: the generic paths (nothing conditional)."""
+    store = RequiredOnly()
+    async with open_session_host(store) as host:
+        s = await _seeded(host)
+        assert s.rev is None
+        f = await host.fork_session("s", at="u0", id="f")
+        assert ids(f.turns) == ["u0"]
+        left = await s.branch("a1")
+        assert ids(s.turns) == ["u0", "a1"] and s.branches == (left,)
+        archive = await store.load(left.session_id)
+        assert archive is not None and archive.metadata["branchOf"] == "s"
+        assert await s.restore_branch(left.session_id) is None
+        assert ids(s.turns) == ["u0", "a1", "u2", "a3"]
+        assert await list_forks(store, "s") == sorted(["f", left.session_id])
+        await host.delete_session("s")
+        assert sorted(await store.list()) == ["f"]
+        with pytest.raises(UnsupportedOperationError):
+            await fork_session(store, "f", "g", at=None, created_at=1, expected_rev=1)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_an_artifact_then_a_branch_and_a_compaction(backend: str, tmp_path: Path) -> None:
+    """An artifact's upsert moves the rev by a step its answer does not say: not another writer.
+    A branch's save keeps the session's artifacts and send-request ids."""
+    async with opened(backend, tmp_path, None) as store, open_session_host(store) as host:
+        s = await _seeded(host)
+        made = await s.add_artifact(SessionArtifactInput(kind="pr", uri="https://x/1", label="pr"))
+        assert made is not None
+        entry = await s.branch("a1")
+        marker = await s.compact([], through="u0")
+        assert ids(s.turns) == ["u0", "a1", marker.id] and s.branches == (entry,)
+        assert await s.list_artifacts() == (made,)

@@ -55,7 +55,7 @@ from ._commands import _SessionCommand
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["delete_archives", "generated_session_id"]
+__all__ = ["delete_archives", "generated_session_id", "stored_metadata"]
 
 
 async def generated_session_id(store: SessionStore | None, caps: frozenset[str]) -> str:
@@ -88,12 +88,15 @@ async def _head(session: Session) -> tuple[SessionStore, SessionData, int | None
         raise NoStoreError(f"session {session.id!r} has no store to branch in")
     if session._bulk:
         raise ConflictError(f"session {session.id!r} holds an unsaved set_turns: save it first")
+    if session._stale:  # an own write moved the rev by a step it did not say: fold it in
+        await session._fold()
     found: tuple[SessionData, int | None] | None
     if is_versioned(session._caps):
         found = await cast(VersionedStore, store).load_versioned(session.id)
-        if found is not None and session._rev is not None and found[1] != session._rev:
+        expected = session._rev
+        if found is not None and expected is not None and found[1] != expected:
             await session._fold()
-            raise stale(session.id, session._rev, found[1])
+            raise stale(session.id, expected, found[1])
     else:
         data = await store.load(session.id)
         found = None if data is None else (data, None)
@@ -240,13 +243,16 @@ async def delete_archives(store: SessionStore, session_id: str, listed: tuple[Br
     Only a session whose ``branchOf`` names ``session_id`` is deleted: the list
     is metadata, and a listed id naming any other session leaves it alone.
     """
-    caps = store_capabilities(store)
     for entry in listed:
-        if "get_meta" in caps:
-            row = await cast(FullSessionStore, store).get_meta(entry.session_id)
-            metadata = None if row is None else row.metadata
-        else:
-            data = await store.load(entry.session_id)
-            metadata = None if data is None else data.metadata
+        metadata = await stored_metadata(store, entry.session_id)
         if metadata is not None and metadata.get(BRANCH_OF_KEY) == session_id:
             await store.delete(entry.session_id)
+
+
+async def stored_metadata(store: SessionStore, session_id: str) -> dict[str, Any] | None:
+    """A stored session's metadata (its header row when the store has ``get_meta``)."""
+    if "get_meta" in store_capabilities(store):
+        row = await cast(FullSessionStore, store).get_meta(session_id)
+        return None if row is None else row.metadata
+    data = await store.load(session_id)
+    return None if data is None else data.metadata

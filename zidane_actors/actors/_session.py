@@ -803,6 +803,8 @@ class Session(_Planned):
     async def _do_compact(self, marker: SessionTurn) -> SessionTurn:
         if self._bulk:
             raise ConflictError(f"session {self.id!r} holds an unsaved set_turns: save it first")
+        if self._stale:  # e.g. an artifact's upsert moved the rev by a step it did not say
+            await self._fold()
         with_compaction(SessionHistory(self._data.turns, ()), marker)  # located, nothing sent
         if "mutate_history" in self._caps:
             told: list[Revision] = []
