@@ -669,15 +669,20 @@ async def test_a_store_of_the_required_methods_only_forks_and_branches() -> None
             await fork_session(store, "f", "g", at=None, created_at=1, expected_rev=1)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
-async def test_an_artifact_then_a_branch_and_a_compaction(backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_artifact_then_a_branch_and_a_compaction(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """An artifact's upsert moves the rev by a step its answer does not say: not another writer.
     A branch's save keeps the session's artifacts and send-request ids."""
-    async with opened(backend, tmp_path, None) as store, open_session_host(store) as host:
-        s = await _seeded(host)
+    where = place(backend, request)
+    async with opened(backend, tmp_path, where) as store, open_session_host(store) as host:
+        s = await _seeded(host, f"s-{uuid.uuid4().hex[:10]}")
         made = await s.add_artifact(SessionArtifactInput(kind="pr", uri="https://x/1", label="pr"))
         assert made is not None
         entry = await s.branch("a1")
         marker = await s.compact([], through="u0")
         assert ids(s.turns) == ["u0", "a1", marker.id] and s.branches == (entry,)
         assert await s.list_artifacts() == (made,)
+        await host.delete_session(s.id)
+        assert await store.load(entry.session_id) is None
