@@ -2377,6 +2377,19 @@ class StoreContract:
         assert revision.after == await full.get_rev("f1")
         assert await full.get_rev("src") == rev  # a fork writes nothing to its source
 
+    async def test_fork_leaves_artifacts_and_send_ids_with_its_source(
+        self, store: SessionStore
+    ) -> None:
+        self.need_forks()
+        full = self.need(store, "upsert_artifact", "list_artifacts", "claim_send_request")
+        await self._forked_source(store)
+        await full.upsert_artifact(make_artifact("a1", "src"))
+        assert (await full.claim_send_request("src", "req-1", "fp")).claimed
+        await fork_session(store, "src", "f1", at=None, created_at=5_000)
+        assert await full.list_artifacts(ArtifactFilter(session_id="f1")) == []
+        assert (await full.claim_send_request("f1", "req-1", "fp")).claimed
+        assert len(await full.list_artifacts(ArtifactFilter(session_id="src"))) == 1
+
     async def test_fork_is_searched_whole(self, store: SessionStore) -> None:
         self.need_forks()
         full = self.need(store, "search_meta")

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 from test_compaction import BACKENDS, marker, opened, pg_schema, place, server, t
 
 from zidane_actors.actors import open_session_host
+from zidane_actors.errors import ValidationError
 from zidane_actors.model import COMPACTION_KEY, SessionData, SessionTurn, model_view
 from zidane_actors.portal import open_host_async, start_host
-from zidane_actors.stores import SessionStore, store_capabilities
+from zidane_actors.stores import SessionStore, StoreWrite, store_capabilities
 from zidane_actors.stores._model_view import read_model_view
 
 __all__ = ["pg_schema", "server"]  # the fixtures test_compaction defines, used here
@@ -141,6 +142,17 @@ def test_hand_made_histories(backend: str, request: pytest.FixtureRequest) -> No
             ["s1", "b", "c", "d"],
         ),
         "through a later turn": ((a, marker("c", [t("s")], "m"), c), ["a", "c"]),
+        "the marker pages of commands back": (
+            (
+                a,
+                b,
+                marker("a", [t("s")], "m"),
+                *(t(f"k{i}", "command") for i in range(20)),
+                *(marker("x", [], f"d{i}") for i in range(20)),
+                c,
+            ),
+            ["s", "b", *(f"k{i}" for i in range(20)), "c"],
+        ),
         "through the earlier marker": (
             (a, b, marker("a", [t("s1")], "m1"), c, marker("m1", [], "m2")),
             ["c"],
@@ -159,6 +171,28 @@ def test_hand_made_histories(backend: str, request: pytest.FixtureRequest) -> No
 
     with tempfile.TemporaryDirectory() as where:
         trio.run(main, Path(where))
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_views_read_in_one_wave_answer_each_its_own(backend: str, tmp_path: Path) -> None:
+    """Reads queued together go to the store at once (SQLite: ``apply_reads``, one snapshot)."""
+    a, b, c = t("a"), t("b", "assistant"), t("c")
+    histories = {
+        "plain": (a, b),
+        "compacted": (a, b, marker("a", [t("s")], "m"), c),
+        "dangling": (a, marker("x", [], "m")),
+    }
+    async with opened(backend, tmp_path, None) as store, open_session_host(store) as host:
+        for sid, turns in histories.items():
+            await store.save(SessionData(id=sid, created_at=1, updated_at=1, turns=turns))
+        calls = [StoreWrite("load_model_view", (sid,)) for sid in [*histories, "absent"]]
+        calls.append(StoreWrite("load_model_view", ("bad/id",)))
+        answers = await host.store.call_together(calls)
+        assert host.statistics().store.read_waves == 1
+        views = [answer.unwrap() for answer in answers[:4]]
+        assert views == [list(model_view(turns)) for turns in histories.values()] + [None]
+        with pytest.raises(ValidationError):
+            answers[4].unwrap()
 
 
 def test_the_blocking_and_asyncio_doors_load_the_model_view() -> None:

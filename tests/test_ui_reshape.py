@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 from test_ui import STORES, _client, _Tags
 
@@ -21,6 +22,7 @@ from zidane_actors.errors import RemoteStoreError, UnsupportedOperationError
 from zidane_actors.model import (
     BRANCH_OF_KEY,
     BRANCHES_KEY,
+    COMPACTION_KEY,
     FORKED_FROM_KEY,
     SessionData,
     SessionRun,
@@ -29,6 +31,7 @@ from zidane_actors.model import (
     ToolCallBlock,
     ToolResultBlock,
     compaction_marker,
+    to_builtins,
 )
 from zidane_actors.stores import fork_session, open_memory_store, store_capabilities
 
@@ -400,6 +403,14 @@ async def test_hostile_lineage_and_summaries_stay_text() -> None:
         ],
     }
     data = compacted("evil", 6, {4: ("t2", _summary(EVIL, EVIL))}, metadata=hostile_meta)
+    raw = SessionTurn(  # a marker another writer stored: no id is checked there
+        id="raw",
+        role="command",
+        content=(TextBlock(EVIL),),
+        created_at=T0,
+        metadata={COMPACTION_KEY: {"through": EVIL, "summary": [to_builtins(_say(9, EVIL))]}},
+    )
+    data = msgspec.structs.replace(data, turns=(*data.turns, raw))
     async with open_memory_store() as store, _client(store) as client:
         await store.save(data)
         for data in _branched("b", EVIL):
@@ -416,6 +427,8 @@ async def test_hostile_lineage_and_summaries_stay_text() -> None:
         assert not [a for _, attrs in parser.tags for a, _ in attrs if a.startswith("on")]
         assert EVIL in "".join(parser.text)
     assert "Left branches (1)" in pages[0]  # the malformed entries passed over
+    # The raw marker's through names no turn before it (all read): an ordinary turn.
+    assert pages[0].count('<section class="fold"') == 1 and 'data-turn-id="raw"' in pages[0]
     assert "?turn=" not in _lineage(pages[0])  # no link names an id that is no id
     assert 'href="/ui/sessions/b?turn=t1"' in pages[2]
 
@@ -462,6 +475,7 @@ async def test_what_the_host_writes_shows_as_written() -> None:
             page = (await client.get("/ui/fragments/sessions/live")).text
             forked = (await client.get(f"/ui/fragments/sessions/{fork.id}")).text
             archive = (await client.get(f"/ui/fragments/sessions/{left.session_id}")).text
+            listed = (await client.get("/ui/fragments/sessions")).text
     assert "<strong>4 turns summarized</strong>" in page and "recap of four" in page
     assert _turn_ids(_between(page, '<details class="fold-originals">', "</details>")) == [
         "t0",
@@ -476,3 +490,8 @@ async def test_what_the_host_writes_shows_as_written() -> None:
     assert "↱ Forked from" in forked and 'href="/ui/sessions/live?turn=t8"' in forked
     assert "4 turns summarized" in forked  # the fork keeps the marker, and so the fold
     assert "↶ A branch left by" in archive and 'href="/ui/sessions/live?turn=t7"' in archive
+    # The list says which sessions are forks and which keep a left branch.
+    rows = dict(re.findall(r'data-session-id="([^"]+)">(.*?)</tr>', listed))
+    assert "↱ fork of live" in rows["live-fork"]
+    assert "↶ branch left by live" in rows[left.session_id]
+    assert "lineage-mark" not in rows["live"]

@@ -159,6 +159,11 @@ def test_forks_link_both_ways_and_branches_are_reachable(
         assert "A branch left by" in back.text and "went back to turn t1" in back.text
         back.find_element(By.CSS_SELECTOR, "a.session-link").click()
         _until(browser, lambda d: d.current_url.endswith("/ui/sessions/b"))
+
+        _open(browser, f"{proc.url}/ui/", "sessions")
+        row = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='b-left1']")
+        assert "↶ branch left by b" in row.find_element(By.CSS_SELECTOR, ".sid").text
+        _shot(browser, shots / f"reshape-list-{width}.png")
     finally:
         browser.set_window_size(1280, 1600)
 

@@ -27,7 +27,7 @@ from ..stores._model_view import read_model_view
 from ..stores._protocol import SessionStore, store_capabilities
 from ..wire import PairingDrop
 from ._actor import Actor
-from ._branches import delete_archives, generated_session_id
+from ._branches import delete_archives, generated_session_id, stored_metadata
 from ._build import _loaded_session_data, _new_session_data, _restored_session_data, _run_after
 from ._commands import _SessionCommand
 from ._session import Session
@@ -313,12 +313,7 @@ class SessionHost:
             if actor is not None:
                 actor.close()
                 await actor.wait_stopped()
-        if "get_meta" in self._caps:
-            row = await self._store.get_meta(session_id)
-            metadata = None if row is None else row.metadata
-        else:
-            data = await self._store.load(session_id)
-            metadata = None if data is None else data.metadata
+        metadata = await stored_metadata(self._store, session_id)
         await self._store.delete(session_id)
         if metadata is not None:
             await delete_archives(self._store, session_id, branches_of(metadata))

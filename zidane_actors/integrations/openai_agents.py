@@ -17,7 +17,11 @@ child runs, and how the call ended; ``session.tool_error_formatter`` (a
 ``RunConfig`` formatter) marks the results of failed tool calls ``isError``. Wrapped in
 ``OpenAIResponsesCompactionSession``, it compacts losslessly: its compaction
 hooks record a zidane compaction, so ``get_items`` answers the compacted
-history while every item stays stored. Requires the ``openai-agents`` extra.
+history while every item stays stored. It also answers
+``AdvancedSQLiteSession``'s branch operations (``create_branch_from_turn``,
+``list_branches``, ``switch_to_branch``… see
+:mod:`zidane_actors.integrations._agents_branches`), each branch left kept
+whole in a zidane branch archive. Requires the ``openai-agents`` extra.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from ..model import (
 from ..portal._thread import wait_future
 from . import _agents_runs as _runs
 from . import _shared
+from ._agents_branches import BranchOps
 from ._responses import (
     ItemGroup,
     error_marks,
@@ -100,7 +105,7 @@ _lock_for: Final = _shared.SessionLocks()
 """Each session's lock for the writes of this door (in the trio thread)."""
 
 
-class ZidaneSession(_shared.Share):
+class ZidaneSession(BranchOps, _shared.Share):
     """An openai-agents ``Session`` kept in a zidane store.
 
     ``store`` is a store URL as the CLI takes it (``sqlite:PATH``, ``memory:``,
@@ -481,6 +486,11 @@ class ZidaneSession(_shared.Share):
         shared = self._open()
         await wait_future(shared.ready)
         return await shared.portal.call_async(fn, shared, *args)
+
+    @staticmethod
+    def _writes(session: Session) -> trio.Lock:
+        """The lock this door's writes to ``session`` hold (in the trio thread)."""
+        return _lock_for(session)
 
     async def _session(self, shared: _shared.SharedPortal, create: bool) -> Session | None:
         # Always through load_session: it refreshes the handle when another writer wrote.

@@ -21,6 +21,7 @@ from ._ui_common import (
     session_title,
     shown_status,
 )
+from ._ui_reshape import lineage_mark
 from ._ui_runs import RunTotals, failure_mark
 
 __all__ = [
@@ -154,9 +155,11 @@ def filter_form(
     )
 
 
-def _title_cell(sid: str, title: Node) -> Html:
-    """A listed session's first cell: ``title`` linking to its page, its id below."""
-    return el("td", {"class": "title"}, _session_link(sid, title), el("div", {"class": "sid"}, sid))
+def _title_cell(sid: str, title: Node, mark: Node = None) -> Html:
+    """A listed session's first cell: ``title`` linking to its page, its id (and ``mark``) below."""
+    return el(
+        "td", {"class": "title"}, _session_link(sid, title), el("div", {"class": "sid"}, sid, mark)
+    )
 
 
 def _corrupt_row(row: SessionMetaRow) -> Html:
@@ -202,7 +205,9 @@ def _session_row(
     return el(
         "tr",
         {"class": "session-row", "data-session-id": row.id},
-        _title_cell(row.id, title or el("span", {"class": "muted"}, "(untitled)")),
+        _title_cell(
+            row.id, title or el("span", {"class": "muted"}, "(untitled)"), lineage_mark(row)
+        ),
         el("td", {"class": "wide"}, agent),
         el("td", {"class": "wide"}, project),
         el("td", None, _badge(shown_status(row, now)), " ", failure_mark(totals)),

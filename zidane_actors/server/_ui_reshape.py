@@ -4,7 +4,7 @@ A compaction marker folds the turns it summarized: the page shows "N turns
 summarized", the summary turns, and the original turns one click away (a
 ``<details>`` for those on the page, a link for those on earlier pages).
 Folds are planned from the page's own turns: a marker whose ``through`` lies
-before the page (and was not read) still folds, counting what it can.
+before the page (and was not read) still folds, its count unknown.
 
 A fork's page links to its source and the turn it was forked at; a source's
 page lists its forks when the store can (``list_forks``); a session's page
@@ -41,6 +41,7 @@ __all__ = [
     "Lineage",
     "fold_head",
     "folded",
+    "lineage_mark",
     "page_folds",
     "read_lineage",
     "render_lineage",
@@ -86,11 +87,11 @@ def page_folds(
     """The folds of the markers among ``turns`` (index, turn), by marker index.
 
     ``read`` is every turn read with its index (the page's, or the whole
-    session's when ``whole``), looked through only when a marker is on the
-    page. A marker folds when its ``through`` is an earlier turn; one whose
-    ``through`` is not among those read folds with an unknown count, unless
-    the whole session was read (then its ``through`` is gone: it stays an
-    ordinary turn, as for the model).
+    session's), looked through only when a marker is on the page; ``whole``
+    says it holds every turn before the page's. A marker folds when its
+    ``through`` is an earlier turn; one whose ``through`` is not among those
+    read folds with an unknown count, unless ``whole`` (then its ``through``
+    is gone: it stays an ordinary turn, as for the model).
     """
     markers = [(i, t, c) for i, t in turns if (c := compaction_of(t)) is not None]
     if not markers:
@@ -227,6 +228,17 @@ def _session(sid: str, rows: Mapping[str, SessionMetaRow | None]) -> Node:
         [el("strong", None, title), " "] if title else None,
         el("code", None, sid),
     )
+
+
+def lineage_mark(row: SessionMetaRow) -> Node:
+    """What a listed session's id line adds: the session it is a branch or a fork of."""
+    branch_of = row.metadata.get(BRANCH_OF_KEY)
+    if isinstance(branch_of, str):
+        return el("span", {"class": "lineage-mark"}, f" · ↶ branch left by {branch_of}")
+    origin = forked_from(row.metadata)
+    if origin is not None:
+        return el("span", {"class": "lineage-mark"}, f" · ↱ fork of {origin.session_id}")
+    return None
 
 
 def _turn_a(sid: str, turn_id: str) -> Html:

@@ -581,7 +581,7 @@ def _transcript(page: SessionPage, running: bool) -> Html:
             el("a", {"href": f"{ui_path('sessions', sid)}?from={page.start}"}, "Show every turn"),
         )
     read = enumerate(page.every) if page.every else enumerate(page.turns, page.start)
-    folds = page_folds(shown, read, whole=bool(page.every))
+    folds = page_folds(shown, read, whole=bool(page.every) or page.start == 0)
     return el(
         "section",
         {"class": "transcript"},
