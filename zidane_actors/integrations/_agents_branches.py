@@ -298,7 +298,8 @@ class BranchOps:
 async def _branch_turns(
     shared: _shared.SharedPortal, door: _Door, branch_id: str | None
 ) -> Sequence[SessionTurn]:
-    """The stored turns of the branch ``branch_id`` (the current one when ``None``)."""
+    """The stored turns of the branch ``branch_id`` (the current one when ``None``; of an
+    archive, only the model's view of them)."""
     session = await door._session(shared, False)
     if session is None:
         return ()
@@ -307,8 +308,7 @@ async def _branch_turns(
         return session.turns
     for sid, named in listed(session, names).items():
         if named.branch_id == branch_id:
-            archive = await shared.portal.host.load_session(sid)
-            return () if archive is None else archive.turns
+            return await shared.portal.host.load_model_view(sid) or ()
     return ()
 
 
@@ -427,11 +427,11 @@ async def _list(shared: _shared.SharedPortal, door: _Door) -> list[dict[str, Any
     if session is None:
         return []
     names = names_of(session)
-    found = [(names.current, session.turns, True)]
+    found: list[tuple[Named, Sequence[SessionTurn], bool]] = [(names.current, session.turns, True)]
     for sid, named in listed(session, names).items():
-        archive = await shared.portal.host.load_session(sid)
-        if archive is not None:
-            found.append((named, archive.turns, False))
+        view = await shared.portal.host.load_model_view(sid)  # the archive not opened
+        if view is not None:
+            found.append((named, view, False))
     rows = []
     for named, turns, is_current in sorted(found, key=lambda f: (f[0].created_at, f[0].branch_id)):
         count, users = item_counts(turns)
