@@ -371,3 +371,19 @@ def test_the_hooks_time_each_model_and_tool_call(db: str) -> None:
     starts = [c["startedAt"] for c in calls]
     assert starts == sorted(starts) and run.started_at <= starts[0]
     assert run.ended_at is not None and starts[-1] <= run.ended_at
+
+
+def test_without_hooks_the_trace_times_each_tool_call(db: str, tracing: None) -> None:
+    model = ScriptedModel(
+        [[function_call("broken", {"city": "Paris"}, call_id="c1")], [assistant_message("Sorry.")]]
+    )
+    session = ZidaneSession("r", store=db)
+    try:
+        Runner.run_sync(Agent(name="weather", model=model, tools=[broken]), "Hi", session=session)
+        (run,) = stored_when(db, "r", ended).runs
+        assert run.status == "completed" and run.extra_fields is not None
+        (call,) = run.extra_fields[CALL_TIMES_KEY]
+        assert (call["kind"], call["name"], call["failed"]) == ("tool", "broken", True)
+        assert run.started_at <= call["startedAt"] and call["durationMs"] >= 0
+    finally:
+        session.close()

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -36,6 +37,9 @@ from agents import (
 from agents.tool import default_tool_timeout_error_message
 from agents.tracing import (
     AgentSpanData,
+    FunctionSpanData,
+    GenerationSpanData,
+    ResponseSpanData,
     Span,
     TaskSpanData,
     Trace,
@@ -384,6 +388,9 @@ class Failures(TracingProcessor):
     def on_span_end(self, span: Span[Any]) -> None:
         data = span.span_data
         raised = sys.exc_info()[1]
+        if isinstance(data, FunctionSpanData | GenerationSpanData | ResponseSpanData):
+            self._timed(span)
+            return
         if isinstance(data, AgentSpanData) and span.error is not None:
             detail = (span.error.get("data") or {}).get("error")
             text = f"{span.error.get('message')}: {detail}" if detail else span.error["message"]
@@ -405,11 +412,42 @@ class Failures(TracingProcessor):
             call.settle(spoken)
             post_records(session, call)
 
+    def _timed(self, span: Span[Any]) -> None:
+        """A model or tool call's span, timed, for the calls the hooks do not time."""
+        with self._lock:
+            calls = [call for call, _ in self._calls.get(span.trace_id, ()) if not call.hooked]
+        if not calls:
+            return
+        timed = span_time(span)
+        if timed is None:
+            return
+        data = span.span_data
+        if isinstance(data, FunctionSpanData):
+            kind, name = "tool", data.name
+        elif isinstance(data, GenerationSpanData):
+            kind, name = "model", data.model or "model call"
+        else:
+            model = getattr(data.response, "model", None)
+            kind, name = "model", model if isinstance(model, str) else "model call"
+        for call in calls:
+            call.current.calls.append(CallTime(kind, name, *timed, failed=span.error is not None))
+            call.changed.add(call.current.id)
+
     def shutdown(self) -> None:
         pass
 
     def force_flush(self) -> None:
         pass
+
+
+def span_time(span: Span[Any]) -> tuple[int, float] | None:
+    """A span's start (epoch ms) and length (ms), from its ISO times."""
+    try:
+        start = datetime.fromisoformat(span.started_at or "")
+        end = datetime.fromisoformat(span.ended_at or "")
+    except ValueError:
+        return None
+    return int(start.timestamp() * 1000), (end - start).total_seconds() * 1000
 
 
 def post_records(session: ZidaneSession, call: RunnerCall) -> None:
