@@ -686,3 +686,14 @@ async def test_an_artifact_then_a_branch_and_a_compaction(
         assert await s.list_artifacts() == (made,)
         await host.delete_session(s.id)
         assert await store.load(entry.session_id) is None
+
+
+async def test_a_fork_sees_the_writes_queued_before_it() -> None:
+    async with open_memory_store() as store, open_session_host(store) as host:
+        s = await _seeded(host)
+        first = s.set_agent_id_nowait("coder")  # queued in the session's actor: so are the rest
+        replies = [first, *(s.append_turns_nowait([t(f"q{i}")]) for i in range(3))]
+        f = await host.fork_session("s")
+        assert ids(f.turns)[-3:] == ["q0", "q1", "q2"]
+        for reply in replies:
+            await reply.wait()

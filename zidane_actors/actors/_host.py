@@ -29,7 +29,7 @@ from ..wire import PairingDrop
 from ._actor import Actor
 from ._branches import delete_archives, generated_session_id, stored_metadata
 from ._build import _loaded_session_data, _new_session_data, _restored_session_data, _run_after
-from ._commands import _SessionCommand
+from ._commands import _Refresh, _SessionCommand
 from ._session import Session
 from ._store_actor import StoreActor, StoreActorStatistics, open_store_actor
 from ._trace import host_op, refresh
@@ -270,7 +270,8 @@ class SessionHost:
         """A new session: the fork of ``source_id`` through turn ``at`` (all turns by default).
 
         The fork is :func:`~zidane_actors.model.fork_document` of the source as
-        the store holds it (a handle's unsaved changes are not in it), made in
+        the store holds it once the writes this host queued for it landed (a
+        handle's unsaved changes are not in it), made in
         one step of the store (shared history on the SQL stores, a copy on the
         others); its metadata's ``forkedFrom`` says where it came from. ``id``
         defaults to one the store generates. Raises :class:`SessionNotFoundError`
@@ -284,6 +285,9 @@ class SessionHost:
         validate_id(id)
         if id in self._sessions or id in self._loading:
             raise ConflictError(f"session {id!r} is already open in this host")
+        held = self._sessions.get(source_id)
+        if held is not None and not held._idle():  # its queued writes land first
+            await held._call(_Refresh())
         await fork_session(self._store, source_id, id, at=at, created_at=self._clock())
         session = await self.load_session(id)
         if session is None:  # deleted by another writer at once
