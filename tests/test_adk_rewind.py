@@ -1,7 +1,7 @@
 """``Runner.rewind_async`` and events compaction over ``ZidaneSessionService``, side by side.
 
 Each program runs a real ``Runner`` over a scripted model, once over
-``ZidaneSessionService`` (SQLite and memory stores) and once over ADK's own
+``ZidaneSessionService`` (SQLite, memory and PostgreSQL stores) and once over ADK's own
 ``DatabaseSessionService`` (``sqlite+aiosqlite`` in ``tmp_path``), with ADK's
 id and clock providers seeded so both runs make the same ids and timestamps.
 Everything each service answers afterwards (the events whole, the merged
@@ -19,6 +19,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from _pg import fresh_database
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (extra `adk`)")
 pytest.importorskip("sqlalchemy", reason="sqlalchemy[asyncio] is not installed")
@@ -43,7 +44,7 @@ from google.genai import types
 
 from zidane_actors.integrations.adk import ZidaneSessionService
 
-KINDS = ("zidane-sqlite", "zidane-memory", "adk-database")
+KINDS = ("zidane-sqlite", "zidane-memory", "zidane-postgres", "adk-database")
 T0 = 1_700_000_000.0
 APP, USER, SID = "notes", "ada", "s1"
 
@@ -101,9 +102,11 @@ def question(text: str) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=text)])
 
 
-def _service(kind: str, base: Path) -> BaseSessionService:
+def _service(kind: str, base: Path, postgres: str) -> BaseSessionService:
     if kind == "zidane-sqlite":
         return ZidaneSessionService(store=f"sqlite:{base / 'zidane.db'}")
+    if kind == "zidane-postgres":
+        return ZidaneSessionService(store=postgres)
     if kind == "zidane-memory":
         return ZidaneSessionService(store="memory:")
     return DatabaseSessionService(f"sqlite+aiosqlite:///{base / 'adk.db'}")
@@ -175,10 +178,10 @@ def _contents(request: LlmRequest) -> list[Any]:
 def _answers(program: Program, script: Callable[[], list[LlmResponse]], tmp_path: Path) -> Any:
     """What each service answered to ``program``, and what a new instance reads back."""
 
-    async def one(kind: str) -> list[Any]:
+    async def one(kind: str, postgres: str) -> list[Any]:
         base = tmp_path / kind
         base.mkdir()
-        service = _service(kind, base)
+        service = _service(kind, base, postgres)
         ids = itertools.count()
         ticks = itertools.count()
         try:
@@ -202,7 +205,7 @@ def _answers(program: Program, script: Callable[[], list[LlmResponse]], tmp_path
             platform_time.reset_time_provider()
             await _close(service)
         if kind != "zidane-memory":  # the store alone, through a new service instance
-            again = _service(kind, base)
+            again = _service(kind, base, postgres)
             try:
                 reread = Harness(again, [])
                 await reread.look()
@@ -211,7 +214,8 @@ def _answers(program: Program, script: Callable[[], list[LlmResponse]], tmp_path
                 await _close(again)
         return answers
 
-    return {kind: asyncio.run(one(kind)) for kind in KINDS}
+    with fresh_database("test_adk_rewind") as postgres:
+        return {kind: asyncio.run(one(kind, postgres)) for kind in KINDS}
 
 
 def _same_as_database(
@@ -220,6 +224,7 @@ def _same_as_database(
     answers = _answers(program, script, tmp_path)
     peer = answers["adk-database"]
     assert answers["zidane-sqlite"] == peer
+    assert answers["zidane-postgres"] == peer
     assert answers["zidane-memory"] == peer[:-1]  # no store left to read back
     # What the store kept reads back, through a new instance, as the last look saw it.
     assert peer[-1] == ("reread", peer[-5:-1])
