@@ -387,3 +387,23 @@ def test_without_hooks_the_trace_times_each_tool_call(db: str, tracing: None) ->
         assert run.started_at <= call["startedAt"] and call["durationMs"] >= 0
     finally:
         session.close()
+
+
+def test_a_plain_streamed_failure_is_recorded_when_it_happens(db: str, tracing: None) -> None:
+    async def main() -> ZidaneSession:
+        session = ZidaneSession("s", store=db)
+        streamed = Runner.run_streamed(failing("streamer"), "Stream me", session=session)
+        with pytest.raises(RuntimeError):
+            async for _ in streamed.stream_events():
+                pass
+        return session
+
+    session = asyncio.run(main())
+    try:
+        data = stored_when(db, "s", ended)
+        (run,) = data.runs
+        assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
+        assert run.prompt == "Stream me" and run.agent is not None and run.agent.id == "streamer"
+        assert data.agent_id == "streamer"
+    finally:
+        session.close()

@@ -376,12 +376,17 @@ class Failures(TracingProcessor):
             self._agent_errors.pop(trace.trace_id, None)
 
     def on_span_start(self, span: Span[Any]) -> None:
+        self._name(span)
+
+    def _name(self, span: Span[Any]) -> None:
+        """Without hooks, an agent span names the agent (at its start or end: a streamed
+        call stores its first item after the span began)."""
         data = span.span_data
         if not isinstance(data, AgentSpanData):
             return
         with self._lock:
             calls = list(self._calls.get(span.trace_id, ()))
-        for call, _ in calls:  # without hooks, the agent span names the agent
+        for call, _ in calls:
             if call.current.agent is None:
                 call.current.agent = data.name
 
@@ -391,6 +396,7 @@ class Failures(TracingProcessor):
         if isinstance(data, FunctionSpanData | GenerationSpanData | ResponseSpanData):
             self._timed(span)
             return
+        self._name(span)
         if isinstance(data, AgentSpanData) and span.error is not None:
             detail = (span.error.get("data") or {}).get("error")
             text = f"{span.error.get('message')}: {detail}" if detail else span.error["message"]
