@@ -306,8 +306,9 @@ class ZidaneSession(BranchOps, _shared.Share):
 
         ``hooks`` and ``run_config``'s ``tool_error_formatter`` default to this
         session's. When the call raises, its runs still open end ``error``
-        with the exception's type and text before it propagates: a plain
-        ``Runner.run`` shows the session no exception its caller catches.
+        with the exception's type and text before it propagates (a plain
+        ``Runner.run`` shows the session its exception only through the
+        SDK's tracing, when it is on).
         """
         begun: list[_runs.RunnerCall] = []
         token = _runs.attempt.set(begun)
