@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _pg import fresh_database
 from agents.extensions.memory import AdvancedSQLiteSession
 
 from zidane_actors.actors import Session
@@ -148,15 +150,24 @@ def peer() -> AdvancedSQLiteSession:
     return AdvancedSQLiteSession(session_id="conv", create_tables=True)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    with fresh_database("test_agents_branches") as url:
+        yield url
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres")
+        return url
     return "memory:" if request.param == "memory" else f"sqlite:{tmp_path / 'zidane.db'}"
 
 
-def _every_item(store: str) -> list[Any]:
+def _every_item(store: str, session_id: str) -> list[Any]:
     """Every item the store holds for the session: its own turns' and its archives'."""
     with start_host(store) as host:
-        session = host.load_session("conv")
+        session = host.load_session(session_id)
         assert session is not None
         held = [i for t in session.turns for i in items_of_turn(t)]
         for branch in session.branches:
@@ -174,12 +185,13 @@ def test_branch_programs_answer_as_advanced_sqlite_session(seed: int, store: str
         want = play(reference, steps)
     finally:
         reference.close()
-    with ZidaneSession("conv", store=store) as session:
+    session_id = f"conv-{seed}"  # one PostgreSQL database holds every seed's session
+    with ZidaneSession(session_id, store=store) as session:
         got = play(session, steps)
         for k, (s, a, b) in enumerate(zip(steps, want, got, strict=True)):
             assert a == b, (k, s)
-    if store.startswith("sqlite:"):
-        held = _every_item(store)
+    if store != "memory:":  # the store kept every item added but those popped
+        held = _every_item(store, session_id)
         popped = [answer for s, answer in zip(steps, want, strict=True) if s[0] == "pop"]
         for item in (i for s in steps if s[0] == "add" for i in s[1] if i not in popped):
             assert item in held, item
