@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -63,6 +63,7 @@ from zidane_actors.stores import (
     list_forks,
     open_directory_adapter,
     open_memory_store,
+    store_capabilities,
 )
 
 BACKENDS = ("memory", "sqlite", "postgres", "remote")
@@ -365,6 +366,9 @@ async def check_all(
         assert held.runs == stored.runs, f"{when}: the memory of {sid} is not its store"
         assert list(held.branches) == ref.branches[sid], f"{when}: the branches of {sid}"
         assert await store.get_turns(sid, 1, 2) == list(stored.turns[1:3]), when
+        if "get_meta" in store_capabilities(store):
+            row = await cast(Any, store).get_meta(sid)
+            assert (row.turn_count, row.run_count) == (len(stored.turns), len(stored.runs)), when
     sources = {source for source, _ in ref.origin.values()}
     for source_id in sources:
         expected = sorted(sid for sid, (src, _) in ref.origin.items() if src == source_id)
