@@ -182,9 +182,11 @@ def test_a_first_model_call_that_raises_is_an_error_with_its_text(url: str) -> N
     agent = LlmAgent(name="flaky", model=Scripted(script=[RuntimeError("provider down: 429")]))
     sid, failures = drive(url, agent, ["Hello?"])
     assert [str(f) for f in failures] == ["provider down: 429"]
-    (run,) = stored(url, sid).runs
+    data = stored(url, sid)
+    (run,) = data.runs
     assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
     assert run.prompt == "Hello?" and run.ended_at is not None
+    assert run.agent is not None and run.agent.id == "flaky" and data.agent_id == "flaky"
 
 
 def test_a_failure_is_an_error_event_the_service_records_without_the_plugin(url: str) -> None:
@@ -236,9 +238,12 @@ def test_a_tool_that_raises_is_an_error_with_its_text(url: str) -> None:
     agent = LlmAgent(name="forecaster", model=model, tools=[broken])
     sid, failures = drive(url, agent, ["Weather?"])
     assert len(failures) == 1
-    (run,) = stored(url, sid).runs
+    data = stored(url, sid)
+    (run,) = data.runs
     assert run.status == "error" and run.error == "ConnectionError: no forecast for Paris"
     assert (run.tokens_in, run.tokens_out) == (100, 10)
+    assert run.agent is not None and run.agent.id == "forecaster"
+    assert data.agent_id == "forecaster"
 
 
 def test_an_error_event_ends_its_run_with_its_code_and_message(url: str) -> None:
@@ -258,6 +263,7 @@ def test_a_streamed_invocation_stores_its_final_event_only(url: str) -> None:
     (run,) = data.runs
     assert run.status == "completed" and (run.tokens_in, run.tokens_out) == (120, 5)
     assert [t.role for t in data.turns] == ["user", "assistant"]
+    assert run.agent is not None and run.agent.id == "streamer" and data.agent_id == "streamer"
 
 
 def test_a_transfer_is_a_run_of_the_agent_it_went_to(url: str) -> None:
@@ -281,6 +287,13 @@ def test_a_transfer_is_a_run_of_the_agent_it_went_to(url: str) -> None:
     # Each turn names its agent: the run it belongs to.
     authors = {t.run_id for t in data.turns if t.role == "assistant"}
     assert authors == {parent.id, child.id}
+    runs = {r.id: r for r in data.runs}
+    for turn in data.turns:
+        event = turn.metadata["adkEvent"] if turn.metadata else {}
+        if event.get("author") not in (None, "user"):
+            run = runs[turn.run_id]
+            assert run.agent is not None and run.agent.id == event["author"]
+    assert data.agent_id == "triage"  # the root agent
 
 
 def test_each_model_and_tool_call_is_timed_from_the_event_timestamps(url: str) -> None:
