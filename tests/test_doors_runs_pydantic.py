@@ -221,3 +221,31 @@ def test_a_delegate_is_a_child_run_through_opentelemetry() -> None:
         listed = host.call(lambda: host.trio_host.store.list())
         assert listed == ["chat-d"]  # no session of the expert's own
         processor.shutdown()
+
+
+def test_the_timeline_of_a_stored_run_is_pydantic_ais_own_message_times() -> None:
+    """No callTimes: the turns keep pydantic-ai's timestamps, which time each call."""
+    from pydantic_ai.messages import ModelRequest
+
+    from zidane_actors.server._ui_runs import run_spans
+
+    agent: Agent[None, str] = Agent(TestModel(), name="adder")
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    with start_host("memory:") as host:
+        session = host.create_session(id="h")
+        result = run_agent_sync(session, agent, "add 1 and 2")
+        run = only(session.runs)
+        spans = run_spans(run, session.turns)
+    ms = [int(m.timestamp.timestamp() * 1000) for m in result.new_messages()]
+    kinds = [type(m) for m in result.new_messages()]
+    assert kinds == [ModelRequest, ModelResponse, ModelRequest, ModelResponse]
+    assert [(s.kind, s.start, s.end) for s in spans] == [
+        ("model", ms[0], ms[1]),  # the request made, its response
+        ("tool", ms[1], ms[2]),  # the call asked for, the return sent back
+        ("model", ms[2], ms[3]),
+    ]
