@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 from _pg import fresh_database
+from agents import Agent, Runner, function_tool
 from agents.extensions.memory import AdvancedSQLiteSession
+from agents.testing import ScriptedModel, assistant_message, function_call
 
 from zidane_actors.actors import Session
 from zidane_actors.integrations._responses import items_of_turn
@@ -387,3 +389,43 @@ def test_a_branch_that_loses_a_race_is_made_again_over_the_winners_write(
     assert raced and name == "alt"
     assert items == [user("one"), said("a1")]
     assert {row["branch_id"]: row["message_count"] for row in listed} == {"alt": 2, "main": 5}
+
+
+def test_runner_calls_over_branches_send_the_model_what_advanced_sqlite_session_sends() -> None:
+    """Runner calls with a tool, a branch from turn 2, a switch back: the model is sent
+    the same inputs, and the session answers the same items, over both sessions."""
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"Sunny in {city}."
+
+    async def walk(session: Any) -> list[Any]:
+        model = ScriptedModel(
+            [
+                [function_call("weather", {"city": "Paris"}, call_id="c1")],
+                [assistant_message("Sunny in Paris.")],
+                [assistant_message("You asked about Paris.")],
+                [assistant_message("Oslo, then.")],
+                [assistant_message("Back on the main line.")],
+            ]
+        )
+        agent = Agent(name="forecaster", model=model, tools=[function_tool(weather)])
+        await Runner.run(agent, "Weather in Paris?", session=session)
+        await Runner.run(agent, "What did I ask?", session=session)
+        branch = await session.create_branch_from_turn(2, "alt")
+        await Runner.run(agent, "And in Oslo?", session=session)
+        await session.switch_to_branch("main")
+        await Runner.run(agent, "Thanks.", session=session)
+        sent = [call.input for call in model.calls]
+        return [branch, sent, await session.get_items(), await session.get_items(limit=3)]
+
+    reference = peer()
+    try:
+        want = asyncio.run(walk(reference))
+    finally:
+        reference.close()
+    with ZidaneSession("conv", store="memory:") as session:
+        got = asyncio.run(walk(session))
+    assert got == want
+    last_sent = [i.get("content") for i in want[1][-1] if i.get("role") == "user"]
+    assert last_sent == ["Weather in Paris?", "What did I ask?", "Thanks."]
