@@ -91,12 +91,14 @@ from ..model import (
     validate_id,
 )
 from ..portal import AsyncSession, SyncSession
+from ._pydantic_ai_store import ZidaneConversationStore  # uses this module's converters
 from ._shared import trace_context, with_trace
 from ._usage import Price, cost_of, total
 
 __all__ = [
     "PYDANTIC_AI_METADATA_KEY",
     "PYDANTIC_AI_PROVIDER",
+    "ZidaneConversationStore",
     "append_messages",
     "append_messages_sync",
     "message_history",

@@ -1,0 +1,436 @@
+"""``ZidaneConversationStore`` answers as pydantic-ai's ``InMemoryConversationStore``.
+
+Seeded random programs (saves of real agent runs with tool calls, loads with
+limits, edited and serialized histories, branches, forks, scopes, titles and
+metadata, stale saves, deletes) run on both stores side by side; every answer
+(conversations, entries, records, exceptions with their text) must be equal,
+entry ids, revisions and times compared by their order of first appearance.
+Memory and SQLite always, PostgreSQL when one answers, the REST server for a
+few programs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import itertools
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from _pg import DSN, fresh_database
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from pydantic_ai import Agent
+from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
+from pydantic_ai.conversation_store import (
+    ConversationEntry,
+    ConversationRecord,
+    ConversationStore,
+    InMemoryConversationStore,
+)
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from test_server_e2e import ServerProcess
+
+from zidane_actors.integrations.pydantic_ai import ZidaneConversationStore
+
+SLOTS = ("c0", "c1", "odd id/ü", "f0", "f1")
+"""The conversations a program names (the third is no safe session id; forks go to the last two)."""
+
+SCOPES = (None, "alice", "bob")
+UNSET = "unset"
+
+
+def _tested() -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(TestModel(), name="tested")
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    return agent
+
+
+def _scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """One tool call, then an answer naming what the tool returned."""
+    last = messages[-1]
+    if isinstance(last, ModelRequest) and any(p.part_kind == "tool-return" for p in last.parts):
+        return ModelResponse(parts=[TextPart(f"done after {len(messages)} messages")])
+    return ModelResponse(parts=[ToolCallPart("shout", {"text": "hey"}, tool_call_id="call-1")])
+
+
+def _function() -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(FunctionModel(_scripted), name="scripted")
+
+    @agent.tool_plain
+    def shout(text: str) -> str:
+        return text.upper()
+
+    return agent
+
+
+AGENTS = (_tested(), _function())
+
+
+# -- answers, with ids in their order of first appearance -------------------------------
+
+
+class Canon:
+    """One store's ids, revisions and times as tokens in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[Any, str] = {}
+        self.counts: dict[str, Iterator[int]] = {}
+
+    def __call__(self, value: Any, kind: str = "E") -> str | None:
+        """``value``'s token: ``E``, ``R`` or ``T`` (entry, revision, time) and its rank."""
+        if value is None:
+            return None
+        if value not in self.tokens:
+            count = self.counts.setdefault(kind, itertools.count())
+            self.tokens[value] = f"{kind}{next(count)}"
+        return self.tokens[value]
+
+    def real(self, token: str) -> str:
+        """The id a token stands for (an unknown one stands for itself)."""
+        found = [value for value, tok in self.tokens.items() if tok == token]
+        return str(found[0]) if found else token
+
+    def text(self, message: str) -> str:
+        for value, token in self.tokens.items():
+            if isinstance(value, str):
+                message = message.replace(value, token)
+        return message
+
+
+def record_answer(canon: Canon, record: ConversationRecord) -> tuple[Any, ...]:
+    return (
+        record.conversation_id,
+        canon(record.head_id),
+        record.usage,
+        record.deferred_tool_requests,
+        record.scope,
+        record.forked_from,
+        canon(record.forked_at),
+        record.title,
+        record.metadata,
+        [canon(tip) for tip in record.branches],
+        canon(record.revision, "R"),
+        canon(record.updated_at, "T"),
+        record.format_version,
+    )
+
+
+def conversation_answer(canon: Canon, conversation: Conversation | None) -> Any:
+    if conversation is None:
+        return None
+    return (
+        conversation.messages,
+        conversation.usage,
+        conversation.conversation_id,
+        conversation.deferred_tool_requests,
+        canon(conversation.revision, "R"),
+        conversation.new_message_index,
+    )
+
+
+def entries_answer(canon: Canon, entries: list[ConversationEntry] | None) -> Any:
+    if entries is None:
+        return None
+    return [(canon(e.id), canon(e.parent_id), e.message, e.kind) for e in entries]
+
+
+# -- programs ------------------------------------------------------------------------
+
+slot = st.integers(0, 2)
+any_slot = st.integers(0, len(SLOTS) - 1)
+hand = st.integers(0, 1)  # two client copies per conversation, so one can go stale
+scope = st.sampled_from([*SCOPES, None, None])  # mostly none, so most calls find theirs
+limit = st.one_of(st.none(), st.integers(-1, 6))
+point = (
+    st.one_of(  # (at, from_entry): one of them mostly; from_entry a token seen, or a missing one
+        st.tuples(st.integers(0, 6), st.none()),
+        st.tuples(st.none(), st.integers(0, 12)),
+        st.tuples(st.one_of(st.none(), st.integers(-1, 9)), st.one_of(st.none(), st.just(99))),
+    )
+)
+title = st.sampled_from([UNSET, None, "Trip", "Groceries"])
+expected_title = st.sampled_from([UNSET, UNSET, UNSET, None, "Trip"])
+metadata = st.sampled_from([UNSET, None, {"model": "test"}, {"tags": ["a", 1, None, 2.5]}])
+
+RUNS = st.one_of(
+    st.tuples(st.just("run"), slot, hand, st.integers(0, 1), scope, st.text("ab ", max_size=3)),
+    st.tuples(st.just("run"), slot, hand, st.integers(0, 1), st.just(None), st.just("go")),
+)
+OPS = st.one_of(
+    RUNS,
+    RUNS,
+    st.tuples(st.just("load"), any_slot, hand, limit, scope),
+    st.tuples(st.just("entries"), slot, limit, scope),
+    st.tuples(st.just("edit"), slot, hand, st.integers(0, 6)),
+    st.tuples(st.just("serialized"), slot, hand),
+    st.tuples(st.just("branch"), any_slot, hand, point, st.booleans(), scope),
+    st.tuples(st.just("branch"), slot, st.just(0), point, st.just(True), st.just(None)),
+    st.tuples(st.just("load"), slot, st.just(0), st.just(None), st.just(None)),
+    st.tuples(st.just("fork"), any_slot, any_slot, hand, point, scope, scope),
+    st.tuples(st.just("fork"), slot, st.integers(3, 4), hand, point, scope, st.just(None)),
+    st.tuples(st.just("list"), scope, limit),
+    st.tuples(st.just("update"), any_slot, title, metadata, expected_title, scope),
+    st.tuples(st.just("delete"), any_slot, scope),
+)
+OPENING = [
+    ("run", 0, 0, 0, None, "go"),
+    ("run", 1, 0, 1, "alice", "go"),
+    ("run", 2, 0, 0, None, ""),
+]
+"""Every program starts with three saved conversations (tool calls in each)."""
+PROGRAMS = st.builds(
+    lambda first, then: [*OPENING, *first, *then],
+    st.lists(RUNS, min_size=1, max_size=4),
+    st.lists(OPS, min_size=4, max_size=24),
+)
+
+
+@dataclasses.dataclass
+class Side:
+    """One store as a client program drives it."""
+
+    store: ConversationStore
+    canon: Canon = dataclasses.field(default_factory=Canon)
+    handles: dict[tuple[int, int], Conversation | None] = dataclasses.field(default_factory=dict)
+
+    def handle(self, key: tuple[int, int]) -> Conversation:
+        return self.handles.get(key) or Conversation(conversation_id=SLOTS[key[0]])
+
+    def entry(self, token: int | None) -> str | None:
+        return None if token is None else self.canon.real(f"E{token}")
+
+
+async def answer(side: Side, call: Awaitable[Any]) -> Any:
+    """``await call``'s answer, or its exception as type and text."""
+    try:
+        return ("ok", await call)
+    except Exception as exc:
+        return ("error", type(exc).__name__, side.canon.text(str(exc)))
+
+
+async def run_op(op: tuple[Any, ...], lead: Side, follow: Side) -> None:
+    """``op`` on both stores (the lead first); their answers must be equal."""
+    kind = op[0]
+    answers = []
+    if kind == "run":
+        _, at, copy_of, agent_at, save_scope, prompt = op
+        key = (at, copy_of)
+        agent = AGENTS[agent_at]
+        before = lead.handle(key)
+        led = await agent.run(prompt or "hi", conversation=before)
+        followed = await agent.run(prompt or "hi", conversation=follow.handle(key))
+        start = led.conversation.new_message_index
+        assert followed.conversation.new_message_index == start
+        start = len(before.messages) if start is None else start
+        assert followed.conversation.messages[:start] == led.conversation.messages[:start]
+        # The same run for both: its new messages (times, ids) are the lead's.
+        followed.all_messages()[start:] = copy.deepcopy(led.all_messages()[start:])
+        assert followed.conversation.messages == led.conversation.messages
+        for side, result in ((lead, led), (follow, followed)):
+            saved = await answer(side, side.store.save(result, scope=save_scope))
+            if saved[0] == "ok":
+                side.handles[key] = result.conversation
+                saved = ("ok", entries_answer(side.canon, saved[1]))
+            answers.append((saved, conversation_answer(side.canon, result.conversation)))
+    elif kind == "edit":
+        _, at, copy_of, keep = op
+        key = (at, copy_of)
+        base = lead.handles.get(key)
+        if base is None or follow.handles.get(key) is None:
+            return
+        prompt = ModelRequest.user_text_prompt(f"edited at {keep}")
+        for side in (lead, follow):
+            held = side.handle(key)
+            edited = Conversation(
+                messages=[*held.messages[:keep], copy.deepcopy(prompt)],
+                usage=held.usage,
+                conversation_id=held.conversation_id,
+                revision=held.revision,
+            )
+            saved = await answer(side, side.store.save(edited))
+            if saved[0] == "ok":
+                side.handles[key] = edited
+                saved = ("ok", entries_answer(side.canon, saved[1]))
+            answers.append((saved, conversation_answer(side.canon, edited)))
+    elif kind == "serialized":
+        _, at, copy_of = op
+        key = (at, copy_of)
+        for side in (lead, follow):
+            held = side.handle(key)
+            again = ConversationTypeAdapter.validate_json(ConversationTypeAdapter.dump_json(held))
+            saved = await answer(side, side.store.save(again))
+            if saved[0] == "ok":
+                side.handles[key] = again
+                saved = ("ok", entries_answer(side.canon, saved[1]))
+            answers.append(saved)
+    elif kind == "load":
+        _, at, copy_of, most, where = op
+        for side in (lead, follow):
+            got = await answer(side, side.store.load(SLOTS[at], limit=most, scope=where))
+            if got[0] == "ok":
+                side.handles[(at, copy_of)] = got[1]
+                got = ("ok", conversation_answer(side.canon, got[1]))
+            answers.append(got)
+    elif kind == "entries":
+        _, at, most, where = op
+        for side in (lead, follow):
+            got = await answer(side, side.store.load_entries(SLOTS[at], limit=most, scope=where))
+            if got[0] == "ok":
+                got = ("ok", entries_answer(side.canon, got[1]))
+            answers.append(got)
+    elif kind == "branch":
+        _, at, copy_of, (keep, token), stale_free, where = op
+        for side in (lead, follow):
+            loaded = side.handles.get((at, copy_of))
+            revision = loaded.revision if loaded is not None and stale_free else None
+            got = await answer(
+                side,
+                side.store.branch(
+                    SLOTS[at],
+                    at=keep,
+                    from_entry=side.entry(token),
+                    expected_revision=revision,
+                    scope=where,
+                ),
+            )
+            if got[0] == "ok":
+                side.handles[(at, copy_of)] = got[1]
+                got = ("ok", conversation_answer(side.canon, got[1]))
+            answers.append(got)
+    elif kind == "fork":
+        _, source, target, copy_of, (keep, token), where, source_scope = op
+        for side in (lead, follow):
+            got = await answer(
+                side,
+                side.store.fork(
+                    SLOTS[source],
+                    at=keep,
+                    from_entry=side.entry(token),
+                    new_conversation_id=SLOTS[target],
+                    scope=where,
+                    source_scope=source_scope,
+                ),
+            )
+            if got[0] == "ok":
+                side.handles[(target, copy_of)] = got[1]
+                got = ("ok", conversation_answer(side.canon, got[1]))
+            answers.append(got)
+    elif kind == "list":
+        _, where, most = op
+        for side in (lead, follow):
+            got = await answer(side, side.store.list_conversations(scope=where, limit=most))
+            if got[0] == "ok":
+                got = ("ok", [record_answer(side.canon, record) for record in got[1]])
+            answers.append(got)
+    elif kind == "update":
+        _, at, new_title, new_metadata, expected_title, where = op
+        given: dict[str, Any] = {}
+        for name, value in (
+            ("title", new_title),
+            ("metadata", new_metadata),
+            ("expected_title", expected_title),
+        ):
+            if value != UNSET:
+                given[name] = copy.deepcopy(value)
+        for side in (lead, follow):
+            got = await answer(side, side.store.update(SLOTS[at], scope=where, **given))
+            if got[0] == "ok":
+                got = ("ok", record_answer(side.canon, got[1]))
+            answers.append(got)
+    elif kind == "delete":
+        _, at, where = op
+        for side in (lead, follow):
+            answers.append(await answer(side, side.store.delete(SLOTS[at], scope=where)))
+    assert answers[0] == answers[1], op
+    if answers:  # what the programs reach (--hypothesis-show-statistics)
+        outcome = answers[0][0] if kind in ("run", "edit") else answers[0]
+        event(f"{kind}: {outcome[0] if outcome[0] == 'ok' else outcome[1]}")
+    # Every record, as both stores hold it now.
+    listed = [
+        [record_answer(side.canon, r) for r in await side.store.list_conversations()]
+        for side in (lead, follow)
+    ]
+    assert listed[0] == listed[1], op
+
+
+async def run_program(url: str, program: list[tuple[Any, ...]]) -> None:
+    async with ZidaneConversationStore(store=url) as store:
+        for leftover in await store.list_conversations():  # a shared server or database
+            await store.delete(leftover.conversation_id)
+        lead, follow = Side(InMemoryConversationStore()), Side(store)
+        try:
+            for op in program:
+                await run_op(op, lead, follow)
+        finally:
+            for record in await store.list_conversations():
+                await store.delete(record.conversation_id)
+
+
+def check(url: str, program: list[tuple[Any, ...]]) -> None:
+    asyncio.run(run_program(url, program))
+
+
+FAST = settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@FAST
+@given(PROGRAMS)
+def test_memory_store_answers_as_pydantic_ai(program: list[tuple[Any, ...]]) -> None:
+    check("memory:", program)
+
+
+@FAST
+@given(PROGRAMS)
+def test_sqlite_store_answers_as_pydantic_ai(
+    tmp_path: Path, program: list[tuple[Any, ...]]
+) -> None:
+    check(f"sqlite:{tmp_path / 'conversations.db'}", program)
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    try:
+        psycopg.connect(DSN, connect_timeout=2).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at {DSN}: {exc}")
+    with fresh_database("test_pai") as url:
+        yield url
+
+
+@settings(FAST, max_examples=12)
+@given(PROGRAMS)
+def test_postgres_store_answers_as_pydantic_ai(
+    postgres_url: str, program: list[tuple[Any, ...]]
+) -> None:
+    check(postgres_url, program)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with ServerProcess("memory") as process:
+        yield process
+
+
+@settings(FAST, max_examples=5)
+@given(PROGRAMS)
+def test_remote_store_answers_as_pydantic_ai(
+    server: ServerProcess, program: list[tuple[Any, ...]]
+) -> None:
+    check(server.url, program)
