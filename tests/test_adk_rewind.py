@@ -43,6 +43,8 @@ from google.adk.tools import ToolContext
 from google.genai import types
 
 from zidane_actors.integrations.adk import ZidaneSessionService
+from zidane_actors.model import TextBlock
+from zidane_actors.portal import start_host
 
 KINDS = ("zidane-sqlite", "zidane-memory", "zidane-postgres", "adk-database")
 T0 = 1_700_000_000.0
@@ -376,6 +378,28 @@ def test_runner_compaction_events_are_kept_exactly(tmp_path: Path) -> None:
     assert "Ada noted Paris" in str(sent[-1]) and "Up to 4" not in str(sent[-1])
     summarized = next(a[1] for a in answers if a[0] == "summarized")
     assert len(summarized) == 3
+    # The zidane side: each rewind and compaction is a command turn saying so, of no run
+    # (not an invocation that never ended); every invocation's run completed.
+    with start_host(f"sqlite:{tmp_path / 'zidane-sqlite' / 'zidane.db'}") as host:
+        stored = host.load_session(f"adk:{APP}:{USER}:{SID}")
+        assert stored is not None
+    control = [t for t in stored.turns if t.role == "command"]
+    said = [b.text for t in control for b in t.content if isinstance(b, TextBlock)]
+    assert [text.split(" compacted: ")[-1] for text in said] == [
+        "Ada noted Paris; then 2.",
+        "Up to 4 — résumé ✓.",
+        f"Rewound to before invocation {_invocations(answers)[3]}.",
+        "After the rewind.",
+    ]
+    assert all(t.run_id is None for t in control)
+    assert [(r.prompt, r.status) for r in stored.runs] == [
+        (text, "completed") for text in ("Note Paris.", "Two?", "Three?", "Four?", "Go on.")
+    ]
+
+
+def _invocations(answers: list[Any]) -> list[str]:
+    """The invocation ids of the events each ``ask`` yielded, in order."""
+    return [a[1][0]["invocationId"] for a in answers if a[0] == "yielded"]
 
 
 def _compaction_event(n: int, start: float, end: float) -> Event:

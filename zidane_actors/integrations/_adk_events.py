@@ -34,7 +34,7 @@ from ..model import (
     preview,
     validate_id,
 )
-from ._adk_runs import RUN_PREFIX
+from ._adk_runs import RUN_PREFIX, control_event
 
 EVENT_KEY: Final = "adkEvent"
 """Turn metadata key of the whole ADK event, in ``Event.model_dump(mode="json", by_alias=True)``."""
@@ -210,6 +210,9 @@ def _readable(
 ) -> tuple[str, list[SessionContentBlock], TurnUsage | None, dict[int, int]]:
     """The turn role, readable blocks and usage of an event in its JSON form.
 
+    A rewind or an events compaction is a ``command`` turn saying so (see
+    :func:`~zidane_actors.integrations._adk_runs.control_event`).
+
     The last answer maps each part a block holds exactly (gives back as is)
     to that block's index: those parts are stored once, in the block.
     """
@@ -258,6 +261,9 @@ def _readable(
                 if part.keys() == {"text"}:
                     exact[i] = len(blocks)
                 blocks.append(TextBlock(text=part["text"]))
+    control = control_event(data)
+    if control is not None:  # a rewind or a compaction: never sent to a model as it is
+        return "command", [TextBlock(text=control)], None, {}
     usage = None
     counts = data.get("usageMetadata")
     if role == "model" and isinstance(counts, dict):

@@ -40,6 +40,8 @@ UNKNOWN_END: Final = (
     " ZidaneSessionService.plugin to the Runner to record failures)"
 )
 NO_FINAL: Final = "the invocation ended without a final response"
+SUMMARY_CHARS: Final = 200
+"""How much of a compaction's summary its turn shows (the whole is in the stored event)."""
 
 
 def run_id(invocation_id: str, author: str = "") -> str:
@@ -148,6 +150,29 @@ def _timed(run: SessionRun, data: Mapping[str, Any], at: int, now: int, model: s
     return with_calls(run, calls)
 
 
+def control_event(data: Mapping[str, Any]) -> str | None:
+    """What an event of ADK's own bookkeeping says, or ``None`` for any other event.
+
+    A rewind (``Runner.rewind_async``) and an events compaction each append an
+    event with no content under an invocation id of its own: they belong to no
+    invocation, so they make no run (a run would only ever end ``aborted``).
+    """
+    content = data.get("content") or {}
+    actions = data.get("actions") or {}
+    if content.get("parts") or not isinstance(actions, Mapping):
+        return None
+    rewound = actions.get("rewindBeforeInvocationId")
+    if isinstance(rewound, str) and rewound:
+        return f"Rewound to before invocation {rewound}."
+    compaction = actions.get("compaction")
+    if isinstance(compaction, Mapping):
+        start, end = compaction.get("startTimestamp"), compaction.get("endTimestamp")
+        summary = _prompt({"content": compaction.get("compactedContent")})
+        cut = summary if len(summary) <= SUMMARY_CHARS else summary[:SUMMARY_CHARS] + "…"
+        return f"Events from {start} to {end} compacted: {cut}"
+    return None
+
+
 def event_runs(
     runs: Sequence[SessionRun],
     data: Mapping[str, Any],
@@ -166,10 +191,11 @@ def event_runs(
     stored as the turn ``turn_id`` at ``at`` (epoch ms); ``final`` and
     ``error`` say whether it is a final response or an error event;
     ``now`` is when it is stored (epoch ms, the clock's by default).
-    ``(None, [])`` for an event of no invocation.
+    ``(None, [])`` for an event of no invocation, and for a rewind or an
+    events compaction (:func:`control_event`).
     """
     invocation = data.get("invocationId")
-    if not isinstance(invocation, str) or not invocation:
+    if not isinstance(invocation, str) or not invocation or control_event(data) is not None:
         return None, []
     author = data.get("author") if isinstance(data.get("author"), str) else None
     by_id = {r.id: r for r in _of_invocation(runs, run_id(invocation))}

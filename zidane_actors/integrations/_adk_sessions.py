@@ -28,6 +28,7 @@ from ..model import (
     SessionFilter,
     SessionHistory,
     SessionTurn,
+    TurnRole,
     TurnUsage,
     encode,
     is_column_text,
@@ -81,6 +82,9 @@ class _Append:
 
 
 # -- the trio side -------------------------------------------------------------
+
+_ROLES: Final[dict[str, TurnRole]] = {"assistant": "assistant", "command": "command"}
+"""The turn roles ``_readable`` names besides ``user``."""
 
 _lock_for: Final = SessionLocks()
 """Each ADK session's lock for its appends (in the trio thread)."""
@@ -374,7 +378,7 @@ async def _append(
         )
         turn = SessionTurn(
             id=turn_id,
-            role="assistant" if append.role == "assistant" else "user",
+            role=_ROLES.get(append.role, "user"),
             content=content,
             created_at=at,
             usage=append.usage,
