@@ -12,8 +12,10 @@ few programs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
+import io
 import itertools
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
@@ -37,7 +39,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from test_server_e2e import ServerProcess
 
-from zidane_actors.integrations.pydantic_ai import ZidaneConversationStore
+from zidane_actors.errors import ActorClosed, ValidationError
+from zidane_actors.integrations import _shared
+from zidane_actors.integrations.pydantic_ai import ZidaneConversationStore, turns_to_messages
+from zidane_actors.portal import open_host_async
 
 SLOTS = ("c0", "c1", "odd id/ü", "f0", "f1")
 """The conversations a program names (the third is no safe session id; forks go to the last two)."""
@@ -434,3 +439,114 @@ def test_remote_store_answers_as_pydantic_ai(
     server: ServerProcess, program: list[tuple[Any, ...]]
 ) -> None:
     check(server.url, program)
+
+
+# -- the zidane side ---------------------------------------------------------------
+
+
+async def saved_twice(store: ZidaneConversationStore) -> Conversation:
+    """Conversation ``trip`` after two runs with tool calls, saved after each; titled."""
+    conversation = Conversation(conversation_id="trip")
+    for prompt in ("one", "two"):
+        result = await AGENTS[0].run(prompt, conversation=conversation)
+        await store.save(result)
+        conversation = result.conversation
+    await store.update("trip", title="Trip")
+    loaded = await store.load("trip")
+    assert loaded is not None
+    return loaded
+
+
+def test_a_conversation_is_a_readable_zidane_session(tmp_path: Path) -> None:
+    """Its messages are the session's turns, its runs the session's runs, its title shown."""
+    url = f"sqlite:{tmp_path / 'conversations.db'}"
+
+    async def main() -> None:
+        async with ZidaneConversationStore(store=url) as store:
+            loaded = await saved_twice(store)
+            async with open_host_async(url) as host:
+                session = await host.load_session("pydantic-ai:trip")
+                assert session is not None
+                assert turns_to_messages(session.turns) == loaded.messages
+                assert session.metadata["title"] == "Trip"
+                responses = [m for m in loaded.messages if isinstance(m, ModelResponse)]
+                run_ids = list(dict.fromkeys(m.run_id for m in loaded.messages))
+                assert [run.id for run in session.runs] == run_ids
+                assert sum(run.tokens_in or 0 for run in session.runs) == sum(
+                    m.usage.input_tokens for m in responses
+                )
+                assert all(run.status == "completed" for run in session.runs)
+
+    asyncio.run(main())
+
+
+def test_forks_outlive_their_source_and_entries_read_from_a_fresh_store(tmp_path: Path) -> None:
+    """A branch's left history stays in the session; a fork reads whole after its source
+    is deleted; a store object that never saw an entry finds it by id."""
+    url = f"sqlite:{tmp_path / 'conversations.db'}"
+
+    async def main() -> None:
+        async with ZidaneConversationStore(store=url) as store:
+            loaded = await saved_twice(store)
+            await store.fork("trip", at=3, new_conversation_id="side")
+            branched = await store.branch("trip", at=2, expected_revision=loaded.revision)
+            assert branched.messages == loaded.messages[:2]
+            async with open_host_async(url) as host:
+                session = await host.load_session("pydantic-ai:trip")
+                assert session is not None
+                assert turns_to_messages(session.turns) == loaded.messages  # nothing dropped
+            await store.delete("trip")
+            side = await store.load("side")
+            assert side is not None and side.messages == loaded.messages[:3]
+            entries = await store.load_entries("side")
+            assert entries is not None
+        async with ZidaneConversationStore(store=url) as fresh:
+            assert await fresh.read_entry(entries[-1].id) == entries[-1]
+            assert await fresh.read_history(entries[-1].id, limit=2) == entries[-2:]
+            with pytest.raises(LookupError):
+                await fresh.read_entry("no-such-entry")
+
+    asyncio.run(main())
+
+
+def test_file_stores_are_refused_and_a_closed_store_answers_closed() -> None:
+    with pytest.raises(ValidationError) as refused:
+        ZidaneConversationStore(store="file:somewhere")
+    assert refused.value.path == "store"
+
+    async def main() -> None:
+        store = ZidaneConversationStore(store="memory:")
+        await store.aclose()
+        await store.aclose()  # once is enough; twice is harmless
+        with pytest.raises(ActorClosed):
+            await store.load("trip")
+
+    asyncio.run(main())
+
+
+def test_metadata_without_a_json_form_is_refused() -> None:
+    async def main() -> None:
+        async with ZidaneConversationStore(store="memory:") as store:
+            await saved_twice(store)
+            with pytest.raises(ValidationError):
+                await store.update("trip", metadata={"when": {1, 2}})
+            record = await store.read_record("trip")
+            assert record is not None and record.metadata is None
+
+    asyncio.run(main())
+
+
+def test_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/integrations.md's conversation store example, as written, twice."""
+    monkeypatch.chdir(tmp_path)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "integrations.md").read_text("utf-8")
+    section = doc.split("\n### Conversations: `ZidaneConversationStore`\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            for _ in range(2):
+                exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})
+    finally:
+        _shared.close_all()
+    assert out.getvalue() == "Booked. Trip to Lyon\n" * 2

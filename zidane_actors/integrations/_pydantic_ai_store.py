@@ -75,6 +75,7 @@ KEEP_PLACES: Final = 65_536
 """Entry locations (entry id → session id) a store object remembers, newest use last."""
 
 _RECORD: Final = pydantic.TypeAdapter(ConversationRecord)
+_ANY: Final = pydantic.TypeAdapter(Any)
 _CAMEL: Final = {
     "conversation_id": "conversationId",
     "head_id": "headId",
@@ -115,6 +116,20 @@ def _dump_record(record: ConversationRecord) -> dict[str, Any]:
             f"the conversation record has no JSON form: {exc}", path="$"
         ) from None
     return {_CAMEL.get(key, key): value for key, value in dumped.items()}
+
+
+def _check_exact(details: ConversationDetails) -> None:
+    """Refuse a title or metadata that JSON would not give back as it is."""
+    from .pydantic_ai import _first_difference  # the door imports this module
+
+    for key, value in details.items():
+        try:
+            back = parse_json(encode(_ANY.dump_python(value, mode="json")))
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(f"this value has no JSON form: {exc}", path=f"$.{key}") from None
+        where = _first_difference(value, back, f"$.{key}")
+        if where is not None:
+            raise ValidationError("this value has no exact JSON form", path=where)
 
 
 def _load_record(data: Mapping[str, Any]) -> ConversationRecord:
@@ -532,6 +547,7 @@ class ZidaneConversationStore(ConversationStore, _shared.AsyncShare):
         expected_revision: str,
         expected: ConversationDetails | None = None,
     ) -> ConversationRecord:
+        _check_exact(details)
         return await self._call(
             _write_details, conversation_id, dict(details), expected_revision, dict(expected or {})
         )
