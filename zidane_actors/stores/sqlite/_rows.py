@@ -300,7 +300,7 @@ _Row: TypeAlias = tuple[int, str, str, bytes]
 
 
 def _commands_before(conn: _Conn, session_id: str, seq: int) -> builtins.list[_Row]:
-    """The session's ``command`` rows below ``seq``, newest first, one page."""
+    """The session's ``command`` rows below ``seq``, newest first, one page (``turns_commands``)."""
     rows: builtins.list[_Row] = conn.execute(
         "SELECT seq, id, role, body FROM turns WHERE session_id = ? AND role = 'command'"
         " AND seq < ? ORDER BY seq DESC LIMIT ?",

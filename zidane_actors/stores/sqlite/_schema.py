@@ -520,6 +520,13 @@ CREATE INDEX forks_of ON forks (parent_id, session_id);
 """
 
 
+# v13: the ``command`` rows of each session, newest first, without reading the others: the
+# model's view (``load_model_view``) starts from the latest compaction marker among them.
+_V13: Final = """
+CREATE INDEX turns_commands ON turns (session_id, seq) WHERE role = 'command';
+"""
+
+
 def _rebuild_stale(conn: sqlite3.Connection, limit: int) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``, all when negative) from
     their indexed documents; the number rebuilt."""
@@ -616,6 +623,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V10,
     _V11,
     _V12,
+    _V13,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
