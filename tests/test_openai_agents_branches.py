@@ -13,9 +13,10 @@ placeholder. The zidane store must also still hold every item ever added.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,15 +142,26 @@ async def step(session: Any, what: Step) -> Any:
         return ("ValueError", str(exc))
 
 
-def play(session: Any, steps: list[Step]) -> list[Any]:
-    async def main() -> list[Any]:
-        return [_stable(await step(session, s)) for s in steps]
-
-    return asyncio.run(main())
+async def play(session: Any, steps: list[Step]) -> list[Any]:
+    return [_stable(await step(session, s)) for s in steps]
 
 
 def peer() -> AdvancedSQLiteSession:
     return AdvancedSQLiteSession(session_id="conv", create_tables=True)
+
+
+Walk = Callable[[Any], Coroutine[Any, Any, Any]]
+
+
+def both(walk: Walk, store: str = "memory:", session_id: str = "conv") -> tuple[Any, Any]:
+    """What ``walk`` answered over ``AdvancedSQLiteSession``, then over ``ZidaneSession``."""
+    reference = peer()
+    try:
+        want = asyncio.run(walk(reference))
+    finally:
+        reference.close()
+    with ZidaneSession(session_id, store=store) as session:
+        return want, asyncio.run(walk(session))
 
 
 @pytest.fixture(scope="module")
@@ -182,16 +194,10 @@ def _every_item(store: str, session_id: str) -> list[Any]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_branch_programs_answer_as_advanced_sqlite_session(seed: int, store: str) -> None:
     steps = program(seed)
-    reference = peer()
-    try:
-        want = play(reference, steps)
-    finally:
-        reference.close()
     session_id = f"conv-{seed}"  # one PostgreSQL database holds every seed's session
-    with ZidaneSession(session_id, store=store) as session:
-        got = play(session, steps)
-        for k, (s, a, b) in enumerate(zip(steps, want, got, strict=True)):
-            assert a == b, (k, s)
+    want, got = both(functools.partial(play, steps=steps), store, session_id)
+    for k, (s, a, b) in enumerate(zip(steps, want, got, strict=True)):
+        assert a == b, (k, s)
     if store != "memory:":  # the store kept every item added but those popped
         held = _every_item(store, session_id)
         popped = [answer for s, answer in zip(steps, want, strict=True) if s[0] == "pop"]
@@ -202,36 +208,28 @@ def test_branch_programs_answer_as_advanced_sqlite_session(seed: int, store: str
 # -- walks through one session, and what the zidane store holds ------------------------------
 
 
-def _walk(session: Any) -> list[Any]:
-    async def main() -> list[Any]:
-        out: list[Any] = []
-        for n in (1, 2, 3):
-            await session.add_items([user(f"Question {n}"), *called(n), said(f"answer{n}")])
-        out.append(await session.create_branch_from_turn(2, "alt"))
-        out.append(await session.get_items())
-        await session.add_items([user("Question 2, asked again"), said("answer2b")])
-        out.append(_rows(await session.get_conversation_turns(), "timestamp"))
-        await session.switch_to_branch("main")
-        out.append(await session.get_items())
-        out.append(_rows(await session.get_conversation_turns("alt"), "timestamp"))
-        out.append(await session.create_branch_from_content("question 3", "third"))
-        await session.switch_to_branch("alt")
-        out.append(await session.get_items())
-        out.append(sorted(_rows(await session.list_branches(), "created_at"), key=str))
-        return out
-
-    return asyncio.run(main())
+async def _walk(session: Any) -> list[Any]:
+    out: list[Any] = []
+    for n in (1, 2, 3):
+        await session.add_items([user(f"Question {n}"), *called(n), said(f"answer{n}")])
+    out.append(await session.create_branch_from_turn(2, "alt"))
+    out.append(await session.get_items())
+    await session.add_items([user("Question 2, asked again"), said("answer2b")])
+    out.append(_rows(await session.get_conversation_turns(), "timestamp"))
+    await session.switch_to_branch("main")
+    out.append(await session.get_items())
+    out.append(_rows(await session.get_conversation_turns("alt"), "timestamp"))
+    out.append(await session.create_branch_from_content("question 3", "third"))
+    await session.switch_to_branch("alt")
+    out.append(await session.get_items())
+    out.append(sorted(_rows(await session.list_branches(), "created_at"), key=str))
+    return out
 
 
 def test_a_walk_through_branches_answers_as_advanced_sqlite_session(tmp_path: Path) -> None:
-    reference = peer()
-    try:
-        want = _walk(reference)
-    finally:
-        reference.close()
     store = f"sqlite:{tmp_path / 'zidane.db'}"
-    with ZidaneSession("conv", store=store) as session:
-        assert _walk(session) == want
+    want, got = both(_walk, store)
+    assert got == want
     assert [row["branch_id"] for row in want[-1]] == ["alt", "main", "third"]
     # The zidane side: the session holds alt; main and third are archives it lists.
     with start_host(store) as host:
@@ -295,13 +293,7 @@ def test_clear_session_empties_the_current_branch_only() -> None:
         await session.clear_session()
         return [await session.get_items(), _rows(await session.list_branches(), "created_at")]
 
-    reference = peer()
-    try:
-        want = asyncio.run(main(reference))
-    finally:
-        reference.close()
-    with ZidaneSession("conv", store="memory:") as session:
-        got = asyncio.run(main(session))
+    want, got = both(main)
     assert want == [[], []]
     main_row = {"branch_id": "main", "message_count": 4, "user_turns": 2, "is_current": False}
     assert got == [[], [main_row]]
@@ -345,13 +337,8 @@ def test_switching_back_after_a_pop_into_the_shared_turn_keeps_each_branch_whole
         out.append(await session.get_items())
         return out
 
-    reference = peer()
-    try:
-        want = asyncio.run(main(reference))
-    finally:
-        reference.close()
-    with ZidaneSession("conv", store="memory:") as session:
-        assert asyncio.run(main(session)) == want
+    want, got = both(main)
+    assert got == want
 
 
 def test_a_branch_that_loses_a_race_is_made_again_over_the_winners_write(
@@ -419,13 +406,7 @@ def test_runner_calls_over_branches_send_the_model_what_advanced_sqlite_session_
         sent = [call.input for call in model.calls]
         return [branch, sent, await session.get_items(), await session.get_items(limit=3)]
 
-    reference = peer()
-    try:
-        want = asyncio.run(walk(reference))
-    finally:
-        reference.close()
-    with ZidaneSession("conv", store="memory:") as session:
-        got = asyncio.run(walk(session))
+    want, got = both(walk)
     assert got == want
     last_sent = [i.get("content") for i in want[1][-1] if i.get("role") == "user"]
     assert last_sent == ["Weather in Paris?", "What did I ask?", "Thanks."]
