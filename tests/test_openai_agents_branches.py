@@ -410,3 +410,25 @@ def test_runner_calls_over_branches_send_the_model_what_advanced_sqlite_session_
     assert got == want
     last_sent = [i.get("content") for i in want[1][-1] if i.get("role") == "user"]
     assert last_sent == ["Weather in Paris?", "What did I ask?", "Thanks."]
+
+
+def test_branch_operations_on_a_session_never_written_make_nothing() -> None:
+    async def walk(session: Any) -> list[Any]:
+        return [
+            await step(session, ("branch", 1, None)),
+            await step(session, ("switch", "main")),
+            await step(session, ("turns", None)),
+            await step(session, ("list",)),
+            await session.get_items(),
+        ]
+
+    want, got = both(walk)
+    assert got == want
+    assert want[0] == ("ValueError", "Turn 1 does not contain a user message in branch 'main'")
+
+    async def stored() -> Any:
+        with ZidaneSession("conv", store="memory:") as session:
+            await walk(session)
+            return await session._call(session._session, False)
+
+    assert asyncio.run(stored()) is None

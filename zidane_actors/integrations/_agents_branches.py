@@ -344,17 +344,15 @@ def _cleared(history: SessionHistory) -> SessionHistory | None:
 async def _create(
     shared: _shared.SharedPortal, door: _Door, turn_number: int, branch_name: str | None
 ) -> str:
-    session = await door._session(shared, True)
-    assert session is not None
+    session = await door._session(shared, False)
+    if session is None:  # nothing stored yet: no turn, and nothing made
+        raise _no_turn(turn_number, MAIN)
     async with door._writes(session):
         names = names_of(session)
         current = names.current
         wanted = next((t for t in user_turns(session.turns) if t.number == turn_number), None)
         if wanted is None:
-            raise ValueError(
-                f"Turn {turn_number} does not contain a user message"
-                f" in branch '{current.branch_id}'"
-            )
+            raise _no_turn(turn_number, current.branch_id)
         taken = {MAIN, current.branch_id, *names.used}
         taken |= {n.branch_id for n in listed(session, names).values()}
         if branch_name is not None and branch_name in taken:
@@ -378,6 +376,10 @@ async def _create(
         used = tuple(dict.fromkeys((*names.used, current.branch_id, name)))
         await _save_names(session, Names(Named(name, now), archives, used))
         return name
+
+
+def _no_turn(turn_number: int, branch_id: str) -> ValueError:
+    return ValueError(f"Turn {turn_number} does not contain a user message in branch '{branch_id}'")
 
 
 def _missing(branch_id: str) -> ValueError:
