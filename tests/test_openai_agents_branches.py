@@ -25,6 +25,7 @@ from _pg import fresh_database
 from agents import Agent, Runner, function_tool
 from agents.extensions.memory import AdvancedSQLiteSession
 from agents.testing import ScriptedModel, assistant_message, function_call
+from test_server_e2e import ServerProcess
 
 from zidane_actors.actors import Session
 from zidane_actors.integrations._responses import items_of_turn
@@ -170,11 +171,20 @@ def postgres() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    """A memory-backed server process for the remote store (started on first use)."""
+    with ServerProcess("memory") as process:
+        yield process
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "remote"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
         url: str = request.getfixturevalue("postgres")
         return url
+    if request.param == "remote":
+        return str(request.getfixturevalue("server").url)
     return "memory:" if request.param == "memory" else f"sqlite:{tmp_path / 'zidane.db'}"
 
 
@@ -194,7 +204,7 @@ def _every_item(store: str, session_id: str) -> list[Any]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_branch_programs_answer_as_advanced_sqlite_session(seed: int, store: str) -> None:
     steps = program(seed)
-    session_id = f"conv-{seed}"  # one PostgreSQL database holds every seed's session
+    session_id = f"conv-{seed}"  # one database (one server) holds every seed's session
     want, got = both(functools.partial(play, steps=steps), store, session_id)
     for k, (s, a, b) in enumerate(zip(steps, want, got, strict=True)):
         assert a == b, (k, s)
