@@ -28,6 +28,7 @@ pytest.importorskip("aiosqlite", reason="aiosqlite is not installed")
 from google.adk.agents import LlmAgent
 from google.adk.apps.app import App, EventsCompactionConfig
 from google.adk.apps.llm_event_summarizer import LlmEventSummarizer
+from google.adk.artifacts import InMemoryArtifactService
 from google.adk.errors._invocation_not_found_error import InvocationNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions, EventCompaction
@@ -90,13 +91,15 @@ def answer(text: str) -> LlmResponse:
     )
 
 
-def note(topic: str, tool_context: ToolContext) -> dict[str, str]:
-    """Note a topic in every state scope (the session's, the user's, the app's)."""
+async def note(topic: str, tool_context: ToolContext) -> dict[str, str]:
+    """Note a topic in every state scope (the session's, the user's, the app's) and as an
+    artifact (a new version each time)."""
     tool_context.state["topic"] = topic
     tool_context.state[f"seen_{topic}"] = True
     tool_context.state["user:last_topic"] = topic
     tool_context.state["app:notes"] = tool_context.state.get("app:notes", 0) + 1
     tool_context.state["temp:scratch"] = topic
+    await tool_context.save_artifact("topic.txt", types.Part(text=topic))
     return {"noted": topic}
 
 
@@ -135,11 +138,12 @@ class Harness:
         self.answers: list[Any] = []
         self.invocations: list[str] = []
         self.config: EventsCompactionConfig | None = None
+        self.artifacts = InMemoryArtifactService()
 
     def runner(self) -> Runner:
         agent = LlmAgent(name="noter", model=self.model, tools=[note], output_key="last_answer")
         app = App(name=APP, root_agent=agent, events_compaction_config=self.config)
-        return Runner(app=app, session_service=self.service)
+        return Runner(app=app, session_service=self.service, artifact_service=self.artifacts)
 
     async def ask(self, text: str) -> None:
         """One invocation; its yielded events are written down and its id kept."""
@@ -272,6 +276,8 @@ def test_rewind_gives_the_database_services_events_and_state(tmp_path: Path) -> 
     # the user: and app: scopes alone.
     delta = rewinds[0]["actions"]["stateDelta"]
     assert delta == {"topic": "paris", "seen_rome": None, "last_answer": "Noted Paris."}
+    # The artifact "Note Rome." saved (version 1) is rewound: version 0 saved again as 2.
+    assert rewinds[0]["actions"]["artifactDelta"] == {"topic.txt": 2}
     state = next(a[1] for a in reversed(answers) if a[0] == "state")
     assert state["topic"] == "oslo" and state["seen_rome"] is None
     assert state["user:last_topic"] == "oslo" and state["app:notes"] == 3
