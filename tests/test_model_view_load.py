@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -21,12 +23,18 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_compaction import BACKENDS, marker, opened, pg_schema, place, server, t
+from test_postgres_store import DSN
 
 from zidane_actors.actors import open_session_host
 from zidane_actors.errors import ValidationError
 from zidane_actors.model import COMPACTION_KEY, SessionData, SessionTurn, model_view
 from zidane_actors.portal import open_host_async, start_host
-from zidane_actors.stores import SessionStore, StoreWrite, store_capabilities
+from zidane_actors.stores import (
+    SessionStore,
+    StoreWrite,
+    open_postgres_store,
+    store_capabilities,
+)
 from zidane_actors.stores._model_view import read_model_view
 
 __all__ = ["pg_schema", "server"]  # the fixtures test_compaction defines, used here
@@ -193,6 +201,44 @@ async def test_views_read_in_one_wave_answer_each_its_own(backend: str, tmp_path
         assert views == [list(model_view(turns)) for turns in histories.values()] + [None]
         with pytest.raises(ValidationError):
             answers[4].unwrap()
+
+
+class _WriteAfterFirst:
+    """A cursor that has ``write`` run (from the trio loop) after its first statement."""
+
+    def __init__(self, cur: Any, write: Callable[[], Awaitable[object]]) -> None:
+        self.cur, self.write, self.statements = cur, write, 0
+
+    def execute(self, *args: Any) -> None:
+        self.cur.execute(*args)
+        self.statements += 1
+        if self.statements == 1:
+            trio.from_thread.run(self.write)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cur, name)
+
+
+async def test_postgres_reads_again_when_a_write_lands_between_its_statements(
+    pg_schema: str,
+) -> None:
+    """Each statement of the PostgreSQL read sees its own snapshot: a write between them
+    (which moves the rev) makes that read answer "again", and the store's read the new view."""
+    from zidane_actors.stores.postgres import _reads
+
+    a, b, c = t("a"), t("b", "assistant"), t("c")
+    sid = f"w-{uuid.uuid4().hex[:8]}"
+    async with open_postgres_store(DSN, schema=pg_schema) as store:
+        turns = (a, b, marker("a", [t("s")], "m"), c)
+        await store.save(SessionData(id=sid, created_at=1, updated_at=1, turns=turns))
+
+        async def write() -> None:
+            await store.append_turns(sid, [t("d", "assistant")])
+
+        read = await store._read(lambda cur: _reads._model_view(_WriteAfterFirst(cur, write), sid))
+        assert read is False
+        view = await store.load_model_view(sid)
+        assert view is not None and [turn.id for turn in view] == ["s", "b", "c", "d"]
 
 
 def test_the_blocking_and_asyncio_doors_load_the_model_view() -> None:
