@@ -2220,6 +2220,15 @@ class StoreContract:
     async def test_matches_reference_model(self, program: list[tuple[Any, ...]]) -> None:
         await self.check_reference_model(program)
 
+    @settings(
+        max_examples=12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+    )
+    @given(program=st.deferred(lambda: FORK_PROGRAMS))
+    async def test_forks_match_reference_model(self, program: list[tuple[Any, ...]]) -> None:
+        await self.check_reference_model(program)
+
     async def check_reference_model(self, program: list[tuple[Any, ...]]) -> None:
         """Run ``program`` on this store and on a memory store; every answer must agree.
 
@@ -2409,6 +2418,8 @@ class StoreContract:
 # foreign and dead owners and judged at the real clock and at an injected later one.
 
 _BAD_ID = "../x"
+_FORK_ID = "f0"
+"""A fork's new id in programs (a store of one session forks into an id it holds instead)."""
 _SESSION_IDS = st.sampled_from(["s0", "s0", "s1", "s2", _BAD_ID])
 _RUN_IDS = st.sampled_from(["r0", "r1", "r2"])
 _REQUEST_IDS = st.sampled_from(["q0", "q1"])
@@ -2455,6 +2466,14 @@ _ARTIFACT_SPOTS = st.sampled_from(
 _ARTIFACT_IDS = st.sampled_from(["a0", "a1", "a2"])
 _SCHEDULE_IDS = st.sampled_from(["k0", "k1"])
 
+_FORK = st.tuples(
+    st.just("fork"),
+    _SESSION_IDS,
+    st.sampled_from([_FORK_ID, _FORK_ID, "s1", _BAD_ID]),
+    st.sampled_from([None, "t0", "t1", "t3", "absent"]),
+    st.sampled_from([None, "current", "stale"]),
+)
+
 SESSION_OPERATIONS: list[st.SearchStrategy[tuple[Any, ...]]] = [
     st.tuples(st.just("save"), _SESSIONS),
     st.tuples(
@@ -2486,6 +2505,9 @@ SESSION_OPERATIONS: list[st.SearchStrategy[tuple[Any, ...]]] = [
     ),
     st.tuples(st.just("delete"), _SESSION_IDS),
     st.tuples(st.just("recreate"), _SESSION_IDS),
+    _FORK,
+    _FORK,  # drawn twice as often: most forks meet a taken id
+    st.tuples(st.just("list_forks"), _SESSION_IDS),
     st.tuples(st.just("claim_run"), _SESSION_IDS, st.sampled_from(["guarded", "stale"]), _OWNERS),
     st.tuples(st.just("demote_stale_run"), _SESSION_IDS, st.sampled_from(["now", "later"])),
     st.tuples(st.just("get_meta"), _SESSION_IDS),
@@ -2557,6 +2579,20 @@ _OPERATION: st.SearchStrategy[tuple[Any, ...]] = st.deferred(
 PROGRAMS = st.lists(_OPERATION, min_size=4, max_size=30).map(lambda ops: [*_SEEDS, *ops])
 """A program: a save of each session, then drawn operations."""
 
+FORK_PROGRAMS = st.lists(
+    st.one_of(
+        _FORK,
+        st.tuples(st.just("list_forks"), _SESSION_IDS),
+        st.tuples(st.just("append_turns"), _SESSION_IDS, _TURNS, st.none()),
+        st.tuples(st.just("mutate_history"), _SESSION_IDS, st.sampled_from(["drop_first"])),
+        st.tuples(st.just("delete"), st.sampled_from(["s0", _FORK_ID])),
+        st.tuples(st.just("load"), st.sampled_from(["s1", _FORK_ID])),
+    ),
+    min_size=2,
+    max_size=12,
+).map(lambda ops: [*_SEEDS, *ops])
+"""A program of forks among appends, edits and deletes (after the seeds)."""
+
 _SEEDS: list[tuple[Any, ...]] = [
     ("save", make_session(sid, updated_at=5, metadata={"title": sid}, turns=(make_turn(0),)))
     for sid in ("s0", "s1", "s2")
@@ -2596,6 +2632,7 @@ _WRITES = frozenset(
         "mutate_history",
         "delete",
         "recreate",
+        "fork",
         "claim_run",
         "demote_stale_run",
         "upsert_artifact",
@@ -2634,6 +2671,9 @@ def _retarget(op: tuple[Any, ...], session_ids: tuple[str, ...]) -> tuple[Any, .
         return (name, replace(op[1], id=fix(op[1].id)), *op[2:])
     if name == "list_artifacts":
         return (name, fix(op[1]), *op[2:])
+    if name == "fork":
+        new = op[2] if len(session_ids) > 1 else fix(op[2])
+        return (name, fix(op[1]), new, *op[3:])
     if name in ("reopen", "list", "list_meta", "search_meta", "generate_ids") or "schedule" in name:
         return op
     return (name, fix(op[1]), *op[2:])
@@ -2714,6 +2754,16 @@ async def _call(store: Any, op: tuple[Any, ...]) -> Any:
     if name == "record_schedule_fire":
         schedule_id, fire_id, fired_at = args
         return await store.record_schedule_fire(make_fire(fire_id, schedule_id, fired_at))
+    if name == "fork":  # the store's own fork or the generic rule: the same answers
+        source, new, at, expecting = args
+        expected = None  # each store's revs are its own: the source's as read now, or past it
+        if expecting and source != _BAD_ID and "get_rev" in store_capabilities(store):
+            expected = (await store.get_rev(source) or 0) + (expecting == "stale")
+        return await fork_session(
+            store, source, new, at=at, created_at=5_000, expected_rev=expected
+        )
+    if name == "list_forks":
+        return await list_forks(store, args[0])
     if name == "recreate":  # delete and save again: rev must continue past the old one
         await store.delete(args[0])
         return await store.save(make_session(args[0], turns=(make_turn(0),)))
@@ -2772,6 +2822,8 @@ class _Differential:
         name = op[0]
         if name in ("save", "save_meta"):
             self.stamped.discard(op[1].id)
+        elif name == "fork":
+            self.stamped.discard(op[2])
         elif name == "recreate":
             self.stamped.discard(op[1])
         elif name in _STAMPING:
@@ -2837,8 +2889,9 @@ class _Differential:
             assert [r.id for r in await self.store.list_meta(filter)] == ids
 
     async def compare_all(self) -> None:
-        """Every read of every session, schedule and listing agrees."""
-        for session_id in self.session_ids:
+        """Every read of every session (forks too), schedule and listing agrees."""
+        forks = (_FORK_ID,) if len(self.session_ids) > 1 else ()
+        for session_id in (*self.session_ids, *forks):
             await self.step(("load", session_id))
             await self.step(("get_turns", session_id, 0, None))
             await self.step(("get_turns", session_id, 1, 2))
@@ -2846,6 +2899,7 @@ class _Differential:
             for request_id in ("q0", "q1"):
                 await self.step(("find_send_request", session_id, request_id))
             await self.step(("list_artifacts", session_id, None))
+            await self.step(("list_forks", session_id))
         for filter in (
             None,
             SessionFilter(project_root=None),

@@ -40,6 +40,7 @@ __all__ = [
     "branch_entry",
     "branch_history",
     "branches_of",
+    "check_fork_id",
     "fork_document",
     "forked_from",
     "restored_history",
@@ -135,6 +136,19 @@ def _kept_runs(
     return tuple(run for run in runs if run.id not in left_ids)
 
 
+def check_fork_id(new_id: object) -> str:
+    """``new_id`` if it is a safe session id, else :class:`InvalidNameError` at ``$.id``.
+
+    A fork's arguments are checked before anything is read: both ids first
+    (the source's as any session id), then the source, its rev, ``at``, the
+    new id's being free.
+    """
+    try:
+        return validate_id(new_id)
+    except InvalidNameError as exc:
+        raise InvalidNameError(str(exc), path="$.id") from None
+
+
 def fork_document(
     source: SessionData, *, new_id: str, at: str | None, created_at: int
 ) -> SessionData:
@@ -147,10 +161,7 @@ def fork_document(
     source's own origin and branch list, with :data:`FORKED_FROM_KEY` saying
     where it came from. Artifacts and send-request ids stay with the source.
     """
-    try:
-        validate_id(new_id)
-    except InvalidNameError as exc:
-        raise InvalidNameError(str(exc), path="$.id") from None
+    check_fork_id(new_id)
     turns = source.turns
     if at is not None:
         turns = turns[: turn_index(turns, at) + 1]

@@ -18,7 +18,14 @@ from ..errors import (
     StaleSessionError,
     UnsupportedOperationError,
 )
-from ..model import SessionData, fork_document, forked_from, preview, validate_id
+from ..model import (
+    SessionData,
+    check_fork_id,
+    fork_document,
+    forked_from,
+    preview,
+    validate_id,
+)
 from ._protocol import (
     FullSessionStore,
     Revision,
@@ -41,8 +48,12 @@ async def fork_session(
     created_at: int,
     expected_rev: int | None = None,
 ) -> Revision | None:
-    """``store.fork_session`` when the store has it, else :func:`fork_into` the same store."""
+    """``store.fork_session`` when the store has it, else :func:`fork_into` the same store.
+
+    Both ids are checked first, whichever store answers (see ``check_fork_id``).
+    """
     validate_id(source_id)
+    check_fork_id(new_id)
     if "fork_session" in store_capabilities(store):
         return await cast(FullSessionStore, store).fork_session(
             source_id, new_id, at=at, created_at=created_at, expected_rev=expected_rev
@@ -70,6 +81,7 @@ async def fork_into(
     needs a versioned source (else :class:`UnsupportedOperationError`).
     """
     validate_id(source_id)
+    check_fork_id(new_id)
     data, rev = await _snapshot(source, source_id, versioned=expected_rev is not None)
     if expected_rev is not None and rev != expected_rev:
         raise stale(source_id, expected_rev, rev)

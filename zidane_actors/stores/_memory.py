@@ -45,6 +45,7 @@ from ..model import (
     SessionSearchPage,
     SessionTurn,
     UpdateRunOptions,
+    check_fork_id,
     fork_document,
     forked_from,
     preview,
@@ -419,6 +420,7 @@ class MemoryStore(TurnsEdits):
         """Create ``new_id`` as the fork of ``source_id`` (``FullSessionStore.fork_session``)."""
         await self._enter()
         source = self._sessions.get(validate_id(source_id))
+        check_fork_id(new_id)
         if source is None:
             raise SessionNotFoundError(f"no session {preview(source_id)} to fork")
         self._expect(source_id, expected_rev)

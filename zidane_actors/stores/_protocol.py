@@ -367,11 +367,13 @@ class FullSessionStore(SessionStore, Protocol):
     ) -> Revision | None:
         """Create ``new_id`` as :func:`~zidane_actors.model.fork_document` of ``source_id``.
 
-        Atomic: the source as of one snapshot. ``expected_rev`` is the
-        source's: another rev raises :class:`StaleSessionError`, writing
-        nothing. ``new_id`` held raises :class:`ConflictError`, no source
-        :class:`SessionNotFoundError`, ``at`` naming no turn
-        :class:`ValidationError` at ``$.at``. Answers the fork's
+        Atomic: the source as of one snapshot. Refusals, nothing written, the
+        first that applies in this order: an unsafe id (the new one
+        :class:`InvalidNameError` at ``$.id``, ``check_fork_id``), no source
+        :class:`SessionNotFoundError`, ``expected_rev`` (the source's) not its
+        rev :class:`StaleSessionError`, ``at`` naming no turn
+        :class:`ValidationError` at ``$.at``, ``new_id`` held
+        :class:`ConflictError`. Answers the fork's
         :class:`Revision` on a versioned store. Later writes to either never
         show in the other; deleting the source leaves the fork whole.
         """
