@@ -127,7 +127,7 @@ async def main() -> None:
         ('sqlite, durability="normal"', sqlite_store("normal")),
     ]
     if await _postgres_answers():
-        pass  # stores.append(("postgres", postgres_store))
+        stores.append(("postgres", postgres_store))
     else:
         print("postgres: not answering at", DSN, "(skipped)")
     for name, opener in stores:

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import trio
 import trio.testing
-from _pg import DSN
+from _pg import DSN, schema_at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -233,6 +233,31 @@ async def test_newer_schema_version_is_refused(schema: str, store: PostgresStore
     ):
         async with open_postgres_store(DSN, schema=schema, pool_size=1):
             pass
+
+
+async def test_a_version_7_schema_gains_forks_that_share_its_rows() -> None:
+    """Schema v8: a v7 schema opens with the ``forks`` table and ``fork_ranges``; its
+    sessions fork, and the fork's turns stay the source's rows until it is rewritten."""
+    turns = [msgspec.json.encode(turn(i)).decode() for i in range(3)]
+    with schema_at(7) as (schema, conn):
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, status, metadata, turn_count,"
+            " user_turn_count) VALUES ('a', 1, 2, 'idle', '{}', 3, 3)"
+        )
+        for i, body in enumerate(turns):
+            conn.execute(
+                "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', %s, %s,"
+                " 'user', %s)",
+                (i, f"t{i}", body),
+            )
+        async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
+            await store.fork_session("a", "b", at="t1", created_at=5_000)
+            assert conn.execute("SELECT * FROM forks").fetchall() == [("b", "a", 2)]
+            assert conn.execute("SELECT count(*) FROM turns").fetchone() == (3,)
+            await store.save(session("a", turns=(turn(9),)))
+            fork = await store.load("b")
+            assert fork is not None and [t.id for t in fork.turns] == ["t0", "t1"]
+            assert conn.execute("SELECT * FROM forks").fetchall() == []
 
 
 @pytest.mark.parametrize("bad", ["", "Upper", "a-b", "1abc", 'x"; DROP', "a" * 64])

@@ -42,6 +42,7 @@ from ..sql import POSTGRES, meta_row, search_header_sql, search_words_sql, sessi
 from ._rows import (
     _Cursor,
     _decode,
+    visible_turns,
 )
 from ._writes import (
     _lock_header,
@@ -58,7 +59,7 @@ _META_SELECT: Final = (
     " s.project_root, s.run_owner::text, s.rev, s.turn_count, s.user_turn_count,"
     " (SELECT count(*) FROM runs r WHERE r.session_id = s.id),"
     " (SELECT count(*) FROM artifacts a WHERE a.session_id = s.id),"
-    " (SELECT t.body FROM turns t WHERE t.session_id = s.id AND t.role = 'user'"
+    f" (SELECT t.body FROM {visible_turns('s.id')} t WHERE t.role = 'user'"
     "  ORDER BY t.seq LIMIT 1)"
     " FROM sessions s"
 )
@@ -139,9 +140,9 @@ def _decode_list(
 
 def _history(cur: _Cursor, session_id: str) -> SessionHistory:
     cur.execute(
-        f"SELECT (SELECT {_AGG} FROM turns WHERE session_id = %s),"
-        f" (SELECT {_AGG} FROM runs WHERE session_id = %s)",
-        (session_id, session_id),
+        f"SELECT (SELECT {_AGG} FROM {visible_turns('%(sid)s')} v),"
+        f" (SELECT {_AGG} FROM runs WHERE session_id = %(sid)s)",
+        {"sid": session_id},
     )
     row = cur.fetchone()
     assert row is not None

@@ -92,3 +92,19 @@ def _map_error(exc: BaseException) -> BaseException:
         mapped = StoreError(f"PostgreSQL error: {diag}")
     mapped.__cause__ = exc
     return mapped
+
+
+# Schema v8: the turns a session sees, forks' shared rows included (``..sql._forks``).
+def visible_turns(session: str) -> str:
+    """SQL: a derived table ``(seq, id, role, body)`` of the turns the session ``session``
+    (an SQL expression: a column or a named parameter) sees, in one statement's snapshot.
+
+    A session sharing nothing reads its own rows (the ``fork_ranges`` branch is skipped
+    by a one-time test of its ``forks`` row)."""
+    fork = f"EXISTS (SELECT FROM forks WHERE session_id = {session})"
+    return (
+        f"(SELECT seq, id, role, body FROM turns WHERE session_id = {session} AND NOT {fork}"
+        " UNION ALL SELECT t.seq, t.id, t.role, t.body"
+        f" FROM fork_ranges({session}) r JOIN turns t ON t.session_id = r.session_id"
+        f" AND t.seq >= r.lo AND (r.hi IS NULL OR t.seq < r.hi) WHERE {fork})"
+    )

@@ -17,6 +17,8 @@ from psycopg import sql
 from ...errors import StoreError
 from ...model import index_words, stored_header_text, stored_turn_text
 from .._indexer import INDEX_STEP_SECONDS
+from ..sql import POSTGRES
+from ..sql._forks import RANGES, has_forks, heirs
 
 __all__ = ["SCHEMA_VERSION", "index_pending", "index_step", "migrate"]
 
@@ -331,8 +333,19 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
             " FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(sid, seq, w)",
             [[r[0] for r in more], [r[1] for r in more], [r[2] for r in more]],
         )
+    readers = {(sid, seq): [sid] for sid, seq, _ in turns + headers}
+    for sid in {sid for sid, _, _ in turns}:
+        if has_forks(cur, POSTGRES, sid):
+            for _, seq, _ in (t for t in turns if t[0] == sid):
+                readers[sid, seq] += heirs(cur, POSTGRES, sid, seq)
     pairs = sorted(
-        {(w, sid) for sid, _, parts in turns + headers for p in parts for w in p.split()}
+        {
+            (w, reader)
+            for sid, seq, parts in turns + headers
+            for reader in readers[sid, seq]
+            for p in parts
+            for w in p.split()
+        }
     )
     if pairs:
         cur.execute(
@@ -394,6 +407,32 @@ INSERT INTO search_stale (session_id)
 _V7: Final = "CREATE INDEX turns_commands ON turns (session_id, seq) WHERE role = 'command'"
 
 
+# v8: forks share their source's turns (``..sql._forks``). A fork's row here names the
+# session it shares from and how many of that session's visible turns it sees; its own
+# turns continue at ``seq = bound`` (its ``turn_count`` counts what it sees).
+# ``fork_ranges(session)`` answers the row ranges a session sees (the shared rule), for
+# reads to join in the statement that reads the turns.
+_V8: Final = f"""
+CREATE TABLE forks (
+    session_id text PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    parent_id text NOT NULL,
+    bound bigint NOT NULL
+);
+CREATE INDEX forks_of ON forks (parent_id, session_id COLLATE "C");
+CREATE FUNCTION fork_ranges(text) RETURNS TABLE (session_id text, lo bigint, hi bigint)
+LANGUAGE sql STABLE AS $$ {RANGES.replace("?", "$1")} $$;
+"""
+
+
+def _seen(table: str) -> str:
+    """SQL: the rows of ``table`` (alias ``v``) the stale sessions ``x.sid`` see."""
+    return (
+        "unnest(%(s)s::text[]) x (sid) CROSS JOIN LATERAL fork_ranges(x.sid) r"
+        f" JOIN {table} v ON v.session_id = r.session_id AND v.seq >= r.lo"
+        " AND (r.hi IS NULL OR v.seq < r.hi)"
+    )
+
+
 def _rebuild_stale(cur: psycopg.Cursor[Any], limit: int | None) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``) from their rows'
     ``words``; the number rebuilt. A session another step is rebuilding is skipped.
@@ -408,14 +447,17 @@ def _rebuild_stale(cur: psycopg.Cursor[Any], limit: int | None) -> int:
         (limit,),
     )
     stale = sorted(str(r[0]) for r in cur.fetchall())
+    # A session's words come from the rows it sees, its forks' shared ones included.
     if stale:
         cur.execute("DELETE FROM session_words WHERE session_id = ANY(%s)", (stale,))
         cur.execute(
             "INSERT INTO session_words (word, session_id)"
             " SELECT DISTINCT w, d.sid FROM ("
-            " SELECT session_id, words FROM turns WHERE session_id = ANY(%(s)s)"
+            f" SELECT x.sid, v.words FROM {_seen('turns')}"
             " UNION ALL SELECT id, words FROM sessions WHERE id = ANY(%(s)s)"
-            " UNION ALL SELECT session_id, words FROM more_words WHERE session_id = ANY(%(s)s)"
+            f" UNION ALL SELECT x.sid, v.words FROM {_seen('more_words')}"
+            " UNION ALL SELECT session_id, words FROM more_words"
+            " WHERE session_id = ANY(%(s)s) AND seq IS NULL"
             ") d (sid, words), unnest(tsvector_to_array(d.words)) w"
             " ORDER BY 1, 2 ON CONFLICT DO NOTHING",
             {"s": stale},
@@ -437,7 +479,7 @@ def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) ->
     return False
 
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

@@ -48,7 +48,9 @@ from ..sql import (
     equal_sql,
     send_record,
 )
+from ..sql._forks import fork_sql
 from ._base import PostgresBase
+from ._forks import PostgresForks
 from ._reads import (
     _META_SELECT,
     _gen_uuid,
@@ -77,7 +79,7 @@ _VIEW_ATTEMPTS: Final = 4
 
 
 @attrs.define(eq=False)
-class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims):
+class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims):
     """A :class:`~zidane_actors.stores.FullSessionStore` and ``BatchingStore`` on PostgreSQL.
 
     Build it with :func:`open_postgres_store`. Beyond the protocol it offers
@@ -160,6 +162,9 @@ class PostgresStore(PostgresBase, SQLSchedules, SQLSendRequests, TurnsEdits, SQL
         validate_id(session_id)
 
         def op(cur: _Cursor) -> builtins.list[SessionTurn] | Literal[False] | None:
+            cur.execute(fork_sql(POSTGRES).link_of, (session_id,))
+            if cur.fetchone() is not None:  # a fork: its turns span the rows it shares
+                return False
             for _ in range(_VIEW_ATTEMPTS):
                 view = _model_view(cur, session_id)
                 if view is not False:

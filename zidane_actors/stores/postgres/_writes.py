@@ -51,6 +51,7 @@ from .._validate import (
     now_ms,
 )
 from ..sql import POSTGRES, settle_send_request
+from ..sql._forks import share_less, unshare
 from ._rows import (
     _SQL,
     _checked_data,
@@ -59,6 +60,7 @@ from ._rows import (
     _decode,
     _json,
     _SlowPath,
+    visible_turns,
 )
 
 __all__ = []
@@ -157,22 +159,22 @@ def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> N
     )
 
 
-_KEEP_PREFIX_SQL: Final = """
+_KEEP_PREFIX_SQL: Final = (
+    """
 WITH new AS (
     SELECT u.o - 1 AS seq, u.i, u.r, u.h
     FROM unnest(%(ids)b::text[], %(roles)b::text[], %(hashes)b::bytea[])
         WITH ORDINALITY AS u(i, r, h, o)
-), kept AS (
-    SELECT coalesce(min(n.seq), %(count)s) AS n
-    FROM new n LEFT JOIN turns t ON t.session_id = %(sid)s AND t.seq = n.seq
-    WHERE t.seq IS NULL OR t.id <> n.i OR t.role <> n.r
-        OR sha256(convert_to(t.body, 'UTF8')) <> n.h
-), gone AS (
-    DELETE FROM turns WHERE session_id = %(sid)s AND seq >= (SELECT n FROM kept)
-)
-SELECT n FROM kept
+), seen AS """
+    + visible_turns("%(sid)s")
+    + """
+SELECT coalesce(min(n.seq), %(count)s) AS n
+FROM new n LEFT JOIN seen t ON t.seq = n.seq
+WHERE t.seq IS NULL OR t.id <> n.i OR t.role <> n.r
+    OR sha256(convert_to(t.body, 'UTF8')) <> n.h
 """
-"""Delete the stored turns from the first one the new list does not repeat; answer its seq.
+)
+"""The seq of the first turn the session sees that the new list does not repeat.
 
 Stored rows are compared by id, role and the SHA-256 of their text, so only
 digests travel, and a row is kept only when its text is exactly the new one.
@@ -199,6 +201,9 @@ def _replace_turns(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) 
     row = cur.fetchone()
     assert row is not None
     kept = int(row[0])
+    unshare(cur, POSTGRES, session_id, kept)  # forks seeing the turns from there keep them
+    share_less(cur, POSTGRES, session_id, kept)
+    cur.execute(_SQL.delete_turns_from, (session_id, kept))
     _insert_turns(cur, session_id, kept, turns[kept:], bodies[kept:])
     cur.execute(
         "UPDATE sessions SET turn_count = %s, user_turn_count = %s WHERE id = %s",
@@ -303,7 +308,8 @@ _APPEND_SQL: Final = (
 """After the row lock and the stored-id check: insert at dense seqs, count them."""
 
 _APPEND_ONE_SQL: Final = (
-    "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s FOR UPDATE),"
+    "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s"
+    " AND NOT EXISTS (SELECT FROM forks WHERE session_id = %(sid)s) FOR UPDATE),"
     + _FRESH_TURNS
     + """, added AS (
     INSERT INTO turns (session_id, seq, id, role, body)
@@ -317,7 +323,8 @@ _APPEND_ONE_SQL: Final = (
 
 A turn id already stored (a retried append, or a conflicting one) fails
 the unique constraint on ``(session_id, id)``, and the append then reruns on
-the two-step path, which compares the stored rows (``fresh_turns``).
+the two-step path, which compares the stored rows (``fresh_turns``); so does an
+append to a fork (whose shared turns hold ids too).
 """
 
 
@@ -384,8 +391,8 @@ def _stored_turns(
 ) -> dict[str, SessionTurn]:
     """The stored turns holding one of ``turns``' ids (index lookups, not the history)."""
     cur.execute(
-        "SELECT id, body FROM turns WHERE session_id = %s AND id = ANY(%s)",
-        (session_id, [t.id for t in turns]),
+        f"SELECT id, body FROM {visible_turns('%(sid)s')} v WHERE id = ANY(%(ids)s)",
+        {"sid": session_id, "ids": [t.id for t in turns]},
     )
     return {
         tid: _decode(body, SessionTurn, "turns", f"id={preview(tid)}")
@@ -402,6 +409,8 @@ def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> 
     row = cur.fetchone()
     if row is None:
         raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
+    if row[0] is None:  # a fork (no head): rolled back, appended on the two-step path
+        raise _SlowPath
     return Revision(int(row[0]), int(row[1]))
 
 
@@ -481,6 +490,9 @@ def _append_run(
     """
     cur.execute(_LOCK_SESSIONS_SQL, (sorted({a.session_id for a in run}),))
     found = {row[0]: int(row[1]) for row in cur.fetchall()}
+    cur.execute("SELECT FROM forks WHERE session_id = ANY(%s) LIMIT 1", (list(found),))
+    if cur.fetchone() is not None:  # a fork's shared turn ids are checked one append at a time
+        raise _SlowPath
     sids: builtins.list[str] = []
     ids: builtins.list[str] = []
     roles: builtins.list[str] = []
@@ -624,6 +636,8 @@ def _held_for_send(cur: _Cursor, session_id: str) -> None:
 
 def _delete(cur: _Cursor, session_id: str) -> None:
     validate_id(session_id)
+    if _locked_rev(cur, session_id):  # a fork being made of it is committed or waits
+        unshare(cur, POSTGRES, session_id)  # its forks keep what they see
     cur.execute(_SQL.delete_session, (session_id,))
     cur.execute(_SQL.delete_sends, (session_id,))
 

@@ -40,6 +40,10 @@ class Dialect:
     """A JSON text parameter as its column takes it (``jsonb`` in PostgreSQL)."""
     json_column: str
     """What reads a JSON column as text (``::text`` of a ``jsonb`` in PostgreSQL)."""
+    contains: str
+    """The condition that a turn row's ``body`` holds the text of a parameter."""
+    turn_counts: str
+    """The ``sessions`` columns counting a session's turns, which a fork's header sets."""
 
     def sql(self, text: str) -> str:
         """``text``, written with ``?`` marks, in this dialect's parameter marks."""
@@ -58,6 +62,8 @@ SQLITE: Final = Dialect(
     next_rev="rev + 1",
     json_param="?",
     json_column="",
+    contains="instr(body, ?) > 0",
+    turn_counts="turn_count, user_turn_count, first_user_seq",
 )
 """SQLite: writes hold the database lock (``BEGIN IMMEDIATE``), so no row locks."""
 
@@ -73,5 +79,7 @@ POSTGRES: Final = Dialect(
     next_rev="nextval('revs')",
     json_param="?::jsonb",
     json_column="::text",
+    contains="strpos(body, ?) > 0",
+    turn_counts="turn_count, user_turn_count",
 )
 """PostgreSQL through psycopg."""

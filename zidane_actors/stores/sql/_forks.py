@@ -5,31 +5,65 @@ session it shares from (``parent_id``) and how many of that session's visible tu
 sees (``bound``); its own turns continue at ``seq = bound``. Along a chain of forks
 every session numbers its turns in one sequence, so a session's visible turns are its
 own rows plus, for each ancestor, that ancestor's own rows below every bound between
-them. :func:`visible_ranges` computes those row ranges, the one rule every read of
-turns follows (loads, pages, counts, search words, turn-id checks).
+them. :data:`RANGES` computes those row ranges, the one rule every read of turns
+follows (loads, pages, counts, search words, turn-id checks, the model's view).
 
 A write that would delete or rewrite rows a fork still sees (a whole save, a history
-edit reaching below a fork's bound, a delete) first copies them into that fork
-(:data:`DETACH_SQL`), so such a write costs once what the forks need, and nothing else
-ever changes what another session reads.
+edit reaching below a fork's bound, a delete) first copies them into that fork (the
+stores' ``unshare``), so such a write costs once what the forks need, and nothing else
+ever changes what another session reads. A fork itself is made by :func:`plan_fork`:
+a header, the runs :func:`kept_runs` keeps and one ``forks`` row, whatever the length
+of the history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any, Final
 
 import attrs
+import msgspec
 
+from ...model import SessionData, SessionRun, SessionTurn, fork_document, turn_index
+from .._validate import checked_int
 from ._dialect import Dialect
 
 __all__ = [
+    "RANGES",
+    "ForkPlan",
     "ForkSQL",
     "RowRange",
+    "first_turn_row",
+    "fork_sql",
+    "has_forks",
+    "heirs",
+    "kept_runs",
+    "link_fork",
+    "plan_fork",
     "ranges_of",
     "ranges_select",
-    "visible_ranges",
+    "recount",
+    "share_less",
+    "shared_turns",
+    "unshare",
+    "visible_rows",
 ]
+
+RANGES: Final = (
+    "WITH RECURSIVE chain (session_id, parent_id, lo, hi) AS ("
+    " SELECT s.id, f.parent_id, COALESCE(f.bound, 0), CAST(NULL AS BIGINT)"
+    " FROM (SELECT CAST(? AS TEXT) AS id) s LEFT JOIN forks f ON f.session_id = s.id"
+    " UNION ALL SELECT c.parent_id, f.parent_id, COALESCE(f.bound, 0),"
+    " CASE WHEN c.hi IS NULL OR c.lo < c.hi THEN c.lo ELSE c.hi END"
+    " FROM chain c LEFT JOIN forks f ON f.session_id = c.parent_id"
+    " WHERE c.parent_id IS NOT NULL)"
+    " SELECT session_id, lo, hi FROM chain WHERE hi IS NULL OR lo < hi ORDER BY lo"
+)
+"""The row ranges ``(session_id, lo, hi)`` holding the turns a session (the parameter)
+sees, oldest first: ``lo <= seq < hi`` (``hi`` NULL: no end). Each session of its fork
+chain contributes its own rows, from its bound (0 for the root) to the lowest bound
+below it in the chain."""
 
 
 @attrs.frozen
@@ -50,26 +84,60 @@ class RowRange:
         return RowRange(self.session_id, start, stop)
 
 
-def visible_ranges(session_id: str, chain: Iterable[tuple[str, str, int]]) -> tuple[RowRange, ...]:
-    """The row ranges holding the visible turns of ``session_id``, oldest first.
+class ForkSQL:
+    """The statements of fork sharing in one dialect's spelling."""
 
-    ``chain`` is the session's ``forks`` rows and its ancestors', nearest first
-    (``session_id, parent_id, bound``), as :attr:`ForkSQL.chain` reads them; empty for a
-    session that shares nothing.
-    """
-    ranges: list[RowRange] = []
-    owner, stop = session_id, None
-    for sid, parent, bound in chain:
-        if sid != owner:  # not the next link (rows read out of order): refuse to guess
-            raise AssertionError(f"fork chain of {session_id!r} is broken at {sid!r}")
-        if stop is None or bound < stop:
-            ranges.append(RowRange(sid, bound, stop))
-            stop = bound
-        owner = parent
-    if stop is None or stop > 0:
-        ranges.append(RowRange(owner, 0, stop))
-    ranges.reverse()
-    return tuple(r for r in ranges if r.stop is None or r.start < r.stop)
+    __slots__ = (
+        "dialect",
+        "forks_of",
+        "has_forks",
+        "inheritors",
+        "link",
+        "link_of",
+        "lower_bound",
+        "ranges",
+        "unlink",
+    )
+
+    def __init__(self, dialect: Dialect) -> None:
+        sql = dialect.sql
+        self.dialect = dialect
+        self.link_of = sql("SELECT parent_id, bound FROM forks WHERE session_id = ?")
+        """A session's own ``forks`` row (one key lookup: most sessions have none)."""
+        self.ranges = sql(RANGES)
+        self.forks_of = sql(
+            "SELECT session_id, bound FROM forks WHERE parent_id = ? ORDER BY session_id"
+        )
+        """The sessions sharing rows of a session, and how many each sees."""
+        self.has_forks = sql("SELECT 1 FROM forks WHERE parent_id = ? LIMIT 1")
+        self.inheritors = sql(
+            "WITH RECURSIVE heirs (session_id) AS ("
+            " SELECT session_id FROM forks WHERE parent_id = ? AND bound > ?"
+            " UNION ALL SELECT f.session_id FROM forks f JOIN heirs h"
+            " ON f.parent_id = h.session_id AND f.bound > ?) SELECT session_id FROM heirs"
+        )
+        """Parameters ``(session, seq, seq)``: the sessions besides it seeing that row."""
+        self.link = sql("INSERT INTO forks (session_id, parent_id, bound) VALUES (?, ?, ?)")
+        self.unlink = sql("DELETE FROM forks WHERE session_id = ?")
+        self.lower_bound = sql("UPDATE forks SET bound = ? WHERE session_id = ? AND bound > ?")
+
+
+@cache
+def fork_sql(dialect: Dialect) -> ForkSQL:
+    """The fork statements rendered in ``dialect`` (once per dialect)."""
+    return ForkSQL(dialect)
+
+
+def ranges_of(db: Any, dialect: Dialect, session_id: str) -> tuple[RowRange, ...]:
+    """The row ranges of the turns ``session_id`` sees (:data:`RANGES`), read through
+    ``db``; a session sharing nothing costs one key lookup."""
+    statements = fork_sql(dialect)
+    if db.execute(statements.link_of, (session_id,)).fetchone() is None:
+        return (RowRange(session_id, 0, None),)
+    rows = db.execute(statements.ranges, (session_id,)).fetchall()
+    return tuple(
+        RowRange(str(sid), int(lo), None if hi is None else int(hi)) for sid, lo, hi in rows
+    )
 
 
 def ranges_select(
@@ -98,49 +166,207 @@ def ranges_select(
     return dialect.sql(f"SELECT * FROM ({union}) v ORDER BY seq"), params
 
 
-_CHAIN: Final = (
-    "WITH RECURSIVE chain (session_id, parent_id, bound, depth) AS ("
-    " SELECT session_id, parent_id, bound, 0 FROM forks WHERE session_id = ?"
-    " UNION ALL SELECT f.session_id, f.parent_id, f.bound, c.depth + 1"
-    " FROM forks f JOIN chain c ON f.session_id = c.parent_id)"
-    " SELECT session_id, parent_id, bound FROM chain ORDER BY depth"
-)
+TurnRow = tuple[int, str, str, Any]
+"""A turn row as the stores read it: ``seq, id, role, body``."""
 
-# The sessions that see a row of ``?`` at ``seq = ?``: its forks with a bound past it,
-# theirs, and so on.
-_INHERITORS: Final = (
-    "WITH RECURSIVE heirs (session_id) AS ("
-    " SELECT session_id FROM forks WHERE parent_id = ? AND bound > ?"
-    " UNION ALL SELECT f.session_id FROM forks f JOIN heirs h ON f.parent_id = h.session_id"
-    " AND f.bound > ?) SELECT session_id FROM heirs"
-)
+Decode = Callable[[str, Sequence[TurnRow]], tuple[SessionTurn, ...]]
+"""A store's decoding of its turn rows (of a session, for its error messages)."""
 
 
-class ForkSQL:
-    """The statements of fork sharing in one dialect's spelling."""
+def visible_rows(
+    db: Any,
+    dialect: Dialect,
+    ranges: Sequence[RowRange],
+    from_: int = 0,
+    limit: int | None = None,
+) -> list[TurnRow]:
+    """The ``(seq, id, role, body)`` rows of ``ranges`` from ``seq >= from_`` on, at most
+    ``limit``, in order."""
+    clipped = [c for r in ranges if (c := r.within(from_))]
+    if not clipped:
+        return []
+    sql, params = ranges_select(clipped, "seq, id, role, body", dialect)
+    if limit is not None:
+        sql += dialect.sql(" LIMIT ?")
+        params.append(limit)
+    rows: list[TurnRow] = db.execute(sql, params).fetchall()
+    return rows
 
-    __slots__ = ("chain", "forks_of", "inheritors", "link", "link_of", "lower_bound", "unlink")
 
-    def __init__(self, dialect: Dialect) -> None:
-        sql = dialect.sql
-        self.link_of = sql("SELECT parent_id, bound FROM forks WHERE session_id = ?")
-        """A session's own ``forks`` row (one key lookup: most sessions have none)."""
-        self.chain = sql(_CHAIN)
-        """The ``forks`` rows of a session and its ancestors, nearest first."""
-        self.forks_of = sql(
-            "SELECT session_id, bound FROM forks WHERE parent_id = ? ORDER BY session_id"
+@attrs.frozen
+class ForkPlan:
+    """What a fork of a source keeps: the rows it shares (``ranges`` below ``bound``),
+    the source's turns it leaves out (``tail``) and its last kept turn (``last``)."""
+
+    ranges: tuple[RowRange, ...]
+    bound: int
+    tail: tuple[SessionTurn, ...]
+    last: tuple[SessionTurn, ...]
+
+    def header(self, source: SessionData, new_id: str, created_at: int) -> SessionData:
+        """The fork's header (:func:`~zidane_actors.model.fork_document` of ``source``'s
+        header and its last kept turn), without turns or runs."""
+        head = msgspec.structs.replace(source, turns=self.last, runs=())
+        fork = fork_document(head, new_id=new_id, at=None, created_at=created_at)
+        return msgspec.structs.replace(fork, turns=(), runs=())
+
+    def users_left(self) -> int:
+        """How many of the source's user turns the fork leaves out."""
+        return sum(t.role == "user" for t in self.tail)
+
+
+def plan_fork(
+    db: Any,
+    dialect: Dialect,
+    source_id: str,
+    count: int,
+    at: object,
+    created_at: object,
+    decode: Decode,
+) -> ForkPlan:
+    """The plan of a fork of ``source_id`` (holding ``count`` turns) through turn ``at``
+    (all when ``None``; naming no turn: ``turn_index``'s ``ValidationError``), made at
+    ``created_at`` (checked first). Reads the turn ``at`` names and those after it,
+    never the kept history."""
+    checked_int(created_at, "createdAt")
+    ranges = ranges_of(db, dialect, source_id)
+    bound = count
+    if at is not None:
+        found = None
+        if isinstance(at, str):
+            sql, params = ranges_select(ranges, "seq", dialect, where="id = ?", values=(at,))
+            found = db.execute(sql, params).fetchone()
+        if found is None:
+            turn_index((), at)  # type: ignore[arg-type]  # raises the rule's error
+            raise AssertionError("unreachable")
+        bound = int(found[0]) + 1
+    tail = decode(source_id, visible_rows(db, dialect, ranges, bound))
+    last = decode(source_id, visible_rows(db, dialect, ranges, bound - 1, 1)) if bound else ()
+    return ForkPlan(ranges, bound, tail, last)
+
+
+def kept_runs(
+    db: Any, dialect: Dialect, plan: ForkPlan, runs: Sequence[SessionRun], decode: Decode
+) -> tuple[SessionRun, ...]:
+    """``runs`` without those only the turns a fork leaves out belong to (the rule of
+    :func:`~zidane_actors.model.fork_document`), reading of the kept turns only those
+    whose JSON names such a run."""
+    held = {run.id for run in runs}
+    left = {t.run_id for t in plan.tail if t.run_id in held}
+    kept = [c for r in plan.ranges if (c := r.within(0, plan.bound))]
+    for run_id in sorted(left, key=str):
+        needle = dialect.encode({"runId": run_id})[1:-1]  # '"runId":"…"', as the JSON has it
+        sql, params = ranges_select(
+            kept, "seq, id, role, body", dialect, where=dialect.contains, values=(needle,)
         )
-        """The sessions sharing rows of a session, and how many each sees."""
-        self.inheritors = sql(_INHERITORS)
-        """Parameters ``(session, seq, seq)``: the sessions seeing that row of it."""
-        self.link = sql("INSERT INTO forks (session_id, parent_id, bound) VALUES (?, ?, ?)")
-        self.unlink = sql("DELETE FROM forks WHERE session_id = ?")
-        self.lower_bound = sql("UPDATE forks SET bound = ? WHERE session_id = ? AND bound > ?")
+        if any(t.run_id == run_id for t in decode("", db.execute(sql, params).fetchall())):
+            left.discard(run_id)
+    return tuple(run for run in runs if run.id not in left)
 
 
-def ranges_of(db: Any, fork_sql: ForkSQL, session_id: str) -> tuple[RowRange, ...]:
-    """The visible row ranges of ``session_id``, read through ``db`` (a session sharing
-    nothing costs one key lookup)."""
-    if db.execute(fork_sql.link_of, (session_id,)).fetchone() is None:
-        return (RowRange(session_id, 0, None),)
-    return visible_ranges(session_id, db.execute(fork_sql.chain, (session_id,)).fetchall())
+# -- the steps of the stores' writes (inside the caller's transaction) ---------------------
+
+
+def first_turn_row(db: Any, dialect: Dialect, session_id: str, seq: int) -> TurnRow | None:
+    """The row of the turn ``session_id`` sees at ``seq`` (one a fork shares), or ``None``."""
+    rows = visible_rows(db, dialect, ranges_of(db, dialect, session_id), seq, 1)
+    return rows[0] if rows and rows[0][0] == seq else None
+
+
+def shared_turns(
+    db: Any, dialect: Dialect, session_id: str, ids: Sequence[str]
+) -> dict[str, TurnRow]:
+    """The row of each of ``ids`` that ``session_id`` sees in rows it shares with another
+    session (none when it shares nothing): a fork's turn-id check."""
+    inherited = [r for r in ranges_of(db, dialect, session_id) if r.session_id != session_id]
+    if not inherited or not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    sql, params = ranges_select(
+        inherited, "seq, id, role, body", dialect, where=f"id IN ({marks})", values=ids
+    )
+    return {row[1]: row for row in db.execute(sql, params).fetchall()}
+
+
+def has_forks(db: Any, dialect: Dialect, session_id: str) -> bool:
+    """Whether a fork shares rows of ``session_id``."""
+    return db.execute(fork_sql(dialect).has_forks, (session_id,)).fetchone() is not None
+
+
+def heirs(db: Any, dialect: Dialect, session_id: str, seq: int) -> list[str]:
+    """The sessions besides ``session_id`` that see its row at ``seq``."""
+    return [r[0] for r in db.execute(fork_sql(dialect).inheritors, (session_id, seq, seq))]
+
+
+def _stale(db: Any, dialect: Dialect, session_id: str) -> None:
+    """Have the session's search words derived again (from the rows it sees now)."""
+    db.execute(
+        dialect.sql("INSERT INTO search_stale (session_id) VALUES (?) ON CONFLICT DO NOTHING"),
+        (session_id,),
+    )
+
+
+def unshare(db: Any, dialect: Dialect, session_id: str, keep: int = 0) -> None:
+    """Copy into each fork of ``session_id`` that sees its turns past the first ``keep``
+    the rows it shares, and end its sharing: run before those turns are deleted or
+    rewritten. What the fork sees, its counts and words do not change; forks of it keep
+    sharing (from it)."""
+    statements = fork_sql(dialect)
+    for fork, bound in db.execute(statements.forks_of, (session_id,)).fetchall():
+        if bound <= keep:
+            continue
+        counts = dialect.turn_counts
+        seen = db.execute(
+            dialect.sql(f"SELECT {counts} FROM sessions WHERE id = ?") + dialect.lock, (fork,)
+        ).fetchone()
+        inherited = [r for r in ranges_of(db, dialect, fork) if r.session_id != fork]
+        sql, params = ranges_select(inherited, "seq, id, role, body", dialect)
+        db.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body)"
+            + dialect.sql(" SELECT CAST(? AS TEXT), v.seq, v.id, v.role, v.body")
+            + f" FROM ({sql}) v",
+            [fork, *params],
+        )
+        db.execute(statements.unlink, (fork,))
+        names = counts.split(", ")
+        db.execute(
+            dialect.sql(f"UPDATE sessions SET {', '.join(f'{n} = ?' for n in names)} WHERE id = ?"),
+            (*seen, fork),
+        )
+
+
+def share_less(db: Any, dialect: Dialect, session_id: str, keep: int) -> bool:
+    """Let ``session_id`` see only the first ``keep`` of the turns it shares (its own rows
+    from ``keep`` on are the caller's to rewrite); whether it saw more. Its search words
+    are then derived again."""
+    statements = fork_sql(dialect)
+    if keep:
+        lowered = db.execute(statements.lower_bound, (keep, session_id, keep)).rowcount
+    else:
+        lowered = db.execute(statements.unlink, (session_id,)).rowcount
+    if lowered:
+        _stale(db, dialect, session_id)
+    return bool(lowered)
+
+
+def recount(db: Any, dialect: Dialect, session_id: str) -> None:
+    """Derive the counts of ``session_id`` (``dialect.turn_counts``) from the turns it sees."""
+    sql, params = ranges_select(ranges_of(db, dialect, session_id), "seq, role", dialect)
+    derived = db.execute(
+        "SELECT COUNT(*), COUNT(CASE WHEN role = 'user' THEN 1 END),"
+        f" MIN(CASE WHEN role = 'user' THEN seq END) FROM ({sql}) v",
+        params,
+    ).fetchone()
+    names = dialect.turn_counts.split(", ")
+    db.execute(
+        dialect.sql(f"UPDATE sessions SET {', '.join(f'{n} = ?' for n in names)} WHERE id = ?"),
+        (*derived[: len(names)], session_id),
+    )
+
+
+def link_fork(db: Any, dialect: Dialect, plan: ForkPlan, source_id: str, new_id: str) -> None:
+    """Record that ``new_id`` shares the rows of ``plan`` (nothing when it keeps none); its
+    search words are derived from theirs."""
+    if plan.bound:
+        db.execute(fork_sql(dialect).link, (new_id, source_id, plan.bound))
+        _stale(db, dialect, new_id)

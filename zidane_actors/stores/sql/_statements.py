@@ -19,6 +19,10 @@ _DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = ?"
 _LIST_IDS: Final = "SELECT s.id FROM sessions s"
 _HELD: Final = "SELECT 1 FROM sessions WHERE id = ?"
 
+# -- turns -----------------------------------------------------------------------------------------
+
+_DELETE_TURNS_FROM: Final = "DELETE FROM turns WHERE session_id = ? AND seq >= ?"
+
 # -- runs ------------------------------------------------------------------------------------------
 
 _UPDATE_RUN: Final = "UPDATE runs SET body = ? WHERE session_id = ? AND id = ?"
@@ -38,6 +42,7 @@ class SharedSQL:
         "delete_send",
         "delete_sends",
         "delete_session",
+        "delete_turns_from",
         "held_for_send",
         "list_ids",
         "rev",
@@ -48,6 +53,7 @@ class SharedSQL:
         sql = dialect.sql
         self.rev = sql(_REV)
         self.delete_session = sql(_DELETE_SESSION)
+        self.delete_turns_from = sql(_DELETE_TURNS_FROM)
         self.list_ids = _LIST_IDS
         self.held_for_send = sql(_HELD) + dialect.key_share
         self.update_run = sql(_UPDATE_RUN)

@@ -40,7 +40,9 @@ from .._validate import (
     checked_status,
 )
 from ..sql import SQLITE, Dialect
-from . import _rows, _sharing
+from ..sql._forks import fork_sql, ranges_of, recount, share_less, shared_turns, unshare
+from ..sql._forks import visible_rows as _visible_rows
+from . import _rows
 from ._lone import without_waiting
 from ._rows import _SQL, T, _Conn, _decode_row, _now, _run_body, _session_id, _turn_json
 
@@ -167,7 +169,7 @@ class SQLiteBase:
     @staticmethod
     def _turn_rows(conn: _Conn, session_id: str) -> builtins.list[tuple[int, str, str, bytes]]:
         """The rows of every turn the session sees, its forked-from ones included."""
-        return _sharing.visible_rows(conn, session_id)
+        return _visible_rows(conn, SQLITE, ranges_of(conn, SQLITE, session_id))
 
     @staticmethod
     def _runs(conn: _Conn, session_id: str) -> tuple[SessionRun, ...]:
@@ -335,14 +337,14 @@ class SQLiteBase:
         rows = _rows._turn_rows_of(data.turns, 0, "$.turns")
 
         def write() -> None:
-            _sharing.unshare(conn, data.id)
-            shared = _sharing.share_less(conn, data.id, 0)
+            unshare(conn, SQLITE, data.id)
+            shared = share_less(conn, SQLITE, data.id, 0)
             self._write_header(conn, data, data.metadata)
             conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
             self._append_rows(conn, data.id, rows)
             self._replace_runs(conn, data.id, data.runs)
             if shared:  # its counts counted the turns it no longer shares
-                _sharing.recount(conn, data.id)
+                recount(conn, SQLITE, data.id)
 
         return self._versioned(conn, data.id, expected_rev, write)
 
@@ -382,7 +384,7 @@ class SQLiteBase:
         options: AppendTurnsOptions | None = None,
     ) -> Revision:
         session_id, values, run = self._append_plan(session_id, turns, options)
-        if values and conn.execute(_sharing.FORK_SQL.link_of, (session_id,)).fetchone():
+        if values and conn.execute(fork_sql(SQLITE).link_of, (session_id,)).fetchone():
             values = self._unshared_values(conn, session_id, values)
         if values:
             try:
@@ -429,7 +431,8 @@ class SQLiteBase:
     ) -> builtins.list[tuple[str, str, str, bytes]]:
         """``values`` without the turns a fork sees already in the rows it shares (a retried
         append); ``ConflictError`` when one of those ids holds other content there."""
-        shared = _sharing.shared_turns(conn, session_id, [v[1] for v in values])
+        rows = shared_turns(conn, SQLITE, session_id, [v[1] for v in values])
+        shared = {tid: (role, body) for _, tid, role, body in rows.values()}
         if shared:
             cls._check_same(session_id, [v for v in values if v[1] in shared], shared)
         return [v for v in values if v[1] not in shared]
@@ -499,7 +502,7 @@ class SQLiteBase:
         check_turn_slice(session_id, from_, limit)
 
         def op(conn: _Conn) -> builtins.list[SessionTurn]:
-            rows = _sharing.visible_rows(conn, session_id, from_, limit)
+            rows = _visible_rows(conn, SQLITE, ranges_of(conn, SQLITE, session_id), from_, limit)
             return list(_rows._decode_turns(session_id, rows))
 
         return op
@@ -517,9 +520,9 @@ class SQLiteBase:
         def op(conn: _Conn) -> builtins.list[SessionTurn] | None:
             if conn.execute(_SQL.rev, (session_id,)).fetchone() is None:
                 return None
-            if conn.execute(_sharing.FORK_SQL.link_of, (session_id,)).fetchone() is not None:
+            if conn.execute(fork_sql(SQLITE).link_of, (session_id,)).fetchone() is not None:
                 # A fork: its turns span the rows it shares (read whole, then the rule).
-                turns = _rows._decode_turns(session_id, _sharing.visible_rows(conn, session_id))
+                turns = _rows._decode_turns(session_id, self._turn_rows(conn, session_id))
                 return list(model.model_view(turns))
             return _rows._model_view(conn, session_id)
 
@@ -576,6 +579,6 @@ class SQLiteBase:
             " WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
             (session_id, session_id),
         )
-        _sharing.unshare(conn, session_id)  # its forks keep what they see
+        unshare(conn, SQLITE, session_id)  # its forks keep what they see
         conn.execute(_SQL.delete_session, (session_id,))
         conn.execute(_SQL.delete_sends, (session_id,))

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
 
 from ... import model
-from ...errors import ConflictError, InvalidNameError, SessionNotFoundError
-from ...model import SessionData, SessionRun, SessionTurn, fork_document, preview
+from ...errors import ConflictError, SessionNotFoundError
+from ...model import SessionData, preview
 from .._protocol import Revision, stale
-from .._validate import checked_int
 from ..sql import SQLITE
-from ..sql._forks import RowRange, ranges_select
+from ..sql._forks import kept_runs, link_fork, plan_fork
 from ._base import SQLiteBase
-from ._rows import (
-    _Conn,
-    _decode_extra,
-    _decode_metadata,
-    _decode_turns,
-    _session_id,
-    _valid_header,
-)
-from ._sharing import FORK_SQL, counts, ranges, set_counts, visible_rows
+from ._rows import _Conn, _decode_metadata, _decode_turns, _session_id, _valid_header
 
 __all__ = ["SQLiteForks"]
 
@@ -40,6 +30,7 @@ class SQLiteForks(SQLiteBase):
         expected_rev: int | None = None,
     ) -> Revision:
         _session_id(source_id)
+        model.check_fork_id(new_id)
         head = self._header(conn, source_id)
         if head is None:
             raise SessionNotFoundError(
@@ -48,84 +39,40 @@ class SQLiteForks(SQLiteBase):
         rev = int(head[8])
         if expected_rev is not None and rev != expected_rev:
             raise stale(source_id, expected_rev, rev)
-        checked_int(created_at, "createdAt")
-        try:
-            model.validate_id(new_id)
-        except InvalidNameError as exc:
-            raise InvalidNameError(str(exc), path="$.id") from None
-        shared = ranges(conn, source_id)
-        count, users, first_user = counts(conn, source_id)
-        bound = count if at is None else self._turn_seq(conn, shared, at) + 1
+        count, users, first_user = conn.execute(
+            "SELECT turn_count, user_turn_count, first_user_seq FROM sessions WHERE id = ?",
+            (source_id,),
+        ).fetchone()
+        plan = plan_fork(conn, SQLITE, source_id, count, at, created_at, _decode_turns)
         if self._rev(conn, new_id):
             raise ConflictError(f"cannot fork into {preview(new_id)}: that session exists")
-        tail = _decode_turns(source_id, visible_rows(conn, source_id, bound, within=shared))
-        last = visible_rows(conn, source_id, bound - 1, 1, within=shared) if bound else []
         source = SessionData(
             id=source_id,
             created_at=head[4],
             updated_at=head[5],
             status=head[2],
             metadata=_decode_metadata(head[3], source_id),
-            turns=_decode_turns(source_id, last),
+            turns=(),
             runs=(),
             agent_id=head[0],
             project_root=head[1],
-            extra_fields=_decode_extra(head[9], source_id),
         )
-        fork = _valid_header(fork_document(source, new_id=new_id, at=None, created_at=created_at))
+        fork = _valid_header(plan.header(source, new_id, created_at))
         self._write_header(conn, fork, fork.metadata)
-        set_counts(
-            conn,
-            new_id,
+        conn.execute(
+            "UPDATE sessions SET turn_count = ?, user_turn_count = ?, first_user_seq = ?"
+            " WHERE id = ?",
             (
-                bound,
-                users - sum(t.role == "user" for t in tail),
-                first_user if first_user is not None and first_user < bound else None,
+                plan.bound,
+                users - plan.users_left(),
+                first_user if first_user is not None and first_user < plan.bound else None,
+                new_id,
             ),
         )
-        runs = self._runs(conn, source_id)
-        if tail:
-            runs = self._kept_runs(conn, shared, bound, runs, tail)
+        runs = kept_runs(conn, SQLITE, plan, self._runs(conn, source_id), _decode_turns)
         self._replace_runs(conn, new_id, runs)
-        if bound:
-            conn.execute(FORK_SQL.link, (new_id, source_id, bound))
-            conn.execute("INSERT INTO search_stale (session_id) VALUES (?)", (new_id,))
+        link_fork(conn, SQLITE, plan, source_id, new_id)
         return Revision(0, self._rev(conn, new_id))
-
-    @staticmethod
-    def _turn_seq(conn: _Conn, shared: Sequence[RowRange], at: object) -> int:
-        """The seq of the turn ``at`` names among the rows ``shared``."""
-        if isinstance(at, str):
-            sql, params = ranges_select(shared, "seq", SQLITE, where="id = ?", values=(at,))
-            row = conn.execute(sql, params).fetchone()
-            if row is not None:
-                return int(row[0])
-        model.turn_index((), at)  # type: ignore[arg-type]  # raises the rule's error
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _kept_runs(
-        conn: _Conn,
-        shared: Sequence[RowRange],
-        bound: int,
-        runs: tuple[SessionRun, ...],
-        tail: Sequence[SessionTurn],
-    ) -> tuple[SessionRun, ...]:
-        """``runs`` without those only the ``tail`` (the turns past ``bound``) belongs to:
-        :func:`~zidane_actors.model.fork_document`'s rule, reading the kept turns only
-        where their JSON names such a run."""
-        held = {run.id for run in runs}
-        left = {t.run_id for t in tail if t.run_id in held}
-        kept = [c for r in shared if (c := r.within(0, bound))]
-        for run_id in sorted(left, key=str):
-            needle = b'"runId":' + model.encode(run_id)
-            sql, params = ranges_select(
-                kept, "seq, id, role, body", SQLITE, where="instr(body, ?) > 0", values=(needle,)
-            )
-            rows = conn.execute(sql, params).fetchall()
-            if any(t.run_id == run_id for t in _decode_turns("", rows)):
-                left.discard(run_id)
-        return tuple(run for run in runs if run.id not in left)
 
     async def fork_session(
         self,

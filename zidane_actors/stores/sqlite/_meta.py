@@ -32,7 +32,7 @@ from .._protocol import (
     stale,
 )
 from ..sql import SQLITE, meta_row, search_header_sql, search_words_sql, session_filter_sql
-from . import _sharing
+from ..sql._forks import first_turn_row, recount, share_less, unshare
 from ._base import SQLiteBase
 from ._rows import (
     _BUSY_CODES,
@@ -111,7 +111,8 @@ class SQLiteMeta(SQLiteBase):
         resolved = []
         for row in rows:
             if row[16] is not None:
-                row = (*row[:13], *(_sharing.first_turn_row(conn, row[0], row[16]) or (None,) * 3))
+                first = first_turn_row(conn, SQLITE, row[0], row[16])
+                row = (*row[:13], *(first[1:] if first else (None,) * 3))
             resolved.append(row[:16])
         return resolved
 
@@ -332,14 +333,12 @@ class SQLiteMeta(SQLiteBase):
                     if [tid, role, _turn_json(tid, role, old)] != new:
                         break  # another id, role or turn: rewritten from here on
                     keep += 1
-                _sharing.unshare(conn, session_id, keep)  # forks seeing the old turns keep them
-                shared = _sharing.share_less(conn, session_id, keep)
-                conn.execute(
-                    "DELETE FROM turns WHERE session_id = ? AND seq >= ?", (session_id, keep)
-                )
+                unshare(conn, SQLITE, session_id, keep)  # forks seeing the old turns keep them
+                shared = share_less(conn, SQLITE, session_id, keep)
+                conn.execute(_SQL.delete_turns_from, (session_id, keep))
                 self._append_rows(conn, session_id, new_rows[keep:])
                 if shared:  # its counts counted the turns it no longer shares
-                    _sharing.recount(conn, session_id)
+                    recount(conn, SQLITE, session_id)
             if result.runs is not runs and result.runs != runs:
                 self._replace_runs(conn, session_id, result.runs)
             self._bump(conn, session_id, updated_at=_now())

@@ -24,8 +24,7 @@ from ...model import (
 )
 from .._indexer import INDEX_STEP_SECONDS
 from ..sql import SQLITE
-from ..sql._forks import ranges_select
-from ._sharing import has_forks, heirs, ranges
+from ..sql._forks import has_forks, heirs, ranges_of, ranges_select
 
 __all__ = [
     "MIGRATIONS",
@@ -533,7 +532,9 @@ def _rebuild_stale(conn: sqlite3.Connection, limit: int) -> int:
     stale = [r[0] for r in conn.execute("SELECT session_id FROM search_stale LIMIT ?", (limit,))]
     for session_id in stale:
         words: set[str] = set()
-        turns, params = ranges_select(ranges(conn, session_id), "seq, rowid AS key", SQLITE)
+        turns, params = ranges_select(
+            ranges_of(conn, SQLITE, session_id), "seq, rowid AS key", SQLITE
+        )
         for (text,) in conn.execute(
             "SELECT f.words FROM sessions s JOIN search f ON f.rowid = -s.rowid WHERE s.id = ?"
             f" UNION ALL SELECT f.words FROM ({turns}) t JOIN search f ON f.rowid = t.key",
@@ -573,8 +574,8 @@ def index_pending(conn: sqlite3.Connection, limit: int = -1) -> int:
             text = stored_turn_text(body)
             documents.append((key, turn_session, " ".join(index_words([text]))))
             if turn_session not in forked:
-                forked[turn_session] = has_forks(conn, turn_session)
-            found = heirs(conn, turn_session, seq) if forked[turn_session] else []
+                forked[turn_session] = has_forks(conn, SQLITE, turn_session)
+            found = heirs(conn, SQLITE, turn_session, seq) if forked[turn_session] else []
             readers[turn_session, key] = [turn_session, *found]
         elif session_id is not None:
             text = stored_header_text(session_id, metadata)
