@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -457,3 +458,53 @@ def test_appended_compaction_events_read_back_exactly(tmp_path: Path) -> None:
     assert stored == [_event(appended[0])]
     sent = next(a[1] for a in answers if a[0] == "sent")
     assert "Summary 1" in str(sent[-1]) and "First." not in str(sent[-1])
+
+
+# -- seeded programs --------------------------------------------------------------------------
+
+
+def _seeded(seed: int) -> tuple[Program, Callable[[], list[LlmResponse]]]:
+    """A seeded program of invocations (some calling the tool), rewinds to any earlier
+    invocation, looks and, for some seeds, sliding-window compaction; and its model script."""
+    rng = random.Random(seed)
+    steps: list[tuple[str, Any]] = []
+    script: list[LlmResponse] = []
+    asked = 0
+    for n in range(rng.randint(4, 7)):
+        if asked and rng.random() < 0.3:
+            steps.append(("rewind", rng.randrange(asked)))
+        else:
+            if rng.random() < 0.5:
+                script.append(call("note", topic=rng.choice(["paris", "rome", "oslo", "lima"])))
+            script.append(answer(f"Answer {n}."))
+            steps.append(("ask", f"Question {n}?"))
+            asked += 1
+        if rng.random() < 0.3:
+            steps.append(("look", None))
+    overlap = rng.choice([None, 0, 1])  # None: no compaction
+
+    async def program(h: Harness) -> None:
+        if overlap is not None:
+            h.summarizer.script = [_summary(f"Summary {k}.") for k in range(10)]
+            h.config = EventsCompactionConfig(
+                summarizer=LlmEventSummarizer(llm=h.summarizer),
+                compaction_interval=2,
+                overlap_size=overlap,
+            )
+        for kind, arg in steps:
+            if kind == "ask":
+                await h.ask(arg)
+            elif kind == "rewind":
+                await h.rewind(h.invocations[arg])
+            else:
+                await h.look()
+
+    # Fresh copies for each service: ADK writes the function call ids into the response.
+    return program, lambda: [response.model_copy(deep=True) for response in script]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seeded_programs_of_invocations_and_rewinds(seed: int, tmp_path: Path) -> None:
+    program, script = _seeded(seed)
+    answers = _same_as_database(program, script, tmp_path)
+    assert any(a[0] == "yielded" for a in answers)
