@@ -217,6 +217,8 @@ async def _restore(session: Session, branch_session_id: str) -> Branch | None:
         raise SessionNotFoundError(f"the branch session {branch_session_id!r} is not in the store")
     history = SessionHistory(head.turns, head.runs)
     restored = restored_history(history, SessionHistory(archive.turns, archive.runs), at)
+    if restored.turns == head.turns:  # its turns are the session's already: nothing to do
+        return None
     left = len(head.turns) - turn_index(head.turns, at) - 1
     now = session._now()
     entry = None

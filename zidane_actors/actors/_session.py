@@ -843,8 +843,10 @@ class Session(_Planned):
         """Bring back the turns of the listed branch ``branch_session_id`` after its turn.
 
         The session's turns after that turn become a new listed branch first
-        (answered; ``None`` when there were none); nothing is deleted and the
-        restored branch stays listed. Conditional on the rev, as :meth:`branch`.
+        (answered; ``None`` when there were none, or when the session holds
+        the branch's turns already: then nothing is written); nothing is
+        deleted and the restored branch stays listed. Conditional on the rev,
+        as :meth:`branch`.
         """
         return await self._call(_RestoreBranch(branch_session_id))
 
