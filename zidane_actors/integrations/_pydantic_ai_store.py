@@ -26,14 +26,17 @@ the record conditionally, then deletes the session.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias, TypeVar, cast
 
 import msgspec
 import pydantic
+import trio
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationDetails,
@@ -44,11 +47,20 @@ from pydantic_ai.conversation_store import (
 
 from ..actors import SessionHost
 from ..actors._contention import STALE_ATTEMPTS, back_off
-from ..errors import InvalidNameError, StaleSessionError, UnsupportedOperationError, ValidationError
+from ..errors import (
+    InvalidNameError,
+    StaleSessionError,
+    UnsupportedOperationError,
+    ValidationError,
+    ZidaneActorsError,
+)
 from ..model import (
+    AppendTurnsOptions,
     SaveMetaOptions,
     SessionData,
     SessionFilter,
+    SessionHistory,
+    SessionMetaRow,
     SessionRun,
     SessionTurn,
     encode,
@@ -57,7 +69,13 @@ from ..model import (
     validate_id,
 )
 from ..portal._thread import wait_future
-from ..stores._protocol import FullSessionStore, VersionedStore, is_versioned, store_capabilities
+from ..stores._protocol import (
+    FullSessionStore,
+    Revision,
+    VersionedStore,
+    is_versioned,
+    store_capabilities,
+)
 from . import _shared
 
 __all__ = ["ENTRY_KEY", "RECORD_KEY", "ZidaneConversationStore"]
@@ -149,12 +167,12 @@ FOREIGN: Final = _Foreign()
 
 
 def _record_in(
-    data: SessionData | None, conversation_id: str
+    meta: Mapping[str, Any] | None, conversation_id: str
 ) -> ConversationRecord | _Foreign | None:
-    """The record ``data`` holds; ``None`` when there is none to keep (no session, or deleted)."""
-    if data is None:
+    """The record in a session's metadata; ``None`` when there is none to keep (no
+    session, or deleted)."""
+    if meta is None:
         return None
-    meta = data.metadata
     if RECORD_KEY not in meta:
         return FOREIGN
     stored = meta[RECORD_KEY]
@@ -355,6 +373,122 @@ async def _put(
     )
 
 
+def _header(
+    row: SessionMetaRow, record: ConversationRecord, runs: Sequence[SessionRun]
+) -> SessionData:
+    """A ``save_meta`` snapshot of a listed session, holding ``record`` and upserting ``runs``."""
+    metadata: dict[str, Any] = {**row.metadata, RECORD_KEY: _dump_record(record)}
+    metadata["title"] = record.title
+    if record.title is None:
+        del metadata["title"]
+    return SessionData(
+        id=row.id,
+        created_at=row.created_at or row.updated_at,
+        updated_at=time.time_ns() // 1_000_000,
+        status=row.status or "idle",
+        metadata=metadata,
+        runs=tuple(runs),
+        agent_id=row.agent_id,
+        project_root=row.project_root,
+        run_owner=row.run_owner,
+    )
+
+
+async def _take_out(host: SessionHost, sid: str, turns: Sequence[SessionTurn]) -> None:
+    """Remove ``turns`` again (appended where another writer came first), best effort:
+    left in, they are entries no record reaches."""
+    ids = {turn.id for turn in turns}
+
+    def without(history: SessionHistory) -> SessionHistory | None:
+        kept = tuple(turn for turn in history.turns if turn.id not in ids)
+        if len(kept) == len(history.turns):
+            return None
+        return msgspec.structs.replace(history, turns=kept)
+
+    with contextlib.suppress(ZidaneActorsError):
+        await _store(host).mutate_history(sid, without)
+
+
+_writing: weakref.WeakKeyDictionary[SessionHost, dict[str, trio.Lock]] = weakref.WeakKeyDictionary()
+"""Per host, the lock of each conversation being written: a process writes one at a time."""
+
+
+async def _one_at_a_time(
+    host: SessionHost, conversation_id: str, write: Callable[..., Awaitable[T]], *args: Any
+) -> T:
+    """``await write(host, *args)`` while no other write of this conversation runs here.
+
+    Writers in other processes are told apart by the store's conditional writes.
+    """
+    locks = _writing.setdefault(host, {})
+    lock = locks.setdefault(conversation_id, trio.Lock())
+    try:
+        async with lock:
+            return await write(host, *args)
+    finally:
+        if lock.statistics().tasks_waiting == 0 and not lock.locked():
+            locks.pop(conversation_id, None)
+
+
+async def _append(
+    host: SessionHost,
+    record: ConversationRecord,
+    adding: Sequence[SessionTurn],
+    expected_revision: str | None,
+) -> bool:
+    """A save that appends to a stored conversation, without rewriting its session:
+    the turns (refused when another writer came in between), then the record, while the
+    stored one is still ``expected_revision``. ``False``: there is no stored record to
+    append to (the whole write decides)."""
+    store = _store(host)
+    if "get_meta" not in store_capabilities(host.store):
+        return False
+    cid = record.conversation_id
+    sid = conversation_session_id(cid)
+    from .pydantic_ai import runs_of_turns  # the door imports this module
+
+    runs = runs_of_turns(adding)
+    for attempt in range(STALE_ATTEMPTS):
+        row = await store.get_meta(sid)
+        stored = _record_in(None if row is None else row.metadata, cid)
+        if row is None or row.rev is None or not isinstance(stored, ConversationRecord):
+            return False
+        if stored.revision != expected_revision:
+            raise ConversationConflict(cid)
+        options = AppendTurnsOptions(run=runs[0]) if runs else None
+        answer = cast(Revision, await store.append_turns(sid, adding, options))
+        if answer.before == row.rev:
+            break
+        await _take_out(host, sid, adding)  # another writer came first: read again
+        await back_off(attempt)
+    else:
+        raise ConversationConflict(cid)
+    rev = answer.after
+    for attempt in range(STALE_ATTEMPTS):
+        kept = dataclasses.replace(record, title=stored.title, metadata=stored.metadata)
+        try:
+            await store.save_meta(  # type: ignore[call-arg]  # a VersionedStore's keyword
+                _header(row, kept, runs[1:]),
+                SaveMetaOptions(meta_keys=(RECORD_KEY, "title")),
+                expected_rev=rev,
+            )
+        except StaleSessionError:
+            # Another writer came in between: the record is written only while it is
+            # still the one this save continues (an update of its title keeps it).
+            row = await store.get_meta(sid)
+            stored = _record_in(None if row is None else row.metadata, cid)
+            if row is None or row.rev is None or not isinstance(stored, ConversationRecord):
+                raise ConversationConflict(cid) from None
+            if stored.revision != expected_revision:
+                await _take_out(host, sid, adding)
+                raise ConversationConflict(cid) from None
+            rev = row.rev
+            await back_off(attempt)
+            continue
+        return True
+    raise ConversationConflict(cid)
+
+
 async def _write_record(
     host: SessionHost,
     record: ConversationRecord,
@@ -365,9 +499,15 @@ async def _write_record(
     """``write_record`` in the store; the session it wrote."""
     cid = record.conversation_id
     sid = conversation_session_id(cid)
+    if (
+        adding
+        and record.head_id in new_ids
+        and await _append(host, record, adding, expected_revision)
+    ):
+        return sid
     for attempt in range(STALE_ATTEMPTS):
         data, rev = await _versioned(host, sid)
-        stored = _record_in(data, cid)
+        stored = _record_in(None if data is None else data.metadata, cid)
         if isinstance(stored, _Foreign):
             raise ConversationConflict(cid)
         if (stored.revision if stored is not None else None) != expected_revision:
@@ -415,7 +555,7 @@ async def _write_details(
 ) -> ConversationRecord:
     sid = conversation_session_id(conversation_id)
     data, rev = await _versioned(host, sid)
-    stored = _record_in(data, conversation_id)
+    stored = _record_in(None if data is None else data.metadata, conversation_id)
     if not isinstance(stored, ConversationRecord) or stored.revision != expected_revision:
         raise ConversationConflict(conversation_id)
     if any(getattr(stored, key) != value for key, value in expected.items()):
@@ -432,7 +572,7 @@ async def _delete_record(host: SessionHost, conversation_id: str, expected_revis
     store = _store(host)
     sid = conversation_session_id(conversation_id)
     data, rev = await _versioned(host, sid)
-    stored = _record_in(data, conversation_id)
+    stored = _record_in(None if data is None else data.metadata, conversation_id)
     if data is None or not isinstance(stored, ConversationRecord):
         raise ConversationConflict(conversation_id)
     if stored.revision != expected_revision:
@@ -536,7 +676,15 @@ class ZidaneConversationStore(ConversationStore, _shared.AsyncShare):
         _dump_record(record)  # a record with no JSON form is refused before any write
         adding = _tagged_turns(new_entries)
         new_ids = frozenset(entry.id for entry in new_entries)
-        sid = await self._call(_write_record, record, adding, new_ids, expected_revision)
+        sid = await self._call(
+            _one_at_a_time,
+            record.conversation_id,
+            _write_record,
+            record,
+            adding,
+            new_ids,
+            expected_revision,
+        )
         self._place(sid, [*new_ids, record.head_id])
 
     async def write_details(
@@ -549,11 +697,19 @@ class ZidaneConversationStore(ConversationStore, _shared.AsyncShare):
     ) -> ConversationRecord:
         _check_exact(details)
         return await self._call(
-            _write_details, conversation_id, dict(details), expected_revision, dict(expected or {})
+            _one_at_a_time,
+            conversation_id,
+            _write_details,
+            conversation_id,
+            dict(details),
+            expected_revision,
+            dict(expected or {}),
         )
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        await self._call(_delete_record, conversation_id, expected_revision)
+        await self._call(
+            _one_at_a_time, conversation_id, _delete_record, conversation_id, expected_revision
+        )
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         entries = await self._entries_with(entry_id)
