@@ -61,6 +61,7 @@ class UserTurn:
     content: Any
     created_at: int
     index: int | None  # the index of the stored turn it begins (None: not a turn's first item)
+    at: int  # the index of its turn in the model's view
 
 
 @attrs.frozen
@@ -94,13 +95,19 @@ def user_turns(turns: Sequence[SessionTurn]) -> list[UserTurn]:
     view = model_view(turns)
     stored = {id(turn): i for i, turn in enumerate(turns)}
     found: list[UserTurn] = []
-    for turn in view:
+    for at, turn in enumerate(view):
         for k, item in enumerate(items_of_turn(turn)):
             if not _is_user(item):
                 continue
             index = stored.get(id(turn)) if k == 0 else None
-            found.append(UserTurn(len(found) + 1, item.get("content", ""), turn.created_at, index))
+            content = item.get("content", "")
+            found.append(UserTurn(len(found) + 1, content, turn.created_at, index, at))
     return found
+
+
+def has_items(turns: Sequence[SessionTurn]) -> bool:
+    """Whether the model sees any item of ``turns`` (converting no more turns than needed)."""
+    return any(items_of_turn(turn) for turn in model_view(turns))
 
 
 def item_counts(turns: Sequence[SessionTurn]) -> tuple[int, int]:
@@ -360,7 +367,10 @@ async def _create(
                 f"Branch ID '{branch_name}' has already been used. Choose a new branch ID."
             )
         index = wanted.index
-        if index is None or _items(session.turns[:index]) != _items_before(session.turns, wanted):
+        # Continuing before it must leave exactly the view before it (no marker after it
+        # that the view of the turns before it would lose).
+        view = model_view(session.turns)
+        if index is None or list(model_view(session.turns[:index])) != list(view[: wanted.at]):
             raise ValueError(
                 f"Turn {turn_number} cannot be branched from: its user message does not begin"
                 " a stored turn the session can be continued before"
@@ -393,12 +403,12 @@ async def _switch(shared: _shared.SharedPortal, door: _Door, branch_id: str) -> 
     async with door._writes(session):
         names = names_of(session)
         if branch_id == names.current.branch_id:
-            if not item_counts(session.turns)[0]:
+            if not has_items(session.turns):
                 raise _missing(branch_id)
             return
         found = [(sid, n) for sid, n in listed(session, names).items() if n.branch_id == branch_id]
         archive = None if not found else await shared.portal.host.load_session(found[-1][0])
-        if archive is None or not item_counts(archive.turns)[0]:
+        if archive is None or not has_items(archive.turns):
             raise _missing(branch_id)
         sid, named = found[-1]
         archives = dict(names.archives)
@@ -453,13 +463,6 @@ async def _list(shared: _shared.SharedPortal, door: _Door) -> list[dict[str, Any
 def _items(turns: Sequence[SessionTurn]) -> list[Any]:
     """The items the model sees of ``turns``."""
     return [item for turn in model_view(turns) for item in items_of_turn(turn)]
-
-
-def _items_before(turns: Sequence[SessionTurn], wanted: UserTurn) -> list[Any]:
-    """The items the model sees of ``turns`` before the user message ``wanted``."""
-    items = _items(turns)
-    users = [i for i, item in enumerate(items) if _is_user(item)]
-    return items[: users[wanted.number - 1]]
 
 
 def _is_user(item: Any) -> bool:
