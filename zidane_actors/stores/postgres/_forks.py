@@ -22,8 +22,9 @@ from ...model import (
 )
 from .._protocol import Revision, stale
 from ..sql import POSTGRES
-from ..sql._forks import TurnRow, kept_runs, link_fork, plan_fork
+from ..sql._forks import ForkPlan, TurnRow, kept_runs, link_fork, plan_fork
 from ._base import PostgresBase
+from ._reads import _AGG, _decode_list
 from ._rows import _checked_data, _Cursor, _decode, _json
 
 __all__ = ["PostgresForks"]
@@ -47,21 +48,28 @@ def _fork(
     """Create ``new_id`` as the fork of ``source_id``: a header, its runs, one link row.
 
     The source's row is locked (``FOR SHARE``) until commit: no write rewriting the
-    turns the fork shares can run before the link is seen.
+    turns the fork shares can run before the link is seen. Four round trips: the
+    source's header and runs (and whether ``new_id`` is taken), its last kept turn
+    (and ``at``'s, the left-out turns'), the writes (pipelined), the commit.
     """
     validate_id(source_id)
     check_fork_id(new_id)
     cur.execute(
         "SELECT created_at, updated_at, status, agent_id, project_root, metadata, rev,"
-        " turn_count, user_turn_count FROM sessions WHERE id = %s FOR SHARE",
-        (source_id,),
+        f" turn_count, user_turn_count, (SELECT {_AGG} FROM runs WHERE session_id = s.id),"
+        " EXISTS (SELECT FROM forks WHERE session_id = s.id),"
+        " EXISTS (SELECT FROM sessions WHERE id = %s)"
+        " FROM sessions s WHERE id = %s FOR SHARE OF s",
+        (new_id, source_id),
     )
     head = cur.fetchone()
     if head is None:
         raise SessionNotFoundError(f"no session {preview(source_id)} to fork")
     if expected_rev is not None and int(head[6]) != expected_rev:
         raise stale(source_id, expected_rev, int(head[6]))
-    plan = plan_fork(cur, POSTGRES, source_id, int(head[7]), at, created_at, decode_turns)
+    plan = plan_fork(
+        cur, POSTGRES, source_id, int(head[7]), at, created_at, decode_turns, shares=head[10]
+    )
     source = SessionData(
         id=source_id,
         created_at=head[0],
@@ -73,8 +81,34 @@ def _fork(
         turns=(),
         runs=(),
     )
+    if head[11]:
+        raise _taken(new_id)
     fork = _checked_data(plan.header(source, new_id, created_at))
-    cur.execute(
+    runs = _decode_list(cur, head[9], SessionRun, "runs", source_id)
+    kept = kept_runs(cur, POSTGRES, plan, runs, decode_turns)
+    with cur.connection.pipeline(), cur.connection.cursor() as header:
+        _write_fork(header, cur, fork, plan, int(head[8]) - plan.users_left(), kept)
+        link_fork(cur, POSTGRES, plan, source_id, new_id)
+        made = header.fetchone()
+    if made is None:  # made meanwhile by another writer: everything here rolls back
+        raise _taken(new_id)
+    return Revision(0, int(made[0]))
+
+
+def _taken(new_id: str) -> ConflictError:
+    return ConflictError(f"the store already holds a session {preview(new_id)}")
+
+
+def _write_fork(
+    header: _Cursor,
+    cur: _Cursor,
+    fork: SessionData,
+    plan: ForkPlan,
+    users: int,
+    runs: Sequence[SessionRun],
+) -> None:
+    """Insert the fork's header (its rev answered through ``header``) and its ``runs``."""
+    header.execute(
         "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
         " metadata, turn_count, user_turn_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
         " ON CONFLICT (id) DO NOTHING RETURNING rev",
@@ -85,27 +119,18 @@ def _fork(
             fork.status,
             fork.agent_id,
             fork.project_root,
-            _json(fork.metadata, f"metadata of session {preview(new_id)}"),
+            _json(fork.metadata, f"metadata of session {preview(fork.id)}"),
             plan.bound,
-            int(head[8]) - plan.users_left(),
+            users,
         ),
     )
-    made = cur.fetchone()
-    if made is None:
-        raise ConflictError(f"the store already holds a session {preview(new_id)}")
-    cur.execute("SELECT body FROM runs WHERE session_id = %s ORDER BY seq", (source_id,))
-    key = f"session_id={preview(source_id)}"
-    runs = [_decode(r[0], SessionRun, "runs", key) for r in cur.fetchall()]
-    kept = kept_runs(cur, POSTGRES, plan, runs, decode_turns)
-    if kept:
+    if runs:
         cur.execute(
             "INSERT INTO runs (session_id, id, seq, body)"
             " SELECT %s, i, o - 1, b FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
             " AS u(i, b, o)",
-            (new_id, [r.id for r in kept], [_json(r, f"run {preview(r.id)}") for r in kept]),
+            (fork.id, [r.id for r in runs], [_json(r, f"run {preview(r.id)}") for r in runs]),
         )
-    link_fork(cur, POSTGRES, plan, source_id, new_id)
-    return Revision(0, int(made[0]))
 
 
 def _list_forks(cur: _Cursor, source_id: str) -> builtins.list[str]:

@@ -223,13 +223,16 @@ def plan_fork(
     at: object,
     created_at: object,
     decode: Decode,
+    *,
+    shares: bool = True,
 ) -> ForkPlan:
     """The plan of a fork of ``source_id`` (holding ``count`` turns) through turn ``at``
     (all when ``None``; naming no turn: ``turn_index``'s ``ValidationError``), made at
     ``created_at`` (checked first). Reads the turn ``at`` names and those after it,
-    never the kept history."""
+    never the kept history; ``shares=False``: the caller knows the source shares no
+    rows itself (its ranges need no reading)."""
     checked_int(created_at, "createdAt")
-    ranges = ranges_of(db, dialect, source_id)
+    ranges = ranges_of(db, dialect, source_id) if shares else (RowRange(source_id, 0, None),)
     bound = count
     if at is not None:
         found = None
@@ -240,7 +243,7 @@ def plan_fork(
             turn_index((), at)  # type: ignore[arg-type]  # raises the rule's error
             raise AssertionError("unreachable")
         bound = int(found[0]) + 1
-    tail = decode(source_id, visible_rows(db, dialect, ranges, bound))
+    tail = decode(source_id, visible_rows(db, dialect, ranges, bound)) if bound < count else ()
     last = decode(source_id, visible_rows(db, dialect, ranges, bound - 1, 1)) if bound else ()
     return ForkPlan(ranges, bound, tail, last)
 
