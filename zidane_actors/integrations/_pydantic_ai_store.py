@@ -17,10 +17,13 @@ the history it keeps (same entry ids: the fork and its source share those
 entries as the contract sees them), so every conversation's session reads
 whole in the browser, and deleting the source leaves every fork whole.
 
-Every write is one conditional store write against the session's ``rev``
-(re-read and re-checked when another writer came in between), so a record
-and its entries are stored together or not at all. A delete first empties
-the record conditionally, then deletes the session.
+Every write is conditional on the session's ``rev`` (re-read and re-checked
+when another writer came in between). A save that extends a stored
+conversation appends its turns, then writes the record while it is still
+the revision the save continues (its cost does not grow with the
+conversation); creating, branching and forking write record and turns in
+one step; a delete first empties the record conditionally, then deletes the
+session.
 """
 
 from __future__ import annotations
@@ -328,6 +331,42 @@ async def _turns(
         if data is not None and entry_id in _entries_in(data.turns):
             return other, data.turns
     return None
+
+
+TAIL: Final = 64
+"""Turns a limited history read takes from a session's end first (four times more each
+time the history reaches further back)."""
+
+
+async def _tail(
+    host: SessionHost, sid: str, head_id: str, limit: int
+) -> tuple[SessionTurn, ...] | None:
+    """The last turns of ``sid`` that hold the ``limit`` entries up to ``head_id`` (a
+    history's recent part, without reading the whole session); ``None`` when the store
+    cannot read a session's end, or the session does not hold ``head_id``."""
+    store = _store(host)
+    caps = store_capabilities(host.store)
+    if "get_meta" not in caps:
+        return None
+    row = await store.get_meta(sid)
+    if row is None:
+        return None
+    window = max(TAIL, 4 * limit)
+    while True:
+        start = max(row.turn_count - window, 0)
+        turns = tuple(await store.get_turns(sid, start))
+        skip = 0
+        if start > 0 and turns:  # the first entry may have begun before the window: left out
+            first = _entry_of(turns[0])
+            while skip < len(turns) and _entry_of(turns[skip]) == first:
+                skip += 1
+        turns = turns[skip:]
+        entries = _entries_in(turns)
+        if head_id not in entries and start == 0:
+            return None
+        if _chain(entries, head_id, limit) is not None or start == 0:
+            return turns
+        window *= 4
 
 
 async def _put(
@@ -721,14 +760,21 @@ class ZidaneConversationStore(ConversationStore, _shared.AsyncShare):
         """The history up to ``head_id`` in one read of the session holding it."""
         if head_id is None or limit == 0:
             return []
-        entries = await self._entries_with(head_id)
+        entries = await self._entries_with(head_id, limit)
         chain = _chain(entries, head_id, limit)
         if chain is None:
             raise KeyError(head_id)  # a session that lost part of its log
         return [_entry(entry_id, entries[entry_id]) for entry_id in chain]
 
-    async def _entries_with(self, entry_id: str) -> dict[str, _Held]:
-        found = await self._call(_turns, self._places.get(entry_id), entry_id)
+    async def _entries_with(self, entry_id: str, limit: int | None = None) -> dict[str, _Held]:
+        """The entries of a session holding ``entry_id``: only its last turns when they
+        hold the ``limit`` entries up to it."""
+        sid = self._places.get(entry_id)
+        if sid is not None and limit is not None:
+            tail = await self._call(_tail, sid, entry_id, limit)
+            if tail is not None:
+                return _entries_in(tail)
+        found = await self._call(_turns, sid, entry_id)
         if found is None:
             self._places.pop(entry_id, None)
             raise KeyError(entry_id)
