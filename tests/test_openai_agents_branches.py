@@ -442,3 +442,29 @@ def test_branch_operations_on_a_session_never_written_make_nothing() -> None:
             return await session._call(session._session, False)
 
     assert asyncio.run(stored()) is None
+
+
+def test_a_listing_counts_an_archive_again_once_another_writer_moved_it(tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'zidane.db'}"
+
+    async def listing(session: ZidaneSession) -> dict[str, int]:
+        rows = await session.list_branches()
+        return {row["branch_id"]: row["message_count"] for row in rows}
+
+    with ZidaneSession("conv", store=url) as session:
+
+        async def made() -> tuple[dict[str, int], dict[str, int], str]:
+            await session.add_items([user("one"), said("a1"), user("two"), said("a2")])
+            await session.create_branch_from_turn(2, "alt")
+            first, again = await listing(session), await listing(session)  # the second counted
+            handle = await session._call(session._session, False)
+            return first, again, handle.branches[0].session_id
+
+        first, again, archive_id = asyncio.run(made())
+        assert first == again == {"main": 4, "alt": 2}
+        with start_host(url) as other:
+            archive = other.load_session(archive_id)
+            assert archive is not None
+            late = SessionTurn(id="late", role="user", content=(TextBlock("late"),), created_at=1)
+            archive.append_turns([late])
+        assert asyncio.run(listing(session)) == {"main": 5, "alt": 2}

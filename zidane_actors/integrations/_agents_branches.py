@@ -26,8 +26,10 @@ import datetime
 import json
 import re
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import attrs
 import trio
@@ -36,6 +38,7 @@ from ..actors import Session
 from ..actors._contention import STALE_ATTEMPTS, back_off
 from ..errors import StaleSessionError
 from ..model import SessionHistory, SessionTurn, model_view
+from ..stores._protocol import VersionedStore, is_versioned, store_capabilities
 from . import _shared
 from ._responses import items_of_turn
 
@@ -434,19 +437,59 @@ async def _switch(shared: _shared.SharedPortal, door: _Door, branch_id: str) -> 
         await _save_names(session, Names(named, archives, names.used))
 
 
+_counted: weakref.WeakKeyDictionary[object, OrderedDict[tuple[str, int], tuple[int, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per store: an archive's item and user message counts, by its session id and rev."""
+
+KEEP_COUNTS: Final = 4096
+"""Archive counts kept per store, the newest use last."""
+
+
+async def _archive_counts(shared: _shared.SharedPortal, sid: str) -> tuple[int, int] | None:
+    """How many items an archive holds and how many are user messages (``None``: gone).
+
+    An archive is written once, so on a versioned store its counts are kept
+    by its rev and only read again once another writer moved it.
+    """
+    host = shared.portal.host
+    store = host.store
+    kept: OrderedDict[tuple[str, int], tuple[int, int]] | None = None
+    rev = None
+    if is_versioned(store_capabilities(store)):
+        rev = await cast(VersionedStore, store).get_rev(sid)
+        if rev is None:
+            return None
+        kept = _counted.setdefault(store, OrderedDict())
+        counts = kept.get((sid, rev))
+        if counts is not None:
+            kept.move_to_end((sid, rev))
+            return counts
+    view = await host.load_model_view(sid)  # the archive not opened
+    if view is None:
+        return None
+    counts = item_counts(view)
+    if kept is not None and rev is not None:
+        kept[(sid, rev)] = counts
+        if len(kept) > KEEP_COUNTS:
+            kept.popitem(last=False)
+    return counts
+
+
 async def _list(shared: _shared.SharedPortal, door: _Door) -> list[dict[str, Any]]:
     session = await door._session(shared, False)
     if session is None:
         return []
     names = names_of(session)
-    found: list[tuple[Named, Sequence[SessionTurn], bool]] = [(names.current, session.turns, True)]
+    found = [(names.current, item_counts(session.turns), True)]
     for sid, named in listed(session, names).items():
-        view = await shared.portal.host.load_model_view(sid)  # the archive not opened
-        if view is not None:
-            found.append((named, view, False))
+        counts = await _archive_counts(shared, sid)
+        if counts is not None:
+            found.append((named, counts, False))
     rows = []
-    for named, turns, is_current in sorted(found, key=lambda f: (f[0].created_at, f[0].branch_id)):
-        count, users = item_counts(turns)
+    for named, (count, users), is_current in sorted(
+        found, key=lambda f: (f[0].created_at, f[0].branch_id)
+    ):
         if count:
             rows.append(
                 {
