@@ -514,6 +514,8 @@ def test_forks_outlive_their_source_and_entries_read_from_a_fresh_store(tmp_path
             assert branched.messages == loaded.messages[:2]
             session = await stored_document(store, "pydantic-ai:trip")
             assert turns_to_messages(session.turns) == loaded.messages  # nothing dropped
+            fork = await stored_document(store, "pydantic-ai:side")
+            assert "forkedFrom" in fork.metadata  # the store's fork: the browser links it
             await store.delete("trip")
             side = await store.load("side")
             assert side is not None and side.messages == loaded.messages[:3]

@@ -12,10 +12,11 @@ session's ``metadata.pydanticAiConversation``, and its title also
 ``metadata.title``, for the session browser and search.
 
 A save appends, a branch moves the head: the history a conversation leaves
-stays in its session. A fork's session starts with a copy of the entries of
-the history it keeps (same entry ids: the fork and its source share those
-entries as the contract sees them), so every conversation's session reads
-whole in the browser, and deleting the source leaves every fork whole.
+stays in its session. A fork's session is the store's fork of its source's
+session through the fork's head (shared on the SQL stores; its entries keep
+their ids: the fork and its source share them as the contract sees them),
+so every conversation's session reads whole in the browser, and deleting
+the source leaves every fork whole.
 
 Every write is conditional on the session's ``rev`` (re-read and re-checked
 when another writer came in between). A save that extends a stored
@@ -51,6 +52,7 @@ from pydantic_ai.conversation_store import (
 from ..actors import SessionHost
 from ..actors._contention import STALE_ATTEMPTS, back_off
 from ..errors import (
+    ConflictError,
     InvalidNameError,
     StaleSessionError,
     UnsupportedOperationError,
@@ -72,6 +74,7 @@ from ..model import (
     validate_id,
 )
 from ..portal._thread import wait_future
+from ..stores._forks import fork_session
 from ..stores._protocol import (
     FullSessionStore,
     Revision,
@@ -555,7 +558,10 @@ async def _write_record(
         turns = list(adding)
         head = record.head_id
         if head is not None and head not in held and head not in new_ids:
-            # A fork's head, in its source: the fork's session starts with the history it keeps.
+            # A fork's head, in its source: the fork's session starts with the history it
+            # keeps, shared with its source where the store can (else copied).
+            if data is None and not turns and await _fork_shared(host, sid, record):
+                return sid
             kept = await _kept_turns(host, record.forked_from, head)
             if kept is None:
                 raise ConversationConflict(cid)
@@ -569,6 +575,41 @@ async def _write_record(
             continue
         return sid
     raise ConversationConflict(cid)
+
+
+async def _fork_shared(host: SessionHost, sid: str, record: ConversationRecord) -> bool:
+    """Make ``sid`` the store's fork of the source's session through the fork's head
+    (its history shared on the SQL stores), then write ``record`` in it; ``False`` when
+    the store cannot (the caller copies the history instead)."""
+    store = _store(host)
+    if record.forked_from is None or record.head_id is None:
+        return False
+    if "get_meta" not in store_capabilities(host.store):
+        return False
+    source, rev = await _versioned(host, conversation_session_id(record.forked_from))
+    entries = _entries_in(source.turns) if source is not None else {}
+    if source is None or _chain(entries, record.head_id, None) is None:
+        return False
+    through = entries[record.head_id][1][-1].id
+    now = time.time_ns() // 1_000_000
+    try:
+        await fork_session(store, source.id, sid, at=through, created_at=now, expected_rev=rev)
+    except StaleSessionError:
+        return False  # the source changed meanwhile: copied from what it holds now
+    except ConflictError:
+        raise ConversationConflict(record.conversation_id) from None  # the id is taken
+    row = await store.get_meta(sid)
+    if row is None or row.rev is None:
+        raise ConversationConflict(record.conversation_id)
+    try:
+        await store.save_meta(  # type: ignore[call-arg]  # a VersionedStore's keyword
+            _header(row, record, ()),
+            SaveMetaOptions(meta_keys=(RECORD_KEY, "title")),
+            expected_rev=row.rev,
+        )
+    except StaleSessionError:
+        raise ConversationConflict(record.conversation_id) from None
+    return True
 
 
 async def _kept_turns(host: SessionHost, source: str | None, head: str) -> list[SessionTurn] | None:
