@@ -156,8 +156,8 @@ async def test_a_fork_sees_its_turn_ids(kind: str) -> None:
 
 
 async def test_a_sqlite_fork_copies_no_row(tmp_path: Any) -> None:
-    """The fork is a header and one link row; its rows are copied only when its source is
-    deleted, and then once."""
+    """The fork is a header and one link row; a rewrite of its source's last turns copies
+    only those into it, a delete of the source the rest, each once."""
     import sqlite3
 
     from zidane_actors.stores import open_sqlite_store
@@ -170,6 +170,11 @@ async def test_a_sqlite_fork_copies_no_row(tmp_path: Any) -> None:
         await store.fork_session("a", "b", at=None, created_at=5_000)
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT COUNT(*) FROM turns").fetchone() == (50,)
+        extra = _turn(99, rng)
+        await store.mutate_history("a", lambda h: SessionHistory((*h.turns[:40], extra), h.runs))
+        with sqlite3.connect(db) as conn:  # a's 40 kept and 1 new, b's 10 copied
+            assert conn.execute("SELECT COUNT(*) FROM turns").fetchone() == (51,)
+            assert conn.execute("SELECT * FROM forks").fetchall() == [("b", "a", 40)]
         await store.delete("a")
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT COUNT(*) FROM turns").fetchone() == (50,)

@@ -311,9 +311,9 @@ def _stale(db: Any, dialect: Dialect, session_id: str) -> None:
 
 def unshare(db: Any, dialect: Dialect, session_id: str, keep: int = 0) -> None:
     """Copy into each fork of ``session_id`` that sees its turns past the first ``keep``
-    the rows it shares, and end its sharing: run before those turns are deleted or
-    rewritten. What the fork sees, its counts and words do not change; forks of it keep
-    sharing (from it)."""
+    the rows it shares from there, and let it share only the first ``keep``: run before
+    those turns are deleted or rewritten (the copy costs the rewritten part). What the
+    fork sees, its counts and words do not change; forks of it keep sharing (from it)."""
     statements = fork_sql(dialect)
     for fork, bound in db.execute(statements.forks_of, (session_id,)).fetchall():
         if bound <= keep:
@@ -322,7 +322,8 @@ def unshare(db: Any, dialect: Dialect, session_id: str, keep: int = 0) -> None:
         seen = db.execute(
             dialect.sql(f"SELECT {counts} FROM sessions WHERE id = ?") + dialect.lock, (fork,)
         ).fetchone()
-        inherited = [r for r in ranges_of(db, dialect, fork) if r.session_id != fork]
+        ranges = ranges_of(db, dialect, fork)
+        inherited = [c for r in ranges if r.session_id != fork and (c := r.within(keep, bound))]
         sql, params = ranges_select(inherited, "seq, id, role, body", dialect)
         db.execute(
             "INSERT INTO turns (session_id, seq, id, role, body)"
@@ -330,7 +331,10 @@ def unshare(db: Any, dialect: Dialect, session_id: str, keep: int = 0) -> None:
             + f" FROM ({sql}) v",
             [fork, *params],
         )
-        db.execute(statements.unlink, (fork,))
+        if keep:
+            db.execute(statements.lower_bound, (keep, fork, keep))
+        else:
+            db.execute(statements.unlink, (fork,))
         names = counts.split(", ")
         db.execute(
             dialect.sql(f"UPDATE sessions SET {', '.join(f'{n} = ?' for n in names)} WHERE id = ?"),

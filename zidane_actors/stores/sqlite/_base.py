@@ -219,6 +219,30 @@ class SQLiteBase:
             ],
         )
 
+    def _rewrite_turns(
+        self,
+        conn: _Conn,
+        session_id: str,
+        old: Sequence[tuple[int, str, str, bytes]],
+        new: Sequence[tuple[int, str, str, bytes]],
+    ) -> None:
+        """Replace the turns the session sees (``old``) with ``new``, writing only from the
+        first one ``new`` does not repeat; its forks seeing the turns from there get
+        them first, and a fork's own view shares less."""
+        keep = 0
+        for (_, tid, role, body), (_, *turn) in zip(old, new, strict=False):
+            if [tid, role, _turn_json(tid, role, body)] != turn:
+                break  # another id, role or turn: rewritten from here on
+            keep += 1
+        if keep == len(old) == len(new):
+            return
+        unshare(conn, SQLITE, session_id, keep)  # forks seeing the old turns keep them
+        shared = share_less(conn, SQLITE, session_id, keep)
+        conn.execute(_SQL.delete_turns_from, (session_id, keep))
+        self._append_rows(conn, session_id, new[keep:])
+        if shared:  # its counts counted the turns it no longer shares
+            recount(conn, SQLITE, session_id)
+
     @staticmethod
     def _upsert_run(conn: _Conn, session_id: str, run: SessionRun) -> None:
         body = _run_body(run)
@@ -337,14 +361,9 @@ class SQLiteBase:
         rows = _rows._turn_rows_of(data.turns, 0, "$.turns")
 
         def write() -> None:
-            unshare(conn, SQLITE, data.id)
-            shared = share_less(conn, SQLITE, data.id, 0)
             self._write_header(conn, data, data.metadata)
-            conn.execute("DELETE FROM turns WHERE session_id = ?", (data.id,))
-            self._append_rows(conn, data.id, rows)
+            self._rewrite_turns(conn, data.id, self._turn_rows(conn, data.id), rows)
             self._replace_runs(conn, data.id, data.runs)
-            if shared:  # its counts counted the turns it no longer shares
-                recount(conn, SQLITE, data.id)
 
         return self._versioned(conn, data.id, expected_rev, write)
 

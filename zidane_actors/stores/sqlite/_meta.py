@@ -32,7 +32,7 @@ from .._protocol import (
     stale,
 )
 from ..sql import SQLITE, meta_row, search_header_sql, search_words_sql, session_filter_sql
-from ..sql._forks import first_turn_row, recount, share_less, unshare
+from ..sql._forks import first_turn_row
 from ._base import SQLiteBase
 from ._rows import (
     _BUSY_CODES,
@@ -328,17 +328,7 @@ class SQLiteMeta(SQLiteBase):
                 return "unchanged"
             if result.turns is not turns:
                 new_rows = _turn_rows_of(result.turns, 0, "$.turns")
-                keep = 0
-                for (_, tid, role, old), (_, *new) in zip(rows, new_rows, strict=False):
-                    if [tid, role, _turn_json(tid, role, old)] != new:
-                        break  # another id, role or turn: rewritten from here on
-                    keep += 1
-                unshare(conn, SQLITE, session_id, keep)  # forks seeing the old turns keep them
-                shared = share_less(conn, SQLITE, session_id, keep)
-                conn.execute(_SQL.delete_turns_from, (session_id, keep))
-                self._append_rows(conn, session_id, new_rows[keep:])
-                if shared:  # its counts counted the turns it no longer shares
-                    recount(conn, SQLITE, session_id)
+                self._rewrite_turns(conn, session_id, rows, new_rows)
             if result.runs is not runs and result.runs != runs:
                 self._replace_runs(conn, session_id, result.runs)
             self._bump(conn, session_id, updated_at=_now())
