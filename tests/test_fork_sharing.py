@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import outcome
 import pytest
 from msgspec.structs import replace
 from test_search_rule import stores
@@ -20,7 +21,7 @@ from zidane_actors.model import (
     SessionTurn,
     TextBlock,
 )
-from zidane_actors.stores import fork_session, list_forks
+from zidane_actors.stores import StoreWrite, fork_session, list_forks
 
 KINDS = ["sqlite", "pg"]
 
@@ -199,3 +200,28 @@ async def test_a_forks_model_view_spans_what_it_shares(kind: str) -> None:
         for s in (memory, other):
             await s.delete("a")
         assert await other.load_model_view("c") == await memory.load_model_view("c")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_batch_appending_to_a_fork_answers_as_one_by_one(kind: str) -> None:
+    """A group commit of appends to a fork and its source (a retry of a shared turn among
+    them) answers and stores what the writes do one by one."""
+    rng = random.Random(5)
+    turns = tuple(_turn(i, rng) for i in range(4))
+    async with stores(kind, [SessionData(id="a", created_at=1, updated_at=2, turns=turns)]) as p:
+        ((memory, other),) = p
+        writes = [
+            StoreWrite("append_turns", ("b", [_turn(10, rng)])),
+            StoreWrite("append_turns", ("a", [_turn(11, rng)])),
+            StoreWrite("append_turns", ("b", [turns[1]])),  # shared: a retry
+            StoreWrite("append_turns", ("b", [_turn(12, rng)])),
+        ]
+        for s in (memory, other):
+            await fork_session(s, "a", "b", at="t2", created_at=5_000)
+        await memory.apply_writes(writes)
+        answers = await other.apply_writes(writes)
+        assert all(not isinstance(a, outcome.Error) for a in answers)
+        for sid in ("a", "b"):
+            assert [t.id for t in (await other.load(sid)).turns] == [
+                t.id for t in (await memory.load(sid)).turns
+            ]
