@@ -17,6 +17,9 @@ import copy
 import dataclasses
 import io
 import itertools
+import json
+import subprocess
+import sys
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -634,3 +637,74 @@ def test_limited_loads_read_the_session_end(tail: int, monkeypatch: pytest.Monke
                     await run_op(("entries", at, most, None), *sides)
 
     asyncio.run(main())
+
+
+RACER = """
+import asyncio, json, sys
+from pydantic_ai import Agent
+from pydantic_ai.conversation_store import ConversationConflict
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import UsageLimits
+from zidane_actors.integrations.pydantic_ai import ZidaneConversationStore
+
+async def main(url, name, rounds):
+    agent = Agent(TestModel(call_tools=[]))
+    won = []
+    async with ZidaneConversationStore(store=url) as store:
+        for i in range(rounds):
+            loaded = await store.load("race")
+            prompt = f"{name} {i}"
+            result = await agent.run(
+                prompt, conversation=loaded, usage_limits=UsageLimits(request_limit=None)
+            )
+            try:
+                await store.save(result)
+            except ConversationConflict:
+                continue
+            won.append(prompt)
+    print(json.dumps(won))
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def test_saves_from_racing_processes_keep_one_history(tmp_path: Path) -> None:
+    """Processes saving one conversation at once: every save that returned is in the
+    history, in the order they were stored, and no refused save left messages behind."""
+    url = f"sqlite:{tmp_path / 'conversations.db'}"
+
+    async def first() -> None:
+        async with ZidaneConversationStore(store=url) as store:
+            await store.save(
+                await AGENTS[0].run("start", conversation=Conversation(conversation_id="race"))
+            )
+
+    asyncio.run(first())
+    _shared.close_all()
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, url, name, "12"], stdout=subprocess.PIPE, text=True
+        )
+        for name in ("left", "right", "middle")
+    ]
+    won = {p for racer in racers for p in json.loads(racer.communicate(timeout=120)[0])}
+    assert all(racer.returncode == 0 for racer in racers)
+    assert won  # how many of the 36 lost depends on the timing
+
+    async def check_history() -> None:
+        async with ZidaneConversationStore(store=url) as store:
+            loaded = await store.load("race")
+            assert loaded is not None
+            prompts = [
+                part.content
+                for message in loaded.messages
+                if isinstance(message, ModelRequest)
+                for part in message.parts
+                if part.part_kind == "user-prompt"
+            ]
+            assert prompts[0] == "start" and set(prompts[1:]) == won
+            assert len(prompts) == len(won) + 1
+            session = await stored_document(store, "pydantic-ai:race")
+            assert turns_to_messages(session.turns) == loaded.messages
+
+    asyncio.run(check_history())
