@@ -52,7 +52,7 @@ from ._rows import (
     _extra,
     _map_error,
     _SlowPath,
-    visible_turns,
+    seen_scalar,
 )
 from ._writes import (
     _WRITES,
@@ -259,7 +259,7 @@ class PostgresBase:
             cur.execute(
                 "SELECT created_at, updated_at, status, agent_id, project_root, metadata,"
                 " run_owner::text,"
-                f" (SELECT {_AGG} FROM {visible_turns('s.id')} v),"
+                f" {seen_scalar('s.id', f'SELECT {_AGG} FROM {{turns}} v')},"
                 f" (SELECT {_AGG} FROM runs WHERE session_id = s.id), rev, extra"
                 " FROM sessions s WHERE id = %s",
                 (session_id,),
@@ -330,8 +330,12 @@ class PostgresBase:
 
         def op(cur: _Cursor) -> builtins.list[SessionTurn]:
             cur.execute(
-                f"SELECT {_AGG} FROM (SELECT seq, body FROM {visible_turns('%(sid)s')} v"
-                " WHERE seq >= %(from)s ORDER BY seq LIMIT %(limit)s) t",
+                "SELECT "
+                + seen_scalar(
+                    "%(sid)s",
+                    f"SELECT {_AGG} FROM (SELECT seq, body FROM {{turns}} v"
+                    " WHERE seq >= %(from)s ORDER BY seq LIMIT %(limit)s) t",
+                ),
                 {"sid": session_id, "from": from_, "limit": limit},
             )
             row = cur.fetchone()

@@ -42,7 +42,7 @@ from ..sql import POSTGRES, meta_row, search_header_sql, search_words_sql, sessi
 from ._rows import (
     _Cursor,
     _decode,
-    visible_turns,
+    seen_scalar,
 )
 from ._writes import (
     _lock_header,
@@ -58,10 +58,9 @@ _META_SELECT: Final = (
     "SELECT s.id, s.metadata, s.created_at, s.updated_at, s.status, s.agent_id,"
     " s.project_root, s.run_owner::text, s.rev, s.turn_count, s.user_turn_count,"
     " (SELECT count(*) FROM runs r WHERE r.session_id = s.id),"
-    " (SELECT count(*) FROM artifacts a WHERE a.session_id = s.id),"
-    f" (SELECT t.body FROM {visible_turns('s.id')} t WHERE t.role = 'user'"
-    "  ORDER BY t.seq LIMIT 1)"
-    " FROM sessions s"
+    " (SELECT count(*) FROM artifacts a WHERE a.session_id = s.id), "
+    + seen_scalar("s.id", "SELECT body FROM {turns} t WHERE role = 'user' ORDER BY seq LIMIT 1")
+    + " FROM sessions s"
 )
 
 
@@ -140,7 +139,7 @@ def _decode_list(
 
 def _history(cur: _Cursor, session_id: str) -> SessionHistory:
     cur.execute(
-        f"SELECT (SELECT {_AGG} FROM {visible_turns('%(sid)s')} v),"
+        f"SELECT {seen_scalar('%(sid)s', f'SELECT {_AGG} FROM {{turns}} v')},"
         f" (SELECT {_AGG} FROM runs WHERE session_id = %(sid)s)",
         {"sid": session_id},
     )

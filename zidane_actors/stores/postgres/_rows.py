@@ -95,6 +95,29 @@ def _map_error(exc: BaseException) -> BaseException:
 
 
 # Schema v8: the turns a session sees, forks' shared rows included (``..sql._forks``).
+def _own(session: str) -> str:
+    return f"(SELECT seq, id, role, body FROM turns WHERE session_id = {session})"
+
+
+def _shared(session: str) -> str:
+    return (
+        f"(SELECT t.seq, t.id, t.role, t.body FROM fork_ranges({session}) r"
+        " JOIN turns t ON t.session_id = r.session_id AND t.seq >= r.lo"
+        " AND (r.hi IS NULL OR t.seq < r.hi))"
+    )
+
+
+def seen_scalar(session: str, query: str) -> str:
+    """SQL: the scalar subquery ``query`` (its ``{turns}`` a derived table ``(seq, id, role,
+    body)``) over the turns ``session`` sees. A session sharing nothing runs it over its
+    own rows (the query planned as before, its indexes used); a fork over ``fork_ranges``."""
+    return (
+        f"(CASE WHEN EXISTS (SELECT FROM forks WHERE session_id = {session})"
+        f" THEN ({query.format(turns=_shared(session))})"
+        f" ELSE ({query.format(turns=_own(session))}) END)"
+    )
+
+
 def visible_turns(session: str) -> str:
     """SQL: a derived table ``(seq, id, role, body)`` of the turns the session ``session``
     (an SQL expression: a column or a named parameter) sees, in one statement's snapshot.
@@ -103,8 +126,6 @@ def visible_turns(session: str) -> str:
     by a one-time test of its ``forks`` row)."""
     fork = f"EXISTS (SELECT FROM forks WHERE session_id = {session})"
     return (
-        f"(SELECT seq, id, role, body FROM turns WHERE session_id = {session} AND NOT {fork}"
-        " UNION ALL SELECT t.seq, t.id, t.role, t.body"
-        f" FROM fork_ranges({session}) r JOIN turns t ON t.session_id = r.session_id"
-        f" AND t.seq >= r.lo AND (r.hi IS NULL OR t.seq < r.hi) WHERE {fork})"
+        f"(SELECT * FROM {_own(session)} o WHERE NOT {fork}"
+        f" UNION ALL SELECT * FROM {_shared(session)} f WHERE {fork})"
     )
