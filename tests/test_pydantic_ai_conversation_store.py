@@ -30,7 +30,7 @@ from _pg import DSN, fresh_database
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
 from pydantic_ai.conversation_store import (
     ConversationEntry,
@@ -84,7 +84,20 @@ def _function() -> Agent[None, str]:
     return agent
 
 
-AGENTS = (_tested(), _function())
+def _approving() -> Agent[None, str | DeferredToolRequests]:
+    """A run that pauses on a call needing approval: the record keeps the request."""
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        TestModel(), output_type=[str, DeferredToolRequests], name="approving"
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        return f"deleted {path}"
+
+    return agent
+
+
+AGENTS: tuple[Agent[None, Any], ...] = (_tested(), _function(), _approving())
 
 
 # -- answers, with ids in their order of first appearance -------------------------------
@@ -174,7 +187,7 @@ expected_title = st.sampled_from([UNSET, UNSET, UNSET, None, "Trip"])
 metadata = st.sampled_from([UNSET, None, {"model": "test"}, {"tags": ["a", 1, None, 2.5]}])
 
 RUNS = st.one_of(
-    st.tuples(st.just("run"), slot, hand, st.integers(0, 1), scope, st.text("ab ", max_size=3)),
+    st.tuples(st.just("run"), slot, hand, st.integers(0, 2), scope, st.text("ab ", max_size=3)),
     st.tuples(st.just("run"), slot, hand, st.integers(0, 1), st.just(None), st.just("go")),
 )
 OPS = st.one_of(
