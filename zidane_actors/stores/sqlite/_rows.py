@@ -17,6 +17,7 @@ from ...errors import (
     ValidationError,
 )
 from ...model import (
+    MAX_STORED_JSON_DEPTH,
     ExtraFields,
     RunOwner,
     SessionData,
@@ -36,6 +37,7 @@ from ...model import (
 from ...model._checked import CheckedTurns
 from ...model._codec import encode_checked
 from ...model._compaction import view_after
+from ...model._depth import nests_at_most
 from .._validate import (
     checked_header,
 )
@@ -159,6 +161,13 @@ def _turn_json(turn_id: str, role: str, body: bytes | str) -> bytes:
     return b'{"id":%s,"role":%s,%s' % (_json_text(turn_id), _json_text(role), body[1:])
 
 
+def _role_json(role: str) -> bytes:
+    return b',"role":%s,' % _json_text(role)
+
+
+_ROLE_JSON: Final = {role: _role_json(role) for role in ("user", "assistant", "system", "command")}
+
+
 def _decode_turns(
     session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
 ) -> tuple[SessionTurn, ...]:
@@ -167,15 +176,21 @@ def _decode_turns(
     Each body is decoded as its own document, so a row holding two
     (``{...},{...}``) is refused rather than read as two turns.
     """
-    decode_turn = _TURN.decode
+    decode_turn, roles, enc = _TURN.decode, _ROLE_JSON, _json_text
+    turns = []
     try:
-        if not any(stored_too_deep(body) for _, _, _, body in rows):
-            return tuple(
-                [
-                    decode_turn(body if body.startswith(_WHOLE) else _turn_json(tid, role, body))
-                    for _, tid, role, body in rows
-                ]
-            )
+        for _, tid, role, body in rows:
+            if body.startswith(_WHOLE):
+                raw = body
+            else:  # _turn_json inline, the role's bytes looked up: this runs for every row
+                raw = b"".join((b'{"id":', enc(tid), roles.get(role) or _role_json(role), body[1:]))
+            turn = decode_turn(raw)
+            # The decoded text lies inside the row's strings: the bytes outside it bound the
+            # row's brackets, so most rows need no count of every byte.
+            if not nests_at_most(turn, len(raw), MAX_STORED_JSON_DEPTH) and stored_too_deep(raw):
+                raise RecursionError
+            turns.append(turn)
+        return tuple(turns)
     except (
         msgspec.ValidationError,
         msgspec.DecodeError,
