@@ -33,6 +33,7 @@ from hypothesis.control import currently_in_test_context
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
 from pydantic_ai.conversation_store import (
+    ConversationConflict,
     ConversationEntry,
     ConversationRecord,
     ConversationStore,
@@ -48,6 +49,7 @@ from zidane_actors.errors import ActorClosed, ValidationError
 from zidane_actors.integrations import _pydantic_ai_store, _shared
 from zidane_actors.integrations.pydantic_ai import ZidaneConversationStore, turns_to_messages
 from zidane_actors.model import SessionData
+from zidane_actors.stores import fork_session
 
 SLOTS = ("c0", "c1", "odd id/ü", "f0", "f1")
 """The conversations a program names (the third is no safe session id; forks go to the last two)."""
@@ -721,3 +723,24 @@ def test_saves_from_racing_processes_keep_one_history(tmp_path: Path) -> None:
             assert turns_to_messages(session.turns) == loaded.messages
 
     asyncio.run(check_history())
+
+
+async def _fork_only(host: SessionHost, source: str, new: str) -> None:
+    await fork_session(host.store, source, new, at=None, created_at=0)
+
+
+def test_a_fork_without_its_record_is_no_conversation() -> None:
+    """A fork whose maker stopped before writing its record holds its source's: it is
+    neither listed nor loaded, and its id is not taken over (deleting it frees it)."""
+
+    async def main() -> None:
+        async with ZidaneConversationStore(store="memory:") as store:
+            await saved_twice(store)
+            await store._call(_fork_only, "pydantic-ai:trip", "pydantic-ai:half")
+            listed = [record.conversation_id for record in await store.list_conversations()]
+            assert listed == ["trip"]
+            assert await store.load("half") is None
+            with pytest.raises(ConversationConflict):
+                await store.fork("trip", new_conversation_id="half")
+
+    asyncio.run(main())

@@ -304,17 +304,18 @@ async def _read_meta(host: SessionHost, sid: str) -> Mapping[str, Any] | None:
     return None if data is None else data.metadata
 
 
-async def _list_meta(host: SessionHost) -> list[tuple[Mapping[str, Any], int]]:
-    """The metadata and creation time of every conversation session."""
+async def _list_meta(host: SessionHost) -> list[tuple[str, Mapping[str, Any], int]]:
+    """The id, metadata and creation time of every conversation session."""
     store = _store(host)
     wanted = SessionFilter(agent_id=CONVERSATION_AGENT)
     if "list_meta" in store_capabilities(host.store):
-        return [(row.metadata, row.created_at or 0) for row in await store.list_meta(wanted)]
-    found: list[tuple[Mapping[str, Any], int]] = []
+        rows = await store.list_meta(wanted)
+        return [(row.id, row.metadata, row.created_at or 0) for row in rows]
+    found: list[tuple[str, Mapping[str, Any], int]] = []
     for sid in await store.list(wanted):
         data = await store.load(sid)
         if data is not None:
-            found.append((data.metadata, data.created_at))
+            found.append((sid, data.metadata, data.created_at))
     return found
 
 
@@ -737,12 +738,15 @@ class ZidaneConversationStore(ConversationStore, _shared.AsyncShare):
         self, *, scope: str | None = None, limit: int | None = None
     ) -> Sequence[ConversationRecord]:
         found: list[tuple[ConversationRecord, int]] = []
-        for meta, created_at in await self._call(_list_meta):
+        for sid, meta, created_at in await self._call(_list_meta):
             stored = meta.get(RECORD_KEY)
-            if isinstance(stored, Mapping):
-                record = _load_record(stored)
-                if scope is None or record.scope == scope:
-                    found.append((record, created_at))
+            if not isinstance(stored, Mapping):
+                continue
+            record = _load_record(stored)
+            # A fork being made holds its source's record until it gets its own.
+            mine = conversation_session_id(record.conversation_id) == sid
+            if mine and (scope is None or record.scope == scope):
+                found.append((record, created_at))
         found.sort(key=lambda pair: (pair[0].updated_at, -pair[1]), reverse=True)
         return [record for record, _ in found[:limit]]
 
