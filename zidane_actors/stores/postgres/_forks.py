@@ -48,9 +48,10 @@ def _fork(
     """Create ``new_id`` as the fork of ``source_id``: a header, its runs, one link row.
 
     The source's row is locked (``FOR SHARE``) until commit: no write rewriting the
-    turns the fork shares can run before the link is seen. Four round trips: the
-    source's header and runs (and whether ``new_id`` is taken), its last kept turn
-    (and ``at``'s, the left-out turns'), the writes (pipelined), the commit.
+    turns the fork shares can run before the link is seen. Three round trips for a
+    whole fork of a session sharing nothing: the source's header, runs and last turn
+    (and whether ``new_id`` is taken), the writes (pipelined), the commit; with ``at``
+    or a shared source, the plan's reads between.
     """
     validate_id(source_id)
     check_fork_id(new_id)
@@ -58,7 +59,8 @@ def _fork(
         "SELECT created_at, updated_at, status, agent_id, project_root, metadata, rev,"
         f" turn_count, user_turn_count, (SELECT {_AGG} FROM runs WHERE session_id = s.id),"
         " EXISTS (SELECT FROM forks WHERE session_id = s.id),"
-        " EXISTS (SELECT FROM sessions WHERE id = %s)"
+        " EXISTS (SELECT FROM sessions WHERE id = %s),"
+        " (SELECT body FROM turns WHERE session_id = s.id AND seq = s.turn_count - 1)"
         " FROM sessions s WHERE id = %s FOR SHARE OF s",
         (new_id, source_id),
     )
@@ -67,8 +69,13 @@ def _fork(
         raise SessionNotFoundError(f"no session {preview(source_id)} to fork")
     if expected_rev is not None and int(head[6]) != expected_rev:
         raise stale(source_id, expected_rev, int(head[6]))
+    # Its last turn is its own last row when it shares none (else read by the plan).
+    count = int(head[7])
+    last = None
+    if not head[10] and head[12] is not None:
+        last = decode_turns(source_id, [(count - 1, "", "", head[12])])
     plan = plan_fork(
-        cur, POSTGRES, source_id, int(head[7]), at, created_at, decode_turns, shares=head[10]
+        cur, POSTGRES, source_id, count, at, created_at, decode_turns, shares=head[10], last=last
     )
     source = SessionData(
         id=source_id,

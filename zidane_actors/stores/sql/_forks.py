@@ -225,12 +225,13 @@ def plan_fork(
     decode: Decode,
     *,
     shares: bool = True,
+    last: tuple[SessionTurn, ...] | None = None,
 ) -> ForkPlan:
     """The plan of a fork of ``source_id`` (holding ``count`` turns) through turn ``at``
     (all when ``None``; naming no turn: ``turn_index``'s ``ValidationError``), made at
     ``created_at`` (checked first). Reads the turn ``at`` names and those after it,
     never the kept history; ``shares=False``: the caller knows the source shares no
-    rows itself (its ranges need no reading)."""
+    rows itself (its ranges need no reading); ``last``: its last turn, read already."""
     checked_int(created_at, "createdAt")
     ranges = ranges_of(db, dialect, source_id) if shares else (RowRange(source_id, 0, None),)
     bound = count
@@ -244,7 +245,8 @@ def plan_fork(
             raise AssertionError("unreachable")
         bound = int(found[0]) + 1
     tail = decode(source_id, visible_rows(db, dialect, ranges, bound)) if bound < count else ()
-    last = decode(source_id, visible_rows(db, dialect, ranges, bound - 1, 1)) if bound else ()
+    if last is None or bound < count:
+        last = decode(source_id, visible_rows(db, dialect, ranges, bound - 1, 1)) if bound else ()
     return ForkPlan(ranges, bound, tail, last)
 
 
