@@ -20,6 +20,7 @@ import itertools
 import json
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -744,3 +745,26 @@ def test_a_fork_without_its_record_is_no_conversation() -> None:
                 await store.fork("trip", new_conversation_id="half")
 
     asyncio.run(main())
+
+
+def test_the_browser_shows_a_conversation(tmp_path: Path) -> None:
+    """The session browser's pages of a stored conversation: its title in the list, its
+    prompts and answers on its page."""
+    url = f"sqlite:{tmp_path / 'conversations.db'}"
+
+    async def store_one() -> None:
+        async with ZidaneConversationStore(store=url) as store:
+            await saved_twice(store)
+
+    asyncio.run(store_one())
+    _shared.close_all()
+    with ServerProcess(url) as server:
+        listing = urllib.request.urlopen(f"{server.url}/ui/fragments/sessions", timeout=30)
+        assert "Trip" in listing.read().decode()
+        page = urllib.request.urlopen(
+            f"{server.url}/ui/fragments/sessions/pydantic-ai:trip", timeout=30
+        )
+        text = page.read().decode()
+        assert page.status == 200
+        for shown in ('class="prompt">one<', 'class="prompt">two<', 'data-call-id="pyd_ai_tool'):
+            assert shown in text  # its runs' prompts, the tool call
