@@ -1,9 +1,10 @@
-"""The depth bound a store and ``checked_turns`` read turns by: a proof, never a guess.
+"""The shortcuts a store and ``checked_turns`` read turns by: proofs, never guesses.
 
 ``nests_at_most`` answers ``True`` only when a turn's JSON nests at most that
 deep (the bytes outside its text cannot hold more brackets); the SQLite
 store counts the bytes of any other row, so a deep row next to long text is
-still corrupt, and one at the limit still loads.
+still corrupt, and one at the limit still loads. ``plain_turn`` answers
+``True`` only for a turn ``frozen`` would leave as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from odd_values import any_json, any_text
+from odd_values import any_json, any_text, any_value
 
 from zidane_actors.errors import CorruptDataError
 from zidane_actors.model import (
@@ -26,11 +27,13 @@ from zidane_actors.model import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    TurnUsage,
     decode,
     encode,
     stored_too_deep,
 )
 from zidane_actors.model._depth import nests_at_most
+from zidane_actors.model._frozen import _walked, frozen, plain_turn
 from zidane_actors.stores import open_sqlite_store
 
 
@@ -109,3 +112,51 @@ async def test_sqlite_reads_deep_rows_beside_long_text_as_corrupt(
                     await read
             else:
                 assert await read is not None
+
+
+_ANY = st.none() | any_value | st.lists(any_value, max_size=2).map(tuple)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.builds(TextBlock, _ANY, provider_data=st.none() | _ANY)
+        | st.builds(ToolResultBlock, _ANY, _ANY, name=_ANY)
+        | st.builds(ToolCallBlock, st.just("c"), st.just("f"), _ANY),
+        max_size=3,
+    ).map(tuple)
+    | _ANY,
+    st.none() | st.builds(TurnUsage, input=_ANY, model=_ANY),
+    _ANY,
+    _ANY,
+)
+def test_a_plain_turn_is_frozen_as_it_is(content: Any, usage: Any, run_id: Any, other: Any) -> None:
+    """``plain_turn`` says yes only where ``frozen`` would walk the turn and change nothing."""
+    turn = SessionTurn(
+        id="t", role="user", content=content, created_at=1, usage=usage, run_id=run_id
+    )
+    for told in (turn, msgspec.structs.replace(turn, metadata=other)):
+        if plain_turn(told):
+            assert _walked(told) is told  # the walk itself, not the shortcut
+    # a field added to turns is one plain_turn must look at
+    assert msgspec.structs.fields(SessionTurn) and {
+        f.name for f in msgspec.structs.fields(SessionTurn)
+    } == {
+        "id",
+        "role",
+        "content",
+        "created_at",
+        "run_id",
+        "usage",
+        "metadata",
+        "provider_data",
+        "extra_fields",
+    }
+
+
+def test_text_and_text_results_are_plain() -> None:
+    blocks = (TextBlock("a"), ToolResultBlock("c", "out", is_error=True))
+    turn = SessionTurn(id="t", role="user", content=blocks, created_at=1, usage=TurnUsage(input=1))
+    assert plain_turn(turn) and frozen(turn) is turn
+    called = SessionTurn(id="t", role="user", content=(ToolCallBlock("c", "f", {}),), created_at=1)
+    assert not plain_turn(called)

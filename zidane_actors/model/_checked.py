@@ -23,6 +23,7 @@ import msgspec
 
 from ..errors import ValidationError
 from ._codec import decode, decoder, encode, encode_checked
+from ._depth import nests_at_most
 from ._frozen import frozen
 from ._ids import validate_id
 from ._json import MAX_JSON_DEPTH, check_model
@@ -68,9 +69,12 @@ def check_values(
     Raises :class:`ValidationError` located under ``$.<field>``. With
     ``walk=False`` only the container and the values' types are checked.
     """
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+    kind = type(values)
+    if (kind is not tuple and kind is not list) and (  # the ABC checks for other iterables only
+        isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable)
+    ):
         raise ValidationError(
-            f"{field} must be an iterable of {type_.__name__}, got {type(values).__name__}",
+            f"{field} must be an iterable of {type_.__name__}, got {kind.__name__}",
             path=f"$.{field}",
         )
     checked = tuple(values)
@@ -105,9 +109,10 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
     error, exactly as without the carrier.
 
     The encoding and decoding back the carrier needs also answer most of the
-    check: a turn whose copy read back from its JSON equals it, with fewer
-    arrays and objects in that JSON than :data:`MAX_JSON_DEPTH` (so none can
-    nest deeper) and no unknown fields, holds nothing JSON would change
+    check: a turn whose copy read back from its JSON equals it, whose JSON
+    nests at most :data:`MAX_JSON_DEPTH` deep (proven from the bytes outside
+    its text, :func:`~zidane_actors.model._depth.nests_at_most`, else by fewer
+    brackets than that) and with no unknown fields, holds nothing JSON would change
     (``NaN``, ``bytes``, a set, a non-string key or a model value in a
     free-form field all read back different), so its walk is skipped. Any
     other turn gets the whole check, with its located error.
@@ -121,17 +126,21 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
             copy = _TURN.decode(body)
             if (
                 turn.extra_fields is not None
-                or body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH
+                or (
+                    not nests_at_most(copy, len(body), MAX_JSON_DEPTH)
+                    and body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH
+                )
                 or copy != turn
             ):
                 break
             bodies.append(body)
-            copies.append(copy)
+            copies.append(frozen(copy))
         else:
-            check_unique_turn_ids(given, path="$.turns")
+            if len(given) > 1:
+                check_unique_turn_ids(given, path="$.turns")
             for turn in given:
                 validate_id(turn.id)
-            return CheckedTurns(tuple(frozen(c) for c in copies), tuple(bodies), _KEY)
+            return CheckedTurns(tuple(copies), tuple(bodies), _KEY)
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
         pass
     return _checked_walked(given)

@@ -18,9 +18,9 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 
 from ._extra import ExtraFields
-from ._types import SessionData, SessionTurn
+from ._types import SessionData, SessionTurn, TextBlock, ToolResultBlock, TurnUsage
 
-__all__ = ["FrozenDict", "FrozenList", "FrozenView", "frozen", "frozen_json"]
+__all__ = ["FrozenDict", "FrozenList", "FrozenView", "frozen", "frozen_json", "plain_turn"]
 
 T = TypeVar("T")
 
@@ -108,11 +108,52 @@ _SKIPPED: Final = _SCALARS | {FrozenDict, FrozenList}
 _astuple: Final = msgspec.structs.astuple
 
 
+def plain_turn(turn: SessionTurn) -> bool:
+    """Whether ``turn`` holds only scalars in text blocks and text tool results: ``frozen(turn)
+    is turn``.
+
+    A few attribute reads for the common turns, where :func:`frozen` would walk
+    each field; ``False`` only means :func:`frozen` must look.
+    """
+    usage = turn.usage
+    content: Any = turn.content
+    if (
+        turn.metadata is not None
+        or turn.provider_data is not None
+        or turn.extra_fields is not None
+        or type(content) is not tuple
+        or not _SCALARS.issuperset(
+            (type(turn.id), type(turn.role), type(turn.created_at), type(turn.run_id))
+        )
+        or (
+            usage is not None
+            and (
+                type(usage) is not TurnUsage or not _SCALARS.issuperset(map(type, _astuple(usage)))
+            )
+        )
+    ):
+        return False
+    for block in content:
+        kind = type(block)
+        if (kind is not TextBlock and kind is not ToolResultBlock) or not _SCALARS.issuperset(
+            map(type, _astuple(block))
+        ):
+            return False
+    return True
+
+
 def frozen(value: T) -> T:
     """``value`` (a model value or a tuple of them) with its free-form JSON frozen.
 
     Structs without a dict or list inside are returned as they are (no copy).
     """
+    if type(value) is SessionTurn and plain_turn(value):  # type: ignore[arg-type]  # no walk
+        return value
+    return _walked(value)
+
+
+def _walked(value: T) -> T:
+    """:func:`frozen`, walking every field of ``value``."""
     if isinstance(value, tuple):
         items = []
         changed = False
