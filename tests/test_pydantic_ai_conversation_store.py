@@ -430,7 +430,7 @@ def test_memory_store_answers_as_pydantic_ai(program: list[tuple[Any, ...]]) -> 
     check("memory:", program)
 
 
-@FAST
+@settings(FAST, max_examples=20)
 @given(PROGRAMS)
 def test_sqlite_store_answers_as_pydantic_ai(
     tmp_path: Path, program: list[tuple[Any, ...]]
@@ -699,13 +699,13 @@ def test_saves_from_racing_processes_keep_one_history(tmp_path: Path) -> None:
     _shared.close_all()
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, url, name, "12"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", RACER, url, name, "8"], stdout=subprocess.PIPE, text=True
         )
         for name in ("left", "right", "middle")
     ]
     won = {p for racer in racers for p in json.loads(racer.communicate(timeout=120)[0])}
     assert all(racer.returncode == 0 for racer in racers)
-    assert won  # how many of the 36 lost depends on the timing
+    assert won  # how many of the 24 lost depends on the timing
 
     async def check_history() -> None:
         async with ZidaneConversationStore(store=url) as store:
