@@ -16,13 +16,12 @@ from ...model import (
     SessionRun,
     SessionTurn,
     check_fork_id,
-    forked_from,
     preview,
     validate_id,
 )
 from .._protocol import Revision, stale
 from ..sql import POSTGRES
-from ..sql._forks import ForkPlan, TurnRow, kept_runs, link_fork, plan_fork
+from ..sql._forks import ForkPlan, TurnRow, forks_named, kept_runs, link_fork, plan_fork
 from ._base import PostgresBase
 from ._reads import _AGG, _decode_list
 from ._rows import _checked_data, _Cursor, _decode, _json
@@ -145,12 +144,13 @@ def _list_forks(cur: _Cursor, source_id: str) -> builtins.list[str]:
     store reads it), sorted."""
     validate_id(source_id)
     cur.execute("SELECT id, metadata FROM sessions WHERE strpos(metadata, '\"forkedFrom\"') > 0")
-    found = []
-    for sid, metadata in cur.fetchall():
-        origin = forked_from(_decode(metadata, dict[str, Any], "sessions", f"id={preview(sid)}"))
-        if origin is not None and origin.session_id == source_id:
-            found.append(str(sid))
-    return sorted(found)
+    return forks_named(
+        source_id,
+        (
+            (sid, _decode(metadata, dict[str, Any], "sessions", f"id={preview(sid)}"))
+            for sid, metadata in cur.fetchall()
+        ),
+    )
 
 
 class PostgresForks(PostgresBase):

@@ -18,14 +18,21 @@ of the history.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, Final
 
 import attrs
 import msgspec
 
-from ...model import SessionData, SessionRun, SessionTurn, fork_document, turn_index
+from ...model import (
+    SessionData,
+    SessionRun,
+    SessionTurn,
+    fork_document,
+    forked_from,
+    turn_index,
+)
 from .._validate import checked_int
 from ._dialect import Dialect
 
@@ -36,6 +43,7 @@ __all__ = [
     "RowRange",
     "first_turn_row",
     "fork_sql",
+    "forks_named",
     "has_forks",
     "heirs",
     "kept_runs",
@@ -379,3 +387,13 @@ def link_fork(db: Any, dialect: Dialect, plan: ForkPlan, source_id: str, new_id:
     if plan.bound:
         db.execute(fork_sql(dialect).link, (new_id, source_id, plan.bound))
         _stale(db, dialect, new_id)
+
+
+def forks_named(source_id: str, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The ids of ``rows`` (a session id and its metadata) whose ``forkedFrom`` names
+    ``source_id`` (read as the memory store reads it), sorted: ``list_forks``."""
+    return sorted(
+        str(sid)
+        for sid, metadata in rows
+        if (origin := forked_from(metadata)) is not None and origin.session_id == source_id
+    )

@@ -9,7 +9,7 @@ from ...errors import ConflictError, SessionNotFoundError
 from ...model import SessionData, preview
 from .._protocol import Revision, stale
 from ..sql import SQLITE
-from ..sql._forks import kept_runs, link_fork, plan_fork
+from ..sql._forks import forks_named, kept_runs, link_fork, plan_fork
 from ._base import SQLiteBase
 from ._rows import _Conn, _decode_metadata, _decode_turns, _session_id, _valid_header
 
@@ -102,11 +102,6 @@ class SQLiteForks(SQLiteBase):
                 " AND json_extract(metadata, '$.forkedFrom.sessionId') = ?",
                 (source_id,),
             ).fetchall()
-            found = []
-            for sid, metadata in rows:
-                origin = model.forked_from(_decode_metadata(metadata, sid))
-                if origin is not None and origin.session_id == source_id:
-                    found.append(sid)
-            return sorted(found)
+            return forks_named(source_id, ((s, _decode_metadata(m, s)) for s, m in rows))
 
         return await self._read(op)
