@@ -8,12 +8,12 @@ own rows plus, for each ancestor, that ancestor's own rows below every bound bet
 them. :data:`RANGES` computes those row ranges, the one rule every read of turns
 follows (loads, pages, counts, search words, turn-id checks, the model's view).
 
-A write that would delete or rewrite rows a fork still sees (a whole save, a history
-edit reaching below a fork's bound, a delete) first copies them into that fork (the
-stores' ``unshare``), so such a write costs once what the forks need, and nothing else
-ever changes what another session reads. A fork itself is made by :func:`plan_fork`:
-a header, the runs :func:`kept_runs` keeps and one ``forks`` row, whatever the length
-of the history.
+A write that would delete or rewrite rows a fork still sees (a save or history edit
+rewriting turns below a fork's bound, a delete) first copies those rows into that fork
+and lowers its bound (:func:`unshare`), so such a write costs once what the forks need,
+and nothing else ever changes what another session reads. A fork itself is made by
+:func:`plan_fork`: a header, the runs :func:`kept_runs` keeps and one ``forks`` row,
+whatever the length of the history.
 """
 
 from __future__ import annotations
