@@ -30,18 +30,21 @@ import msgspec
 
 from ..errors import WireFormatError
 from ..model import SessionContentBlock, SessionMessage, SessionTurn, ToolResultBlock
-from ..wire import from_openai_responses, to_openai_responses
+from ..wire import OPENAI_TOOL_ID_MAX_LENGTH, from_openai_responses, to_openai_responses
 from ..wire._json import check_json_types
 
 __all__ = [
     "OPENAI_ITEMS_METADATA_KEY",
     "OPENAI_ORDER_METADATA_KEY",
+    "PROVEN_SHAPES",
     "SDK_KEY_ORDER",
+    "TEXT_TOO",
     "ItemGroup",
     "error_marks",
     "group_items",
     "items_of_turn",
     "marked",
+    "proven",
     "turn_metadata",
     "turn_without_last_item",
 ]
@@ -161,6 +164,139 @@ def _apply_order(value: Any, spec: Any) -> Any:
     return value
 
 
+# -- item shapes proven to come back exactly ------------------------------------------
+
+Rule = Any
+"""A value rule: a type (the value's exact type), a tuple (a value of one of those
+types; ``()``: an empty list), ``True`` (a non-empty string), an ``int`` (a string
+of 1 to that many characters), or a mapping of part shapes (a list of parts matching
+them, keyed as :data:`PROVEN_SHAPES` is; holding :data:`TEXT_TOO`, a string too)."""
+Shapes = Mapping[tuple[str, tuple[str, ...]], Mapping[str, Rule]]
+"""Shapes by (kind, keys in order): each key's rule."""
+
+_STR: Final = str
+_ID: Final = True
+_CALL_ID: Final = OPENAI_TOOL_ID_MAX_LENGTH  # longer tool ids are remapped on the way back
+_EMPTY: Final = ()
+TEXT_TOO: Final = ("", ())
+_INPUT_PARTS: Final[Shapes] = {
+    ("input_text", ("text", "type")): {"text": _STR, "type": _STR},
+}
+_OUTPUT_PARTS: Final[Shapes] = {
+    ("output_text", ("annotations", "text", "type")): {
+        "annotations": _EMPTY,
+        "text": _STR,
+        "type": _STR,
+    },
+    ("output_text", ("annotations", "text", "type", "logprobs")): {
+        "annotations": _EMPTY,
+        "text": _STR,
+        "type": _STR,
+        "logprobs": _EMPTY,
+    },
+}
+_SUMMARY: Final[Shapes] = {
+    ("summary_text", ("text", "type")): {"text": _STR, "type": _STR},
+}
+
+
+def _input_message(*keys: str) -> Mapping[str, Rule]:
+    # Parts only without ``type``: a list item with it merges into the parts before it.
+    content = _STR if "type" in keys else {**_INPUT_PARTS, TEXT_TOO: {}}
+    rules = {"content": content, "role": _STR, "type": _STR}
+    return {key: rules[key] for key in keys}
+
+
+def _call(*extra: str) -> Mapping[str, Rule]:
+    rules = {"arguments": _STR, "call_id": _CALL_ID, "name": _ID, "type": _STR}
+    return {**rules, **{key: _STR for key in extra}}
+
+
+def _output(*extra: str) -> Mapping[str, Rule]:
+    return {"call_id": _CALL_ID, "output": _STR, "type": _STR, **{key: _STR for key in extra}}
+
+
+def _reasoning(*extra: str) -> Mapping[str, Rule]:
+    rules = {"id": _ID, "summary": _SUMMARY, "type": _STR}
+    return {**rules, **{key: (str, type(None)) for key in extra}}
+
+
+_ASSISTANT_OUT: Final = {
+    "id": _STR,
+    "content": _OUTPUT_PARTS,
+    "role": _STR,
+    "status": _STR,
+    "type": _STR,
+}
+PROVEN_SHAPES: Final[Shapes] = {
+    # (kind, the item's keys in order): each key's rule. Every item of these shapes
+    # comes back from its turn's content exactly, key order included (proven by the
+    # property tests); ``turn_metadata`` checks no further.
+    **{
+        (f"message:{role}", keys): _input_message(*keys)
+        for role in ("user", "system")  # not developer: beside system items it is lost
+        for keys in (("content", "role"), ("content", "role", "type"))
+    },
+    ("message:assistant", ("content", "role")): {"content": _STR, "role": _STR},
+    ("message:assistant", tuple(_ASSISTANT_OUT)): _ASSISTANT_OUT,
+    ("message:assistant", (*_ASSISTANT_OUT, "phase")): {**_ASSISTANT_OUT, "phase": _STR},
+    **{
+        ("function_call", tuple(rules)): rules
+        for rules in (_call(), _call("id"), _call("status"), _call("id", "status"))
+    },
+    **{
+        ("function_call_output", tuple(rules)): rules
+        for rules in (_output(), _output("id"), _output("status"), _output("id", "status"))
+    },
+    **{
+        ("reasoning", tuple(rules)): rules
+        for rules in (_reasoning(), _reasoning("encrypted_content"))
+    },
+}
+_FOLLOWERS: Final = frozenset({"function_call", "message:assistant"})
+
+
+def _fits(value: Any, rule: Rule) -> bool:
+    if type(rule) is type:
+        return type(value) is rule
+    if type(rule) is tuple:
+        return type(value) in rule if rule else type(value) is list and not value
+    if rule is True:
+        return type(value) is str and value != ""
+    if type(rule) is int:
+        return type(value) is str and 0 < len(value) <= rule
+    if type(value) is str:
+        return TEXT_TOO in rule
+    return type(value) is list and all(_shaped(part, rule) for part in value)
+
+
+def _shaped(value: Any, shapes: Shapes) -> bool:
+    """Whether ``value`` is a dict of one of ``shapes`` (its kind and keys in order, its values)."""
+    if type(value) is not dict:
+        return False
+    rules = shapes.get((_kind(value) or "", tuple(value)))
+    return rules is not None and all(_fits(value[key], rules[key]) for key in rules)
+
+
+def proven(items: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the items of one turn all have shapes of :data:`PROVEN_SHAPES`.
+
+    A reasoning item also needs a follower in the turn (a function call or an
+    assistant message after it, past other reasoning), as the converters
+    replay reasoning only with the item it belongs to.
+    """
+    waiting = False
+    for item in items:
+        if not _shaped(item, PROVEN_SHAPES):
+            return False
+        kind = _kind(item)
+        if kind == "reasoning":
+            waiting = True
+        elif kind in _FOLLOWERS:
+            waiting = False
+    return not waiting
+
+
 # -- error marks ----------------------------------------------------------------------
 
 
@@ -223,8 +359,9 @@ def turn_metadata(
 ) -> dict[str, Any] | None:
     """``metadata`` with what ``items`` need beyond ``content``: usually nothing.
 
-    Checks that the items come back from ``content`` as sent (same JSON text);
-    records the key order of those that differ from the SDK's, and keeps the
+    Items of shapes proven to come back are taken as they are (:func:`proven`);
+    for the rest, checks that the items come back from ``content`` as sent
+    (same JSON text); records the key order of those that differ from the SDK's, and keeps the
     items whole only when their values would not come back.
     """
     updated = {
@@ -232,6 +369,8 @@ def turn_metadata(
         for k, v in (metadata or {}).items()
         if k not in (OPENAI_ITEMS_METADATA_KEY, OPENAI_ORDER_METADATA_KEY)
     }
+    if proven(items):
+        return updated or None
     back = _converted(role, content)
     order: dict[str, Any] = {}
     if len(back) == len(items):
