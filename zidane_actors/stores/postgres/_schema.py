@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
 from ...errors import StoreError
-from ...model import index_words, stored_header_text, stored_turn_text
+from ...model import (
+    SessionTurn,
+    index_words,
+    stored_header_text,
+    stored_turn_text,
+    turn_search_text,
+)
 from .._indexer import INDEX_STEP_SECONDS
 from ..sql import POSTGRES
 from ..sql._forks import RANGES, has_forks, heirs
 
-__all__ = ["SCHEMA_VERSION", "index_pending", "index_step", "migrate"]
+__all__ = ["SCHEMA_VERSION", "WORDS_SQL", "index_pending", "index_step", "migrate", "row_words"]
 
 _V1: Final = """
 CREATE SEQUENCE revs;
@@ -282,6 +289,29 @@ def _parts(words: list[str]) -> list[str]:
 
 
 _TSVECTOR: Final = "array_to_tsvector(string_to_array(v.w, ' '))"
+
+
+def row_words(turns: Sequence[SessionTurn]) -> list[str | None]:
+    """Each turn's words (``index_words`` of ``turn_search_text``, space-joined), for its
+    row's ``words`` as it is inserted: no row is written twice (an update copies the whole
+    row and every index entry). ``None`` where they take more than one part: the
+    indexer fills that row and its ``more_words`` later."""
+    words: list[str | None] = []
+    for turn in turns:
+        parts = _parts(index_words([turn_search_text(turn)]))
+        words.append(parts[0] if len(parts) == 1 else None)
+    return words
+
+
+WORDS_SQL: Final = """
+indexed AS (
+    INSERT INTO session_words (word, session_id)
+    SELECT DISTINCT w, a.session_id FROM added a, unnest(tsvector_to_array(a.words)) w
+    ON CONFLICT DO NOTHING
+)"""
+"""A ``WITH`` item adding to ``session_words`` the words of the rows an ``added`` item
+inserted (``RETURNING session_id, words``). New rows are past every fork's bound, so
+their session alone sees them."""
 
 
 def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:

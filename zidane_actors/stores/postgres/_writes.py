@@ -62,6 +62,7 @@ from ._rows import (
     _SlowPath,
     visible_turns,
 )
+from ._schema import WORDS_SQL, row_words
 
 __all__ = []
 
@@ -128,15 +129,18 @@ def _insert_turns(
     if not turns:
         return
     cur.execute(
-        "INSERT INTO turns (session_id, seq, id, role, body)"
-        " SELECT %s, s, i, r, b FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[])"
-        " AS u(s, i, r, b)",
+        "WITH added AS (INSERT INTO turns (session_id, seq, id, role, body, words)"
+        f" SELECT %s, s, i, r, b, {_WORDS} FROM unnest(%b::bigint[], %b::text[], %b::text[],"
+        " %b::text[], %b::text[]) AS u(s, i, r, b, w) RETURNING session_id, words),"
+        + WORDS_SQL
+        + " SELECT",
         (
             session_id,
             list(range(start, start + len(turns))),
             [t.id for t in turns],
             [t.role for t in turns],
             bodies,
+            row_words(turns),
         ),
     )
 
@@ -281,11 +285,14 @@ def _save_meta(
     return _versioned(cur, data.id, expected_rev, write)
 
 
+_WORDS: Final = "array_to_tsvector(string_to_array(w, ' '))"
+"""A row's ``words`` from its space-joined words ``w`` (``row_words``; NULL stays NULL)."""
+
 _FRESH_TURNS: Final = """
 fresh AS (
-    SELECT u.i, u.r, u.b, row_number() OVER (ORDER BY u.o) - 1 AS n
-    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
-        WITH ORDINALITY AS u(i, r, b, o)
+    SELECT u.i, u.r, u.b, u.w, row_number() OVER (ORDER BY u.o) - 1 AS n
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(bodies)b::text[], %(words)b::text[])
+        WITH ORDINALITY AS u(i, r, b, w, o)
 )"""
 _COUNT_ADDED: Final = """
 UPDATE sessions SET
@@ -298,11 +305,12 @@ WHERE id = %(sid)s
 _APPEND_SQL: Final = (
     "WITH"
     + _FRESH_TURNS
-    + """, added AS (
-    INSERT INTO turns (session_id, seq, id, role, body)
-    SELECT %(sid)s, %(start)s + n, i, r, b FROM fresh
-    RETURNING role
-)"""
+    + f""", added AS (
+    INSERT INTO turns (session_id, seq, id, role, body, words)
+    SELECT %(sid)s, %(start)s + n, i, r, b, {_WORDS} FROM fresh
+    RETURNING session_id, role, words
+),"""
+    + WORDS_SQL
     + _COUNT_ADDED
 )
 """After the row lock and the stored-id check: insert at dense seqs, count them."""
@@ -311,11 +319,12 @@ _APPEND_ONE_SQL: Final = (
     "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s"
     " AND NOT EXISTS (SELECT FROM forks WHERE session_id = %(sid)s) FOR UPDATE),"
     + _FRESH_TURNS
-    + """, added AS (
-    INSERT INTO turns (session_id, seq, id, role, body)
-    SELECT %(sid)s, head.turn_count + n, i, r, b FROM fresh, head
-    RETURNING role
-)"""
+    + f""", added AS (
+    INSERT INTO turns (session_id, seq, id, role, body, words)
+    SELECT %(sid)s, head.turn_count + n, i, r, b, {_WORDS} FROM fresh, head
+    RETURNING session_id, role, words
+),"""
+    + WORDS_SQL
     + _COUNT_ADDED
     + " RETURNING (SELECT rev FROM head), rev"
 )
@@ -351,6 +360,7 @@ def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, A
         "ids": [t.id for t in turns],
         "roles": [t.role for t in turns],
         "bodies": [_json(t, f"turn {preview(t.id)}") for t in turns],
+        "words": row_words(turns),
         "now": now_ms(),
     }
 
@@ -419,24 +429,24 @@ _LOCK_SESSIONS_SQL: Final = (
 )
 """Lock the session rows of a run of appends, in one order for every host."""
 
-_APPEND_BATCH_SQL: Final = """
+_APPEND_BATCH_SQL: Final = f"""
 WITH input AS (
-    SELECT u.sid, u.i, u.r, u.b, u.o
-    FROM unnest(%(sids)b::text[], %(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
-        WITH ORDINALITY AS u(sid, i, r, b, o)
+    SELECT u.sid, u.i, u.r, u.b, u.w, u.o
+    FROM unnest(%(sids)b::text[], %(ids)b::text[], %(roles)b::text[], %(bodies)b::text[],
+        %(words)b::text[]) WITH ORDINALITY AS u(sid, i, r, b, w, o)
 ), stored AS (
     SELECT u.o, t.body = u.b AS same
     FROM input u JOIN turns t ON t.session_id = u.sid AND t.id = u.i
 ), fresh AS (
-    SELECT u.sid, u.i, u.r, u.b,
+    SELECT u.sid, u.i, u.r, u.b, u.w,
         s.turn_count + row_number() OVER (PARTITION BY u.sid COLLATE "C" ORDER BY u.o) - 1 AS seq
     FROM input u JOIN sessions s ON s.id = u.sid
     WHERE NOT EXISTS (SELECT FROM stored WHERE stored.o = u.o)
 ), added AS (
-    INSERT INTO turns (session_id, seq, id, role, body)
-    SELECT sid, seq, i, r, b FROM fresh
-    RETURNING session_id, role
-), counted AS (
+    INSERT INTO turns (session_id, seq, id, role, body, words)
+    SELECT sid, seq, i, r, b, {_WORDS} FROM fresh
+    RETURNING session_id, role, words
+),{WORDS_SQL}, counted AS (
     SELECT session_id, count(*) AS n, count(*) FILTER (WHERE role = 'user') AS users
     FROM added GROUP BY session_id
 ), bumped AS (
@@ -497,6 +507,7 @@ def _append_run(
     ids: builtins.list[str] = []
     roles: builtins.list[str] = []
     bodies: builtins.list[str] = []
+    words: builtins.list[str | None] = []
     for append in run:
         if append.session_id not in found:
             results[append.index] = outcome.Error(
@@ -512,11 +523,19 @@ def _append_run(
             ids.append(turn.id)
             roles.append(turn.role)
             bodies.append(_json(turn, f"turn {preview(turn.id)}"))
+        words += row_words(append.turns)
     if not ids:
         return
     cur.execute(
         _APPEND_BATCH_SQL,
-        {"sids": sids, "ids": ids, "roles": roles, "bodies": bodies, "now": now_ms()},
+        {
+            "sids": sids,
+            "ids": ids,
+            "roles": roles,
+            "bodies": bodies,
+            "words": words,
+            "now": now_ms(),
+        },
     )
     answer = cur.fetchone()
     if answer is None or answer[0]:
