@@ -13,7 +13,7 @@ import pytest
 from _pg import DSN, schema_at
 from test_search_rule import answers, session, stores, turn
 
-from zidane_actors.model import SessionSearch, encode
+from zidane_actors.model import NativeBlock, SessionSearch, SessionTurn, encode
 from zidane_actors.stores import open_postgres_store, open_sqlite_store
 from zidane_actors.stores.sqlite import _schema as sqlite_schema
 
@@ -98,3 +98,46 @@ async def test_a_postgres_schema_of_version_5_derives_its_sessions_words() -> No
             for text in ("zebra", "cross", "okapi", "a"):
                 assert await answers(store, text) == ["a"], text
             assert (await store.search_meta(SessionSearch(text="zebras"))).total == 0
+
+
+def _queued(conn: sqlite3.Connection) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT turn FROM search_pending WHERE turn > 0")]
+
+
+async def test_a_sqlite_file_of_version_13_queues_only_turns_that_may_hold_words(
+    tmp_path: Path,
+) -> None:
+    """From v14 a turn without a text or tool block (native data only) is not queued for
+    the index, and the v13 queue rows of such turns go; searches answer as before."""
+    db = tmp_path / "v13.db"
+    native = SessionTurn(
+        id="n", role="command", created_at=1, content=(NativeBlock("x", {"k": "zebra"}),)
+    )
+    escaped = b'{"content":[{"type":"t\\u0065xt","text":"okapi"}]}'  # another program's row
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        sqlite_schema.migrate(conn, str(db), sqlite_schema.MIGRATIONS[:13])
+        conn.execute(
+            "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
+            " VALUES ('a', 'idle', '{}', 1, 2)"
+        )
+        text = encode(turn(2, "zebra crossing"))
+        for seq, tid, body in [(0, native.id, encode(native)), (1, "e", escaped), (2, "t", text)]:
+            conn.execute(
+                "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', ?, ?, 'user', ?)",
+                (seq, tid, body),
+            )
+        assert _queued(conn) == [1, 2, 3]
+        sqlite_schema.migrate(conn, str(db))
+        assert _queued(conn) == [2, 3]
+        conn.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 3, 'm', 'user', ?)",
+            (encode(native),),
+        )
+        assert _queued(conn) == [2, 3]
+        conn.execute("UPDATE turns SET body = ? WHERE id = 'n'", (encode(turn(0, "tapir")),))
+        assert _queued(conn) == [1, 2, 3]
+    async with open_sqlite_store(db) as store:
+        for text in ("okapi", "zebra", "tapir"):
+            assert await answers(store, text) == ["a"], text
+        await store.append_turns("a", [turn(9, "lemur")])
+        assert await answers(store, "lemur") == ["a"]

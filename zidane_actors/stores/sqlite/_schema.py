@@ -526,6 +526,40 @@ CREATE INDEX turns_commands ON turns (session_id, seq) WHERE role = 'command';
 """
 
 
+def _may_have_words(body: str) -> str:
+    """SQL: whether the turn row ``body`` may hold search words: its JSON spells the type of
+    a text or tool block, or holds an escape that could spell one. A row without any (a
+    turn of native data, images or reasoning only) has no words, so it is never queued."""
+    return (
+        "("
+        + " OR ".join(
+            f"instr(CAST({body} AS BLOB), CAST('{marker}' AS BLOB)) > 0"
+            for marker in ('"text"', '"tool_call"', '"tool_result"', "\\u")
+        )
+        + ")"
+    )
+
+
+# v14: only a turn that may hold words is queued (``_may_have_words``): indexing the others
+# cost every append a queue row and the indexer a step for no words at all. Their queue
+# rows go; the index, and so every search, is the same (such a row indexes no words).
+_V14: Final = f"""
+DROP TRIGGER turns_indexed;
+CREATE TRIGGER turns_indexed AFTER INSERT ON turns WHEN {_may_have_words("NEW.body")} BEGIN
+    INSERT INTO search_pending (turn) VALUES (NEW.rowid);
+END;
+DROP TRIGGER turns_reindexed;
+CREATE TRIGGER turns_reindexed AFTER UPDATE OF session_id, body ON turns BEGIN
+    {_stale_words("OLD.rowid", "OLD.session_id")}
+    DELETE FROM search WHERE rowid = OLD.rowid;
+    INSERT INTO search_pending (turn) SELECT NEW.rowid WHERE {_may_have_words("NEW.body")}
+        AND NOT EXISTS (SELECT 1 FROM search_pending WHERE turn = NEW.rowid);
+END;
+DELETE FROM search_pending WHERE turn > 0
+    AND turn IN (SELECT rowid FROM turns WHERE NOT {_may_have_words("body")});
+"""
+
+
 def _rebuild_stale(conn: sqlite3.Connection, limit: int) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``, all when negative) from
     their indexed documents; the number rebuilt."""
@@ -625,6 +659,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V11,
     _V12,
     _V13,
+    _V14,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
