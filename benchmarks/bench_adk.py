@@ -25,14 +25,26 @@ time per append, and each variant's ratio to ADK's database service and to
 its in-memory service; the verdict is the median of each round's own ratio
 of ours to the database service (both measured back to back).
 
+``--scoped-processes`` measures shared scope state across processes instead:
+1, 2 and 4 worker processes (order rotating by round), each with its own
+``ZidaneSessionService`` over one store and a session of its own of one
+user, append ``--events`` events each, every event on a fresh
+``get_session`` and setting ``user:`` and ``app:`` keys of its own and one
+key all processes share. Setup is untimed: the parent sends every worker one
+instant to start at. It prints events/s in total per process count and the
+median of each round's ratio of 4 (and 2) processes to 1, on SQLite (a fresh
+file per run) and PostgreSQL (one fresh database at ``ZIDANE_TEST_POSTGRES``
+or the local ``test`` server, an app per run), and checks that the user's
+and app's state hold every process's last value of each key.
+
 ``--long-session N`` measures one long session instead: N invocations of
 ours on SQLite, each the user's message and an answer with a state delta (a
 run record and a state checkpoint each), reporting the mean time of the
 first and the last 50 appends and the CPU per append, so what an append
 costs as the session's runs grow shows.
 
-Run: ``.venv/bin/python benchmarks/bench_adk.py [--sessions 100] [--rounds 5]``
-or ``... --long-session 600``
+Run: ``.venv/bin/python benchmarks/bench_adk.py [--sessions 100] [--rounds 5]``,
+``... --scoped-processes [--events 40] [--rounds 5]`` or ``... --long-session 600``
 (needs the ``bench`` extra: google-adk, sqlalchemy[asyncio], aiosqlite).
 """
 
@@ -41,17 +53,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 from _realistic import _text  # the seeded word soup the other benchmarks write
+from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions import BaseSessionService, InMemorySessionService
@@ -240,13 +257,167 @@ async def long_session(invocations: int) -> None:
     )
 
 
+PROCESSES = (1, 2, 4)
+SCOPED_TARGET = 1.0  # 4 processes' events/s x 1 process's, on PostgreSQL
+
+
+def scoped_delta(index: int, i: int) -> dict[str, Any]:
+    """Process ``index``'s ``i``-th event's state delta: keys of its own, one key shared."""
+    return {f"user:p{index}": i, f"app:p{index}": i, "user:last": [index, i]}
+
+
+async def scoped_worker(url: str, app: str, index: int, events: int) -> None:
+    """One process: its session, then ``events`` appends from the instant read on stdin."""
+    loop = asyncio.get_running_loop()
+    async with ZidaneSessionService(store=url) as service:
+        names = {"app_name": app, "user_id": "u", "session_id": f"p{index}"}
+        await service.create_session(**names)
+        print("ready", flush=True)
+        start_at = float(await loop.run_in_executor(None, sys.stdin.readline))
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        begin, stale = time.time(), 0
+        for i in range(events):
+            event = Event(
+                invocation_id=f"p{index}-{i}",
+                author="user",
+                content=types.Content(role="user", parts=[types.Part(text=f"p{index}-{i}")]),
+                actions=EventActions(state_delta=scoped_delta(index, i)),
+            )
+            while True:
+                session = await service.get_session(**names)
+                assert session is not None
+                try:
+                    await service.append_event(session, event)
+                except StaleSessionError:
+                    stale += 1
+                    continue
+                break
+        end = time.time()
+    print(json.dumps({"begin": begin, "end": end, "stale": stale}), flush=True)
+
+
+def scoped_run(url: str, processes: int, events: int) -> float:
+    """Events/s of ``processes`` workers appending at once to sessions of one user."""
+    app = f"scoped_{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--scoped-worker", url, app, str(i), str(events)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(processes)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("a worker failed during setup")
+    start_at = time.time() + 0.2
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at!r}\n")
+        proc.stdin.flush()
+    reports = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=900)
+        if proc.returncode:
+            raise RuntimeError(f"a worker failed ({proc.returncode})")
+        reports.append(json.loads(out))
+    span = max(r["end"] for r in reports) - start_at
+    asyncio.run(check_scopes(url, app, processes, events))
+    return processes * events / span
+
+
+async def check_scopes(url: str, app: str, processes: int, events: int) -> None:
+    """Every process's own keys hold its last value; the shared key one process's last."""
+    async with ZidaneSessionService(store=url) as service:
+        user = await service.get_user_state(app_name=app, user_id="u")
+        session = await service.get_session(app_name=app, user_id="u", session_id="p0")
+        assert session is not None
+    last = events - 1
+    want = {f"p{p}": last for p in range(processes)}
+    assert {k: v for k, v in user.items() if k != "last"} == want, "user: state lost a write"
+    assert user["last"] in [[p, last] for p in range(processes)], "user:last is not a last write"
+    app_state = {k[4:]: v for k, v in session.state.items() if k.startswith("app:")}
+    assert app_state == want, "app: state lost a write"
+
+
+def scoped_processes(rounds: int, events: int) -> None:
+    """1, 2 and 4 processes on SQLite and PostgreSQL: events/s and the ratios to 1."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
+
+    dsn = (
+        os.environ.get("ZIDANE_TEST_POSTGRES")
+        or "host=127.0.0.1 port=5432 user=postgres dbname=test"
+    )
+    database = f"bench_adk_{uuid.uuid4().hex[:12]}"
+    parts = conninfo_to_dict(dsn)
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    pg_url = f"postgresql://{user}{parts.get('host') or '127.0.0.1'}:{parts.get('port') or 5432}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    print(f"{events} events per process, each on a fresh get_session, user:/app: deltas")
+    rates: dict[str, dict[int, list[float]]] = {"sqlite": {}, "postgres": {}}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(rounds):
+                order = PROCESSES[r % 3 :] + PROCESSES[: r % 3]
+                for kind in ("postgres", "sqlite") if r % 2 else ("sqlite", "postgres"):
+                    for n in order:
+                        where = Path(tmp) / f"{kind}-{r}-{n}.db"
+                        url = f"sqlite:{where}" if kind == "sqlite" else f"{pg_url}/{database}"
+                        rates[kind].setdefault(n, []).append(scoped_run(url, n, events))
+                print(
+                    f"round {r + 1}: "
+                    + "; ".join(
+                        f"{kind} "
+                        + ", ".join(f"{n}p {rates[kind][n][-1]:.0f}/s" for n in PROCESSES)
+                        for kind in rates
+                    )
+                )
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
+    print(f"\nmedian of {rounds} rounds, events/s in total (ratio to 1 process: median of rounds)")
+    for kind, by_n in rates.items():
+        ratios = {
+            n: statistics.median(a / b for a, b in zip(by_n[n], by_n[1], strict=True))
+            for n in PROCESSES
+        }
+        print(
+            f"  {kind:9}"
+            + "".join(
+                f"  {n}p {statistics.median(by_n[n]):6.1f}/s ({ratios[n]:.2f}x)" for n in PROCESSES
+            )
+        )
+    pg = statistics.median(
+        a / b for a, b in zip(rates["postgres"][4], rates["postgres"][1], strict=True)
+    )
+    print(f"\npostgres 4 processes / 1 process: {pg:.2f}x (target >= {SCOPED_TARGET:.1f}x)")
+    if pg < SCOPED_TARGET:
+        sys.exit(1)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--scoped-worker"]:
+        url, app, index, events = sys.argv[2:6]
+        asyncio.run(scoped_worker(url, app, int(index), int(events)))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--long-session", type=int, default=0, metavar="N")
+    parser.add_argument("--scoped-processes", action="store_true")
+    parser.add_argument("--events", type=int, default=40, help="per process (--scoped-processes)")
     args = parser.parse_args()
     gc.freeze()  # google-adk's imports track ~200k objects: keep them out of every collection
+    if args.scoped_processes:
+        scoped_processes(args.rounds, args.events)
+        return
     if args.long_session:
         asyncio.run(long_session(args.long_session))
         return

@@ -35,12 +35,16 @@ async def appends(
 
     Answers each acknowledged event's id with the number of events its
     writer read before appending it, and how many appends were refused as
-    stale. With ``scoped`` each event also sets ``user:TAG-I`` and ``app:TAG-I``.
+    stale. With ``scoped`` each event also sets ``user:TAG-I`` and ``app:TAG-I``,
+    and ``user:last`` and ``app:last`` (keys every writer sets) to ``[TAG, I]``.
     """
     done: list[tuple[str, int]] = []
     stale = 0
     for i in range(n):
-        delta = {f"user:{tag}-{i}": i, f"app:{tag}-{i}": i} if scoped else {}
+        delta: dict[str, Any] = {}
+        if scoped:
+            delta = {f"user:{tag}-{i}": i, f"app:{tag}-{i}": i, "user:last": [tag, i]}
+            delta["app:last"] = [tag, i]
         while True:
             session = await service.get_session(app_name=app, user_id=user, session_id=sid)
             assert session is not None

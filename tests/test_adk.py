@@ -16,6 +16,7 @@ from typing import Any
 
 import pydantic
 import pytest
+import trio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from odd_values import any_text, any_value
@@ -39,9 +40,11 @@ from google.genai import types
 from zidane_actors.actors import Session, SessionHost
 from zidane_actors.errors import ActorClosed, ValidationError
 from zidane_actors.integrations import _shared
+from zidane_actors.integrations._adk_events import _app_scope_id, _user_scope_id
 from zidane_actors.integrations.adk import ZidaneSessionService
-from zidane_actors.model import TextBlock, ToolCallBlock, ToolResultBlock
+from zidane_actors.model import SessionData, TextBlock, ToolCallBlock, ToolResultBlock
 from zidane_actors.portal import start_host
+from zidane_actors.stores import open_sqlite_store
 from zidane_actors.wire import drop_invalid_tool_pairings
 
 ServiceFactory = Callable[[], BaseSessionService]
@@ -539,6 +542,34 @@ def test_a_new_service_instance_reads_what_an_earlier_one_stored(
         assert got is not None and got.state == {"app:a": 1, "user:b": 5, "c": 4}
 
     scenario(make, read)
+
+
+def test_scope_state_stored_whole_reads_back_and_takes_new_keys(tmp_path: Path) -> None:
+    """Scope state written whole under ``adkAppState``/``adkUserState`` still reads back;
+    a key written later wins over it."""
+    path = tmp_path / "adk.db"
+    whole = {
+        _app_scope_id("app"): {"adkApp": "app", "adkAppState": {"a": 1, "b": {"x": 1}}},
+        _user_scope_id("app", "u"): {"adkApp": "app", "adkUser": "u", "adkUserState": {"c": 1}},
+    }
+
+    async def write_whole() -> None:
+        async with open_sqlite_store(path) as store:
+            for zid, metadata in whole.items():
+                await store.save(SessionData(id=zid, created_at=1, updated_at=1, metadata=metadata))
+
+    trio.run(write_whole)
+
+    async def body(service: BaseSessionService) -> None:
+        session = await service.create_session(app_name="app", user_id="u", session_id="s")
+        assert session.state == {"app:a": 1, "app:b": {"x": 1}, "user:c": 1}
+        await service.append_event(session, with_delta({"app:b": None, "user:d": [2]}))
+        got = await service.get_session(app_name="app", user_id="u", session_id="s")
+        assert got is not None
+        assert got.state == {"app:a": 1, "app:b": None, "user:c": 1, "user:d": [2]}
+        assert await service.get_user_state(app_name="app", user_id="u") == {"c": 1, "d": [2]}
+
+    scenario(lambda: ZidaneSessionService(store=f"sqlite:{path}"), body)
 
 
 # -- ADK's Runner over the zidane stores --------------------------------------------

@@ -402,6 +402,18 @@ async def _removing_and_overwriting_state(service: BaseSessionService, out: Tran
     out.append(_session(got))
 
 
+async def _overwriting_scope_state(service: BaseSessionService, out: Transcript) -> None:
+    """A scope key is replaced whole (never merged into), ``None`` is a value, others stay."""
+    state = {"app:k": {"deep": 1}, "user:k": [1], "app:kept": 1, "user:kept": 1}
+    a = await service.create_session(app_name="app", user_id="u", session_id="a", state=state)
+    b = await service.create_session(app_name="app", user_id="u", session_id="b")
+    await service.append_event(a, delta({"app:k": {"other": 2}, "user:k": None}, 1))
+    await service.append_event(b, delta({"app:k": None, "user:k": {"x": []}, "user:new": ""}, 2))
+    for sid in ("a", "b"):
+        out.append(_session(await service.get_session(app_name="app", user_id="u", session_id=sid)))
+    out.append(await service.get_user_state(app_name="app", user_id="u"))
+
+
 async def _appending_to_a_missing_session(service: BaseSessionService, out: Transcript) -> None:
     session = await service.create_session(app_name="app", user_id="u", session_id="s")
     await service.delete_session(app_name="app", user_id="u", session_id="s")
@@ -417,6 +429,7 @@ async def _appending_to_a_missing_session(service: BaseSessionService, out: Tran
         _state_deltas,
         _state_across_sessions,
         _removing_and_overwriting_state,
+        _overwriting_scope_state,
         _appending_to_a_missing_session,
     ],
 )

@@ -1,4 +1,4 @@
-"""``app:``/``user:`` scope state for ``integrations.adk``: conditional read-modify-writes."""
+"""``app:``/``user:`` scope state for ``integrations.adk``: one metadata entry per state key."""
 
 from __future__ import annotations
 
@@ -7,21 +7,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import attrs
-import msgspec
 import outcome
 import trio
 
 from ..actors import SessionHost
-from ..actors._contention import STALE_ATTEMPTS, back_off
 from ..errors import ConflictError
-from ..errors import StaleSessionError as StoreStaleError
 from ..model import (
     JsonValue,
-    SaveMetaOptions,
     SessionMetaRow,
-    preview,
 )
-from ..stores._protocol import FullSessionStore, StoreWrite, VersionedStore, store_capabilities
+from ..stores._protocol import FullSessionStore, StoreWrite, store_capabilities
 from ._adk_events import (
     _app_scope_id,
     _user_scope_id,
@@ -52,8 +47,20 @@ async def _scope_state(host: SessionHost, zid: str, key: str) -> dict[str, Any]:
 
 
 def _state_in(meta: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
-    state = meta.get(key) if meta is not None else None
-    return cast(dict[str, Any], state) if isinstance(state, dict) else {}
+    """The state the entries ``KEY:NAME`` of ``meta`` hold, over a whole ``meta[KEY]``.
+
+    ``meta[KEY]`` holds the state as written before its keys had entries
+    of their own; an entry is written later, so it wins.
+    """
+    if not meta:
+        return {}
+    whole = meta.get(key)
+    state = dict(whole) if isinstance(whole, dict) else {}
+    prefix = f"{key}:"
+    for name, value in meta.items():
+        if name.startswith(prefix):
+            state[name[len(prefix) :]] = value
+    return state
 
 
 async def _settle(
@@ -175,39 +182,20 @@ async def _update_state(
 async def _merge_state(
     host: SessionHost, zid: str, names: dict[str, JsonValue], key: str, delta: dict[str, Any]
 ) -> None:
-    """``metadata[key] |= delta`` in the store, atomically against other processes.
+    """``delta`` merged into the scope ``zid``'s state in the store, key by key, atomically.
 
-    Read with its ``rev``, merged, and saved only while the store still
-    holds that ``rev``; when another writer got there first the merge is
-    made again on what it stored, so no writer's keys are lost. A missing
-    scope session is created holding ``delta``.
+    Each state key is a metadata entry of its own (``KEY:NAME``), so a delta
+    is one ``patch_meta``: the store sets those entries in one atomic step
+    and other processes' keys stay as they are, with nothing read first and
+    no retry (the last writer of a key wins). A missing scope session is
+    created holding the delta.
     """
+    patch: dict[str, JsonValue] = {f"{key}:{name}": value for name, value in delta.items()}
     store = cast(FullSessionStore, host.store)
-    versioned = cast(VersionedStore, store)
-    for attempt in range(STALE_ATTEMPTS):
-        got = await versioned.load_versioned(zid)
-        if got is None:
-            try:
-                await host.create_session(id=zid, metadata={**names, key: delta})
-            except ConflictError:
-                continue  # created meanwhile: merge into it at once
-            return
-        data, rev = got
-        current = data.metadata.get(key)
-        merged = {**(current if isinstance(current, dict) else {}), **delta}
-        metadata = {**data.metadata, key: merged}
-        try:
-            await store.save_meta(  # type: ignore[call-arg]  # a VersionedStore's keyword
-                msgspec.structs.replace(data, metadata=metadata),
-                SaveMetaOptions(meta_keys=(key,)),
-                expected_rev=rev,
-            )
-        except StoreStaleError:
-            if attempt == STALE_ATTEMPTS - 1:
-                raise
-            await back_off(attempt)
-        else:
-            return
-    raise ConflictError(
-        f"scope session {preview(zid)} could not be written: {STALE_ATTEMPTS} races lost"
-    )
+    rev = await store.patch_meta(zid, patch)
+    if rev is not None and rev.after != 0:
+        return
+    try:
+        await host.create_session(id=zid, metadata={**names, **patch})
+    except ConflictError:  # created meanwhile: merged into it
+        await store.patch_meta(zid, patch)
