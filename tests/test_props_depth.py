@@ -22,6 +22,8 @@ from odd_values import any_json, any_text, any_value
 from zidane_actors.errors import CorruptDataError
 from zidane_actors.model import (
     MAX_STORED_JSON_DEPTH,
+    ImageBlock,
+    ReasoningBlock,
     SessionData,
     SessionTurn,
     TextBlock,
@@ -115,14 +117,21 @@ async def test_sqlite_reads_deep_rows_beside_long_text_as_corrupt(
 
 
 _ANY = st.none() | any_value | st.lists(any_value, max_size=2).map(tuple)
+_IMAGE = st.builds(
+    ImageBlock, media_type=st.just("image/png"), data=st.just("aGk="), provider_data=_ANY
+)
+_PARTS = st.lists(st.builds(TextBlock, _ANY) | _IMAGE | _ANY, max_size=3).map(tuple)
 
 
 @settings(max_examples=400, deadline=None)
 @given(
     st.lists(
         st.builds(TextBlock, _ANY, provider_data=st.none() | _ANY)
-        | st.builds(ToolResultBlock, _ANY, _ANY, name=_ANY)
-        | st.builds(ToolCallBlock, st.just("c"), st.just("f"), _ANY),
+        | st.builds(ToolResultBlock, _ANY, _ANY | _PARTS, name=_ANY)
+        | st.builds(ToolCallBlock, st.just("c"), st.just("f"), _ANY)
+        | _IMAGE
+        | st.builds(ReasoningBlock, text=_ANY)
+        | _ANY,
         max_size=3,
     ).map(tuple)
     | _ANY,
@@ -155,7 +164,13 @@ def test_a_plain_turn_is_frozen_as_it_is(content: Any, usage: Any, run_id: Any, 
 
 
 def test_text_and_text_results_are_plain() -> None:
-    blocks = (TextBlock("a"), ToolResultBlock("c", "out", is_error=True))
+    parts = (TextBlock("a"), ImageBlock(media_type="image/png", data="aGk="))
+    blocks = (
+        TextBlock("a"),
+        ToolResultBlock("c", "out", is_error=True),
+        ToolResultBlock("c", parts),
+        ReasoningBlock(text="r", signature="s"),
+    )
     turn = SessionTurn(id="t", role="user", content=blocks, created_at=1, usage=TurnUsage(input=1))
     assert plain_turn(turn) and frozen(turn) is turn
     called = SessionTurn(id="t", role="user", content=(ToolCallBlock("c", "f", {}),), created_at=1)

@@ -18,7 +18,18 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 
 from ._extra import ExtraFields
-from ._types import SessionData, SessionTurn, TextBlock, ToolResultBlock, TurnUsage
+from ._types import (
+    FileBlock,
+    ImageBlock,
+    NativeBlock,
+    ReasoningBlock,
+    SessionData,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    TurnUsage,
+)
 
 __all__ = ["FrozenDict", "FrozenList", "FrozenView", "frozen", "frozen_json", "plain_turn"]
 
@@ -106,14 +117,17 @@ def _names(cls: type[msgspec.Struct]) -> tuple[str, ...]:
 
 _SKIPPED: Final = _SCALARS | {FrozenDict, FrozenList}
 _astuple: Final = msgspec.structs.astuple
+_BLOCKS: Final = frozenset(
+    {TextBlock, ImageBlock, FileBlock, ToolCallBlock, ToolResultBlock, ReasoningBlock, NativeBlock}
+)
 
 
 def plain_turn(turn: SessionTurn) -> bool:
-    """Whether ``turn`` holds only scalars in text blocks and text tool results: ``frozen(turn)
-    is turn``.
+    """Whether ``turn`` holds no dict or list (its blocks and usage only scalars, a tool
+    result's parts too): then ``frozen(turn) is turn``.
 
-    A few attribute reads for the common turns, where :func:`frozen` would walk
-    each field; ``False`` only means :func:`frozen` must look.
+    A few attribute reads for most turns, where :func:`frozen` would walk each
+    field; ``False`` only means :func:`frozen` must look.
     """
     usage = turn.usage
     content: Any = turn.content
@@ -135,11 +149,27 @@ def plain_turn(turn: SessionTurn) -> bool:
         return False
     for block in content:
         kind = type(block)
-        if (kind is not TextBlock and kind is not ToolResultBlock) or not _SCALARS.issuperset(
-            map(type, _astuple(block))
-        ):
+        if kind not in _BLOCKS:
             return False
+        fields = _astuple(block)
+        if not _SCALARS.issuperset(map(type, fields)):
+            if kind is not ToolResultBlock:
+                return False
+            output = fields[_OUTPUT]  # a tool result's parts: each plain too
+            if (
+                type(output) is not tuple
+                or not _SCALARS.issuperset(map(type, fields[:_OUTPUT] + fields[_OUTPUT + 1 :]))
+                or not all(map(_plain_part, output))
+            ):
+                return False
     return True
+
+
+_OUTPUT: Final = _names(ToolResultBlock).index("output")
+
+
+def _plain_part(part: Any) -> bool:
+    return type(part) in _BLOCKS and _SCALARS.issuperset(map(type, _astuple(part)))
 
 
 def frozen(value: T) -> T:
