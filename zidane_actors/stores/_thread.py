@@ -20,18 +20,6 @@ Semantics are those of ``to_thread.run_sync`` behind a ``CapacityLimiter(1)``:
 * a job's exception (any ``BaseException``) is raised in its caller; the
   thread lives on.
 
-A lone caller may offer a variant of its job to run *here*
-(``run(fn, here=variant)``): when the thread is idle and nothing is queued,
-the variant runs in the trio thread itself, the resource lent for it (no
-other job can be submitted meanwhile: jobs come from the trio thread only).
-That is the same as the thread taking the job at once, without the two
-thread crossings (about a tenth of a millisecond on a busy machine). Other
-tasks wait for it, so only a short job (a commit) should offer one, and it
-must never wait on anything outside: where it would (a lock another
-connection holds), it raises :class:`RunElsewhere` having done nothing, and
-``fn`` runs in the thread as usual. The resource must allow a second thread
-(``sqlite3``: ``check_same_thread=False``).
-
 :meth:`WorkerThread.aclose` fails the jobs still queued with the owner's
 "closed" error, closes the resource in the thread and joins it; later calls
 raise that error at once.
@@ -44,19 +32,15 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import outcome
 import trio
 
-__all__ = ["RunElsewhere", "WorkerThread", "start_worker_thread"]
+__all__ = ["WorkerThread", "start_worker_thread"]
 
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-class RunElsewhere(Exception):
-    """Raised by a job run here that would have to wait: it did nothing, run it in the thread."""
 
 
 class _Job:
@@ -110,8 +94,6 @@ class WorkerThread(Generic[R]):
         self._lock = threading.Lock()
         self._closing = False
         self._waiting = 0
-        self._busy = False  # a job is running (in the thread, or here)
-        self._resource: R | None = None  # set by the thread once opened
         # The socket one caller at a time waits on (``_signalled``: one is waiting).
         self._signal_in, self._signal_out = socket.socketpair()
         self._signal_in.setblocking(False)
@@ -135,23 +117,15 @@ class WorkerThread(Generic[R]):
         """Whether :meth:`aclose` was called (new jobs are refused)."""
         return self._closing
 
-    async def run(self, fn: Callable[[R], T], *, here: Callable[[R], T] | None = None) -> T:
+    async def run(self, fn: Callable[[R], T]) -> T:
         """Run ``fn(resource)`` in the thread and answer its result (or raise its error).
 
         Cancellable until the thread takes the job; from then on the outcome is
         always waited for (a cancel is deferred to the caller's next checkpoint).
-        ``here``: the job's variant to run in the calling thread instead when the
-        thread is idle and no job is queued (see the module docstring).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise self._closed_error()
-        if here is not None and self._lend():
-            ran = self._run_here(here)
-            if not (isinstance(ran, outcome.Error) and isinstance(ran.error, RunElsewhere)):
-                # The schedule point a run makes: uncancellable, the job is done.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                return ran.unwrap()
         if not self._signalled:
             return await self._run_signalled(fn)
         job = _Job(fn, trio.lowlevel.current_task())
@@ -203,22 +177,6 @@ class WorkerThread(Generic[R]):
             with contextlib.suppress(BlockingIOError):
                 self._signal_in.recv(64)
 
-    def _lend(self) -> bool:
-        """Take the resource for a job run here: only when idle, nothing queued."""
-        with self._lock:
-            if self._busy or self._waiting or self._resource is None:
-                return False
-            self._busy = True
-            return True
-
-    def _run_here(self, fn: Callable[[R], T]) -> outcome.Value[T] | outcome.Error:
-        """Run ``fn`` on the lent resource in this thread, then give the resource back."""
-        try:
-            return outcome.capture(fn, cast(R, self._resource))
-        finally:
-            with self._lock:
-                self._busy = False
-
     def _decide(self, job: _Job, *, take: bool) -> bool:
         """Decide ``job`` once: the thread takes it (``take``) or its caller withdraws it.
 
@@ -230,7 +188,6 @@ class WorkerThread(Generic[R]):
                 return False
             if take:
                 job.taken = True
-                self._busy = True
             else:
                 job.withdrawn = True
             self._waiting -= 1
@@ -287,8 +244,6 @@ class WorkerThread(Generic[R]):
 
     def _serve(self, starter: trio.lowlevel.Task) -> None:
         opened = outcome.capture(self._open)
-        if type(opened) is outcome.Value:
-            self._resource = opened.value
         self._answer(starter, opened)
         if type(opened) is not outcome.Value:
             return
@@ -302,12 +257,9 @@ class WorkerThread(Generic[R]):
             if not self._decide(item, take=True):
                 continue
             if self._closing:
-                result: outcome.Outcome[Any] = outcome.Error(self._closed_error())
+                self._answer_job(item, outcome.Error(self._closed_error()))
             else:
-                result = outcome.capture(item.fn, resource)
-            with self._lock:
-                self._busy = False
-            self._answer_job(item, result)
+                self._answer_job(item, outcome.capture(item.fn, resource))
 
 
 async def start_worker_thread(

@@ -2,8 +2,7 @@
 
 Every operation runs on one ``sqlite3`` connection owned by one worker
 thread for the store's whole life (``_thread.WorkerThread``: FIFO, a caller
-cancelled before its job is taken withdraws it; a lone write runs in the
-trio thread, the connection lent, never waiting there: ``_lone``), inside one
+cancelled before its job is taken withdraws it), inside one
 transaction: ``BEGIN IMMEDIATE`` for writes (so two processes never both
 read-then-write), a deferred ``BEGIN`` for reads (a consistent WAL
 snapshot). ``SQLITE_BUSY`` waits ``busy_timeout_ms`` inside SQLite, then is

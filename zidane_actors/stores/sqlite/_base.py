@@ -43,7 +43,6 @@ from ..sql import SQLITE, Dialect
 from ..sql._forks import fork_sql, ranges_of, recount, share_less, shared_turns, unshare
 from ..sql._forks import visible_rows as _visible_rows
 from . import _rows
-from ._lone import without_waiting
 from ._rows import _SQL, T, _Conn, _decode_row, _now, _run_body, _session_id, _turn_json
 
 __all__ = ["SQLiteBase"]
@@ -112,11 +111,9 @@ class SQLiteBase:
     async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
         delay = 0.01
         job = functools.partial(self._in_transaction, fn, write)
-        # A write (a commit) runs in the trio thread when nothing else waits (_lone).
-        here = functools.partial(without_waiting, job) if write else None
         for attempt in range(self._busy_retries + 1):
             try:
-                return await self._worker.run(job, here=here)
+                return await self._worker.run(job)
             except _rows._Busy as exc:
                 if attempt == self._busy_retries:
                     raise StoreUnavailableError(

@@ -77,7 +77,6 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
             path,
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,
-            check_same_thread=False,  # a lone write runs in the trio thread (WorkerThread.run)
         )
     except sqlite3.Error as exc:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
