@@ -1,4 +1,5 @@
-"""The item shapes ``turn_metadata`` takes without checking them come back exactly.
+"""The item shapes ``turn_metadata`` takes without checking them come back exactly,
+and the shapes ``group_items`` converts itself convert as the converters do.
 
 Items are drawn from :data:`PROVEN_SHAPES` itself (every entry, each key's
 rule turned into values: unicode, NUL, lone surrogates, empty and blank
@@ -14,12 +15,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zidane_actors.integrations._responses import (
+    _DIRECT,
     PROVEN_SHAPES,
     TEXT_TOO,
+    _direct,
     group_items,
     items_of_turn,
     marked,
@@ -27,6 +31,7 @@ from zidane_actors.integrations._responses import (
     turn_metadata,
 )
 from zidane_actors.model import SessionTurn, ToolResultBlock
+from zidane_actors.wire import from_openai_responses
 
 ODD = st.sampled_from(["", " ", "\n\n", "\x00", "\ud800", "a\udfff", "é🙂", "{}", "null", "0"])
 TEXT = st.text(max_size=12) | ODD
@@ -150,3 +155,33 @@ def test_every_shape_is_drawn_and_other_shapes_are_not_proven() -> None:
     message = {"id": "m", "content": [out], "role": "assistant", "status": "s", "type": "message"}
     assert not proven([message])
     assert proven([{**message, "content": [{**out, "annotations": []}]}])
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(sorted(_DIRECT)).flatmap(_shape(_DIRECT)))
+def test_direct_conversions_are_the_converters(item: dict[str, Any]) -> None:
+    made = _direct(item)
+    if made is None:  # blank text: the converters' own
+        return
+    (message,) = from_openai_responses([item])
+    assert made == (message.role, message.content)
+    assert _text(msgspec.to_builtins(made[1])) == _text(msgspec.to_builtins(message.content))
+
+
+def test_the_runners_commonest_items_are_converted_directly() -> None:
+    part = {"annotations": [], "text": "a", "type": "output_text", "logprobs": []}
+    answer = {"id": "m", "content": [part], "role": "assistant", "status": "s", "type": "message"}
+    for item in (
+        {"content": "hi", "role": "user"},
+        answer,
+        {**answer, "content": [part, {**part, "text": "b"}]},
+        {"call_id": "c", "output": "", "type": "function_call_output"},
+    ):
+        assert _direct(item) is not None
+    for item in (
+        {"content": " ", "role": "user"},
+        {"role": "user", "content": "hi"},
+        {**answer, "content": []},
+        {"call_id": "", "output": "", "type": "function_call_output"},
+    ):
+        assert _direct(item) is None

@@ -29,9 +29,10 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ..errors import WireFormatError
-from ..model import SessionContentBlock, SessionMessage, SessionTurn, ToolResultBlock
+from ..model import SessionContentBlock, SessionMessage, SessionTurn, TextBlock, ToolResultBlock
 from ..wire import OPENAI_TOOL_ID_MAX_LENGTH, from_openai_responses, to_openai_responses
 from ..wire._json import check_json_types
+from ..wire._provider_data import RESPONSES
 
 __all__ = [
     "OPENAI_ITEMS_METADATA_KEY",
@@ -297,6 +298,52 @@ def proven(items: Sequence[Mapping[str, Any]]) -> bool:
     return not waiting
 
 
+_DIRECT: Final[Shapes] = {
+    # The shapes whose conversion :func:`_direct` builds itself (the Runner's commonest).
+    ("message:user", ("content", "role")): {"content": _STR, "role": _STR},
+    ("message:system", ("content", "role")): {"content": _STR, "role": _STR},
+    ("message:assistant", tuple(_ASSISTANT_OUT)): _ASSISTANT_OUT,
+    ("function_call_output", ("call_id", "output", "type")): {
+        "call_id": _ID,
+        "output": _STR,
+        "type": _STR,
+    },
+}
+
+
+def _direct(item: Mapping[str, Any]) -> tuple[Role, tuple[SessionContentBlock, ...]] | None:
+    """What the converters make of ``item`` when it has a :data:`_DIRECT` shape, else ``None``.
+
+    The same blocks, built without the converters' own checks (proven equal,
+    JSON text included, by the property tests); blank text is left to them.
+    """
+    if not _shaped(item, _DIRECT):
+        return None
+    if item.get("type") == "function_call_output":
+        return "user", (ToolResultBlock(call_id=item["call_id"], output=item["output"]),)
+    content = item["content"]
+    if type(content) is str:
+        if not content.strip():
+            return None
+        mark = {"form": "string", "unset": ["/type"]}
+        return item["role"], (
+            TextBlock(content, provider_data={"provider": RESPONSES, "item": mark}),
+        )
+    blocks: list[SessionContentBlock] = []
+    for part in content:
+        if not part["text"].strip():
+            return None
+        data: dict[str, Any] = {"provider": RESPONSES}
+        if "logprobs" in part:
+            data["set"] = {"/logprobs": []}
+        if blocks:
+            data["join"] = True
+        else:
+            data["item"] = {"form": "list", "set": {"/id": item["id"], "/status": item["status"]}}
+        blocks.append(TextBlock(part["text"], provider_data=data))
+    return ("assistant", tuple(blocks)) if blocks else None
+
+
 # -- error marks ----------------------------------------------------------------------
 
 
@@ -331,19 +378,23 @@ def group_items(items: Sequence[Mapping[str, Any]]) -> list[ItemGroup]:
     """
     groups: list[ItemGroup] = []
     for item in items:
-        try:
-            (message,) = from_openai_responses([item])
-        except (WireFormatError, ValueError):
-            # A value JSON cannot carry anywhere in the call is named first, as a TypeError
-            # (WireTypeError), as json.dumps (SQLiteSession) refuses it; else the located error.
-            check_json_types(items, "$")
-            from_openai_responses(items)
-            raise
-        if groups and groups[-1][0] == message.role:
+        made = _direct(item)
+        if made is None:
+            try:
+                (message,) = from_openai_responses([item])
+            except (WireFormatError, ValueError):
+                # A value JSON cannot carry anywhere in the call is named first, as a TypeError
+                # (WireTypeError), as json.dumps (SQLiteSession) refuses it; else the located error.
+                check_json_types(items, "$")
+                from_openai_responses(items)
+                raise
+            made = message.role, message.content
+        role, content = made
+        if groups and groups[-1][0] == role:
             groups[-1][2].append(item)  # type: ignore[arg-type]
-            groups[-1] = (message.role, groups[-1][1] + message.content, groups[-1][2])
+            groups[-1] = (role, groups[-1][1] + content, groups[-1][2])
         else:
-            groups.append((message.role, message.content, [item]))  # type: ignore[list-item]
+            groups.append((role, content, [item]))  # type: ignore[list-item]
     return groups
 
 
