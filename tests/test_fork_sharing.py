@@ -225,3 +225,103 @@ async def test_a_batch_appending_to_a_fork_answers_as_one_by_one(kind: str) -> N
             assert [t.id for t in (await other.load(sid)).turns] == [
                 t.id for t in (await memory.load(sid)).turns
             ]
+
+
+def _run_turns() -> list[SessionTurn]:
+    """Turns of runs r0 (t0), r1 (t1, t3), r2 (t2), then one of none (t4)."""
+    runs = ["r0", "r1", "r2", "r1", None]
+    return [
+        SessionTurn(id=f"t{i}", role="user", content=(TextBlock(text="x"),), created_at=1, run_id=r)
+        for i, r in enumerate(runs)
+    ]
+
+
+_ORIGIN = '{"forkedFrom": {"sessionId": "a", "turnId": null, "forkedAt": 1}}'
+
+
+async def _indexed_answers(store: Any) -> None:
+    """The runs forks keep and the forks listed, as the rule says, on a migrated store."""
+    cases = {"t0": ["r0"], "t1": ["r0", "r1"], "t2": ["r0", "r1", "r2"], "t3": ["r0", "r1", "r2"]}
+    for at, kept in cases.items():
+        await store.fork_session("a", f"at{at}", at=at, created_at=5_000)
+        fork = await store.load(f"at{at}")
+        assert fork is not None and [r.id for r in fork.runs] == kept, at
+    assert await store.list_forks("a") == ["att0", "att1", "att2", "att3", "f"]
+
+
+async def test_a_v14_sqlite_file_indexes_runs_and_forks(tmp_path: Any) -> None:
+    """Schema v15: a v14 file gains the indexes of each turn's run and each fork's source
+    (rows that do not parse are left out of them, never refused)."""
+    import sqlite3
+
+    import msgspec
+
+    from zidane_actors.stores import open_sqlite_store
+    from zidane_actors.stores.sqlite._rows import _run_body
+    from zidane_actors.stores.sqlite._schema import MIGRATIONS, migrate
+
+    db = tmp_path / "v14.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, str(db), MIGRATIONS[:14]) == 14
+    conn.execute(
+        "INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES"
+        f" ('a', 'idle', '{{}}', 1, 2), ('f', 'idle', '{_ORIGIN}', 1, 2),"
+        " ('bad', 'idle', '{\"forkedFrom\": oops', 1, 2)"
+    )
+    turns = _run_turns()
+    conn.executemany(
+        "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', ?, ?, 'user', ?)",
+        [(i, t.id, msgspec.json.encode(t)) for i, t in enumerate(turns)],
+    )
+    conn.execute(
+        "INSERT INTO turns (session_id, seq, id, role, body)"
+        " VALUES ('bad', 0, 't0', 'user', CAST('{\"runId\": oops' AS BLOB))"
+    )
+    conn.executemany(
+        "INSERT INTO runs (session_id, id, position, body) VALUES ('a', ?, ?, ?)",
+        [(r.id, i, _run_body(r)) for i, r in enumerate(_runs())],
+    )
+    conn.execute(
+        "UPDATE sessions SET turn_count = 5, user_turn_count = 5, first_user_seq = 0 WHERE id = 'a'"
+    )
+    conn.close()
+    async with open_sqlite_store(db) as store:
+        await _indexed_answers(store)
+    with sqlite3.connect(db) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM sessions WHERE json_valid(metadata)"
+            " AND json_extract(metadata, '$.forkedFrom.sessionId') = 'a'"
+        ).fetchall()
+        assert "sessions_forked_from" in str(plan)
+
+
+@pytest.mark.parametrize("kind", ["pg"])
+async def test_a_v8_postgres_schema_indexes_runs_and_forks(kind: str) -> None:
+    """Schema v9: a v8 schema gains ``json_member`` and the indexes of each turn's run and
+    each fork's source; rows that do not parse are left out of them, never refused."""
+    import msgspec
+    from _pg import DSN, schema_at
+
+    from zidane_actors.stores import open_postgres_store
+
+    with schema_at(8) as (schema, conn):
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, status, metadata) VALUES"
+            " ('f', 1, 2, 'idle', %s), ('bad', 1, 2, 'idle', '{\"forkedFrom\": oops')",
+            (_ORIGIN,),
+        )
+        conn.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body)"
+            " VALUES ('bad', 0, 't0', 'user', '{\"runId\": oops')"
+        )
+        async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
+            data = SessionData(
+                id="a", created_at=1, updated_at=2, turns=tuple(_run_turns()), runs=_runs()
+            )
+            await store.save(data)
+            await _indexed_answers(store)
+            conn.execute(
+                "INSERT INTO turns (session_id, seq, id, role, body)"
+                " VALUES ('bad', 1, 't1', 'user', %s)",
+                (msgspec.json.encode(_run_turns()[0]).decode()[:-1],),
+            )

@@ -524,9 +524,9 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
         meta = await store.get_meta("b")
         assert meta is not None and meta.turn_count == 3
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 14
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
-        assert indexes == {"turns_by_session", "turns_by_id", "turns_commands"}
+        assert indexes == {"turns_by_session", "turns_by_id", "turns_commands", "turns_runs"}
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(
                 "INSERT INTO turns (session_id, seq, id, role, body)"

@@ -21,7 +21,15 @@ from ...model import (
 )
 from .._protocol import Revision, stale
 from ..sql import POSTGRES
-from ..sql._forks import ForkPlan, TurnRow, forks_named, kept_runs, link_fork, plan_fork
+from ..sql._forks import (
+    ForkPlan,
+    TurnRow,
+    forks_candidates,
+    forks_named,
+    kept_runs,
+    link_fork,
+    plan_fork,
+)
 from ._base import PostgresBase
 from ._reads import _AGG, _decode_list
 from ._rows import _checked_data, _Cursor, _decode, _json
@@ -91,9 +99,9 @@ def _fork(
         raise _taken(new_id)
     fork = _checked_data(plan.header(source, new_id, created_at))
     runs = _decode_list(cur, head[9], SessionRun, "runs", source_id)
-    kept = kept_runs(cur, POSTGRES, plan, runs, decode_turns)
+    kept = kept_runs(cur, POSTGRES, plan, runs)
     with cur.connection.pipeline(), cur.connection.cursor() as header:
-        _write_fork(header, cur, fork, plan, int(head[8]) - plan.users_left(), kept)
+        _write_fork(header, cur, fork, plan, int(head[8]) - plan.users_left, kept)
         link_fork(cur, POSTGRES, plan, source_id, new_id)
         made = header.fetchone()
     if made is None:  # made meanwhile by another writer: everything here rolls back
@@ -143,7 +151,7 @@ def _list_forks(cur: _Cursor, source_id: str) -> builtins.list[str]:
     """The sessions whose metadata's ``forkedFrom`` names ``source_id`` (as the memory
     store reads it), sorted."""
     validate_id(source_id)
-    cur.execute("SELECT id, metadata FROM sessions WHERE strpos(metadata, '\"forkedFrom\"') > 0")
+    cur.execute(forks_candidates(POSTGRES), (source_id,))
     return forks_named(
         source_id,
         (

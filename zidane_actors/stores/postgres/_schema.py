@@ -25,7 +25,7 @@ from ...model import (
 )
 from .._indexer import INDEX_STEP_SECONDS
 from ..sql import POSTGRES
-from ..sql._forks import RANGES, has_forks, heirs
+from ..sql._forks import FORKED_FROM, RANGES, RUN_OF, has_forks, heirs
 
 __all__ = ["SCHEMA_VERSION", "WORDS_SQL", "index_pending", "index_step", "migrate", "row_words"]
 
@@ -454,6 +454,25 @@ LANGUAGE sql STABLE AS $$ {RANGES.replace("?", "$1")} $$;
 """
 
 
+# v9: the index of each turn's run (a fork leaving turns out finds the runs only they belong
+# to without reading them) and of each fork's source (``list_forks`` reads no other header).
+# ``json_member(text, path...)``: the member at ``path`` of a JSON text, NULL when the text
+# does not parse (a stored row any writer may have broken never fails a write).
+_V9: Final = f"""
+CREATE FUNCTION json_member(text, VARIADIC text[]) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN $1::jsonb #>> $2;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END $$;
+CREATE INDEX turns_runs ON turns (session_id, ({RUN_OF["postgres"][0]}), seq)
+    WHERE {RUN_OF["postgres"][1]};
+CREATE INDEX sessions_forked_from ON sessions (({FORKED_FROM["postgres"][0]}))
+    WHERE {FORKED_FROM["postgres"][1]};
+"""
+
+
 def _seen(table: str) -> str:
     """SQL: the rows of ``table`` (alias ``v``) the stale sessions ``x.sid`` see."""
     return (
@@ -509,7 +528,7 @@ def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) ->
     return False
 
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

@@ -37,12 +37,15 @@ from .._validate import checked_int
 from ._dialect import Dialect
 
 __all__ = [
+    "FORKED_FROM",
     "RANGES",
+    "RUN_OF",
     "ForkPlan",
     "ForkSQL",
     "RowRange",
     "first_turn_row",
     "fork_sql",
+    "forks_candidates",
     "forks_named",
     "has_forks",
     "heirs",
@@ -201,14 +204,47 @@ def visible_rows(
     return rows
 
 
+RUN_OF: Final = {
+    "sqlite": (
+        "json_extract(CAST(body AS TEXT), '$.runId')",
+        "instr(body, '\"runId\"') > 0 AND json_valid(CAST(body AS TEXT))",
+    ),
+    "postgres": ("json_member(body, 'runId')", "strpos(body, '\"runId\"') > 0"),
+}
+"""Per dialect, SQL of a turn row's ``runId`` and the condition under which the row is in
+the index of that expression (``turns_runs``: a row whose JSON spells ``"runId"`` and
+parses); a query naming both finds a run's turns by index, never reading a body."""
+
+FORKED_FROM: Final = {
+    "sqlite": (
+        "json_extract(metadata, '$.forkedFrom.sessionId')",
+        "json_valid(metadata)",
+    ),
+    "postgres": (
+        "json_member(metadata, 'forkedFrom', 'sessionId')",
+        "strpos(metadata, '\"forkedFrom\"') > 0",
+    ),
+}
+"""Per dialect, SQL of a header's ``forkedFrom.sessionId`` and the condition of its index
+(``sessions_forked_from``): ``list_forks`` finds its candidates by index."""
+
+
+def forks_candidates(dialect: Dialect) -> str:
+    """SQL (parameter: the source's id): the ``id, metadata`` of the sessions whose
+    metadata may name the source in ``forkedFrom`` (every one it names, found by index)."""
+    value, held = FORKED_FROM[dialect.name]
+    return dialect.sql(f"SELECT id, metadata FROM sessions WHERE {held} AND {value} = ?")
+
+
 @attrs.frozen
 class ForkPlan:
-    """What a fork of a source keeps: the rows it shares (``ranges`` below ``bound``),
-    the source's turns it leaves out (``tail``) and its last kept turn (``last``)."""
+    """What a fork of a source keeps: the rows it shares (``ranges`` below ``bound``), how
+    many user turns it leaves out (``users_left``) and its last kept turn (``last``)."""
 
     ranges: tuple[RowRange, ...]
     bound: int
-    tail: tuple[SessionTurn, ...]
+    count: int
+    users_left: int
     last: tuple[SessionTurn, ...]
 
     def header(self, source: SessionData, new_id: str, created_at: int) -> SessionData:
@@ -218,9 +254,13 @@ class ForkPlan:
         fork = fork_document(head, new_id=new_id, at=None, created_at=created_at)
         return msgspec.structs.replace(fork, turns=(), runs=())
 
-    def users_left(self) -> int:
-        """How many of the source's user turns the fork leaves out."""
-        return sum(t.role == "user" for t in self.tail)
+    def kept(self) -> list[RowRange]:
+        """The row ranges of the turns the fork keeps."""
+        return [c for r in self.ranges if (c := r.within(0, self.bound))]
+
+    def left(self) -> list[RowRange]:
+        """The row ranges of the source's turns the fork leaves out."""
+        return [c for r in self.ranges if (c := r.within(self.bound))]
 
 
 def plan_fork(
@@ -237,9 +277,10 @@ def plan_fork(
 ) -> ForkPlan:
     """The plan of a fork of ``source_id`` (holding ``count`` turns) through turn ``at``
     (all when ``None``; naming no turn: ``turn_index``'s ``ValidationError``), made at
-    ``created_at`` (checked first). Reads the turn ``at`` names and those after it,
-    never the kept history; ``shares=False``: the caller knows the source shares no
-    rows itself (its ranges need no reading); ``last``: its last turn, read already."""
+    ``created_at`` (checked first). Reads the turn ``at`` names by index and counts the
+    user turns after it, never reading a body but that turn's; ``shares=False``: the
+    caller knows the source shares no rows itself (its ranges need no reading);
+    ``last``: its last turn, read already."""
     checked_int(created_at, "createdAt")
     ranges = ranges_of(db, dialect, source_id) if shares else (RowRange(source_id, 0, None),)
     bound = count
@@ -252,29 +293,52 @@ def plan_fork(
             turn_index((), at)  # type: ignore[arg-type]  # raises the rule's error
             raise AssertionError("unreachable")
         bound = int(found[0]) + 1
-    tail = decode(source_id, visible_rows(db, dialect, ranges, bound)) if bound < count else ()
+    users = 0
+    if bound < count:
+        left = [c for r in ranges if (c := r.within(bound))]
+        sql, params = ranges_select(left, "seq", dialect, where="role = 'user'")
+        users = int(db.execute(f"SELECT COUNT(*) FROM ({sql}) u", params).fetchone()[0])
     if last is None or bound < count:
         last = decode(source_id, visible_rows(db, dialect, ranges, bound - 1, 1)) if bound else ()
-    return ForkPlan(ranges, bound, tail, last)
+    return ForkPlan(ranges, bound, count, users, last)
+
+
+def _any_turn_of_run(
+    ranges: Sequence[RowRange], run_id: str, dialect: Dialect
+) -> tuple[str, list[Any]]:
+    """SQL: whether a turn row of ``ranges`` belongs to run ``run_id`` (index probes: the
+    run id a parameter, so each probe is one seek of ``turns_runs``)."""
+    value, held = RUN_OF[dialect.name]
+    parts: list[str] = []
+    params: list[Any] = []
+    for r in ranges:
+        bounded = "" if r.stop is None else " AND seq < ?"
+        parts.append(
+            f"EXISTS (SELECT 1 FROM turns WHERE session_id = ? AND {held} AND {value} = ?"
+            f" AND seq >= ?{bounded})"
+        )
+        params += [r.session_id, run_id, r.start]
+        params += [] if r.stop is None else [r.stop]
+    return "(" + (" OR ".join(parts) or "1 = 0") + ")", params
 
 
 def kept_runs(
-    db: Any, dialect: Dialect, plan: ForkPlan, runs: Sequence[SessionRun], decode: Decode
+    db: Any, dialect: Dialect, plan: ForkPlan, runs: Sequence[SessionRun]
 ) -> tuple[SessionRun, ...]:
     """``runs`` without those only the turns a fork leaves out belong to (the rule of
-    :func:`~zidane_actors.model.fork_document`), reading of the kept turns only those
-    whose JSON names such a run."""
-    held = {run.id for run in runs}
-    left = {t.run_id for t in plan.tail if t.run_id in held}
-    kept = [c for r in plan.ranges if (c := r.within(0, plan.bound))]
-    for run_id in sorted(left, key=str):
-        needle = dialect.encode({"runId": run_id})[1:-1]  # '"runId":"…"', as the JSON has it
-        sql, params = ranges_select(
-            kept, "seq, id, role, body", dialect, where=dialect.contains, values=(needle,)
-        )
-        if any(t.run_id == run_id for t in decode("", db.execute(sql, params).fetchall())):
-            left.discard(run_id)
-    return tuple(run for run in runs if run.id not in left)
+    :func:`~zidane_actors.model.fork_document`), decided in one statement of index
+    probes, two per run and range (``RUN_OF``): no turn is read."""
+    if plan.bound >= plan.count or not runs:
+        return tuple(runs)
+    parts: list[str] = []
+    params: list[Any] = []
+    for run_id in sorted({run.id for run in runs}):
+        left, left_params = _any_turn_of_run(plan.left(), run_id, dialect)
+        kept, kept_params = _any_turn_of_run(plan.kept(), run_id, dialect)
+        parts.append(f"SELECT CAST(? AS TEXT) WHERE {left} AND NOT {kept}")
+        params += [run_id, *left_params, *kept_params]
+    dropped = {row[0] for row in db.execute(dialect.sql(" UNION ALL ".join(parts)), params)}
+    return tuple(run for run in runs if run.id not in dropped)
 
 
 # -- the steps of the stores' writes (inside the caller's transaction) ---------------------

@@ -9,7 +9,7 @@ from ...errors import ConflictError, SessionNotFoundError
 from ...model import SessionData, preview
 from .._protocol import Revision, stale
 from ..sql import SQLITE
-from ..sql._forks import forks_named, kept_runs, link_fork, plan_fork
+from ..sql._forks import forks_candidates, forks_named, kept_runs, link_fork, plan_fork
 from ._base import SQLiteBase
 from ._rows import _Conn, _decode_metadata, _decode_turns, _session_id, _valid_header
 
@@ -64,12 +64,12 @@ class SQLiteForks(SQLiteBase):
             " WHERE id = ?",
             (
                 plan.bound,
-                users - plan.users_left(),
+                users - plan.users_left,
                 first_user if first_user is not None and first_user < plan.bound else None,
                 new_id,
             ),
         )
-        runs = kept_runs(conn, SQLITE, plan, self._runs(conn, source_id), _decode_turns)
+        runs = kept_runs(conn, SQLITE, plan, self._runs(conn, source_id))
         self._replace_runs(conn, new_id, runs)
         link_fork(conn, SQLITE, plan, source_id, new_id)
         return Revision(0, self._rev(conn, new_id))
@@ -97,11 +97,7 @@ class SQLiteForks(SQLiteBase):
         _session_id(source_id)
 
         def op(conn: _Conn) -> builtins.list[str]:
-            rows = conn.execute(
-                "SELECT id, metadata FROM sessions WHERE json_valid(metadata)"
-                " AND json_extract(metadata, '$.forkedFrom.sessionId') = ?",
-                (source_id,),
-            ).fetchall()
+            rows = conn.execute(forks_candidates(SQLITE), (source_id,)).fetchall()
             return forks_named(source_id, ((s, _decode_metadata(m, s)) for s, m in rows))
 
         return await self._read(op)

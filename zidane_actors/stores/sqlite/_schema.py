@@ -24,7 +24,7 @@ from ...model import (
 )
 from .._indexer import INDEX_STEP_SECONDS
 from ..sql import SQLITE
-from ..sql._forks import has_forks, heirs, ranges_of, ranges_select
+from ..sql._forks import FORKED_FROM, RUN_OF, has_forks, heirs, ranges_of, ranges_select
 
 __all__ = [
     "MIGRATIONS",
@@ -560,6 +560,17 @@ DELETE FROM search_pending WHERE turn > 0
 """
 
 
+# v15: the index of each turn's run (a fork leaving turns out finds the runs only they belong
+# to without reading them) and of each fork's source (``list_forks`` reads no other header);
+# each indexes the rows whose JSON parses (``RUN_OF``, ``FORKED_FROM``).
+_V15: Final = f"""
+CREATE INDEX turns_runs ON turns (session_id, {RUN_OF["sqlite"][0]}, seq)
+    WHERE {RUN_OF["sqlite"][1]};
+CREATE INDEX sessions_forked_from ON sessions ({FORKED_FROM["sqlite"][0]})
+    WHERE {FORKED_FROM["sqlite"][1]};
+"""
+
+
 def _rebuild_stale(conn: sqlite3.Connection, limit: int) -> int:
     """Rebuild the words of the stale sessions (at most ``limit``, all when negative) from
     their indexed documents; the number rebuilt."""
@@ -660,6 +671,7 @@ MIGRATIONS: Final[tuple[Migration | tuple[Migration, ...], ...]] = (
     _V12,
     _V13,
     _V14,
+    _V15,
 )
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1``: SQL scripts and
 Python steps (functions of the connection), run in order in one transaction."""
