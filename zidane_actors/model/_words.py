@@ -85,7 +85,10 @@ def search_words(text: str) -> list[str]:
 def index_words(texts: Iterable[str]) -> list[str]:
     """The distinct words of ``texts`` as an index keeps them: each cut to
     :data:`MAX_SEARCH_WORD_LENGTH` characters, sorted."""
-    return sorted({w[:MAX_SEARCH_WORD_LENGTH] for text in texts for w in search_words(text)})
+    found: set[str] = set().union(*map(search_words, texts))  # no Python loop per word
+    if max(map(len, found), default=0) > MAX_SEARCH_WORD_LENGTH:
+        found = {w[:MAX_SEARCH_WORD_LENGTH] for w in found}
+    return sorted(found)
 
 
 def query_words(text: str) -> list[str]:
