@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
+import psycopg
 import pytest
 import trio
+from psycopg import sql
 from test_postgres_store import DSN, admin, fresh_schema, session
 
 from zidane_actors.model import Schedule
-from zidane_actors.stores import PostgresStore, open_postgres_store
+from zidane_actors.stores import PostgresStore, StoreWrite, open_postgres_store
 from zidane_actors.stores.postgres._schema import SCHEMA_VERSION
 
 HOSTS = 4
@@ -197,3 +199,50 @@ async def test_extension_state_set_by_every_host_at_once_keeps_every_key(
     assert data is not None
     want = {f"w{w}-{i}": i for w in range(len(hosts)) for i in range(count)}
     assert data.metadata["extensions"] == {"race": want}
+
+
+async def _blocked_by(blocker: psycopg.Connection[Any], count: int) -> None:
+    """Return once ``count`` backends wait, directly or not, on ``blocker``'s transaction."""
+    pid = blocker.info.backend_pid
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        while True:
+            rows = conn.execute(
+                "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock'"
+            ).fetchall()
+            chain = {pid}
+            while grown := {p for p, by in rows if p not in chain and chain & set(by)}:
+                chain |= grown
+            if len(chain) > count:
+                return
+            await trio.sleep(0.01)
+
+
+async def test_batches_writing_two_sessions_in_opposite_orders_wait_instead_of_deadlocking(
+    schema: str,
+) -> None:
+    """A batch locks its sessions in id order first: no batch then holds one session while
+    waiting for another that a second batch holds (a deadlock, rolled back after a second)."""
+    async with (
+        open_postgres_store(DSN, schema=schema, pool_size=1) as one,
+        open_postgres_store(DSN, schema=schema, pool_size=1) as two,
+    ):
+        for sid in ("lock-a", "lock-b"):
+            await one.save(session(sid))
+        writes = {
+            name: [StoreWrite("patch_meta", (sid, {name: 1})) for sid in order]
+            for name, order in (("one", ("lock-a", "lock-b")), ("two", ("lock-b", "lock-a")))
+        }
+        with psycopg.connect(DSN) as blocker:  # holds lock-a until both batches wait
+            blocker.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            blocker.execute("SELECT 1 FROM sessions WHERE id = 'lock-a' FOR UPDATE")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(one.apply_writes, writes["one"])
+                await _blocked_by(blocker, 1)
+                nursery.start_soon(two.apply_writes, writes["two"])
+                await _blocked_by(blocker, 2)
+                blocker.commit()
+        assert one.statistics().retries == two.statistics().retries == 0
+        for sid in ("lock-a", "lock-b"):
+            meta = await one.get_meta(sid)
+            assert meta is not None and meta.metadata == {"one": 1, "two": 1}

@@ -20,7 +20,7 @@ from ...errors import (
     StoreUnavailableError,
     UnsupportedOperationError,
 )
-from ...model import SessionData, SessionTurn, validate_id
+from ...model import SessionArtifact, SessionData, SessionTurn, validate_id
 from .._protocol import (
     Revision,
     StoreWrite,
@@ -362,6 +362,9 @@ class PostgresBase:
     ) -> builtins.list[outcome.Outcome[Any]]:
         """Apply ``writes`` in one transaction, in order; a failing write fails alone.
 
+        The sessions it writes are locked first, in id order, so batches of
+        several processes wait for one another instead of deadlocking (a
+        deadlock is rolled back only after PostgreSQL's ``deadlock_timeout``).
         The batch first runs without savepoints, each run of plain appends as
         one statement (retries skipped, appends to unknown sessions failing
         alone) and other writes pipelined; if any other write fails, or a turn
@@ -370,9 +373,11 @@ class PostgresBase:
         """
 
         def fast(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+            _lock_in_order(cur, writes)
             return _pipelined_writes(cur.connection, writes)
 
         def savepoints(cur: _Cursor) -> builtins.list[outcome.Outcome[Any]]:
+            _lock_in_order(cur, writes)
             conn = cur.connection
             results: builtins.list[outcome.Outcome[Any]] = []
             for write in writes:
@@ -402,3 +407,26 @@ class PostgresBase:
             return [outcome.Error(exc) for _ in writes]
 
     # -- optional methods ------------------------------------------------
+
+
+def _lock_in_order(cur: _Cursor, writes: Sequence[StoreWrite]) -> None:
+    """Take the advisory lock of each session ``writes`` write, in id order (when several).
+
+    A batch then never holds one session's lock while waiting for another's
+    that a batch of another process holds (rows locked while written, a
+    creation's lock), so batches wait for one another instead of deadlocking.
+    """
+    ids: set[str] = set()
+    for write in writes:
+        first = write.args[0] if write.args else next(iter(write.kwargs.values()), None)
+        if isinstance(first, SessionArtifact):
+            first = first.session_id
+        elif isinstance(first, SessionData):
+            first = first.id
+        if isinstance(first, str):
+            ids.add(first)
+    if len(ids) > 1:  # the lock a creation takes (``_versioned``): held already then
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(id, 0)) FROM unnest(%s::text[]) id",
+            (sorted(ids),),
+        )
