@@ -341,7 +341,13 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
-        assert indexes == {"turns_by_session", "turns_by_id", "turns_commands", "turns_runs"}
+        assert indexes == {
+            "turns_by_session",
+            "turns_by_id",
+            "turns_commands",
+            "turns_runs",
+            "turns_user",
+        }
         assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
         conn.execute("DELETE FROM turns WHERE session_id = 'a' AND seq = 2")
         assert conn.execute(_STORED).fetchall()[0] == ("a", 3, 1, 0, 0, 3)

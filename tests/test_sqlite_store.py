@@ -526,7 +526,13 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
-        assert indexes == {"turns_by_session", "turns_by_id", "turns_commands", "turns_runs"}
+        assert indexes == {
+            "turns_by_session",
+            "turns_by_id",
+            "turns_commands",
+            "turns_runs",
+            "turns_user",
+        }
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(
                 "INSERT INTO turns (session_id, seq, id, role, body)"

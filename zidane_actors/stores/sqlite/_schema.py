@@ -561,11 +561,12 @@ DELETE FROM search_pending WHERE turn > 0
 
 
 # v15: the index of each turn's run (a fork leaving turns out finds the runs only they belong
-# to without reading them) and of each fork's source (``list_forks`` reads no other header);
-# each indexes the rows whose JSON parses (``RUN_OF``, ``FORKED_FROM``).
+# to without reading them), of each session's user turns (it counts those it leaves out from
+# the index) and of each fork's source (``list_forks`` reads no other header); a row whose
+# JSON does not parse indexes no run or source (``RUN_OF``, ``FORKED_FROM``).
 _V15: Final = f"""
-CREATE INDEX turns_runs ON turns (session_id, {RUN_OF["sqlite"][0]}, seq)
-    WHERE {RUN_OF["sqlite"][1]};
+CREATE INDEX turns_runs ON turns (session_id, ({RUN_OF["sqlite"][0]}), seq);
+CREATE INDEX turns_user ON turns (session_id, seq) WHERE role = 'user';
 CREATE INDEX sessions_forked_from ON sessions ({FORKED_FROM["sqlite"][0]})
     WHERE {FORKED_FROM["sqlite"][1]};
 """
