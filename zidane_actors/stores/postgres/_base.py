@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any, ClassVar
 
 import attrs
@@ -123,19 +123,25 @@ class PostgresBase:
         if self._closed:
             raise StoreClosedError(f"PostgreSQL store on schema {self._schema!r} is closed")
 
-    def _transact(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
+    def _transact(
+        self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool, pipelined: bool = False
+    ) -> T:
         """Run ``op`` in one transaction, retrying transient failures a bounded number of times.
 
         Serialization failures and deadlocks roll back, so they are always
         retried; a lost connection is retried when ``op`` is idempotent or
         never started (``BEGIN`` failed). A connection that failed, or that an
         error left inside a transaction or in pipeline mode, is discarded: the
-        next attempt (or operation) opens a fresh one.
+        next attempt (or operation) opens a fresh one. ``pipelined``: the transaction runs
+        in pipeline mode (``BEGIN`` sent with the first statement, ``COMMIT`` with the
+        writes ``op`` leaves unanswered), for an ``op`` reading once, then writing.
         """
         with _QUIET.active():
-            return self._attempts(conn, op, idempotent)
+            return self._attempts(conn, op, idempotent, pipelined)
 
-    def _attempts(self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool) -> T:
+    def _attempts(
+        self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool, pipelined: bool = False
+    ) -> T:
         self._check_open()  # again: the store may have closed while this waited for ``conn``
         last: BaseException | None = None
         for attempt in range(self._max_retries + 1):
@@ -150,7 +156,11 @@ class PostgresBase:
                 continue
             started = False
             try:
-                with raw.transaction(), raw.cursor() as cur:
+                with (
+                    raw.pipeline() if pipelined else nullcontext(),
+                    raw.transaction(),
+                    raw.cursor() as cur,
+                ):
                     started = True
                     result = op(cur)
                 self._outages.answered()
@@ -186,12 +196,14 @@ class PostgresBase:
             self._transact, self._writer, op, True, limiter=self._writer.limiter
         )
 
-    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+    async def _write(
+        self, op: Callable[[_Cursor], T], *, idempotent: bool = True, pipelined: bool = False
+    ) -> T:
         """Run one write on any idle pooled connection (it locks at most one session row)."""
         self._check_open()
         async with self._pooled() as conn:
             return await trio.to_thread.run_sync(
-                self._transact, conn, op, idempotent, limiter=conn.limiter
+                self._transact, conn, op, idempotent, pipelined, limiter=conn.limiter
             )
 
     @asynccontextmanager

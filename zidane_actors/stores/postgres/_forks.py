@@ -13,26 +13,26 @@ from typing import Any
 from ...errors import ConflictError, SessionNotFoundError
 from ...model import (
     SessionData,
-    SessionRun,
     SessionTurn,
     check_fork_id,
     preview,
     validate_id,
 )
 from .._protocol import Revision, stale
+from .._validate import checked_int
 from ..sql import POSTGRES
 from ..sql._forks import (
     ForkPlan,
+    RowRange,
     TurnRow,
     forks_candidates,
     forks_named,
-    kept_runs,
+    left_out,
     link_fork,
-    plan_fork,
+    no_turn,
 )
 from ._base import PostgresBase
-from ._reads import _AGG, _decode_list
-from ._rows import _checked_data, _Cursor, _decode, _json
+from ._rows import _checked_data, _Cursor, _decode, _json, seen_scalar
 
 __all__ = ["PostgresForks"]
 
@@ -41,6 +41,25 @@ def decode_turns(session_id: str, rows: Sequence[TurnRow]) -> tuple[SessionTurn,
     """Turn rows (``seq, id, role, body``: the body is the whole turn) decoded."""
     key = f"(session_id={preview(session_id)}) seq "
     return tuple(_decode(body, SessionTurn, "turns", f"{key}{seq}") for seq, _, _, body in rows)
+
+
+_HEAD = f"""
+SELECT s.created_at, s.updated_at, s.status, s.agent_id, s.project_root, s.metadata, s.rev,
+    s.turn_count, s.user_turn_count, EXISTS (SELECT FROM sessions WHERE id = %(new)s),
+    (SELECT array_agg(ARRAY[g.session_id, g.lo::text, g.hi::text] ORDER BY g.lo)
+        FROM fork_ranges(s.id) g WHERE EXISTS (SELECT FROM forks WHERE session_id = s.id)),
+    a.seq,
+    {seen_scalar("s.id", "SELECT count(*) FROM {turns} v WHERE role = 'user' AND seq > a.seq")},
+    {seen_scalar("s.id", "SELECT body FROM {turns} v WHERE seq = coalesce(a.seq, s.turn_count-1)")},
+    nextval('revs')
+FROM sessions s LEFT JOIN LATERAL
+    (SELECT {seen_scalar("s.id", "SELECT seq FROM {turns} v WHERE id = %(at)s")} AS seq) a ON true
+WHERE s.id = %(source)s FOR SHARE OF s
+"""
+"""Everything a fork reads, in one statement locking the source's row (``FOR SHARE``, until
+commit: no write rewriting the turns the fork shares runs before its link is seen): the
+source's header, whether the new id is taken, the row ranges it sees when it shares some,
+the seq of turn ``at``, the user turns after it, the last kept turn, the fork's ``rev``."""
 
 
 def _fork(
@@ -54,36 +73,37 @@ def _fork(
 ) -> Revision:
     """Create ``new_id`` as the fork of ``source_id``: a header, its runs, one link row.
 
-    The source's row is locked (``FOR SHARE``) until commit: no write rewriting the
-    turns the fork shares can run before the link is seen. Three round trips for a
-    whole fork of a session sharing nothing: the source's header, runs and last turn
-    (and whether ``new_id`` is taken), the writes (pipelined), the commit; with ``at``
-    or a shared source, the plan's reads between.
+    One round trip reads (:data:`_HEAD`, ``BEGIN`` sent with it), one writes and commits
+    (the transaction pipelined: nothing written is waited for); whatever the history's
+    length, ``at`` or not. The runs are copied by the server, without those only left-out
+    turns belong to (``left_out``: index probes).
     """
     validate_id(source_id)
     check_fork_id(new_id)
     cur.execute(
-        "SELECT created_at, updated_at, status, agent_id, project_root, metadata, rev,"
-        f" turn_count, user_turn_count, (SELECT {_AGG} FROM runs WHERE session_id = s.id),"
-        " EXISTS (SELECT FROM forks WHERE session_id = s.id),"
-        " EXISTS (SELECT FROM sessions WHERE id = %s),"
-        " (SELECT body FROM turns WHERE session_id = s.id AND seq = s.turn_count - 1)"
-        " FROM sessions s WHERE id = %s FOR SHARE OF s",
-        (new_id, source_id),
+        _HEAD, {"new": new_id, "at": at if isinstance(at, str) else None, "source": source_id}
     )
     head = cur.fetchone()
     if head is None:
         raise SessionNotFoundError(f"no session {preview(source_id)} to fork")
     if expected_rev is not None and int(head[6]) != expected_rev:
         raise stale(source_id, expected_rev, int(head[6]))
-    # Its last turn is its own last row when it shares none (else read by the plan).
+    checked_int(created_at, "createdAt")
     count = int(head[7])
-    last = None
-    if not head[10] and head[12] is not None:
-        last = decode_turns(source_id, [(count - 1, "", "", head[12])])
-    plan = plan_fork(
-        cur, POSTGRES, source_id, count, at, created_at, decode_turns, shares=head[10], last=last
-    )
+    bound = count
+    if at is not None:
+        if head[11] is None:
+            no_turn(at)
+        bound = int(head[11]) + 1
+    if head[9]:
+        raise _taken(new_id)
+    ranges: tuple[RowRange, ...] = (RowRange(source_id, 0, None),)
+    if head[10] is not None:
+        ranges = tuple(
+            RowRange(sid, int(lo), None if hi is None else int(hi)) for sid, lo, hi in head[10]
+        )
+    last = decode_turns(source_id, [(bound - 1, "", "", head[13])]) if bound else ()
+    plan = ForkPlan(ranges, bound, count, int(head[12] or 0), last)
     source = SessionData(
         id=source_id,
         created_at=head[0],
@@ -95,18 +115,11 @@ def _fork(
         turns=(),
         runs=(),
     )
-    if head[11]:
-        raise _taken(new_id)
     fork = _checked_data(plan.header(source, new_id, created_at))
-    runs = _decode_list(cur, head[9], SessionRun, "runs", source_id)
-    kept = kept_runs(cur, POSTGRES, plan, runs)
-    with cur.connection.pipeline(), cur.connection.cursor() as header:
-        _write_fork(header, cur, fork, plan, int(head[8]) - plan.users_left, kept)
-        link_fork(cur, POSTGRES, plan, source_id, new_id)
-        made = header.fetchone()
-    if made is None:  # made meanwhile by another writer: everything here rolls back
-        raise _taken(new_id)
-    return Revision(0, int(made[0]))
+    rev = int(head[14])
+    _write_fork(cur, fork, plan, rev, int(head[8]) - plan.users_left, source_id)
+    link_fork(cur, POSTGRES, plan, source_id, new_id)
+    return Revision(0, rev)
 
 
 def _taken(new_id: str) -> ConflictError:
@@ -114,18 +127,13 @@ def _taken(new_id: str) -> ConflictError:
 
 
 def _write_fork(
-    header: _Cursor,
-    cur: _Cursor,
-    fork: SessionData,
-    plan: ForkPlan,
-    users: int,
-    runs: Sequence[SessionRun],
+    cur: _Cursor, fork: SessionData, plan: ForkPlan, rev: int, users: int, source_id: str
 ) -> None:
-    """Insert the fork's header (its rev answered through ``header``) and its ``runs``."""
-    header.execute(
+    """Insert the fork's header (at ``rev``) and the source's runs it keeps."""
+    cur.execute(
         "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
-        " metadata, turn_count, user_turn_count) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (id) DO NOTHING RETURNING rev",
+        " metadata, turn_count, user_turn_count, rev)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
             fork.id,
             fork.created_at,
@@ -136,15 +144,21 @@ def _write_fork(
             _json(fork.metadata, f"metadata of session {preview(fork.id)}"),
             plan.bound,
             users,
+            rev,
         ),
     )
-    if runs:
-        cur.execute(
+    dropped, params = "", list[Any]()
+    if plan.bound < plan.count:
+        condition, params = left_out(plan, POSTGRES, "r.id")
+        dropped = f" AND NOT ({condition})"
+    cur.execute(
+        POSTGRES.sql(
             "INSERT INTO runs (session_id, id, seq, body)"
-            " SELECT %s, i, o - 1, b FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-            " AS u(i, b, o)",
-            (fork.id, [r.id for r in runs], [_json(r, f"run {preview(r.id)}") for r in runs]),
-        )
+            " SELECT CAST(? AS TEXT), r.id, row_number() OVER (ORDER BY r.seq) - 1, r.body"
+            f" FROM runs r WHERE r.session_id = ?{dropped}"
+        ),
+        [fork.id, source_id, *params],
+    )
 
 
 def _list_forks(cur: _Cursor, source_id: str) -> builtins.list[str]:
@@ -180,6 +194,7 @@ class PostgresForks(PostgresBase):
                 cur, source_id, new_id, at=at, created_at=created_at, expected_rev=expected_rev
             ),
             idempotent=False,
+            pipelined=True,
         )
         return revision
 

@@ -234,9 +234,11 @@ class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQ
     look again until this store writes (other hosts' turns are left to their own
     indexers and to searches)."""
 
-    async def _write(self, op: Callable[[_Cursor], T], *, idempotent: bool = True) -> T:
+    async def _write(
+        self, op: Callable[[_Cursor], T], *, idempotent: bool = True, pipelined: bool = False
+    ) -> T:
         self._writes += 1
-        return await super()._write(op, idempotent=idempotent)
+        return await super()._write(op, idempotent=idempotent, pipelined=pipelined)
 
     async def _batch(self, op: Callable[[_Cursor], T]) -> T:
         self._writes += 1

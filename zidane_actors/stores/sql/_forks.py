@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import attrs
 import msgspec
@@ -50,7 +50,9 @@ __all__ = [
     "has_forks",
     "heirs",
     "kept_runs",
+    "left_out",
     "link_fork",
+    "no_turn",
     "plan_fork",
     "ranges_of",
     "ranges_select",
@@ -206,14 +208,16 @@ def visible_rows(
 
 RUN_OF: Final = {
     "sqlite": (
-        "json_extract(CAST(body AS TEXT), '$.runId')",
-        "instr(body, '\"runId\"') > 0 AND json_valid(CAST(body AS TEXT))",
+        "CASE WHEN instr(body, '\"runId\"') > 0 AND json_valid(CAST(body AS TEXT))"
+        " THEN json_extract(CAST(body AS TEXT), '$.runId') END",
+        "",
     ),
     "postgres": ("json_member(body, 'runId')", "strpos(body, '\"runId\"') > 0"),
 }
-"""Per dialect, SQL of a turn row's ``runId`` and the condition under which the row is in
-the index of that expression (``turns_runs``: a row whose JSON spells ``"runId"`` and
-parses); a query naming both finds a run's turns by index, never reading a body."""
+"""Per dialect, SQL of a turn row's ``runId`` (NULL when its JSON does not spell
+``"runId"`` or does not parse) and the condition of the index of that expression
+(``turns_runs``; SQLite's indexes every row, so a probe reads the index alone); a query
+naming both finds a run's turns by index, never reading a body."""
 
 FORKED_FROM: Final = {
     "sqlite": (
@@ -263,6 +267,12 @@ class ForkPlan:
         return [c for r in self.ranges if (c := r.within(self.bound))]
 
 
+def no_turn(at: object) -> NoReturn:
+    """Refuse ``at`` as naming no turn of the source (``turn_index``'s error)."""
+    turn_index((), at)  # type: ignore[arg-type]  # raises the rule's error
+    raise AssertionError("unreachable")
+
+
 def plan_fork(
     db: Any,
     dialect: Dialect,
@@ -290,8 +300,7 @@ def plan_fork(
             sql, params = ranges_select(ranges, "seq", dialect, where="id = ?", values=(at,))
             found = db.execute(sql, params).fetchone()
         if found is None:
-            turn_index((), at)  # type: ignore[arg-type]  # raises the rule's error
-            raise AssertionError("unreachable")
+            no_turn(at)
         bound = int(found[0]) + 1
     users = 0
     if bound < count:
@@ -304,41 +313,51 @@ def plan_fork(
 
 
 def _any_turn_of_run(
-    ranges: Sequence[RowRange], run_id: str, dialect: Dialect
+    ranges: Sequence[RowRange], run: str, values: Sequence[Any], dialect: Dialect
 ) -> tuple[str, list[Any]]:
-    """SQL: whether a turn row of ``ranges`` belongs to run ``run_id`` (index probes: the
-    run id a parameter, so each probe is one seek of ``turns_runs``)."""
+    """SQL: whether a turn row of ``ranges`` belongs to the run ``run`` (an SQL expression,
+    its parameters ``values``): one index probe (``turns_runs``) per range."""
     value, held = RUN_OF[dialect.name]
+    held = f" AND {held}" if held else ""
     parts: list[str] = []
     params: list[Any] = []
     for r in ranges:
         bounded = "" if r.stop is None else " AND seq < ?"
         parts.append(
-            f"EXISTS (SELECT 1 FROM turns WHERE session_id = ? AND {held} AND {value} = ?"
+            f"EXISTS (SELECT 1 FROM turns WHERE session_id = ?{held} AND {value} = {run}"
             f" AND seq >= ?{bounded})"
         )
-        params += [r.session_id, run_id, r.start]
+        params += [r.session_id, *values, r.start]
         params += [] if r.stop is None else [r.stop]
     return "(" + (" OR ".join(parts) or "1 = 0") + ")", params
+
+
+def left_out(
+    plan: ForkPlan, dialect: Dialect, run: str, values: Sequence[Any] = ()
+) -> tuple[str, list[Any]]:
+    """SQL: whether the run ``run`` (an SQL expression, its parameters ``values``) is one
+    only turns the fork leaves out belong to (the rule of
+    :func:`~zidane_actors.model.fork_document`), by index probes: no turn is read."""
+    left, left_params = _any_turn_of_run(plan.left(), run, values, dialect)
+    kept, kept_params = _any_turn_of_run(plan.kept(), run, values, dialect)
+    return f"{left} AND NOT {kept}", [*left_params, *kept_params]
 
 
 def kept_runs(
     db: Any, dialect: Dialect, plan: ForkPlan, runs: Sequence[SessionRun]
 ) -> tuple[SessionRun, ...]:
-    """``runs`` without those only the turns a fork leaves out belong to (the rule of
-    :func:`~zidane_actors.model.fork_document`), decided in one statement of index
-    probes, two per run and range (``RUN_OF``): no turn is read."""
+    """``runs`` without those only the turns a fork leaves out belong to, decided in one
+    statement of :func:`left_out` per run (the run id a parameter: one seek per probe)."""
     if plan.bound >= plan.count or not runs:
         return tuple(runs)
     parts: list[str] = []
     params: list[Any] = []
     for run_id in sorted({run.id for run in runs}):
-        left, left_params = _any_turn_of_run(plan.left(), run_id, dialect)
-        kept, kept_params = _any_turn_of_run(plan.kept(), run_id, dialect)
-        parts.append(f"SELECT CAST(? AS TEXT) WHERE {left} AND NOT {kept}")
-        params += [run_id, *left_params, *kept_params]
-    dropped = {row[0] for row in db.execute(dialect.sql(" UNION ALL ".join(parts)), params)}
-    return tuple(run for run in runs if run.id not in dropped)
+        dropped, values = left_out(plan, dialect, "?", (run_id,))
+        parts.append(f"SELECT CAST(? AS TEXT) WHERE {dropped}")
+        params += [run_id, *values]
+    dropped_ids = {row[0] for row in db.execute(dialect.sql(" UNION ALL ".join(parts)), params)}
+    return tuple(run for run in runs if run.id not in dropped_ids)
 
 
 # -- the steps of the stores' writes (inside the caller's transaction) ---------------------
