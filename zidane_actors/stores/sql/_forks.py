@@ -27,7 +27,6 @@ import msgspec
 
 from ...model import (
     SessionData,
-    SessionRun,
     SessionTurn,
     fork_document,
     forked_from,
@@ -43,13 +42,13 @@ __all__ = [
     "ForkPlan",
     "ForkSQL",
     "RowRange",
+    "dropped_runs",
     "first_turn_row",
     "fork_sql",
     "forks_candidates",
     "forks_named",
     "has_forks",
     "heirs",
-    "kept_runs",
     "left_out",
     "link_fork",
     "no_turn",
@@ -343,21 +342,20 @@ def left_out(
     return f"{left} AND NOT {kept}", [*left_params, *kept_params]
 
 
-def kept_runs(
-    db: Any, dialect: Dialect, plan: ForkPlan, runs: Sequence[SessionRun]
-) -> tuple[SessionRun, ...]:
-    """``runs`` without those only the turns a fork leaves out belong to, decided in one
+def dropped_runs(db: Any, dialect: Dialect, plan: ForkPlan, run_ids: Iterable[str]) -> set[str]:
+    """Of ``run_ids``, those only the turns a fork leaves out belong to, decided in one
     statement of :func:`left_out` per run (the run id a parameter: one seek per probe)."""
-    if plan.bound >= plan.count or not runs:
-        return tuple(runs)
+    if plan.bound >= plan.count:
+        return set()
     parts: list[str] = []
     params: list[Any] = []
-    for run_id in sorted({run.id for run in runs}):
+    for run_id in sorted(set(run_ids)):
         dropped, values = left_out(plan, dialect, "?", (run_id,))
         parts.append(f"SELECT CAST(? AS TEXT) WHERE {dropped}")
         params += [run_id, *values]
-    dropped_ids = {row[0] for row in db.execute(dialect.sql(" UNION ALL ".join(parts)), params)}
-    return tuple(run for run in runs if run.id not in dropped_ids)
+    if not parts:
+        return set()
+    return {row[0] for row in db.execute(dialect.sql(" UNION ALL ".join(parts)), params)}
 
 
 # -- the steps of the stores' writes (inside the caller's transaction) ---------------------

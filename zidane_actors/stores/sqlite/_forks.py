@@ -9,7 +9,7 @@ from ...errors import ConflictError, SessionNotFoundError
 from ...model import SessionData, preview
 from .._protocol import Revision, stale
 from ..sql import SQLITE
-from ..sql._forks import forks_candidates, forks_named, kept_runs, link_fork, plan_fork
+from ..sql._forks import dropped_runs, forks_candidates, forks_named, link_fork, plan_fork
 from ._base import SQLiteBase
 from ._rows import _Conn, _decode_metadata, _decode_turns, _session_id, _valid_header
 
@@ -69,8 +69,15 @@ class SQLiteForks(SQLiteBase):
                 new_id,
             ),
         )
-        runs = kept_runs(conn, SQLITE, plan, self._runs(conn, source_id))
-        self._replace_runs(conn, new_id, runs)
+        # The runs it keeps are copied as stored, in their order (none decoded).
+        ids = [r[0] for r in conn.execute("SELECT id FROM runs WHERE session_id = ?", (source_id,))]
+        dropped = sorted(dropped_runs(conn, SQLITE, plan, ids))
+        conn.execute(
+            "INSERT INTO runs (session_id, id, position, body) SELECT ?, id,"
+            " row_number() OVER (ORDER BY position) - 1, body FROM runs WHERE session_id = ?"
+            f" AND id NOT IN ({', '.join('?' * len(dropped))})",
+            (new_id, source_id, *dropped),
+        )
         link_fork(conn, SQLITE, plan, source_id, new_id)
         return Revision(0, self._rev(conn, new_id))
 
