@@ -360,7 +360,8 @@ def test_a_message_the_kept_parts_would_not_give_back_is_stored_whole(
     from zidane_actors.integrations import pydantic_ai
 
     monkeypatch.setattr(pydantic_ai, "_parts", lambda turn: None)  # as if a part were lost
-    message = ModelResponse(parts=[TextPart("whole")], model_name="m1")
+    # A part id: not a shape proven to come back, so it is converted back and compared.
+    message = ModelResponse(parts=[TextPart("whole", id="p1")], model_name="m1")
     (turn,) = messages_to_turns([message])
     assert turn.metadata is not None and "pydanticAiMessage" in turn.metadata
     assert turns_to_messages([turn]) == [message]

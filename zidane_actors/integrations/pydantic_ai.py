@@ -91,6 +91,7 @@ from ..model import (
     validate_id,
 )
 from ..portal import AsyncSession, SyncSession
+from . import _pydantic_ai_shapes
 from ._pydantic_ai_store import ZidaneConversationStore  # uses this module's converters
 from ._shared import trace_context, with_trace
 from ._usage import Price, cost_of, total
@@ -362,6 +363,9 @@ def messages_to_turns(
             made = _turns_of(message, price, lean=True)
         except _NoJsonForm as exc:
             raise ValidationError(f"the message has no JSON form: {exc}", path=where) from None
+        if _pydantic_ai_shapes.proven(message):  # its lean form gives it back (proven)
+            turns.extend(made)
+            continue
         if turns_to_messages(made) != [message]:  # the lean form must give the message back
             made = _turns_of(message, price, lean=False)
         if turns_to_messages(made) != [message]:
