@@ -123,7 +123,7 @@ def _text(value: Any) -> str:
     return json.dumps(value)  # ASCII escapes: lone surrogates compare too
 
 
-@settings(max_examples=400)
+@settings(max_examples=200)
 @given(proven_items(), st.booleans())
 def test_proven_shapes_come_back_exactly(items: list[dict[str, Any]], fail: bool) -> None:
     for role, content, group in group_items(items):
@@ -157,7 +157,7 @@ def test_every_shape_is_drawn_and_other_shapes_are_not_proven() -> None:
     assert proven([{**message, "content": [{**out, "annotations": []}]}])
 
 
-@settings(max_examples=400)
+@settings(max_examples=200)
 @given(st.sampled_from(sorted(_DIRECT)).flatmap(_shape(_DIRECT)))
 def test_direct_conversions_are_the_converters(item: dict[str, Any]) -> None:
     made = _direct(item)
