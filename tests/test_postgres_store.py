@@ -198,7 +198,10 @@ async def test_turn_words_are_written_with_the_row(no_indexer: None, schema: str
         await store.append_turns("a", [turn(0, text="zebra crossing"), turn(1, text="okapi")])
         unset = "SELECT count(*) FROM turns WHERE words IS NULL"
         assert admin(schema, unset) == [(0,)]
+        queued = "SELECT count(*) FROM words_pending"
+        assert admin(schema, queued) == [(2,)]  # for session_words
         assert await hits("zebra") == ["a"]
+        assert admin(schema, queued) == [(0,)]
         replaced = encode_str(turn(0, text="giraffe"))
         admin(schema, "UPDATE turns SET body = %s WHERE session_id = 'a' AND seq = 0", (replaced,))
         assert admin(schema, unset) == [(1,)]

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from _pg import DSN, schema_at
 from test_search_rule import answers, session, stores, turn
 
 from zidane_actors.model import NativeBlock, SessionSearch, SessionTurn, encode
 from zidane_actors.stores import open_postgres_store, open_sqlite_store
+from zidane_actors.stores.postgres import PostgresStore
 from zidane_actors.stores.sqlite import _schema as sqlite_schema
 
 WORDS = ["alpha", "beta", "gamma", "delta", "title", "tit", "b", "s"]
@@ -141,3 +143,36 @@ async def test_a_sqlite_file_of_version_13_queues_only_turns_that_may_hold_words
             assert await answers(store, text) == ["a"], text
         await store.append_turns("a", [turn(9, "lemur")])
         assert await answers(store, "lemur") == ["a"]
+
+
+async def test_a_postgres_schema_of_version_9_queues_turns_written_with_their_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From v10 a turn is written with its words and queued for its session's words; a v9
+    schema's turns without words are still filled, and a deleted turn leaves the queue.
+    (The background indexer, which drains the queue too, is off here.)"""
+    monkeypatch.setattr(PostgresStore, "_start_indexer", lambda self: trio.CancelScope())
+    with schema_at(9) as (schema, conn):
+        conn.execute(
+            "INSERT INTO sessions (id, created_at, updated_at, status, metadata, turn_count)"
+            " VALUES ('a', 1, 2, 'idle', '{}', 1)"
+        )
+        t = turn(0, "zebra crossing")
+        conn.execute(
+            "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 0, %s, %s, %s)",
+            (t.id, t.role, encode(t).decode()),
+        )
+        async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
+            native = SessionTurn(
+                id="n", role="command", created_at=1, content=(NativeBlock("x", {"k": "okapi"}),)
+            )
+            await store.append_turns("a", [turn(1, "lemur"), native, turn(3, "tapir")])
+            queued = "SELECT seq FROM words_pending ORDER BY seq"
+            assert [r[0] for r in conn.execute(queued)] == [1, 3]
+            conn.execute("DELETE FROM turns WHERE seq = 3")
+            assert [r[0] for r in conn.execute(queued)] == [1]
+            for text in ("zebra", "lemur"):
+                assert await answers(store, text) == ["a"], text
+            for text in ("okapi", "tapir"):
+                assert await answers(store, text) == [], text
+            assert conn.execute("SELECT count(*) FROM words_pending").fetchone() == (0,)

@@ -304,19 +304,18 @@ def row_words(turns: Sequence[SessionTurn]) -> list[str | None]:
 
 
 WORDS_SQL: Final = """
-indexed AS (
-    INSERT INTO session_words (word, session_id)
-    SELECT DISTINCT w, a.session_id FROM added a, unnest(tsvector_to_array(a.words)) w
-    ON CONFLICT DO NOTHING
+queued AS (
+    INSERT INTO words_pending (session_id, seq)
+    SELECT session_id, seq FROM added WHERE length(words) > 0
 )"""
-"""A ``WITH`` item adding to ``session_words`` the words of the rows an ``added`` item
-inserted (``RETURNING session_id, words``). New rows are past every fork's bound, so
-their session alone sees them."""
+"""A ``WITH`` item queueing the rows an ``added`` item inserted with words (``RETURNING
+session_id, seq, words``), for the indexer to add them to ``session_words`` (v10)."""
 
 
 def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
-    """Fill the words of the turns and headers that have none (at most ``limit`` of each);
-    the number filled. Run in a transaction of its own.
+    """Add the words of the turns queued in ``words_pending`` to ``session_words``, and
+    fill the words of the turns and headers that have none (at most ``limit`` of each);
+    the number done. Run in a transaction of its own.
 
     The words are the model's (``index_words`` of ``stored_turn_text`` or
     ``stored_header_text``). It never waits for a writer's row locks (a row being
@@ -325,6 +324,15 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
     words of stale sessions (at most ``limit``), counted in its answer.
     """
     rebuilt = _rebuild_stale(cur, limit)
+    cur.execute(  # the rows written with their words, queued: their queue rows taken
+        "DELETE FROM words_pending q USING (SELECT q.session_id, q.seq, t.words"
+        " FROM words_pending q JOIN turns t ON t.session_id = q.session_id AND t.seq = q.seq"
+        " LIMIT %s FOR UPDATE OF q SKIP LOCKED FOR NO KEY UPDATE OF t SKIP LOCKED) d"
+        " WHERE q.session_id = d.session_id AND q.seq = d.seq"
+        " RETURNING d.session_id, d.seq, array_to_string(tsvector_to_array(d.words), ' ')",
+        (limit,),
+    )
+    queued = [(str(sid), int(seq), [str(w)] if w else []) for sid, seq, w in cur.fetchall()]
     cur.execute(
         "SELECT session_id, seq, body FROM turns WHERE words IS NULL LIMIT %s"
         " FOR NO KEY UPDATE SKIP LOCKED",
@@ -363,15 +371,16 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
             " FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(sid, seq, w)",
             [[r[0] for r in more], [r[1] for r in more], [r[2] for r in more]],
         )
-    readers = {(sid, seq): [sid] for sid, seq, _ in turns + headers}
-    for sid in {sid for sid, _, _ in turns}:
+    filled = turns + queued
+    readers = {(sid, seq): [sid] for sid, seq, _ in filled + headers}
+    for sid in {sid for sid, _, _ in filled}:
         if has_forks(cur, POSTGRES, sid):
-            for _, seq, _ in (t for t in turns if t[0] == sid):
+            for _, seq, _ in (t for t in filled if t[0] == sid):
                 readers[sid, seq] += heirs(cur, POSTGRES, sid, seq)
     pairs = sorted(
         {
             (w, reader)
-            for sid, seq, parts in turns + headers
+            for sid, seq, parts in filled + headers
             for reader in readers[sid, seq]
             for p in parts
             for w in p.split()
@@ -383,7 +392,7 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
             " SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
             [[p[0] for p in pairs], [p[1] for p in pairs]],
         )
-    return rebuilt + len(turns) + len(headers)
+    return rebuilt + len(queued) + len(turns) + len(headers)
 
 
 # v6: a search reads the words of each session, not of each turn, so a word every
@@ -528,7 +537,23 @@ def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) ->
     return False
 
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# v10: a turn is written with its words (``row_words``), so nothing updates its row
+# afterwards (an update copied the whole row and each of its index entries: twice the
+# bytes). The rows written with words are queued here; the indexer adds their words to
+# ``session_words`` in the background, as it did when it filled them, so a write pays for
+# one small row per turn, not for each of its words. A deleted turn leaves the queue.
+_V10: Final = """
+CREATE TABLE words_pending (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (session_id, seq),
+    FOREIGN KEY (session_id, seq) REFERENCES turns (session_id, seq)
+        ON DELETE CASCADE ON UPDATE CASCADE
+);
+"""
+
+
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

@@ -131,7 +131,7 @@ def _insert_turns(
     cur.execute(
         "WITH added AS (INSERT INTO turns (session_id, seq, id, role, body, words)"
         f" SELECT %s, s, i, r, b, {_WORDS} FROM unnest(%b::bigint[], %b::text[], %b::text[],"
-        " %b::text[], %b::text[]) AS u(s, i, r, b, w) RETURNING session_id, words),"
+        " %b::text[], %b::text[]) AS u(s, i, r, b, w) RETURNING session_id, seq, words),"
         + WORDS_SQL
         + " SELECT",
         (
@@ -308,7 +308,7 @@ _APPEND_SQL: Final = (
     + f""", added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT %(sid)s, %(start)s + n, i, r, b, {_WORDS} FROM fresh
-    RETURNING session_id, role, words
+    RETURNING session_id, seq, role, words
 ),"""
     + WORDS_SQL
     + _COUNT_ADDED
@@ -322,7 +322,7 @@ _APPEND_ONE_SQL: Final = (
     + f""", added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT %(sid)s, head.turn_count + n, i, r, b, {_WORDS} FROM fresh, head
-    RETURNING session_id, role, words
+    RETURNING session_id, seq, role, words
 ),"""
     + WORDS_SQL
     + _COUNT_ADDED
@@ -445,7 +445,7 @@ WITH input AS (
 ), added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT sid, seq, i, r, b, {_WORDS} FROM fresh
-    RETURNING session_id, role, words
+    RETURNING session_id, seq, role, words
 ),{WORDS_SQL}, counted AS (
     SELECT session_id, count(*) AS n, count(*) FILTER (WHERE role = 'user') AS users
     FROM added GROUP BY session_id
