@@ -315,7 +315,8 @@ def _any_turn_of_run(
     ranges: Sequence[RowRange], run: str, values: Sequence[Any], dialect: Dialect
 ) -> tuple[str, list[Any]]:
     """SQL: whether a turn row of ``ranges`` belongs to the run ``run`` (an SQL expression,
-    its parameters ``values``): one index probe (``turns_runs``) per range."""
+    its parameters ``values``): one index probe (``turns_runs``) per range. A scalar
+    subquery, not ``EXISTS``: PostgreSQL would hash an ``EXISTS`` over every row instead."""
     value, held = RUN_OF[dialect.name]
     held = f" AND {held}" if held else ""
     parts: list[str] = []
@@ -323,8 +324,8 @@ def _any_turn_of_run(
     for r in ranges:
         bounded = "" if r.stop is None else " AND seq < ?"
         parts.append(
-            f"EXISTS (SELECT 1 FROM turns WHERE session_id = ?{held} AND {value} = {run}"
-            f" AND seq >= ?{bounded})"
+            f"(SELECT 1 FROM turns WHERE session_id = ?{held} AND {value} = {run}"
+            f" AND seq >= ?{bounded} LIMIT 1) IS NOT NULL"
         )
         params += [r.session_id, *values, r.start]
         params += [] if r.stop is None else [r.stop]
