@@ -46,8 +46,18 @@ def _runs() -> tuple[SessionRun, ...]:
 
 def _meta(row: Any) -> Any:
     """A header row without what each store stamps itself (its rev, a write's time)."""
-    return None if row is None else (row.id, row.turn_count, row.user_message_count,
-                                     row.run_count, row.first_user_turn, row.metadata)  # fmt: skip
+    return (
+        None
+        if row is None
+        else (
+            row.id,
+            row.turn_count,
+            row.user_message_count,
+            row.run_count,
+            row.first_user_turn,
+            row.metadata,
+        )
+    )
 
 
 async def _same(memory: Any, other: Any, live: list[str], rng: random.Random) -> None:
@@ -325,3 +335,36 @@ async def test_a_v8_postgres_schema_indexes_runs_and_forks(kind: str) -> None:
                 " VALUES ('bad', 1, 't1', 'user', %s)",
                 (msgspec.json.encode(_run_turns()[0]).decode()[:-1],),
             )
+
+
+async def test_postgres_forks_racing_into_one_id_one_wins() -> None:
+    """Forks into one new id at once (a pipelined transaction each): one is made, every
+    other one is a ConflictError, and the store's connections keep working."""
+    import trio
+    from _pg import DSN, schema_at
+
+    from zidane_actors.errors import ConflictError
+    from zidane_actors.stores import open_postgres_store
+    from zidane_actors.stores.postgres._schema import SCHEMA_VERSION
+
+    with schema_at(SCHEMA_VERSION) as (schema, _):
+        async with open_postgres_store(DSN, schema=schema, pool_size=4) as store:
+            data = SessionData(
+                id="a", created_at=1, updated_at=2, turns=tuple(_run_turns()), runs=_runs()
+            )
+            await store.save(data)
+            results: list[object] = []
+
+            async def fork(at: str | None) -> None:
+                try:
+                    results.append(await store.fork_session("a", "b", at=at, created_at=5))
+                except ConflictError as exc:
+                    results.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for at in [None, "t1", None, "t3", "t0", None]:
+                    nursery.start_soon(fork, at)
+            assert sum(not isinstance(r, ConflictError) for r in results) == 1
+            for i in range(8):  # every pooled connection answers again
+                await store.fork_session("a", f"c{i}", at="t2", created_at=5)
+            assert await store.list_forks("a") == ["b", *(f"c{i}" for i in range(8))]
