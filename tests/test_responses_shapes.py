@@ -176,6 +176,7 @@ def test_the_runners_commonest_items_are_converted_directly() -> None:
         answer,
         {**answer, "content": [part, {**part, "text": "b"}]},
         {"call_id": "c", "output": "", "type": "function_call_output"},
+        {"arguments": '{"q": 1}', "call_id": "c", "name": "f", "type": "function_call", "id": "c"},
     ):
         assert _direct(item) is not None
     for item in (

@@ -29,9 +29,17 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ..errors import WireFormatError
-from ..model import SessionContentBlock, SessionMessage, SessionTurn, TextBlock, ToolResultBlock
+from ..model import (
+    SessionContentBlock,
+    SessionMessage,
+    SessionTurn,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from ..wire import OPENAI_TOOL_ID_MAX_LENGTH, from_openai_responses, to_openai_responses
-from ..wire._json import check_json_types
+from ..wire._common import arguments_from_json
+from ..wire._json import arguments_to_json, check_json_types
 from ..wire._provider_data import RESPONSES
 
 __all__ = [
@@ -299,7 +307,8 @@ def proven(items: Sequence[Mapping[str, Any]]) -> bool:
 
 
 _DIRECT: Final[Shapes] = {
-    # The shapes whose conversion :func:`_direct` builds itself (the Runner's commonest).
+    # The shapes whose conversion :func:`_direct` builds itself (the Runner's commonest;
+    # a function call with its item id, so its block always carries a patch).
     ("message:user", ("content", "role")): {"content": _STR, "role": _STR},
     ("message:system", ("content", "role")): {"content": _STR, "role": _STR},
     ("message:assistant", tuple(_ASSISTANT_OUT)): _ASSISTANT_OUT,
@@ -307,6 +316,10 @@ _DIRECT: Final[Shapes] = {
         "call_id": _ID,
         "output": _STR,
         "type": _STR,
+    },
+    **{
+        ("function_call", tuple(rules)): {**rules, "call_id": _ID}
+        for rules in (_call("id"), _call("id", "status"))
     },
 }
 
@@ -319,8 +332,21 @@ def _direct(item: Mapping[str, Any]) -> tuple[Role, tuple[SessionContentBlock, .
     """
     if not _shaped(item, _DIRECT):
         return None
-    if item.get("type") == "function_call_output":
+    kind = item.get("type")
+    if kind == "function_call_output":
         return "user", (ToolResultBlock(call_id=item["call_id"], output=item["output"]),)
+    if kind == "function_call":
+        arguments = item["arguments"]
+        tool_input = arguments_from_json(arguments)
+        sets = {"/arguments": arguments} if arguments_to_json(tool_input, "$") != arguments else {}
+        sets.update((f"/{key}", item[key]) for key in ("id", "status") if key in item)
+        call = ToolCallBlock(
+            id=item["call_id"],
+            name=item["name"],
+            input=tool_input,
+            provider_data={"provider": RESPONSES, "set": sets},
+        )
+        return "assistant", (call,)
     content = item["content"]
     if type(content) is str:
         if not content.strip():
