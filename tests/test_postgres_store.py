@@ -184,11 +184,13 @@ async def test_v1_schema_is_migrated_with_its_rows_searchable(schema: str) -> No
     assert admin(schema, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
 
 
-async def test_turn_words_are_written_with_the_row(no_indexer: None, schema: str) -> None:
-    """A turn's words are written with its row (never by a later update); a body rewritten
-    by another program's SQL is left to the next search for words, which fills them in its
-    own transaction, so it is found by its new words only. (The background indexer, which
-    fills them too, is off here.)"""
+async def test_turn_words_are_computed_without_updating_the_row(
+    no_indexer: None, schema: str
+) -> None:
+    """A turn is written with empty words and queued; the next search for words computes
+    them in its own transaction without updating the turn's row. A body rewritten by
+    another program's SQL is filled by that search too, so it is found by its new words
+    only. (The background indexer, which does the same, is off here.)"""
     async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
 
         async def hits(text: str) -> list[str]:
@@ -199,9 +201,12 @@ async def test_turn_words_are_written_with_the_row(no_indexer: None, schema: str
         unset = "SELECT count(*) FROM turns WHERE words IS NULL"
         assert admin(schema, unset) == [(0,)]
         queued = "SELECT count(*) FROM words_pending"
-        assert admin(schema, queued) == [(2,)]  # for session_words
+        assert admin(schema, queued) == [(2,)]
+        places = "SELECT ctid::text FROM turns ORDER BY seq"  # an update moves a row
+        before = admin(schema, places)
         assert await hits("zebra") == ["a"]
         assert admin(schema, queued) == [(0,)]
+        assert admin(schema, places) == before
         replaced = encode_str(turn(0, text="giraffe"))
         admin(schema, "UPDATE turns SET body = %s WHERE session_id = 'a' AND seq = 0", (replaced,))
         assert admin(schema, unset) == [(1,)]

@@ -148,9 +148,9 @@ async def test_a_sqlite_file_of_version_13_queues_only_turns_that_may_hold_words
 async def test_a_postgres_schema_of_version_9_queues_turns_written_with_their_words(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """From v10 a turn is written with its words and queued for its session's words; a v9
-    schema's turns without words are still filled, and a deleted turn leaves the queue.
-    (The background indexer, which drains the queue too, is off here.)"""
+    """From v10 a turn that may hold words is queued for the indexer (a turn of native data
+    only is not); a v9 schema's turns without words are still filled, and a deleted turn
+    leaves the queue. (The background indexer, which drains the queue too, is off here.)"""
     monkeypatch.setattr(PostgresStore, "_start_indexer", lambda self: trio.CancelScope())
     with schema_at(9) as (schema, conn):
         conn.execute(

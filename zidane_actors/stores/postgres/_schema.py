@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
 from typing import Any, Final
 
 import psycopg
@@ -17,17 +16,15 @@ from psycopg import sql
 
 from ...errors import StoreError
 from ...model import (
-    SessionTurn,
     index_words,
     stored_header_text,
     stored_turn_text,
-    turn_search_text,
 )
 from .._indexer import INDEX_STEP_SECONDS
 from ..sql import POSTGRES
 from ..sql._forks import FORKED_FROM, RANGES, RUN_OF, has_forks, heirs
 
-__all__ = ["SCHEMA_VERSION", "WORDS_SQL", "index_pending", "index_step", "migrate", "row_words"]
+__all__ = ["SCHEMA_VERSION", "WORDS_SQL", "index_pending", "index_step", "migrate"]
 
 _V1: Final = """
 CREATE SEQUENCE revs;
@@ -291,25 +288,16 @@ def _parts(words: list[str]) -> list[str]:
 _TSVECTOR: Final = "array_to_tsvector(string_to_array(v.w, ' '))"
 
 
-def row_words(turns: Sequence[SessionTurn]) -> list[str | None]:
-    """Each turn's words (``index_words`` of ``turn_search_text``, space-joined), for its
-    row's ``words`` as it is inserted: no row is written twice (an update copies the whole
-    row and every index entry). ``None`` where they take more than one part: the
-    indexer fills that row and its ``more_words`` later."""
-    words: list[str | None] = []
-    for turn in turns:
-        parts = _parts(index_words([turn_search_text(turn)]))
-        words.append(parts[0] if len(parts) == 1 else None)
-    return words
-
-
 WORDS_SQL: Final = """
 queued AS (
     INSERT INTO words_pending (session_id, seq)
-    SELECT session_id, seq FROM added WHERE length(words) > 0
+    SELECT session_id, seq FROM added WHERE position('"text"' IN body) > 0
+        OR position('"tool_call"' IN body) > 0 OR position('"tool_result"' IN body) > 0
 )"""
-"""A ``WITH`` item queueing the rows an ``added`` item inserted with words (``RETURNING
-session_id, seq, words``), for the indexer to add them to ``session_words`` (v10)."""
+"""A ``WITH`` item queueing the rows an ``added`` item inserted (``RETURNING session_id,
+seq, body``) that may hold words: a text or tool block (this library writes a block's
+type as it is, no escape). The indexer computes their words in the background into
+``more_words`` (v10), so neither the write nor a later update of the row pays for them."""
 
 
 def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
@@ -324,15 +312,18 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
     words of stale sessions (at most ``limit``), counted in its answer.
     """
     rebuilt = _rebuild_stale(cur, limit)
-    cur.execute(  # the rows written with their words, queued: their queue rows taken
-        "DELETE FROM words_pending q USING (SELECT q.session_id, q.seq, t.words"
+    cur.execute(  # the queued rows: their words go to more_words, their queue rows taken
+        "DELETE FROM words_pending q USING (SELECT q.session_id, q.seq, t.body"
         " FROM words_pending q JOIN turns t ON t.session_id = q.session_id AND t.seq = q.seq"
         " LIMIT %s FOR UPDATE OF q SKIP LOCKED FOR NO KEY UPDATE OF t SKIP LOCKED) d"
         " WHERE q.session_id = d.session_id AND q.seq = d.seq"
-        " RETURNING d.session_id, d.seq, array_to_string(tsvector_to_array(d.words), ' ')",
+        " RETURNING d.session_id, d.seq, d.body",
         (limit,),
     )
-    queued = [(str(sid), int(seq), [str(w)] if w else []) for sid, seq, w in cur.fetchall()]
+    queued = [
+        (str(sid), int(seq), _parts(index_words([stored_turn_text(body)])))
+        for sid, seq, body in cur.fetchall()
+    ]
     cur.execute(
         "SELECT session_id, seq, body FROM turns WHERE words IS NULL LIMIT %s"
         " FOR NO KEY UPDATE SKIP LOCKED",
@@ -365,6 +356,7 @@ def index_pending(cur: psycopg.Cursor[Any], limit: int | None = None) -> int:
             [[r[0] for r in headers], [r[2][0] for r in headers]],
         )
     more = [(sid, seq, part) for sid, seq, parts in turns + headers for part in parts[1:]]
+    more += [(sid, seq, part) for sid, seq, parts in queued for part in parts if part]
     if more:
         cur.execute(
             f"INSERT INTO more_words (session_id, seq, words) SELECT v.sid, v.seq, {_TSVECTOR}"
@@ -537,11 +529,11 @@ def index_step(cur: psycopg.Cursor[Any], seconds: float = INDEX_STEP_SECONDS) ->
     return False
 
 
-# v10: a turn is written with its words (``row_words``), so nothing updates its row
-# afterwards (an update copied the whole row and each of its index entries: twice the
-# bytes). The rows written with words are queued here; the indexer adds their words to
-# ``session_words`` in the background, as it did when it filled them, so a write pays for
-# one small row per turn, not for each of its words. A deleted turn leaves the queue.
+# v10: nothing updates a turn's row to fill its words (an update copied the whole row and
+# each of its index entries: twice the bytes). A turn is written with empty ``words`` and,
+# when it may hold words (``WORDS_SQL``), queued here; the indexer computes them in the
+# background into ``more_words`` and ``session_words``, so the write pays for one small
+# row, not for its words. A deleted turn leaves the queue.
 _V10: Final = """
 CREATE TABLE words_pending (
     session_id text NOT NULL,

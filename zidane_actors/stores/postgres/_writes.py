@@ -62,7 +62,7 @@ from ._rows import (
     _SlowPath,
     visible_turns,
 )
-from ._schema import WORDS_SQL, row_words
+from ._schema import WORDS_SQL
 
 __all__ = []
 
@@ -131,16 +131,13 @@ def _insert_turns(
     cur.execute(
         "WITH added AS (INSERT INTO turns (session_id, seq, id, role, body, words)"
         f" SELECT %s, s, i, r, b, {_WORDS} FROM unnest(%b::bigint[], %b::text[], %b::text[],"
-        " %b::text[], %b::text[]) AS u(s, i, r, b, w) RETURNING session_id, seq, words),"
-        + WORDS_SQL
-        + " SELECT",
+        " %b::text[]) AS u(s, i, r, b) RETURNING session_id, seq, body)," + WORDS_SQL + " SELECT",
         (
             session_id,
             list(range(start, start + len(turns))),
             [t.id for t in turns],
             [t.role for t in turns],
             bodies,
-            row_words(turns),
         ),
     )
 
@@ -285,14 +282,15 @@ def _save_meta(
     return _versioned(cur, data.id, expected_rev, write)
 
 
-_WORDS: Final = "array_to_tsvector(string_to_array(w, ' '))"
-"""A row's ``words`` from its space-joined words ``w`` (``row_words``; NULL stays NULL)."""
+_WORDS: Final = "''::tsvector"
+"""A new row's ``words``: none yet, so nothing updates the row to fill them (``WORDS_SQL``
+queues it for the indexer instead)."""
 
 _FRESH_TURNS: Final = """
 fresh AS (
-    SELECT u.i, u.r, u.b, u.w, row_number() OVER (ORDER BY u.o) - 1 AS n
-    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(bodies)b::text[], %(words)b::text[])
-        WITH ORDINALITY AS u(i, r, b, w, o)
+    SELECT u.i, u.r, u.b, row_number() OVER (ORDER BY u.o) - 1 AS n
+    FROM unnest(%(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
+        WITH ORDINALITY AS u(i, r, b, o)
 )"""
 _COUNT_ADDED: Final = """
 UPDATE sessions SET
@@ -308,7 +306,7 @@ _APPEND_SQL: Final = (
     + f""", added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT %(sid)s, %(start)s + n, i, r, b, {_WORDS} FROM fresh
-    RETURNING session_id, seq, role, words
+    RETURNING session_id, seq, role, body
 ),"""
     + WORDS_SQL
     + _COUNT_ADDED
@@ -322,7 +320,7 @@ _APPEND_ONE_SQL: Final = (
     + f""", added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT %(sid)s, head.turn_count + n, i, r, b, {_WORDS} FROM fresh, head
-    RETURNING session_id, seq, role, words
+    RETURNING session_id, seq, role, body
 ),"""
     + WORDS_SQL
     + _COUNT_ADDED
@@ -360,7 +358,6 @@ def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, A
         "ids": [t.id for t in turns],
         "roles": [t.role for t in turns],
         "bodies": [_json(t, f"turn {preview(t.id)}") for t in turns],
-        "words": row_words(turns),
         "now": now_ms(),
     }
 
@@ -431,21 +428,21 @@ _LOCK_SESSIONS_SQL: Final = (
 
 _APPEND_BATCH_SQL: Final = f"""
 WITH input AS (
-    SELECT u.sid, u.i, u.r, u.b, u.w, u.o
-    FROM unnest(%(sids)b::text[], %(ids)b::text[], %(roles)b::text[], %(bodies)b::text[],
-        %(words)b::text[]) WITH ORDINALITY AS u(sid, i, r, b, w, o)
+    SELECT u.sid, u.i, u.r, u.b, u.o
+    FROM unnest(%(sids)b::text[], %(ids)b::text[], %(roles)b::text[], %(bodies)b::text[])
+        WITH ORDINALITY AS u(sid, i, r, b, o)
 ), stored AS (
     SELECT u.o, t.body = u.b AS same
     FROM input u JOIN turns t ON t.session_id = u.sid AND t.id = u.i
 ), fresh AS (
-    SELECT u.sid, u.i, u.r, u.b, u.w,
+    SELECT u.sid, u.i, u.r, u.b,
         s.turn_count + row_number() OVER (PARTITION BY u.sid COLLATE "C" ORDER BY u.o) - 1 AS seq
     FROM input u JOIN sessions s ON s.id = u.sid
     WHERE NOT EXISTS (SELECT FROM stored WHERE stored.o = u.o)
 ), added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT sid, seq, i, r, b, {_WORDS} FROM fresh
-    RETURNING session_id, seq, role, words
+    RETURNING session_id, seq, role, body
 ),{WORDS_SQL}, counted AS (
     SELECT session_id, count(*) AS n, count(*) FILTER (WHERE role = 'user') AS users
     FROM added GROUP BY session_id
@@ -507,7 +504,6 @@ def _append_run(
     ids: builtins.list[str] = []
     roles: builtins.list[str] = []
     bodies: builtins.list[str] = []
-    words: builtins.list[str | None] = []
     for append in run:
         if append.session_id not in found:
             results[append.index] = outcome.Error(
@@ -523,7 +519,6 @@ def _append_run(
             ids.append(turn.id)
             roles.append(turn.role)
             bodies.append(_json(turn, f"turn {preview(turn.id)}"))
-        words += row_words(append.turns)
     if not ids:
         return
     cur.execute(
@@ -533,7 +528,6 @@ def _append_run(
             "ids": ids,
             "roles": roles,
             "bodies": bodies,
-            "words": words,
             "now": now_ms(),
         },
     )
