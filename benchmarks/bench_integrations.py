@@ -10,7 +10,8 @@
    ``add_items`` is measured bare and as the Runner calls it (with its run
    context, so runs are recorded too).
 2. pydantic-ai: the bytes of the turns ``append_messages`` stores against
-   pydantic-ai's own JSON of the same messages (``ModelMessagesTypeAdapter``).
+   pydantic-ai's own JSON of the same messages (``ModelMessagesTypeAdapter``),
+   and the CPU time of making those turns against writing that JSON.
 
 Ratios are ours / theirs (below 1: we are faster or smaller), median over
 rounds with the spread in brackets. Run:
@@ -318,7 +319,7 @@ def openai_agents(rounds: int) -> None:
 # -- 2. pydantic-ai ---------------------------------------------------------------------
 
 
-def pydantic_ai_bytes() -> None:
+def pydantic_ai_bytes(rounds_of_cpu: int) -> None:
     from pydantic_ai import Agent as PydanticAgent
     from pydantic_ai import ModelRetry
     from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
@@ -362,6 +363,28 @@ def pydantic_ai_bytes() -> None:
     print(f"2. pydantic-ai: {len(messages)} messages of 10 agent runs (tools, a ModelRetry)")
     print(f"   {'stored turn bytes / ModelMessagesTypeAdapter JSON':<44} {ours / theirs:5.2f}x")
     print(f"   ours {ours:,} B, pydantic-ai {theirs:,} B; runs add {runs:,} B")
+    rounds = [conversion_cpu(messages, r % 2 == 1) for r in range(rounds_of_cpu)]
+    print(ratio_line("messages_to_turns / dump_json, CPU", rounds, "ours", "theirs", ms=True))
+
+
+def conversion_cpu(messages: list[Any], flip: bool) -> dict[str, float]:
+    """CPU time of the turns of ``messages`` against pydantic-ai's JSON of them (20 times
+    each; ``flip``: theirs first)."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from zidane_actors.integrations.pydantic_ai import messages_to_turns
+
+    out: dict[str, float] = {}
+    work = {
+        "ours": lambda: messages_to_turns(messages),
+        "theirs": lambda: ModelMessagesTypeAdapter.dump_json(messages),
+    }
+    for name, fn in reversed(work.items()) if flip else work.items():
+        start = time.process_time()
+        for _ in range(20):
+            fn()
+        out[name] = time.process_time() - start
+    return out
 
 
 def main() -> None:
@@ -369,7 +392,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     openai_agents(args.rounds)
-    pydantic_ai_bytes()
+    pydantic_ai_bytes(args.rounds)
 
 
 if __name__ == "__main__":
