@@ -12,8 +12,10 @@ A write that would delete or rewrite rows a fork still sees (a save or history e
 rewriting turns below a fork's bound, a delete) first copies those rows into that fork
 and lowers its bound (:func:`unshare`), so such a write costs once what the forks need,
 and nothing else ever changes what another session reads. A fork itself is made by
-:func:`plan_fork`: a header, the runs :func:`kept_runs` keeps and one ``forks`` row,
-whatever the length of the history.
+:func:`plan_fork` (or the store's one statement reading the same): a header, the runs
+it keeps and one ``forks`` row, whatever the length of the history. Which runs it drops
+(those only the turns it leaves out belong to) is decided by index probes per run
+(:func:`left_out`, over ``turns_runs``: each turn's ``runId``), never reading a turn.
 """
 
 from __future__ import annotations
