@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import attrs
 import msgspec
 import pytest
 import trio
@@ -403,39 +404,71 @@ async def two_stores(
             yield first, await stack.enter_async_context(opened(backend, where, schema))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_two_hosts_compacting_at_once_one_wins_nothing_lost(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    schema = place(backend, request)
+@attrs.frozen
+class Race:
+    """Two hosts' sessions on one stored session, after each wrote at once: one won."""
+
+    store_a: SessionStore
+    store_b: SessionStore
+    sid: str
+    won: str
+    """"a" or "b": whose write was stored."""
+    outcome: object
+    """What the winner's write answered."""
+    loser: Session
+
+
+@asynccontextmanager
+async def two_hosts_at_once(
+    backend: str,
+    where: Path,
+    schema: str | None,
+    write: Callable[[str, Session, str], Awaitable[object]],
+    at: dict[str, str],
+) -> AsyncIterator[Race]:
+    """Two hosts load one session of four turns, then each calls ``write(name, session,
+    at[name])`` at once ("a", "b"): exactly one is refused as stale."""
     sid = f"s-{uuid.uuid4().hex[:10]}"
     async with AsyncExitStack() as stack:
-        store_a, store_b = await stack.enter_async_context(two_stores(backend, tmp_path, schema))
+        store_a, store_b = await stack.enter_async_context(two_stores(backend, where, schema))
         host_a = await stack.enter_async_context(open_session_host(store_a))
         host_b = await stack.enter_async_context(open_session_host(store_b))
         a = await host_a.create_session(id=sid)
         await a.append_turns([t("u0"), t("a1", "assistant"), t("u2"), t("a3", "assistant")])
         b = await host_b.load_session(sid)
         assert b is not None
-        outcomes: dict[str, BaseException | SessionTurn] = {}
+        sessions = {"a": a, "b": b}
+        outcomes: dict[str, object] = {}
 
-        async def compact(name: str, s: Session, through: str) -> None:
+        async def one(name: str) -> None:
             try:
-                outcomes[name] = await s.compact([t(f"sum-{name}")], through=through)
+                outcomes[name] = await write(name, sessions[name], at[name])
             except StaleSessionError as exc:
                 outcomes[name] = exc
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(compact, "a", a, "a1")
-            nursery.start_soon(compact, "b", b, "a3")
-        won = [n for n, o in outcomes.items() if isinstance(o, SessionTurn)]
+            for name in sessions:
+                nursery.start_soon(one, name)
+        won = [n for n, o in outcomes.items() if not isinstance(o, StaleSessionError)]
         lost = [n for n, o in outcomes.items() if isinstance(o, StaleSessionError)]
         assert len(won) == 1 and len(lost) == 1, outcomes
-        winner = outcomes[won[0]]
+        yield Race(store_a, store_b, sid, won[0], outcomes[won[0]], sessions[lost[0]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_two_hosts_compacting_at_once_one_wins_nothing_lost(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    async def compact(name: str, s: Session, through: str) -> SessionTurn:
+        return await s.compact([t(f"sum-{name}")], through=through)
+
+    at = {"a": "a1", "b": "a3"}
+    async with two_hosts_at_once(backend, tmp_path, place(backend, request), compact, at) as race:
+        store_a, store_b, sid, loser = race.store_a, race.store_b, race.sid, race.loser
+        winner = race.outcome
         assert isinstance(winner, SessionTurn)
         stored = await store_a.get_turns(sid)
         assert ids(stored) == ["u0", "a1", "u2", "a3", winner.id], "nothing lost, one marker"
-        loser = {"a": a, "b": b}[lost[0]]
         assert list(loser.turns) == list(stored), "the refused host's memory is the store's"
         # The loser retries from what it sees now, and its compaction is the latest.
         retry = await loser.compact([t("sum-retry")], through="u2")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, cast
@@ -25,17 +24,14 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_compaction import opened, place, two_stores
-from test_postgres_store import fresh_schema
+from test_compaction import opened, pg_schema, place, server, two_hosts_at_once
 from test_server import RequiredOnly, error_of, running, turn
-from test_server_e2e import ServerProcess
 
 from zidane_actors._transfer import JsonlReader, Writer, bundle_lines, read_bundle
 from zidane_actors.actors import Session, SessionHost, open_session_host
 from zidane_actors.errors import (
     ConflictError,
     SessionNotFoundError,
-    StaleSessionError,
     UnsupportedOperationError,
     ValidationError,
 )
@@ -65,6 +61,8 @@ from zidane_actors.stores import (
     open_memory_store,
     store_capabilities,
 )
+
+__all__ = ["pg_schema", "server"]  # the fixtures test_compaction defines, used here
 
 BACKENDS = ("memory", "sqlite", "postgres", "remote")
 """Stores holding many sessions ("postgres" skipped where none answers; "remote": a server)."""
@@ -275,21 +273,6 @@ async def test_a_fork_exports_whole_and_lands_in_a_file_map(tmp_path: Path) -> N
 
 # -- every store against the reference --------------------------------------------------------
 
-_PG_SCHEMA = f"test_forks_{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(scope="module")
-def pg_schema() -> Iterator[str]:
-    with fresh_schema(_PG_SCHEMA) as schema:
-        yield schema
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    """One memory-backed server process for the remote store (started on first use)."""
-    with ServerProcess("memory") as process:
-        yield process
-
 
 @attrs.define
 class Reference:
@@ -494,40 +477,21 @@ def test_random_programs_of_forks_and_branches_match_the_reference(
 async def test_two_hosts_branching_at_once_one_wins_nothing_lost(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    schema = place(backend, request)
-    sid = f"s-{uuid.uuid4().hex[:10]}"
-    async with AsyncExitStack() as stack:
-        store_a, store_b = await stack.enter_async_context(two_stores(backend, tmp_path, schema))
-        host_a = await stack.enter_async_context(open_session_host(store_a))
-        host_b = await stack.enter_async_context(open_session_host(store_b))
-        a = await host_a.create_session(id=sid)
-        await a.append_turns([t("u0"), t("a1", "assistant"), t("u2"), t("a3", "assistant")])
-        b = await host_b.load_session(sid)
-        assert b is not None
-        outcomes: dict[str, BaseException | Branch] = {}
+    async def branch(name: str, s: Session, at: str) -> Branch:
+        return await s.branch(at)
 
-        async def branch(name: str, s: Session, at: str) -> None:
-            try:
-                outcomes[name] = await s.branch(at)
-            except StaleSessionError as exc:
-                outcomes[name] = exc
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(branch, "a", a, "u0")
-            nursery.start_soon(branch, "b", b, "u2")
-        won = [n for n, o in outcomes.items() if isinstance(o, Branch)]
-        lost = [n for n, o in outcomes.items() if isinstance(o, StaleSessionError)]
-        assert len(won) == 1 and len(lost) == 1, outcomes
-        entry = outcomes[won[0]]
+    at = {"a": "u0", "b": "u2"}
+    async with two_hosts_at_once(backend, tmp_path, place(backend, request), branch, at) as race:
+        store_a, sid, loser = race.store_a, race.sid, race.loser
+        entry = race.outcome
         assert isinstance(entry, Branch)
         stored = await store_a.load(sid)
         assert stored is not None
-        assert ids(stored.turns) == ["u0", "a1", "u2", "a3"][: 1 if won == ["a"] else 3]
+        assert ids(stored.turns) == ["u0", "a1", "u2", "a3"][: 1 if race.won == "a" else 3]
         archive = await store_a.load(entry.session_id)
         assert archive is not None and ids(archive.turns) == ["u0", "a1", "u2", "a3"]
         # Only the winner's archive is stored and listed: the loser's was removed.
         assert await list_forks(store_a, sid) == [entry.session_id]
-        loser = {"a": a, "b": b}[lost[0]]
         assert loser.turns == stored.turns and list(loser.branches) == [entry]
         # The loser goes on from what it sees now.
         again = await loser.branch("u0")
