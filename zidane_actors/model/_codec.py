@@ -20,6 +20,7 @@ from ._preview import preview
 __all__ = [
     "Decoder",
     "convert",
+    "convert_or_none",
     "decode",
     "decoder",
     "encode",
@@ -431,6 +432,17 @@ def convert(obj: object, type_: type[T], *, what: str | None = None) -> T:
     except RecursionError:
         raise too_deep(what or _name(type_)) from None
     return result
+
+
+def convert_or_none(obj: object, type_: type[T]) -> T | None:
+    """``obj`` as ``type_`` when it is an object of that shape, else ``None``: for a
+    metadata entry any writer may have touched, where a malformed one counts as absent."""
+    if not isinstance(obj, Mapping):
+        return None
+    try:
+        return convert(obj, type_)
+    except ValidationError:
+        return None
 
 
 def too_deep(what: str) -> ValidationError:

@@ -18,14 +18,14 @@ turns they summarize.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import msgspec
 
 from ..errors import InvalidNameError, ValidationError
 from ._checked import check_values
-from ._codec import convert, to_builtins
+from ._codec import convert_or_none, to_builtins
 from ._ids import validate_id
 from ._preview import preview
 from ._turn_ids import check_unique_turn_ids
@@ -94,13 +94,7 @@ def compaction_of(turn: SessionTurn) -> Compaction | None:
     metadata = turn.metadata
     if turn.role != "command" or metadata is None:
         return None
-    value = metadata.get(COMPACTION_KEY)
-    if not isinstance(value, Mapping):
-        return None
-    try:
-        return convert(value, Compaction)
-    except ValidationError:
-        return None
+    return convert_or_none(metadata.get(COMPACTION_KEY), Compaction)
 
 
 def latest_compaction(turns: Sequence[SessionTurn]) -> tuple[int, int, Compaction] | None:

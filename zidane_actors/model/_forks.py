@@ -25,7 +25,7 @@ from typing import Any, Final
 import msgspec
 
 from ..errors import InvalidNameError, ValidationError
-from ._codec import convert, to_builtins
+from ._codec import convert_or_none, to_builtins
 from ._ids import validate_id
 from ._preview import preview
 from ._turn_ids import check_unique_turn_ids
@@ -83,13 +83,7 @@ def forked_from(session: SessionData | Mapping[str, Any]) -> ForkedFrom | None:
     """The origin a session (or its metadata) records; ``None`` when it is no fork (or the
     entry is malformed)."""
     metadata = session.metadata if isinstance(session, SessionData) else session
-    value = metadata.get(FORKED_FROM_KEY)
-    if not isinstance(value, Mapping):
-        return None
-    try:
-        return convert(value, ForkedFrom)
-    except ValidationError:
-        return None
+    return convert_or_none(metadata.get(FORKED_FROM_KEY), ForkedFrom)
 
 
 def branches_of(metadata: Mapping[str, Any]) -> tuple[Branch, ...]:
@@ -98,13 +92,9 @@ def branches_of(metadata: Mapping[str, Any]) -> tuple[Branch, ...]:
     value = metadata.get(BRANCHES_KEY)
     if not isinstance(value, list):
         return ()
-    found: list[Branch] = []
-    for entry in value:
-        try:
-            found.append(convert(entry, Branch))
-        except ValidationError:
-            continue
-    return tuple(found)
+    return tuple(
+        branch for entry in value if (branch := convert_or_none(entry, Branch)) is not None
+    )
 
 
 def branch_entry(branch: Branch) -> dict[str, JsonValue]:
