@@ -23,6 +23,7 @@ import json
 import math
 import re
 import typing
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -132,6 +133,18 @@ def _scalar(value: object) -> None:
     raise _Refused(f"a {type(value).__name__} is not a JSON value")
 
 
+def _items(items: Iterable[Any], depth: int, check: Callable[[Any, int], None]) -> None:
+    """``check`` each non-scalar item of an array at ``depth``; a refusal names the index."""
+    for index, item in enumerate(items):
+        if type(item) in _SCALARS:
+            continue
+        try:
+            check(item, depth)
+        except _Refused as exc:
+            exc.segments.append(f"[{index}]")
+            raise
+
+
 def _free(value: Any, depth: int) -> None:
     """Check a free-form value sitting under ``depth`` arrays/objects."""
     kind = type(value)
@@ -153,14 +166,7 @@ def _free(value: Any, depth: int) -> None:
         depth += 1
         if depth > MAX_JSON_DEPTH:
             raise _too_deep()
-        for index, item in enumerate(value):
-            if type(item) in _SCALARS:
-                continue
-            try:
-                _free(item, depth)
-            except _Refused as exc:
-                exc.segments.append(f"[{index}]")
-                raise
+        _items(value, depth, _free)
     elif kind is float:
         if not math.isfinite(value):
             raise _Refused(
@@ -241,14 +247,7 @@ def _typed(value: Any, depth: int) -> None:
                 exc.segments.append(f".{json_name}")
                 raise
     elif kind is tuple or kind is list:
-        for index, item in enumerate(value):
-            if type(item) in _SCALARS:
-                continue
-            try:
-                _typed(item, depth)
-            except _Refused as exc:
-                exc.segments.append(f"[{index}]")
-                raise
+        _items(value, depth, _typed)
     elif kind is dict or isinstance(value, dict):
         _free(value, 0)
     else:
