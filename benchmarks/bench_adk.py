@@ -57,7 +57,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from _common import run_workers
 from _realistic import _text  # the seeded word soup the other benchmarks write
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
@@ -299,32 +299,8 @@ async def scoped_worker(url: str, app: str, index: int, events: int) -> None:
 def scoped_run(url: str, processes: int, events: int) -> float:
     """Events/s of ``processes`` workers appending at once to sessions of one user."""
     app = f"scoped_{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--scoped-worker", url, app, str(i), str(events)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in range(processes)
-    ]
-    for proc in procs:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError("a worker failed during setup")
-    start_at = time.time() + 0.2
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write(f"{start_at!r}\n")
-        proc.stdin.flush()
-    reports = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=900)
-        if proc.returncode:
-            raise RuntimeError(f"a worker failed ({proc.returncode})")
-        reports.append(json.loads(out))
+    argvs = [["--scoped-worker", url, app, str(i), str(events)] for i in range(processes)]
+    start_at, reports = run_workers(__file__, argvs, timeout=900)
     span = max(r["end"] for r in reports) - start_at
     asyncio.run(check_scopes(url, app, processes, events))
     return processes * events / span

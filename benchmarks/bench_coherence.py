@@ -19,19 +19,14 @@ from __future__ import annotations
 
 import statistics
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
 import trio
-from psycopg import sql
+from _common import DSN, bench_schema
 
 from zidane_actors.actors import open_session_host
 from zidane_actors.model import SessionData, SessionTurn, TextBlock
 from zidane_actors.stores import open_postgres_store
 
-DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 ROUNDS = 200
 LOADS = 300
 APPENDS = 400
@@ -42,23 +37,13 @@ def turn(turn_id: str) -> SessionTurn:
     return SessionTurn(id=turn_id, role="user", content=(TextBlock(text=TEXT),), created_at=1)
 
 
-@contextmanager
-def schema() -> Iterator[str]:
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    try:
-        yield name
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
 def quantiles(samples: list[float]) -> tuple[float, float]:
     cuts = statistics.quantiles(samples, n=10)
     return statistics.median(samples), cuts[-1]
 
 
 async def notification_delay() -> None:
-    with schema() as name:
+    with bench_schema() as name:
         async with (
             open_postgres_store(DSN, schema=name) as sa,
             open_postgres_store(DSN, schema=name, listen=True) as sb,
@@ -88,7 +73,7 @@ async def notification_delay() -> None:
 
 
 async def cached_load() -> None:
-    with schema() as name:
+    with bench_schema() as name:
         async with open_postgres_store(DSN, schema=name) as store, open_session_host(store) as h:
             session = await h.create_session(id="s")
             await session.append_turns([turn(f"t{i}") for i in range(100)])
@@ -113,7 +98,7 @@ async def cached_load() -> None:
 async def notify_cost() -> None:
     rates: dict[bool, float] = {}
     for listen in (False, True, False, True):
-        with schema() as name:
+        with bench_schema() as name:
             async with open_postgres_store(DSN, schema=name, listen=listen) as store:
                 await store.save(SessionData(id="s", created_at=1, updated_at=1))
                 start = time.perf_counter()

@@ -20,45 +20,21 @@ answers; about 30 s).
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
-import psycopg
 import trio
+from _common import postgres_answers, postgres_store, sqlite_store
 from _realistic import step_turn
-from psycopg import sql
 
 from zidane_actors.actors import SessionHost, open_session_host
 from zidane_actors.model import SessionData, model_view
-from zidane_actors.stores import SessionStore, open_postgres_store, open_sqlite_store
+from zidane_actors.stores import SessionStore
 
-DSN = os.environ.get("ZIDANE_TEST_POSTGRES") or "host=127.0.0.1 port=5432 user=postgres dbname=test"
 TURNS, VIEW, BATCH = 10_000, 20, 500
 ROUNDS, WHOLE_ROUNDS = 300, 5
-
-
-@asynccontextmanager
-async def sqlite() -> AsyncIterator[SessionStore]:
-    with tempfile.TemporaryDirectory() as where:
-        async with open_sqlite_store(Path(where) / "bench.db") as store:
-            yield store
-
-
-@asynccontextmanager
-async def postgres() -> AsyncIterator[SessionStore]:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    try:
-        async with open_postgres_store(DSN, schema=schema) as store:
-            yield store
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def build(host: SessionHost) -> tuple[str, str]:
@@ -115,18 +91,10 @@ async def measure(
     print(f"  for scale, load + model_view of the whole: {statistics.median(wholes) * 1e3:.1f} ms")
 
 
-def postgres_answers() -> bool:
-    try:
-        with psycopg.connect(DSN, connect_timeout=3):
-            return True
-    except psycopg.OperationalError:
-        return False
-
-
 async def main() -> None:
-    await measure("SQLite", sqlite)
+    await measure("SQLite", sqlite_store)
     if postgres_answers():
-        await measure("PostgreSQL", postgres)
+        await measure("PostgreSQL", postgres_store)
     else:
         print("\nPostgreSQL: skipped (none answers on DSN)")
 

@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import trio
-from psycopg import sql
+from _common import postgres_store
 
 from zidane_actors.actors import open_store_actor
 from zidane_actors.model import SessionData, SessionTurn, TextBlock
-from zidane_actors.stores import SessionStore, StoreWrite, open_postgres_store
+from zidane_actors.stores import StoreWrite
 
-DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 SESSIONS, TURNS_EACH, MAX_BATCH = 500, 4, 1024
 WRITERS, APPENDS_EACH = 50, 20
 TEXT = "A durable turn of a conversation, about one line of text long. " * 2
@@ -47,17 +44,6 @@ def turn(owner: int, i: int) -> SessionTurn:
 
 def header(sid: str) -> SessionData:
     return SessionData(id=sid, created_at=1, updated_at=1)
-
-
-@asynccontextmanager
-async def postgres() -> AsyncIterator[SessionStore]:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    try:
-        async with open_postgres_store(DSN, schema=schema) as store:
-            yield store
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def baseline_opener(tmp: Path) -> tuple[str, Opener]:
@@ -120,7 +106,7 @@ async def main() -> None:
             (f"{WRITERS} writers x {APPENDS_EACH} direct append_turns calls", direct),
         ):
             base = await scenario(baseline)
-            ours = await scenario(postgres)
+            ours = await scenario(postgres_store)
             print(f"\n{title}")
             print(f"  {name:>16}: {base:10.0f} turns/s")
             print(f"  {'postgres':>16}: {ours:10.0f} turns/s")

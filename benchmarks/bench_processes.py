@@ -18,25 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import trio
+from _common import DSN, bench_schema, run_workers
 from _realistic import step_turn
 
 from zidane_actors.actors import open_session_host
 from zidane_actors.stores import SessionStore, open_postgres_store, open_sqlite_store
 
-DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 SESSIONS = 250  # per process
 APPENDS = 3
 TARGET = 0.7
@@ -75,45 +71,13 @@ async def worker(kind: str, where: str, index: int) -> dict[str, float]:
 
 def run_round(kind: str, where: str, processes: int) -> float:
     """Turns/s of ``processes`` workers appending at once, once every one is set up."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--worker", kind, where, str(i)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in range(processes)
-    ]
-    for proc in procs:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"a {kind} worker failed during setup")
-    start_at = time.time() + 0.2
-    reports: list[dict[str, Any]] = []
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write(f"{start_at!r}\n")
-        proc.stdin.flush()
-    for proc in procs:
-        out, _ = proc.communicate(timeout=600)
-        if proc.returncode:
-            raise RuntimeError(f"a {kind} worker failed ({proc.returncode})")
-        reports.append(json.loads(out))
+    argvs = [["--worker", kind, where, str(i)] for i in range(processes)]
+    start_at, reports = run_workers(__file__, argvs, timeout=600)
     late = max(r["begin"] for r in reports) - start_at
     if late > 0.1:
         print(f"   (a {kind} worker started {late:.2f} s late)")
     span = max(r["end"] for r in reports) - start_at
     return processes * SESSIONS * APPENDS / span
-
-
-def drop_schema(schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def main(processes: int, rounds: int) -> None:
@@ -130,11 +94,8 @@ def main(processes: int, rounds: int) -> None:
                 if kind == "sqlite":
                     found[kind] = run_round(kind, str(Path(tmp) / f"r{r}.db"), processes)
                 else:
-                    schema = f"bench_{uuid.uuid4().hex[:12]}"
-                    try:
+                    with bench_schema() as schema:
                         found[kind] = run_round(kind, schema, processes)
-                    finally:
-                        drop_schema(schema)
             ratios.append(found["postgres"] / found["sqlite"])
             print(
                 f"   round {r + 1}: sqlite {found['sqlite']:,.0f} turns/s,"
