@@ -14,7 +14,7 @@ import functools
 import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 import outcome
@@ -54,7 +54,6 @@ from ..model import (
     validate_id,
     validate_request_id,
 )
-from ..model._checked import CheckedTurns
 from ..model._codec import encode_checked
 from ..model._compaction import model_view
 from ._edits import TurnsEdits
@@ -74,6 +73,7 @@ from ._validate import (
     check_ids,
     check_send_claim,
     checked,
+    checked_append,
     checked_header,
     checked_int,
     checked_items,
@@ -87,8 +87,6 @@ __all__ = ["MemoryStore", "create_memory_store", "open_memory_store"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
-
-_TURN: Final = model.decoder(SessionTurn)
 
 
 def _copy(value: T, type_: type[T]) -> T:
@@ -265,15 +263,7 @@ class MemoryStore(TurnsEdits):
         options: AppendTurnsOptions | None = None,
     ) -> None:
         validate_id(session_id)
-        unchecked: tuple[SessionTurn, ...] = ()
-        if type(turns) is CheckedTurns:  # checked already: copies decoded from its bodies
-            new_turns = tuple(map(_TURN.decode, turns.bodies))
-        else:
-            new_turns = unchecked = checked_items(turns, SessionTurn, "turns")
-        run = None
-        if options is not None:
-            run = checked(options, AppendTurnsOptions, "append options").run
-        check_ids(unchecked, () if run is None else (run,))
+        new_turns, run = checked_append(turns, options)
         stored = self._sessions.get(session_id)
         if stored is None:
             raise SessionNotFoundError(

@@ -28,6 +28,7 @@ from ..model import (
     preview,
     validate_id,
 )
+from ..model._checked import CheckedTurns
 from ..model._codec import encode_checked
 from ._protocol import HistoryMutation, TurnsMutation
 
@@ -37,6 +38,7 @@ __all__ = [
     "check_fire_ids",
     "check_ids",
     "checked",
+    "checked_append",
     "checked_header",
     "checked_int",
     "checked_items",
@@ -51,6 +53,7 @@ __all__ = [
 T = TypeVar("T")
 
 _STATUSES: Final = frozenset(get_args(SessionStatus))
+_TURN: Final = model.decoder(model.SessionTurn)
 
 
 def turns_only(mutate: TurnsMutation) -> HistoryMutation:
@@ -157,6 +160,25 @@ def check_ids(turns: Sequence[model.SessionTurn], runs: Sequence[model.SessionRu
     check_unique_turn_ids(turns)
     for i, run in enumerate(runs):
         validate_id(run.id, what=f"run id at $.runs[{i}]")
+
+
+def checked_append(
+    turns: Sequence[model.SessionTurn], options: model.AppendTurnsOptions | None
+) -> tuple[tuple[model.SessionTurn, ...], model.SessionRun | None]:
+    """Validated copies of an append's turns (ids safe and distinct) and its run.
+
+    A ``CheckedTurns`` was checked already: its copies are decoded from its bodies.
+    """
+    unchecked: tuple[model.SessionTurn, ...] = ()
+    if type(turns) is CheckedTurns:
+        valid = tuple(map(_TURN.decode, turns.bodies))
+    else:
+        valid = unchecked = checked_items(turns, model.SessionTurn, "turns")
+    run = None
+    if options is not None:
+        run = checked(options, model.AppendTurnsOptions, "append options").run
+    check_ids(unchecked, () if run is None else (run,))
+    return valid, run
 
 
 def check_artifact_ids(artifact: model.SessionArtifact) -> None:
