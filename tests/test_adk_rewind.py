@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import pytest
 from _pg import fresh_database
 
@@ -33,7 +32,6 @@ from google.adk.artifacts import InMemoryArtifactService
 from google.adk.errors._invocation_not_found_error import InvocationNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions, EventCompaction
-from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.platform import time as platform_time
@@ -43,6 +41,7 @@ from google.adk.sessions import BaseSessionService
 from google.adk.sessions.database_session_service import DatabaseSessionService
 from google.adk.tools import ToolContext
 from google.genai import types
+from test_adk import ScriptedModel
 
 from zidane_actors.integrations.adk import ZidaneSessionService
 from zidane_actors.model import TextBlock
@@ -53,20 +52,6 @@ T0 = 1_700_000_000.0
 APP, USER, SID = "notes", "ada", "s1"
 
 Program = Callable[["Harness"], Awaitable[None]]
-
-
-class Scripted(BaseLlm):
-    """Answers each call with the next script entry and records what it was sent."""
-
-    model: str = "scripted-1"
-    script: list[LlmResponse]
-    requests: list[LlmRequest] = pydantic.Field(default_factory=list)
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncIterator[LlmResponse]:
-        self.requests.append(llm_request)
-        yield self.script.pop(0)
 
 
 def usage(prompt: int) -> types.GenerateContentResponseUsageMetadata:
@@ -134,8 +119,8 @@ class Harness:
 
     def __init__(self, service: BaseSessionService, script: list[LlmResponse]) -> None:
         self.service = service
-        self.model = Scripted(script=script)
-        self.summarizer = Scripted(script=[])
+        self.model = ScriptedModel(script=script)
+        self.summarizer = ScriptedModel(script=[])
         self.answers: list[Any] = []
         self.invocations: list[str] = []
         self.config: EventsCompactionConfig | None = None
