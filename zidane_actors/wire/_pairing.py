@@ -230,6 +230,14 @@ def _reuse_unchanged(
 # ---------------------------------------------------------------- persist-safe heal
 
 
+def _seen_before(seen: set[str], ident: str) -> bool:
+    """Whether ``ident`` is in ``seen`` already; a first sighting is added to it."""
+    if ident in seen:
+        return True
+    seen.add(ident)
+    return False
+
+
 @diagnosed("turns")
 def drop_invalid_tool_pairings(
     turns: Sequence[T],
@@ -262,26 +270,22 @@ def drop_invalid_tool_pairings(
     drops: list[PairingDrop] = []
     removed: dict[int, set[int]] = {}
 
+    def record(i: int, j: int, kind: PairingDropKind, call_id: str) -> None:
+        removed.setdefault(i, set()).add(j)
+        drops.append(PairingDrop(i, kind, call_id))
+
     seen_calls: dict[str | None, set[str]] = {}
     for i, turn in enumerate(turns):
         seen = seen_calls.setdefault(lane(turn), set())
         for j, block in enumerate(turn.content):
-            if isinstance(block, ToolCallBlock):
-                if block.id in seen:
-                    removed.setdefault(i, set()).add(j)
-                    drops.append(PairingDrop(i, "duplicate-tool-call", block.id))
-                else:
-                    seen.add(block.id)
+            if isinstance(block, ToolCallBlock) and _seen_before(seen, block.id):
+                record(i, j, "duplicate-tool-call", block.id)
 
     for i, turn in enumerate(turns):
         seen_results: set[str] = set()
         for j, block in enumerate(turn.content):
-            if isinstance(block, ToolResultBlock):
-                if block.call_id in seen_results:
-                    removed.setdefault(i, set()).add(j)
-                    drops.append(PairingDrop(i, "duplicate-tool-result", block.call_id))
-                else:
-                    seen_results.add(block.call_id)
+            if isinstance(block, ToolResultBlock) and _seen_before(seen_results, block.call_id):
+                record(i, j, "duplicate-tool-result", block.call_id)
 
     preceding_calls: dict[str | None, set[str]] = {}
     for i, turn in enumerate(turns):
@@ -290,8 +294,7 @@ def drop_invalid_tool_pairings(
         calls = preceding_calls.get(key, set())
         for j, block in enumerate(turn.content):
             if isinstance(block, ToolResultBlock) and j not in gone and block.call_id not in calls:
-                removed.setdefault(i, set()).add(j)
-                drops.append(PairingDrop(i, "orphan-tool-result", block.call_id))
+                record(i, j, "orphan-tool-result", block.call_id)
         if turn.role == "assistant":
             preceding_calls[key] = {
                 b.id
