@@ -71,6 +71,14 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(os.environ.get("ZIDANE_UI_SCREENSHOT_DIR") or tmp_path_factory.mktemp("shots"))
 
 
+@pytest.fixture(params=WIDTHS)
+def width(browser: WebDriver, request: pytest.FixtureRequest) -> Iterator[int]:
+    """The window's width for one test (each of ``WIDTHS``), set back afterwards."""
+    browser.set_window_size(request.param, 1000)
+    yield request.param
+    browser.set_window_size(1280, 1600)
+
+
 def _shot(driver: WebDriver, path: Path) -> None:
     """Save a screenshot, check it is not blank, and that the page never scrolls sideways."""
     assert driver.save_screenshot(str(path))
@@ -81,91 +89,80 @@ def _shot(driver: WebDriver, path: Path) -> None:
     assert scroll <= width + 2, (path.name, scroll, width)
 
 
-@pytest.mark.parametrize("width", WIDTHS)
 def test_failed_sessions_tokens_and_cost_in_the_list(
     browser: WebDriver, server: ServerProcess, shots: Path, width: int
 ) -> None:
-    browser.set_window_size(width, 1000)
-    try:
-        _open(browser, f"{server.url}/ui/", "sessions")
-        ids = _session_ids(browser)
-        assert ids[:5] == ["door-1", "bad-2", "bad-1", "ok-1", "stale-1"]
-        assert not [i for i in ids if i.startswith("adk-")]  # scope sessions left out
-        ok = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='ok-1']")
-        assert ok.find_element(By.CSS_SELECTOR, "td.tokens").text == "150"
-        assert ok.find_element(By.CSS_SELECTOR, "td.cost").text == "$0.0100"
-        assert ok.find_element(By.CSS_SELECTOR, "td.cost").is_displayed()
-        stale = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='stale-1']")
-        assert "stale (owner gone)" in stale.text
-        _shot(browser, shots / f"runs-list-{width}.png")
+    _open(browser, f"{server.url}/ui/", "sessions")
+    ids = _session_ids(browser)
+    assert ids[:5] == ["door-1", "bad-2", "bad-1", "ok-1", "stale-1"]
+    assert not [i for i in ids if i.startswith("adk-")]  # scope sessions left out
+    ok = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='ok-1']")
+    assert ok.find_element(By.CSS_SELECTOR, "td.tokens").text == "150"
+    assert ok.find_element(By.CSS_SELECTOR, "td.cost").text == "$0.0100"
+    assert ok.find_element(By.CSS_SELECTOR, "td.cost").is_displayed()
+    stale = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='stale-1']")
+    assert "stale (owner gone)" in stale.text
+    _shot(browser, shots / f"runs-list-{width}.png")
 
-        browser.find_element(By.NAME, "failed").click()
-        browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
-        _until(browser, lambda d: "failed=1" in d.current_url)
-        _open(browser, browser.current_url, "sessions")
-        assert _session_ids(browser) == ["bad-2", "bad-1"]
-        mark = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='bad-1'] .failed-mark")
-        assert mark.is_displayed() and mark.text == "✕ 1"
-        _shot(browser, shots / f"runs-list-failed-{width}.png")
+    browser.find_element(By.NAME, "failed").click()
+    browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    _until(browser, lambda d: "failed=1" in d.current_url)
+    _open(browser, browser.current_url, "sessions")
+    assert _session_ids(browser) == ["bad-2", "bad-1"]
+    mark = browser.find_element(By.CSS_SELECTOR, "tr[data-session-id='bad-1'] .failed-mark")
+    assert mark.is_displayed() and mark.text == "✕ 1"
+    _shot(browser, shots / f"runs-list-failed-{width}.png")
 
-        _open(browser, f"{server.url}/ui/?scopes=1", "sessions")
-        assert {"adk-app:shop", "adk-user:shop:u1"} <= set(_session_ids(browser))
-    finally:
-        browser.set_window_size(1280, 1600)
+    _open(browser, f"{server.url}/ui/?scopes=1", "sessions")
+    assert {"adk-app:shop", "adk-user:shop:u1"} <= set(_session_ids(browser))
 
 
-@pytest.mark.parametrize("width", WIDTHS)
 def test_the_timeline_and_the_summary_render(
     browser: WebDriver, server: ServerProcess, shots: Path, width: int
 ) -> None:
-    browser.set_window_size(width, 1000)
-    try:
-        _open(browser, f"{server.url}/ui/sessions/bad-2", "session")
-        rows = browser.find_elements(By.CSS_SELECTOR, "table.waterfall tr.span")
-        assert [r.get_attribute("class") for r in rows] == [
-            "span span-model",
-            "span span-tool span-failed",
-            "span span-model",
-        ]
-        bars = browser.find_elements(By.CSS_SELECTOR, "table.waterfall rect.bar")
-        widths = [b.rect["width"] for b in bars]
-        assert all(w > 0 for w in widths) and widths[0] > widths[1], widths  # 1.2 s > 0.5 s
-        assert rows[1].find_elements(By.TAG_NAME, "td")[2].text == "500 ms"
-        timeline = browser.find_element(By.CSS_SELECTOR, "section.timeline")
-        browser.execute_script("arguments[0].scrollIntoView()", timeline)
-        _shot(browser, shots / f"runs-timeline-{width}.png")
+    _open(browser, f"{server.url}/ui/sessions/bad-2", "session")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.waterfall tr.span")
+    assert [r.get_attribute("class") for r in rows] == [
+        "span span-model",
+        "span span-tool span-failed",
+        "span span-model",
+    ]
+    bars = browser.find_elements(By.CSS_SELECTOR, "table.waterfall rect.bar")
+    widths = [b.rect["width"] for b in bars]
+    assert all(w > 0 for w in widths) and widths[0] > widths[1], widths  # 1.2 s > 0.5 s
+    assert rows[1].find_elements(By.TAG_NAME, "td")[2].text == "500 ms"
+    timeline = browser.find_element(By.CSS_SELECTOR, "section.timeline")
+    browser.execute_script("arguments[0].scrollIntoView()", timeline)
+    _shot(browser, shots / f"runs-timeline-{width}.png")
 
-        # A run the door recorded: each call drawn at its own start, for its own length.
-        _open(browser, f"{server.url}/ui/sessions/door-1", "session")
-        timeline = browser.find_element(By.CSS_SELECTOR, "section.timeline")
-        assert "Times as its framework measured each call." in timeline.text
-        rows = browser.find_elements(By.CSS_SELECTOR, "table.waterfall tr.span")
-        assert [r.get_attribute("class") for r in rows] == [
-            "span span-model",
-            "span span-tool span-failed",
-            "span span-model",
-        ]
-        assert "forecast" in rows[1].text and rows[1].text.count(" ms") == 2
-        starts = [b.rect["x"] for b in browser.find_elements(By.CSS_SELECTOR, "rect.bar")]
-        assert starts == sorted(starts) and starts[0] < starts[2], starts
-        browser.execute_script("arguments[0].scrollIntoView()", timeline)
-        _shot(browser, shots / f"runs-timeline-door-{width}.png")
+    # A run the door recorded: each call drawn at its own start, for its own length.
+    _open(browser, f"{server.url}/ui/sessions/door-1", "session")
+    timeline = browser.find_element(By.CSS_SELECTOR, "section.timeline")
+    assert "Times as its framework measured each call." in timeline.text
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.waterfall tr.span")
+    assert [r.get_attribute("class") for r in rows] == [
+        "span span-model",
+        "span span-tool span-failed",
+        "span span-model",
+    ]
+    assert "forecast" in rows[1].text and rows[1].text.count(" ms") == 2
+    starts = [b.rect["x"] for b in browser.find_elements(By.CSS_SELECTOR, "rect.bar")]
+    assert starts == sorted(starts) and starts[0] < starts[2], starts
+    browser.execute_script("arguments[0].scrollIntoView()", timeline)
+    _shot(browser, shots / f"runs-timeline-door-{width}.png")
 
-        _open(browser, f"{server.url}/ui/", "sessions")
-        browser.find_element(By.CSS_SELECTOR, ".summary-link a").click()
-        _until(browser, lambda d: "/ui/summary" in d.current_url)
-        _open(browser, browser.current_url, "summary")
-        agents = browser.find_elements(By.CSS_SELECTOR, "table.per-agent tbody tr")
-        names = [r.find_element(By.TAG_NAME, "td").text for r in agents]
-        assert names == ["alpha", "beta", "weather"]
-        cells = [td.text for td in agents[0].find_elements(By.TAG_NAME, "td")]
-        assert cells == ["alpha", "3", "1", "156", "$0.0120"]
-        days = browser.find_elements(By.CSS_SELECTOR, "table.per-day tbody tr")
-        assert len(days) == 3  # the door's run is today's
-        assert (
-            "every session that matches"
-            in browser.find_element(By.CSS_SELECTOR, ".summary-scope").text
-        )
-        _shot(browser, shots / f"runs-summary-{width}.png")
-    finally:
-        browser.set_window_size(1280, 1600)
+    _open(browser, f"{server.url}/ui/", "sessions")
+    browser.find_element(By.CSS_SELECTOR, ".summary-link a").click()
+    _until(browser, lambda d: "/ui/summary" in d.current_url)
+    _open(browser, browser.current_url, "summary")
+    agents = browser.find_elements(By.CSS_SELECTOR, "table.per-agent tbody tr")
+    names = [r.find_element(By.TAG_NAME, "td").text for r in agents]
+    assert names == ["alpha", "beta", "weather"]
+    cells = [td.text for td in agents[0].find_elements(By.TAG_NAME, "td")]
+    assert cells == ["alpha", "3", "1", "156", "$0.0120"]
+    days = browser.find_elements(By.CSS_SELECTOR, "table.per-day tbody tr")
+    assert len(days) == 3  # the door's run is today's
+    assert (
+        "every session that matches" in browser.find_element(By.CSS_SELECTOR, ".summary-scope").text
+    )
+    _shot(browser, shots / f"runs-summary-{width}.png")
