@@ -21,7 +21,7 @@ import json
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -165,6 +165,10 @@ def conversation_answer(canon: Canon, conversation: Conversation | None) -> Any:
     )
 
 
+def records_answer(canon: Canon, records: list[ConversationRecord]) -> list[tuple[Any, ...]]:
+    return [record_answer(canon, record) for record in records]
+
+
 def entries_answer(canon: Canon, entries: list[ConversationEntry] | None) -> Any:
     if entries is None:
         return None
@@ -222,19 +226,44 @@ PROGRAMS = st.builds(
 )
 
 
+Key = tuple[int, int]
+"""A handle's slot and copy."""
+
+
 @dataclasses.dataclass
 class Side:
     """One store as a client program drives it."""
 
     store: ConversationStore
     canon: Canon = dataclasses.field(default_factory=Canon)
-    handles: dict[tuple[int, int], Conversation | None] = dataclasses.field(default_factory=dict)
+    handles: dict[Key, Conversation | None] = dataclasses.field(default_factory=dict)
 
-    def handle(self, key: tuple[int, int]) -> Conversation:
+    def handle(self, key: Key) -> Conversation:
         return self.handles.get(key) or Conversation(conversation_id=SLOTS[key[0]])
 
     def entry(self, token: int | None) -> str | None:
         return None if token is None else self.canon.real(f"E{token}")
+
+    async def answer(
+        self, call: Awaitable[Any], shown: Callable[[Canon, Any], Any], keep: Key | None = None
+    ) -> Any:
+        """``answer(self, call)``, its value as ``shown`` tells (and kept as the handle at
+        ``keep``) where it is one."""
+        got = await answer(self, call)
+        if got[0] == "ok":
+            if keep is not None:
+                self.handles[keep] = got[1]
+            got = ("ok", shown(self.canon, got[1]))
+        return got
+
+    async def save(self, saving: Any, key: Key, held: Conversation, **options: Any) -> Any:
+        """What saving ``saving`` (a run's result or a conversation) answers; once saved,
+        ``held`` is the handle at ``key``."""
+        saved = await answer(self, self.store.save(saving, **options))
+        if saved[0] == "ok":
+            self.handles[key] = held
+            saved = ("ok", entries_answer(self.canon, saved[1]))
+        return saved
 
 
 async def answer(side: Side, call: Awaitable[Any]) -> Any:
@@ -270,10 +299,7 @@ async def run_op(op: tuple[Any, ...], lead: Side, follow: Side) -> None:
         followed.all_messages()[start:] = copy.deepcopy(led.all_messages()[start:])
         assert followed.conversation.messages == led.conversation.messages
         for side, result in ((lead, led), (follow, followed)):
-            saved = await answer(side, side.store.save(result, scope=save_scope))
-            if saved[0] == "ok":
-                side.handles[key] = result.conversation
-                saved = ("ok", entries_answer(side.canon, saved[1]))
+            saved = await side.save(result, key, result.conversation, scope=save_scope)
             answers.append((saved, conversation_answer(side.canon, result.conversation)))
     elif kind == "edit":
         _, at, copy_of, keep = op
@@ -290,10 +316,7 @@ async def run_op(op: tuple[Any, ...], lead: Side, follow: Side) -> None:
                 conversation_id=held.conversation_id,
                 revision=held.revision,
             )
-            saved = await answer(side, side.store.save(edited))
-            if saved[0] == "ok":
-                side.handles[key] = edited
-                saved = ("ok", entries_answer(side.canon, saved[1]))
+            saved = await side.save(edited, key, edited)
             answers.append((saved, conversation_answer(side.canon, edited)))
     elif kind == "serialized":
         _, at, copy_of = op
@@ -301,70 +324,47 @@ async def run_op(op: tuple[Any, ...], lead: Side, follow: Side) -> None:
         for side in (lead, follow):
             held = side.handle(key)
             again = ConversationTypeAdapter.validate_json(ConversationTypeAdapter.dump_json(held))
-            saved = await answer(side, side.store.save(again))
-            if saved[0] == "ok":
-                side.handles[key] = again
-                saved = ("ok", entries_answer(side.canon, saved[1]))
-            answers.append(saved)
+            answers.append(await side.save(again, key, again))
     elif kind == "load":
         _, at, copy_of, most, where = op
         for side in (lead, follow):
-            got = await answer(side, side.store.load(SLOTS[at], limit=most, scope=where))
-            if got[0] == "ok":
-                side.handles[(at, copy_of)] = got[1]
-                got = ("ok", conversation_answer(side.canon, got[1]))
-            answers.append(got)
+            loading = side.store.load(SLOTS[at], limit=most, scope=where)
+            answers.append(await side.answer(loading, conversation_answer, (at, copy_of)))
     elif kind == "entries":
         _, at, most, where = op
         for side in (lead, follow):
-            got = await answer(side, side.store.load_entries(SLOTS[at], limit=most, scope=where))
-            if got[0] == "ok":
-                got = ("ok", entries_answer(side.canon, got[1]))
-            answers.append(got)
+            loading = side.store.load_entries(SLOTS[at], limit=most, scope=where)
+            answers.append(await side.answer(loading, entries_answer))
     elif kind == "branch":
         _, at, copy_of, (keep, token), stale_free, where = op
         for side in (lead, follow):
             loaded = side.handles.get((at, copy_of))
             revision = loaded.revision if loaded is not None and stale_free else None
-            got = await answer(
-                side,
-                side.store.branch(
-                    SLOTS[at],
-                    at=keep,
-                    from_entry=side.entry(token),
-                    expected_revision=revision,
-                    scope=where,
-                ),
+            branching = side.store.branch(
+                SLOTS[at],
+                at=keep,
+                from_entry=side.entry(token),
+                expected_revision=revision,
+                scope=where,
             )
-            if got[0] == "ok":
-                side.handles[(at, copy_of)] = got[1]
-                got = ("ok", conversation_answer(side.canon, got[1]))
-            answers.append(got)
+            answers.append(await side.answer(branching, conversation_answer, (at, copy_of)))
     elif kind == "fork":
         _, source, target, copy_of, (keep, token), where, source_scope = op
         for side in (lead, follow):
-            got = await answer(
-                side,
-                side.store.fork(
-                    SLOTS[source],
-                    at=keep,
-                    from_entry=side.entry(token),
-                    new_conversation_id=SLOTS[target],
-                    scope=where,
-                    source_scope=source_scope,
-                ),
+            forking = side.store.fork(
+                SLOTS[source],
+                at=keep,
+                from_entry=side.entry(token),
+                new_conversation_id=SLOTS[target],
+                scope=where,
+                source_scope=source_scope,
             )
-            if got[0] == "ok":
-                side.handles[(target, copy_of)] = got[1]
-                got = ("ok", conversation_answer(side.canon, got[1]))
-            answers.append(got)
+            answers.append(await side.answer(forking, conversation_answer, (target, copy_of)))
     elif kind == "list":
         _, where, most = op
         for side in (lead, follow):
-            got = await answer(side, side.store.list_conversations(scope=where, limit=most))
-            if got[0] == "ok":
-                got = ("ok", [record_answer(side.canon, record) for record in got[1]])
-            answers.append(got)
+            listing = side.store.list_conversations(scope=where, limit=most)
+            answers.append(await side.answer(listing, records_answer))
     elif kind == "update":
         _, at, new_title, new_metadata, expected_title, where = op
         given: dict[str, Any] = {}
@@ -376,10 +376,8 @@ async def run_op(op: tuple[Any, ...], lead: Side, follow: Side) -> None:
             if value != UNSET:
                 given[name] = copy.deepcopy(value)
         for side in (lead, follow):
-            got = await answer(side, side.store.update(SLOTS[at], scope=where, **given))
-            if got[0] == "ok":
-                got = ("ok", record_answer(side.canon, got[1]))
-            answers.append(got)
+            updating = side.store.update(SLOTS[at], scope=where, **given)
+            answers.append(await side.answer(updating, record_answer))
     elif kind == "delete":
         _, at, where = op
         for side in (lead, follow):
