@@ -20,6 +20,7 @@ import msgspec
 import outcome
 import pytest
 import trio
+from _sqlite import assert_current, old_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
@@ -45,10 +46,8 @@ from zidane_actors.model import (
 from zidane_actors.stores import MemoryStore, SQLiteStore, StoreWrite, open_sqlite_store
 from zidane_actors.stores.sqlite._rows import _turn_json
 from zidane_actors.stores.sqlite._schema import (
-    MIGRATIONS,
     SCHEMA_VERSION,
     index_pending,
-    migrate,
 )
 
 # What list_meta answered before schema v4, from the child tables on every call.
@@ -252,21 +251,11 @@ async def test_aggregates_equal_recomputed_after_any_program(
                 assert row.artifact_count == theirs.artifact_count
 
 
-def _old_file(db: Path, version: int, sessions: str) -> sqlite3.Connection:
-    """A file at schema ``version`` holding the ``sessions`` rows (SQL values), left open."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    assert migrate(conn, str(db), MIGRATIONS[:version]) == version
-    conn.execute(
-        f"INSERT INTO sessions (id, status, metadata, created_at, updated_at) VALUES {sessions}"
-    )
-    return conn
-
-
 async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
     """A v3 file opens at v5 with every session's aggregates computed, silently (no data
     changes), answering the rows v3 answered; later writes keep them."""
     db = tmp_path / "v3.db"
-    conn = _old_file(
+    conn = old_file(
         db,
         3,
         "('a', 'idle', '{}', 1, 3), ('b', 'idle', '{\"title\":\"b\"}', 1, 2),"
@@ -313,7 +302,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
     """A v4 file opens at v5 without ``turns_by_role``, its aggregates untouched; deleting a
     first user turn then finds the next one past it, by any path."""
     db = tmp_path / "v4.db"
-    conn = _old_file(db, 4, "('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 1)")
+    conn = old_file(db, 4, "('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 1)")
     a = [
         make_turn(0, "assistant"),
         make_turn(1),
@@ -339,15 +328,7 @@ async def test_v4_file_is_migrated_without_the_role_index(tmp_path: Path) -> Non
             assert meta is not None and meta.first_user_turn == make_turn(3)
             assert meta.user_message_count == 2
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
-        indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
-        assert indexes == {
-            "turns_by_session",
-            "turns_by_id",
-            "turns_commands",
-            "turns_runs",
-            "turns_user",
-        }
+        assert_current(conn)
         assert conn.execute(_STORED).fetchall() == [("a", 4, 2, 0, 0, 2), ("b", 2, 1, 0, 0, 1)]
         conn.execute("DELETE FROM turns WHERE session_id = 'a' AND seq = 2")
         assert conn.execute(_STORED).fetchall()[0] == ("a", 3, 1, 0, 0, 3)
@@ -429,7 +410,7 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
     the index then stays equal to the rows through appends, rewrites, header edits and
     deletes, by any path (the store's methods or another program's SQL)."""
     db = tmp_path / "v5.db"
-    conn = _old_file(
+    conn = old_file(
         db, 5, "('a', 'idle', '{\"title\":\"Quarterly plan\"}', 1, 2), ('b', 'idle', '{}', 1, 1)"
     )
     tool = SessionTurn(

@@ -13,6 +13,7 @@ import msgspec
 import outcome
 import pytest
 import trio
+from _sqlite import assert_current, old_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_contract import StoreContract, StoreOpener, make_session
@@ -502,12 +503,7 @@ async def test_migrations(tmp_path: Path) -> None:
 async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> None:
     """A v1 file (turns clustered by session) opens at the current version with the same history."""
     db = tmp_path / "v1.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    assert migrate(conn, str(db), MIGRATIONS[:1]) == 1
-    conn.execute(
-        "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
-        " VALUES ('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 2)"
-    )
+    conn = old_file(db, 1, "('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 2)")
     conn.executemany(
         "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
         [
@@ -524,15 +520,7 @@ async def test_v1_database_is_migrated_keeping_every_turn(tmp_path: Path) -> Non
         meta = await store.get_meta("b")
         assert meta is not None and meta.turn_count == 3
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
-        indexes = {r[1] for r in conn.execute("PRAGMA index_list(turns)")}
-        assert indexes == {
-            "turns_by_session",
-            "turns_by_id",
-            "turns_commands",
-            "turns_runs",
-            "turns_user",
-        }
+        assert_current(conn)
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(
                 "INSERT INTO turns (session_id, seq, id, role, body)"
@@ -544,12 +532,7 @@ async def test_v11_file_gains_forks_that_share_its_rows(tmp_path: Path) -> None:
     """Schema v12: a v11 file opens with the ``forks`` table; its sessions fork, and the
     fork's turns stay the source's rows until the source is rewritten."""
     db = tmp_path / "v11.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    assert migrate(conn, str(db), MIGRATIONS[:11]) == 11
-    conn.execute(
-        "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
-        " VALUES ('a', 'idle', '{}', 1, 2)"
-    )
+    conn = old_file(db, 11, "('a', 'idle', '{}', 1, 2)")
     conn.executemany(
         "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', ?, ?, 'user', ?)",
         [(i, f"t{i}", msgspec.json.encode(turn(i))) for i in range(3)],
@@ -570,12 +553,7 @@ async def test_v11_file_gains_forks_that_share_its_rows(tmp_path: Path) -> None:
 async def test_v2_duplicate_turn_ids_are_merged_without_losing_a_turn(tmp_path: Path) -> None:
     """Schema v3: identical repeats collapse, differing ones are renamed, order kept, warned."""
     db = tmp_path / "v2.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    assert migrate(conn, str(db), MIGRATIONS[:2]) == 2
-    conn.execute(
-        "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
-        " VALUES ('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 2)"
-    )
+    conn = old_file(db, 2, "('a', 'idle', '{}', 1, 2), ('b', 'idle', '{}', 1, 2)")
     other = msgspec.structs.replace(turn(1), role="assistant")
     rows = [("a", turn(0)), ("a", turn(1)), ("a", turn(1)), ("a", other), ("a", turn(2))]
     rows += [("b", turn(0)), ("b", turn(1))]
