@@ -12,7 +12,7 @@ Two hosts over one PostgreSQL schema, each through its own store object:
    notify trigger installed, against a schema without it.
 
 Run: ``.venv/bin/python benchmarks/bench_coherence.py`` (PostgreSQL at
-127.0.0.1:5432, database ``test``; about 20 s).
+127.0.0.1:5432, database ``test``, or ``ZIDANE_TEST_POSTGRES``; about 20 s).
 """
 
 from __future__ import annotations

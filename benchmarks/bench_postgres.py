@@ -10,7 +10,7 @@ Both stores run the same workload in this run, with durable commits (SQLite
 
 SQLite is the baseline (the memory store when the SQLite store is missing,
 said in the output). Run: ``.venv/bin/python benchmarks/bench_postgres.py``
-(PostgreSQL at 127.0.0.1:5432, database ``test``; about 20 s).
+(PostgreSQL at 127.0.0.1:5432, database ``test``, or ``ZIDANE_TEST_POSTGRES``; about 20 s).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ other (all sessions at once). Setup (opening, creating sessions) is untimed:
 once every worker reports it ready, the parent sends them one wall-clock
 instant to start appending at, and reports all the turns over the span from
 that instant to the last worker's end. SQLite: one WAL file
-(``durability="full"``); PostgreSQL: one schema at 127.0.0.1:5432 (default
-``synchronous_commit``). Rounds alternate the two and the ratio is the median.
+(``durability="full"``); PostgreSQL: one schema at 127.0.0.1:5432 or
+``ZIDANE_TEST_POSTGRES`` (default ``synchronous_commit``). Rounds alternate the two
+and the ratio is the median.
 Target (issue 14): PostgreSQL >= 0.7x SQLite.
 
 Run: ``.venv/bin/python benchmarks/bench_processes.py [--processes N] [--rounds N]``.
