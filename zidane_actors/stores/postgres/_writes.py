@@ -70,18 +70,23 @@ __all__ = []
 # Row access (synchronous, inside one transaction on the given cursor)
 
 
+_NO_KEY: Final = "FOR NO KEY UPDATE"
+"""How a write locks its session's row: it never changes the id, so the key-share locks of
+rows referring to it (the indexer's ``more_words``) neither wait for it nor hold it up."""
+
+
 def _lock_header(cur: _Cursor, session_id: str) -> tuple[Any, ...] | None:
     cur.execute(
         "SELECT status, run_owner::text, updated_at, metadata"
-        " FROM sessions WHERE id = %s FOR UPDATE",
+        f" FROM sessions WHERE id = %s {_NO_KEY}",
         (session_id,),
     )
     return cur.fetchone()
 
 
-def _locked_rev(cur: _Cursor, session_id: str) -> int:
+def _locked_rev(cur: _Cursor, session_id: str, lock: str = _NO_KEY) -> int:
     """The session's ``rev`` with its row locked for this transaction; ``0`` when absent."""
-    cur.execute("SELECT rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    cur.execute(f"SELECT rev FROM sessions WHERE id = %s {lock}", (session_id,))
     row = cur.fetchone()
     return 0 if row is None else int(row[0])
 
@@ -315,7 +320,7 @@ _APPEND_SQL: Final = (
 
 _APPEND_ONE_SQL: Final = (
     "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s"
-    " AND NOT EXISTS (SELECT FROM forks WHERE session_id = %(sid)s) FOR UPDATE),"
+    " AND NOT EXISTS (SELECT FROM forks WHERE session_id = %(sid)s) FOR NO KEY UPDATE),"
     + _FRESH_TURNS
     + f""", added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
@@ -371,7 +376,7 @@ def _append_turns(
     valid, run = _checked_append(session_id, turns, options)
     # The row lock serializes appends to one session across hosts; the next
     # statement's snapshot then sees every turn committed before it.
-    cur.execute("SELECT turn_count, rev FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    cur.execute(f"SELECT turn_count, rev FROM sessions WHERE id = %s {_NO_KEY}", (session_id,))
     header = cur.fetchone()
     if header is None:
         raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
@@ -422,7 +427,7 @@ def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> 
 
 
 _LOCK_SESSIONS_SQL: Final = (
-    'SELECT id, rev FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id COLLATE "C" FOR UPDATE'
+    f'SELECT id, rev FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id COLLATE "C" {_NO_KEY}'
 )
 """Lock the session rows of a run of appends, in one order for every host."""
 
@@ -649,7 +654,7 @@ def _held_for_send(cur: _Cursor, session_id: str) -> None:
 
 def _delete(cur: _Cursor, session_id: str) -> None:
     validate_id(session_id)
-    if _locked_rev(cur, session_id):  # a fork being made of it is committed or waits
+    if _locked_rev(cur, session_id, "FOR UPDATE"):  # a fork being made of it is committed or waits
         unshare(cur, POSTGRES, session_id)  # its forks keep what they see
     cur.execute(_SQL.delete_session, (session_id,))
     cur.execute(_SQL.delete_sends, (session_id,))
