@@ -2,9 +2,10 @@
 
 Sessions are trio actors that apply every mutation in mailbox order; stores
 (memory, SQLite, file map, remote REST, PostgreSQL) are pluggable. The names
-below are the everyday surface; each layer's package (``zidane_actors.model``,
-``.wire``, ``.actors``, ``.stores``, ``.server``, then ``.portal`` and
-``.integrations``) exports the rest; ``zidane-actors`` is ``cli.py``.
+below are the everyday surface; each layer's package exports the rest, in
+layer order: ``zidane_actors.model`` (1), ``.wire`` (2), ``.stores`` (3),
+``.actors`` (4), ``.server`` (5), the ``zidane-actors`` command ``cli.py``
+with ``_transfer.py`` (6), then ``.portal`` and ``.integrations`` (7).
 """
 
 from typing import TYPE_CHECKING, Any

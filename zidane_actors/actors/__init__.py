@@ -1,4 +1,8 @@
-"""Layer 4: the actor runtime — sessions as trio actors, the store actor, the host."""
+"""Layer 4: the actor runtime — sessions as trio actors, the store actor, the host.
+
+A session's branches and restores (``_branches``) and the retry of a
+conditional write that lost a race (``_contention``) sit beside its handle.
+"""
 
 from . import _extension
 from ._actor import Actor, ActorState, ActorStatistics, Command, Reply, open_actor

@@ -1,4 +1,9 @@
-"""Layer 1: the persisted data model, its codec and the pure rules over it."""
+"""Layer 1: the persisted data model, its codec and the pure rules over it.
+
+The rules include forks and branches (``_forks``), a compacted history's
+model view (``_compaction``), turns checked once where they are written
+(``_checked``) and the bound on a stored turn's nesting (``_depth``).
+"""
 
 from . import _artifacts, _types
 from ._artifacts import *  # noqa: F403 (artifact rules: every name of _artifacts.__all__)

@@ -1,4 +1,8 @@
-"""Layer 5: the REST session API (ASGI on hypercorn's trio worker) over any store."""
+"""Layer 5: the REST session API (ASGI on hypercorn's trio worker) over any store.
+
+The read-only session browser under ``/ui/`` is served beside it (``_ui*``;
+``_ui_reshape``: compaction folds, fork and branch links on a session page).
+"""
 
 from ._app import create_app, served_capabilities
 from ._faults import FaultInjection, parse_faults

@@ -1,5 +1,10 @@
 """Layer 3: the ``SessionStore`` protocol and the bundled stores.
 
+Beside the stores, what every store shares: argument checks (``_validate``),
+history edits (``_edits``), the background search indexer (``_indexer``),
+forks on any store (``_forks``: the store's own or the generic copy) and the
+model's view of a stored session (``_model_view``).
+
 The PostgreSQL and remote stores are imported on first use of their names,
 so a process that opens neither never loads psycopg or httpx (the server
 imports only the REST bodies, ``stores.remote._bodies``).

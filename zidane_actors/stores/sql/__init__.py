@@ -8,6 +8,8 @@
 - :mod:`._schedules`: the schedule methods, a mixin of both stores.
 - :mod:`._send_requests`: finding, listing, settling and putting send requests.
 - :mod:`._writes`: the single writes (``update_run`` … ``delete_artifact``), one step each.
+- :mod:`._forks`: forks sharing their source's rows (the row ranges every read
+  of turns follows, the runs a fork keeps, the copy before a rewrite).
 - :mod:`._codec`: row decoding.
 - :mod:`._where`: the ``WHERE`` conditions of ``list``/``list_meta``/``search_meta``
   (the rule itself, engine-free, stays in ``model``).
