@@ -28,54 +28,28 @@ rounds are printed per store, with the ratio. Run:
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import trio
-from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import DSN, postgres_answers, postgres_store, sqlite_store
 from _realistic import step_turn, turn_size
 from msgspec.structs import replace
 
 from zidane_actors.model import SessionData, SessionRun, SessionSearch
-from zidane_actors.stores import StoreWrite, open_postgres_store, open_sqlite_store
+from zidane_actors.stores import StoreWrite
 from zidane_actors.stores._forks import fork_into
-from zidane_actors.stores.sqlite import Durability
 
-DSN = os.environ.get("ZIDANE_TEST_POSTGRES") or "host=127.0.0.1 port=5432 user=postgres dbname=test"
 TURNS, ROUNDS, CHUNK, RUN_TURNS = 10_000, 7, 500, 100
 SESSIONS, FORK_EVERY = 100_000, 1_000
-
-
-def sqlite_store(durability: Durability) -> Callable[[], AbstractAsyncContextManager[Any]]:
-    @asynccontextmanager
-    async def opened() -> AsyncIterator[Any]:
-        with tempfile.TemporaryDirectory() as tmp:
-            async with open_sqlite_store(Path(tmp) / "fork.db", durability=durability) as store:
-                yield store
-
-    return opened
-
-
-@asynccontextmanager
-async def postgres_store() -> AsyncIterator[Any]:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    try:
-        async with open_postgres_store(DSN, schema=schema) as store:
-            yield store
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def _timed(fn: Callable[[], Awaitable[object]]) -> float:
@@ -165,22 +139,14 @@ async def measure_list_forks(
         return statistics.median(listed), statistics.median(meta)
 
 
-async def _postgres_answers() -> bool:
-    try:
-        with psycopg.connect(DSN, connect_timeout=3):
-            return True
-    except psycopg.OperationalError:
-        return False
-
-
 async def main() -> None:
     size = sum(turn_size(step_turn(0, i)) for i in range(TURNS))
     print(f"forking a {TURNS}-turn session ({size / 1e6:.1f} MB of turns), {ROUNDS} rounds")
     stores: list[tuple[str, Callable[[], AbstractAsyncContextManager[Any]]]] = [
-        ('sqlite, durability="full"', sqlite_store("full")),
-        ('sqlite, durability="normal"', sqlite_store("normal")),
+        ('sqlite, durability="full"', partial(sqlite_store, durability="full")),
+        ('sqlite, durability="normal"', partial(sqlite_store, durability="normal")),
     ]
-    if await _postgres_answers():
+    if postgres_answers():
         stores.append(("postgres", postgres_store))
     else:
         print("postgres: not answering at", DSN, "(skipped)")
