@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 from _pg import DSN, schema_at
+from _sqlite import old_file
 from test_search_rule import answers, session, stores, turn
 
 from zidane_actors.model import NativeBlock, SessionSearch, SessionTurn, encode
@@ -57,12 +58,7 @@ async def test_words_leave_a_session_with_the_turns_and_title_holding_them(kind:
 async def test_a_sqlite_file_of_version_10_derives_its_sessions_words(tmp_path: Path) -> None:
     """A v10 file's indexed turns and headers become its sessions' words on open."""
     db = tmp_path / "v10.db"
-    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        sqlite_schema.migrate(conn, str(db), sqlite_schema.MIGRATIONS[:10])
-        conn.execute(
-            "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
-            " VALUES ('a', 'idle', '{\"title\":\"Okapi\"}', 1, 2)"
-        )
+    with closing(old_file(db, 10, "('a', 'idle', '{\"title\":\"Okapi\"}', 1, 2)")) as conn:
         t = turn(0, "zebra crossing")
         conn.execute(
             "INSERT INTO turns (session_id, seq, id, role, body) VALUES ('a', 0, ?, ?, ?)",
@@ -116,12 +112,7 @@ async def test_a_sqlite_file_of_version_13_queues_only_turns_that_may_hold_words
         id="n", role="command", created_at=1, content=(NativeBlock("x", {"k": "zebra"}),)
     )
     escaped = b'{"content":[{"type":"t\\u0065xt","text":"okapi"}]}'  # another program's row
-    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        sqlite_schema.migrate(conn, str(db), sqlite_schema.MIGRATIONS[:13])
-        conn.execute(
-            "INSERT INTO sessions (id, status, metadata, created_at, updated_at)"
-            " VALUES ('a', 'idle', '{}', 1, 2)"
-        )
+    with closing(old_file(db, 13, "('a', 'idle', '{}', 1, 2)")) as conn:
         text = encode(turn(2, "zebra crossing"))
         for seq, tid, body in [(0, native.id, encode(native)), (1, "e", escaped), (2, "t", text)]:
             conn.execute(
