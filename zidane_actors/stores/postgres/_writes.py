@@ -26,7 +26,6 @@ from ...model import (
     SessionTurn,
     check_artifact_id_free,
     current_run_owner,
-    decoder,
     extra_json,
     fresh_turns,
     merge_artifact,
@@ -39,13 +38,12 @@ from ...model import (
     upsert_runs,
     validate_id,
 )
-from ...model._checked import CheckedTurns
 from .._protocol import WRITE_METHODS, Revision, StoreWrite, stale, write_step
 from .._validate import (
     check_artifact_ids,
     check_ids,
     checked,
-    checked_items,
+    checked_append,
     checked_meta_patch,
     checked_status,
     now_ms,
@@ -345,15 +343,7 @@ def _checked_append(
 ) -> tuple[list[SessionTurn], SessionRun | None]:
     """Validated copies of the turns (ids safe and distinct) and the run of an append."""
     validate_id(session_id)
-    unchecked: tuple[SessionTurn, ...] = ()
-    if type(turns) is CheckedTurns:  # checked already: copies decoded from its bodies
-        valid = tuple(map(decoder(SessionTurn).decode, turns.bodies))
-    else:
-        valid = unchecked = checked_items(turns, SessionTurn, "turns")
-    run = None
-    if options is not None:
-        run = checked(options, AppendTurnsOptions, "append options").run
-    check_ids(unchecked, () if run is None else (run,))
+    valid, run = checked_append(turns, options)
     return list(valid), run
 
 
