@@ -22,12 +22,10 @@ Run: ``.venv/bin/python benchmarks/bench_search_burst.py [--turns 100000]
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -36,6 +34,7 @@ from typing import Any, Final
 import msgspec
 import psycopg
 import trio
+from _common import DSN, bench_schema
 from _realistic import step_turn
 from psycopg import sql
 
@@ -67,7 +66,6 @@ def timed(step: Callable[..., bool]) -> Callable[..., bool]:
 sqlite_module._background_step = timed(sqlite_module._background_step)  # type: ignore[attr-defined]
 postgres_module.index_step = timed(postgres_module.index_step)  # type: ignore[attr-defined]
 
-DSN = os.environ.get("ZIDANE_TEST_POSTGRES") or "host=127.0.0.1 port=5432 user=postgres dbname=test"
 SESSIONS = 1000
 MARKER = "zanzibarquokka"
 
@@ -87,20 +85,16 @@ async def sqlite_store() -> AsyncIterator[tuple[Any, Callable[[], int]]]:
 
 @asynccontextmanager
 async def postgres_store() -> AsyncIterator[tuple[Any, Callable[[], int]]]:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    with bench_schema() as schema:
 
-    def queued() -> int:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-            row = conn.execute("SELECT count(*) FROM turns WHERE words IS NULL").fetchone()
-            return int(row[0]) if row else 0
+        def queued() -> int:
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+                row = conn.execute("SELECT count(*) FROM turns WHERE words IS NULL").fetchone()
+                return int(row[0]) if row else 0
 
-    try:
         async with open_postgres_store(DSN, schema=schema) as store:
             yield store, queued
-    finally:
-        with psycopg.connect(DSN, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def overlaps(spans: list[tuple[float, float]], steps: list[tuple[float, float]]) -> list[float]:
