@@ -91,6 +91,19 @@ def broken(city: str) -> dict[str, str]:
     raise ConnectionError(f"no forecast for {city}")
 
 
+async def weather_runner(
+    service: ZidaneSessionService, agent: LlmAgent, *, plugin: bool
+) -> tuple[Runner, Any]:
+    """A runner of the weather app over ``service`` (its run plugin or not), and a new session."""
+    runner = Runner(
+        app_name="weather",
+        agent=agent,
+        session_service=service,
+        plugins=[service.plugin] if plugin else [],
+    )
+    return runner, await service.create_session(app_name="weather", user_id="ada")
+
+
 def drive(
     url: str,
     agent: LlmAgent,
@@ -104,13 +117,7 @@ def drive(
 
     async def main() -> str:
         async with ZidaneSessionService(store=url) as service:
-            runner = Runner(
-                app_name="weather",
-                agent=agent,
-                session_service=service,
-                plugins=[service.plugin] if plugin else [],
-            )
-            session = await service.create_session(app_name="weather", user_id="ada")
+            runner, session = await weather_runner(service, agent, plugin=plugin)
             config = RunConfig(streaming_mode=StreamingMode.SSE if streaming else None)
             for prompt in prompts:
                 message = types.Content(role="user", parts=[types.Part(text=prompt)])
@@ -207,13 +214,7 @@ def test_an_invocation_left_early_is_never_left_running(url: str, plugin: bool) 
 
     async def main() -> str:
         async with ZidaneSessionService(store=url) as service:
-            runner = Runner(
-                app_name="weather",
-                agent=agent,
-                session_service=service,
-                plugins=[service.plugin] if plugin else [],
-            )
-            session = await service.create_session(app_name="weather", user_id="ada")
+            runner, session = await weather_runner(service, agent, plugin=plugin)
             for prompt in ("Weather?", "Hi?"):
                 message = types.Content(role="user", parts=[types.Part(text=prompt)])
                 events = runner.run_async(user_id="ada", session_id=session.id, new_message=message)
