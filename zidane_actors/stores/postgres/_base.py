@@ -124,7 +124,12 @@ class PostgresBase:
             raise StoreClosedError(f"PostgreSQL store on schema {self._schema!r} is closed")
 
     def _transact(
-        self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool, pipelined: bool = False
+        self,
+        conn: _Conn,
+        op: Callable[[_Cursor], T],
+        idempotent: bool,
+        pipelined: bool = False,
+        one_statement: bool = False,
     ) -> T:
         """Run ``op`` in one transaction, retrying transient failures a bounded number of times.
 
@@ -135,12 +140,19 @@ class PostgresBase:
         next attempt (or operation) opens a fresh one. ``pipelined``: the transaction runs
         in pipeline mode (``BEGIN`` sent with the first statement, ``COMMIT`` with the
         writes ``op`` leaves unanswered), for an ``op`` reading once, then writing.
+        ``one_statement``: ``op`` runs a single statement, its own transaction (no ``BEGIN``
+        and ``COMMIT`` round trips).
         """
         with _QUIET.active():
-            return self._attempts(conn, op, idempotent, pipelined)
+            return self._attempts(conn, op, idempotent, pipelined, one_statement)
 
     def _attempts(
-        self, conn: _Conn, op: Callable[[_Cursor], T], idempotent: bool, pipelined: bool = False
+        self,
+        conn: _Conn,
+        op: Callable[[_Cursor], T],
+        idempotent: bool,
+        pipelined: bool = False,
+        one_statement: bool = False,
     ) -> T:
         self._check_open()  # again: the store may have closed while this waited for ``conn``
         last: BaseException | None = None
@@ -158,7 +170,7 @@ class PostgresBase:
             try:
                 with (
                     raw.pipeline() if pipelined else nullcontext(),
-                    raw.transaction(),
+                    nullcontext() if one_statement else raw.transaction(),
                     raw.cursor() as cur,
                 ):
                     started = True
@@ -197,13 +209,24 @@ class PostgresBase:
         )
 
     async def _write(
-        self, op: Callable[[_Cursor], T], *, idempotent: bool = True, pipelined: bool = False
+        self,
+        op: Callable[[_Cursor], T],
+        *,
+        idempotent: bool = True,
+        pipelined: bool = False,
+        one_statement: bool = False,
     ) -> T:
         """Run one write on any idle pooled connection (it locks at most one session row)."""
         self._check_open()
         async with self._pooled() as conn:
             return await trio.to_thread.run_sync(
-                self._transact, conn, op, idempotent, pipelined, limiter=conn.limiter
+                self._transact,
+                conn,
+                op,
+                idempotent,
+                pipelined,
+                one_statement,
+                limiter=conn.limiter,
             )
 
     @asynccontextmanager
@@ -322,14 +345,18 @@ class PostgresBase:
     ) -> Revision:
         """Append turns; a stored identical turn is skipped (a retry), a different one conflicts.
 
-        Turns without a run go in one statement; if one of their ids is stored
-        already (a retry, a conflict, a concurrent append), the append reruns in
-        two steps that compare the stored rows.
+        Turns and their run go in one statement; if one of their ids is stored
+        already (a retry, a conflict, a concurrent append), or the session is a
+        fork, or another write of the session committed while the statement
+        waited for its row, the append reruns in two steps that compare the
+        stored rows.
         """
         unique, run = _checked_append(session_id, turns, options)
-        if unique and run is None:
+        if unique or run is not None:
             try:
-                return await self._write(lambda cur: _append_one(cur, session_id, unique))
+                return await self._write(
+                    lambda cur: _append_one(cur, session_id, unique, run), one_statement=True
+                )
             except _SlowPath:
                 pass
         return await self._write(lambda cur: _append_turns(cur, session_id, turns, options))
@@ -377,7 +404,7 @@ class PostgresBase:
         The sessions it writes are locked first, in id order, so batches of
         several processes wait for one another instead of deadlocking (a
         deadlock is rolled back only after PostgreSQL's ``deadlock_timeout``).
-        The batch first runs without savepoints, each run of plain appends as
+        The batch first runs without savepoints, each run of appends as
         one statement (retries skipped, appends to unknown sessions failing
         alone) and other writes pipelined; if any other write fails, or a turn
         id is stored with other text, that attempt is rolled back and the batch

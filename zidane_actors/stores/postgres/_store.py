@@ -235,10 +235,17 @@ class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQ
     indexers and to searches)."""
 
     async def _write(
-        self, op: Callable[[_Cursor], T], *, idempotent: bool = True, pipelined: bool = False
+        self,
+        op: Callable[[_Cursor], T],
+        *,
+        idempotent: bool = True,
+        pipelined: bool = False,
+        one_statement: bool = False,
     ) -> T:
         self._writes += 1
-        return await super()._write(op, idempotent=idempotent, pipelined=pipelined)
+        return await super()._write(
+            op, idempotent=idempotent, pipelined=pipelined, one_statement=one_statement
+        )
 
     async def _batch(self, op: Callable[[_Cursor], T]) -> T:
         self._writes += 1

@@ -145,22 +145,37 @@ def _insert_turns(
     )
 
 
+_UPSERT_RUNS: Final = """
+INSERT INTO runs (session_id, id, seq, body)
+SELECT u.s, u.i, (SELECT coalesce(max(seq), -1) FROM runs r WHERE r.session_id = u.s) + u.n, u.b
+FROM unnest(%(run_sids)b::text[], %(run_ids)b::text[], %(run_bodies)b::text[],
+    %(run_nums)b::bigint[]) AS u(s, i, b, n) {only}
+ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body
+RETURNING session_id"""
+"""Upsert runs (``_runs_params``): a new one goes after its session's others, a stored one
+keeps its place. ``{only}``: a ``WHERE`` clause, or nothing."""
+
+
+def _runs_params(runs: Sequence[tuple[str, SessionRun]]) -> dict[str, Any]:
+    """The parameters of :data:`_UPSERT_RUNS` for ``(session id, run)`` pairs (one run id
+    once per session): each new run numbered on after its session's stored ones."""
+    counted: dict[str, int] = {}
+    run_nums = []
+    for sid, _ in runs:
+        counted[sid] = counted.get(sid, 0) + 1
+        run_nums.append(counted[sid])
+    return {
+        "run_sids": [sid for sid, _ in runs],
+        "run_ids": [r.id for _, r in runs],
+        "run_bodies": [_json(r, f"run {preview(r.id)}") for _, r in runs],
+        "run_nums": run_nums,
+    }
+
+
 def _upsert_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> None:
     runs = upsert_runs((), runs)
-    if not runs:
-        return
-    cur.execute(
-        "INSERT INTO runs (session_id, id, seq, body)"
-        " SELECT %s, i, (SELECT coalesce(max(seq), -1) FROM runs WHERE session_id = %s) + o, b"
-        " FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS u(i, b, o)"
-        " ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body",
-        (
-            session_id,
-            session_id,
-            [r.id for r in runs],
-            [_json(r, f"run {preview(r.id)}") for r in runs],
-        ),
-    )
+    if runs:
+        cur.execute(_UPSERT_RUNS.format(only=""), _runs_params([(session_id, r) for r in runs]))
 
 
 _KEEP_PREFIX_SQL: Final = (
@@ -316,25 +331,56 @@ _APPEND_SQL: Final = (
 )
 """After the row lock and the stored-id check: insert at dense seqs, count them."""
 
-_APPEND_ONE_SQL: Final = (
-    "WITH head AS (SELECT turn_count, rev FROM sessions WHERE id = %(sid)s"
-    " AND NOT EXISTS (SELECT FROM forks WHERE session_id = %(sid)s) FOR NO KEY UPDATE),"
-    + _FRESH_TURNS
-    + f""", added AS (
+_HEAD: Final = (
+    "SELECT turn_count, rev FROM sessions WHERE id = %(sid)s"
+    " AND NOT EXISTS (SELECT FROM forks WHERE session_id = %(sid)s) FOR NO KEY UPDATE"
+)
+"""The session's row, locked (``turn_count`` and ``rev`` the latest committed), unless a
+fork's (whose shared turns hold ids too: the two-step path checks them)."""
+
+
+def _append_one_sql(head: str, run: str) -> str:
+    """A single append's statement: ``head`` the locked row, ``run`` a ``WITH`` item
+    writing the run (or nothing). Without a head it writes nothing, so it can run as its
+    own transaction. It answers the head's ``rev`` (none: a fork, or a stale snapshot),
+    the new ``rev``, and whether the session exists."""
+    return (
+        f"WITH head AS ({head}),"
+        + _FRESH_TURNS
+        + f""", added AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT %(sid)s, head.turn_count + n, i, r, b, {_WORDS} FROM fresh, head
     RETURNING session_id, seq, role, body
 ),"""
-    + WORDS_SQL
-    + _COUNT_ADDED
-    + " RETURNING (SELECT rev FROM head), rev"
-)
+        + WORDS_SQL
+        + run
+        + ", bumped AS ("
+        + _COUNT_ADDED
+        + """ AND EXISTS (SELECT FROM head) RETURNING rev)
+SELECT (SELECT rev FROM head), (SELECT rev FROM bumped),
+    EXISTS (SELECT FROM sessions WHERE id = %(sid)s)"""
+    )
+
+
+_APPEND_ONE_SQL: Final = _append_one_sql(_HEAD, "")
 """A single append (outside a batch) as one statement.
 
 A turn id already stored (a retried append, or a conflicting one) fails
 the unique constraint on ``(session_id, id)``, and the append then reruns on
 the two-step path, which compares the stored rows (``fresh_turns``); so does an
 append to a fork (whose shared turns hold ids too).
+"""
+
+_APPEND_ONE_RUN_SQL: Final = _append_one_sql(
+    f"SELECT * FROM ({_HEAD}) h WHERE rev = (SELECT rev FROM sessions WHERE id = %(sid)s)",
+    ", ran AS (" + _UPSERT_RUNS.format(only="WHERE EXISTS (SELECT FROM head)") + ")",
+)
+"""A single append with a run as one statement: :data:`_APPEND_ONE_SQL` that also upserts
+the run, the session bumped once.
+
+The run's place is read in the statement's snapshot, so the row must not have
+changed between that snapshot and its lock: else (a write of another host
+committed meanwhile) there is no head and the append reruns on the two-step path.
 """
 
 
@@ -402,16 +448,25 @@ def _stored_turns(
     }
 
 
-def _append_one(cur: _Cursor, session_id: str, turns: Sequence[SessionTurn]) -> Revision:
-    """Append already checked, distinct ``turns`` with :data:`_APPEND_ONE_SQL`."""
+def _append_one(
+    cur: _Cursor, session_id: str, turns: Sequence[SessionTurn], run: SessionRun | None
+) -> Revision:
+    """Append already checked, distinct ``turns`` (and ``run``) in one statement (it may run
+    as its own transaction: it writes nothing unless it answers a revision)."""
+    params = _append_params(session_id, turns)
+    query = _APPEND_ONE_SQL
+    if run is not None:
+        params.update(_runs_params([(session_id, run)]))
+        query = _APPEND_ONE_RUN_SQL
     try:
-        cur.execute(_APPEND_ONE_SQL, _append_params(session_id, turns))
+        cur.execute(query, params)
+        row = cur.fetchone()
     except pg_errors.UniqueViolation:
         raise _SlowPath from None
-    row = cur.fetchone()
-    if row is None:
+    assert row is not None
+    if not row[2]:
         raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
-    if row[0] is None:  # a fork (no head): rolled back, appended on the two-step path
+    if row[0] is None:  # no head (a fork, a stale snapshot): nothing written, two-step path
         raise _SlowPath
     return Revision(int(row[0]), int(row[1]))
 
@@ -438,9 +493,11 @@ WITH input AS (
     INSERT INTO turns (session_id, seq, id, role, body, words)
     SELECT sid, seq, i, r, b, {_WORDS} FROM fresh
     RETURNING session_id, seq, role, body
-),{WORDS_SQL}, counted AS (
-    SELECT session_id, count(*) AS n, count(*) FILTER (WHERE role = 'user') AS users
-    FROM added GROUP BY session_id
+),{WORDS_SQL}, ran AS ({_UPSERT_RUNS.format(only="")}
+), counted AS (
+    SELECT session_id, count(seq) AS n, count(*) FILTER (WHERE role = 'user') AS users
+    FROM (SELECT session_id, seq, role FROM added UNION ALL SELECT session_id, NULL, NULL FROM ran)
+        AS c GROUP BY session_id
 ), bumped AS (
     UPDATE sessions s SET turn_count = s.turn_count + c.n,
         user_turn_count = s.user_turn_count + c.users, updated_at = %(now)s, rev = nextval('revs')
@@ -453,9 +510,10 @@ SELECT (SELECT count(*) FROM stored WHERE NOT same),
 """A run of appends (sessions locked, no session id + turn id twice) as one statement.
 
 Rows come in write order, each session's turns numbered on from its
-``turn_count``; a turn id stored with the same text is skipped (a retry),
-sessions gaining turns get their counters and ``rev`` bumped once (a run holds
-one append per session, so each append's revision is exact). It answers how
+``turn_count``; a turn id stored with the same text is skipped (a retry); the
+appends' runs are upserted (:data:`_UPSERT_RUNS`); sessions gaining turns or a
+run get their counters and ``rev`` bumped once (a run holds one append per
+session, so each append's revision is exact). It answers how
 many ids are stored with other text (the caller then reruns the batch on the
 savepoint path, whose :func:`fresh_turns` compares the documents) and the
 bumped sessions' new revs.
@@ -464,22 +522,22 @@ bumped sessions' new revs.
 
 @attrs.frozen
 class _Append:
-    """A batch's plain append (no run): its place, session and checked, distinct turns."""
+    """A batch's append: its place, session, checked distinct turns and run."""
 
     index: int
     session_id: str
     turns: Sequence[SessionTurn]
+    run: SessionRun | None
 
 
-def _plain_append(
+def _batch_append(
     index: int,
     session_id: str,
     turns: Sequence[SessionTurn],
     options: AppendTurnsOptions | None = None,
-) -> _Append | None:
-    """The append at ``index`` of a batch, checked; ``None`` when it also writes a run."""
-    valid, run = _checked_append(session_id, turns, options)
-    return None if run is not None else _Append(index, session_id, valid)
+) -> _Append:
+    """The append at ``index`` of a batch, checked."""
+    return _Append(index, session_id, *_checked_append(session_id, turns, options))
 
 
 def _append_run(
@@ -499,6 +557,7 @@ def _append_run(
     ids: builtins.list[str] = []
     roles: builtins.list[str] = []
     bodies: builtins.list[str] = []
+    runs: builtins.list[tuple[str, SessionRun]] = []
     for append in run:
         if append.session_id not in found:
             results[append.index] = outcome.Error(
@@ -509,12 +568,14 @@ def _append_run(
             continue
         rev = found[append.session_id]
         results[append.index] = outcome.Value(Revision(rev, rev))  # until the bump says more
+        if append.run is not None:
+            runs.append((append.session_id, append.run))
         for turn in append.turns:
             sids.append(append.session_id)
             ids.append(turn.id)
             roles.append(turn.role)
             bodies.append(_json(turn, f"turn {preview(turn.id)}"))
-    if not ids:
+    if not ids and not runs:
         return
     cur.execute(
         _APPEND_BATCH_SQL,
@@ -524,6 +585,7 @@ def _append_run(
             "roles": roles,
             "bodies": bodies,
             "now": now_ms(),
+            **_runs_params(runs),
         },
     )
     answer = cur.fetchone()
@@ -540,14 +602,14 @@ def _append_run(
 def _pipelined_writes(
     conn: _Connection, writes: Sequence[StoreWrite]
 ) -> builtins.list[outcome.Outcome[Any]]:
-    """Every write of a batch, in order; runs of plain appends as one statement each.
+    """Every write of a batch, in order; runs of appends as one statement each.
 
     Other writes are pipelined (sent without waiting for answers they do not
-    read). A run ends before a write that is no plain append or that appends
-    to a session the run appends to already (so each append's revision is
-    exact). Any failure raises :class:`_SlowPath` (the caller rolls back and
-    reruns the batch with savepoints), so every outcome here is a value or an
-    append's :class:`SessionNotFoundError`.
+    read). A run ends before a write that is no append or that appends to a
+    session the run appends to already (so each append's revision is exact).
+    Any failure raises :class:`_SlowPath` (the caller rolls back and reruns the
+    batch with savepoints), so every outcome here is a value or an append's
+    :class:`SessionNotFoundError`.
     """
     results: builtins.list[outcome.Outcome[Any] | None] = []
     run: builtins.list[_Append] = []
@@ -558,7 +620,7 @@ def _pipelined_writes(
                 fn = _write_fn(write)  # a refused write raises: the savepoint path answers it
                 append = None
                 if write.method == "append_turns":
-                    append = _plain_append(index, *write.args, **write.kwargs)
+                    append = _batch_append(index, *write.args, **write.kwargs)
                 if run and (append is None or append.session_id in sessions):
                     _append_run(cur, run, results)
                     run.clear()
