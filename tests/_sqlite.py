@@ -22,6 +22,6 @@ def old_file(db: Path, version: int, sessions: str) -> sqlite3.Connection:
 
 
 def assert_current(conn: sqlite3.Connection) -> None:
-    """``conn``'s file is at the current schema (15), with every index of ``turns``."""
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
+    """``conn``'s file is at the current schema (16), with every index of ``turns``."""
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 16
     assert {r[1] for r in conn.execute("PRAGMA index_list(turns)")} == TURN_INDEXES

@@ -289,7 +289,7 @@ async def test_v3_file_is_migrated_with_its_aggregates(tmp_path: Path) -> None:
             c = await store.get_meta("c")
             assert c is not None and c.first_user_turn == make_turn(1) and c.user_message_count == 2
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 16
         assert conn.execute(_STORED).fetchall() == [
             ("a", 3, 2, 2, 0, 1),
             ("c", 3, 2, 0, 0, 1),
@@ -457,7 +457,7 @@ async def test_v5_file_is_migrated_with_its_turns_searchable(tmp_path: Path) -> 
         await store.delete("a")
         assert await hits("plan") == []
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 16
         assert _search_rows(conn) == _expected_search_rows(conn)
         conn.execute("INSERT INTO search (search) VALUES ('integrity-check')")
         conn.execute("UPDATE sessions SET id = 'b2' WHERE id = 'b'")  # another program's edits

@@ -41,6 +41,7 @@ __all__ = [
     "FORKED_FROM",
     "RANGES",
     "RUN_OF",
+    "TURN_COLUMNS",
     "ForkPlan",
     "ForkSQL",
     "RowRange",
@@ -208,17 +209,17 @@ def visible_rows(
 
 
 RUN_OF: Final = {
-    "sqlite": (
-        "CASE WHEN instr(body, '\"runId\"') > 0 AND json_valid(CAST(body AS TEXT))"
-        " THEN json_extract(CAST(body AS TEXT), '$.runId') END",
-        "",
-    ),
+    "sqlite": ("run_id", "run_id IS NOT NULL"),
     "postgres": ("json_member(body, 'runId')", "strpos(body, '\"runId\"') > 0"),
 }
 """Per dialect, SQL of a turn row's ``runId`` (NULL when its JSON does not spell
 ``"runId"`` or does not parse) and the condition of the index of that expression
-(``turns_runs``; SQLite's indexes every row, so a probe reads the index alone); a query
-naming both finds a run's turns by index, never reading a body."""
+(``turns_runs``); a query naming both finds a run's turns by index, never reading a body.
+SQLite keeps it in a column its writes fill (schema v16): no JSON is read per insert."""
+
+TURN_COLUMNS: Final = {"sqlite": "id, role, body, run_id", "postgres": "id, role, body"}
+"""Per dialect, the columns of a turn row besides its key (``session_id, seq``): what a
+copy of the row (:func:`unshare`) takes."""
 
 FORKED_FROM: Final = {
     "sqlite": (
@@ -418,10 +419,12 @@ def unshare(db: Any, dialect: Dialect, session_id: str, keep: int = 0) -> None:
         ).fetchone()
         ranges = ranges_of(db, dialect, fork)
         inherited = [c for r in ranges if r.session_id != fork and (c := r.within(keep, bound))]
-        sql, params = ranges_select(inherited, "seq, id, role, body", dialect)
+        columns = TURN_COLUMNS[dialect.name]
+        sql, params = ranges_select(inherited, f"seq, {columns}", dialect)
+        copied = ", ".join(f"v.{c}" for c in columns.split(", "))
         db.execute(
-            "INSERT INTO turns (session_id, seq, id, role, body)"
-            + dialect.sql(" SELECT CAST(? AS TEXT), v.seq, v.id, v.role, v.body")
+            f"INSERT INTO turns (session_id, seq, {columns})"
+            + dialect.sql(f" SELECT CAST(? AS TEXT), v.seq, {copied}")
             + f" FROM ({sql}) v",
             [fork, *params],
         )

@@ -7,7 +7,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias, cast
 
 import trio
 
@@ -45,7 +45,19 @@ from ..sql._forks import visible_rows as _visible_rows
 from . import _rows
 from ._rows import _SQL, T, _Conn, _decode_row, _now, _run_body, _session_id, _turn_json
 
-__all__ = ["SQLiteBase"]
+__all__ = ["SQLiteBase", "turn_rows"]
+
+
+_Row: TypeAlias = tuple[int, str, str, bytes, str | None]
+"""A turn row to write: ``seq, id, role, body`` (the turn's whole JSON) and its run id."""
+
+
+def turn_rows(turns: object, where: str = "$") -> builtins.list[_Row]:
+    """``_rows._turn_rows_of(turns, 0, where)`` (validated rows), each with its turn's run
+    id: the ``run_id`` column (schema v16), known here rather than read from the body."""
+    rows = _rows._turn_rows_of(turns, 0, where)
+    ran = cast(Sequence[SessionTurn], turns)
+    return [(*row, turn.run_id) for row, turn in zip(rows, ran, strict=True)]
 
 
 def _begin_write(conn: _rows._Conn) -> None:
@@ -205,14 +217,12 @@ class SQLiteBase:
             )
 
     @staticmethod
-    def _append_rows(
-        conn: _Conn, session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
-    ) -> None:
+    def _append_rows(conn: _Conn, session_id: str, rows: Sequence[_Row]) -> None:
         conn.executemany(
-            "INSERT INTO turns (session_id, seq, id, role, body) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO turns (session_id, seq, id, role, body, run_id) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (session_id, seq, tid, role, _rows._row_body(body, tid, role))
-                for seq, tid, role, body in rows
+                (session_id, seq, tid, role, _rows._row_body(body, tid, role), run_id)
+                for seq, tid, role, body, run_id in rows
             ],
         )
 
@@ -221,13 +231,13 @@ class SQLiteBase:
         conn: _Conn,
         session_id: str,
         old: Sequence[tuple[int, str, str, bytes]],
-        new: Sequence[tuple[int, str, str, bytes]],
+        new: Sequence[_Row],
     ) -> None:
         """Replace the turns the session sees (``old``) with ``new``, writing only from the
-        first one ``new`` does not repeat; its forks seeing the turns from there get
-        them first, and a fork's own view shares less."""
+        first one ``new`` does not repeat (a row's run id follows from its turn); its forks
+        seeing the turns from there get them first, and a fork's own view shares less."""
         keep = 0
-        for (_, tid, role, body), (_, *turn) in zip(old, new, strict=False):
+        for (_, tid, role, body), (_, *turn, _) in zip(old, new, strict=False):
             if [tid, role, _turn_json(tid, role, body)] != turn:
                 break  # another id, role or turn: rewritten from here on
             keep += 1
@@ -242,17 +252,7 @@ class SQLiteBase:
 
     @staticmethod
     def _upsert_run(conn: _Conn, session_id: str, run: SessionRun) -> None:
-        body = _run_body(run)
-        updated = conn.execute(
-            _SQL.update_run,
-            (body, session_id, run.id),
-        ).rowcount
-        if not updated:
-            conn.execute(
-                "INSERT INTO runs (session_id, id, position, body) VALUES (?, ?,"
-                " (SELECT COALESCE(MAX(position), -1) + 1 FROM runs WHERE session_id = ?), ?)",
-                (session_id, run.id, session_id, body),
-            )
+        conn.execute(_rows._UPSERT_RUN, (session_id, run.id, _run_body(run)))
 
     @staticmethod
     def _replace_runs(conn: _Conn, session_id: str, runs: Sequence[SessionRun]) -> None:
@@ -355,7 +355,7 @@ class SQLiteBase:
         self, conn: _Conn, data: SessionData, *, expected_rev: int | None = None
     ) -> Revision:
         data = _rows._valid_header(data)
-        rows = _rows._turn_rows_of(data.turns, 0, "$.turns")
+        rows = turn_rows(data.turns, "$.turns")
 
         def write() -> None:
             self._write_header(conn, data, data.metadata)
@@ -375,16 +375,17 @@ class SQLiteBase:
     def _append_plan(
         session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
     ) -> _rows._AppendPlan:
-        """The validated ``(session id, insert parameters, run)`` of one append."""
+        """The validated ``(session id, turn parameters, run parameters)`` of one append."""
         _session_id(session_id)
         values = [
-            (session_id, tid, role, _rows._row_body(body, tid, role))
-            for _, tid, role, body in _rows._turn_rows_of(turns, 0)
+            (session_id, tid, role, _rows._row_body(body, tid, role), run_id)
+            for _, tid, role, body, run_id in turn_rows(turns)
         ]
         run = None
         if options is not None:
             _rows._valid_body(options, AppendTurnsOptions, "append options")
-            run = options.run
+            if options.run is not None:
+                run = (session_id, options.run.id, _run_body(options.run))
         return session_id, values, run
 
     def _missing(self, session_id: str) -> SessionNotFoundError:
@@ -400,6 +401,8 @@ class SQLiteBase:
         options: AppendTurnsOptions | None = None,
     ) -> Revision:
         session_id, values, run = self._append_plan(session_id, turns, options)
+        if run is not None:
+            return self._append_with_run(conn, session_id, values, run)
         if values and conn.execute(fork_sql(SQLITE).link_of, (session_id,)).fetchone():
             values = self._unshared_values(conn, session_id, values)
         if values:
@@ -409,10 +412,10 @@ class SQLiteBase:
                 raise self._missing(session_id) from None
             if added != len(values):
                 self._check_retried(conn, session_id, values)
-            if not added and run is None:  # every turn was stored already: a retried append
+            if not added:  # every turn was stored already: a retried append
                 rev = self._rev(conn, session_id)
                 return Revision(rev, rev)
-        elif run is None:
+        else:
             rev = self._rev(conn, session_id)
             if rev:
                 return Revision(rev, rev)
@@ -420,13 +423,34 @@ class SQLiteBase:
         bumped = conn.execute(_rows._BUMP + " RETURNING rev", (_now(), session_id)).fetchone()
         if bumped is None:
             raise self._missing(session_id)
-        if run is not None:
-            self._upsert_run(conn, session_id, run)
         return Revision(bumped[0] - 1, bumped[0])
+
+    def _append_with_run(
+        self,
+        conn: _Conn,
+        session_id: str,
+        values: builtins.list[_rows._TurnValues],
+        run: _rows._RunValues,
+    ) -> Revision:
+        """An append upserting a run: it bumps the rev even when every turn is stored, so
+        the bump comes first and says whether the session is a fork (three statements, as
+        many as a plain append)."""
+        bumped = conn.execute(_rows._BUMP_FORKED, (_now(), session_id, session_id)).fetchone()
+        if bumped is None:
+            raise self._missing(session_id)
+        rev, forked = bumped
+        if values and forked:
+            values = self._unshared_values(conn, session_id, values)
+        if values:
+            added = conn.executemany(_rows._APPEND_TURN, values).rowcount
+            if added != len(values):
+                self._check_retried(conn, session_id, values)
+        conn.execute(_rows._UPSERT_RUN, run)
+        return Revision(rev - 1, rev)
 
     @classmethod
     def _check_retried(
-        cls, conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
+        cls, conn: _Conn, session_id: str, values: Sequence[_rows._TurnValues]
     ) -> None:
         """Raise ``ConflictError`` if a skipped turn id is stored with other content.
 
@@ -443,8 +467,8 @@ class SQLiteBase:
 
     @classmethod
     def _unshared_values(
-        cls, conn: _Conn, session_id: str, values: Sequence[tuple[str, str, str, bytes]]
-    ) -> builtins.list[tuple[str, str, str, bytes]]:
+        cls, conn: _Conn, session_id: str, values: Sequence[_rows._TurnValues]
+    ) -> builtins.list[_rows._TurnValues]:
         """``values`` without the turns a fork sees already in the rows it shares (a retried
         append); ``ConflictError`` when one of those ids holds other content there."""
         rows = shared_turns(conn, SQLITE, session_id, [v[1] for v in values])
@@ -456,12 +480,12 @@ class SQLiteBase:
     @staticmethod
     def _check_same(
         session_id: str,
-        values: Sequence[tuple[str, str, str, bytes]],
+        values: Sequence[_rows._TurnValues],
         stored: Mapping[str, tuple[str, bytes]],
     ) -> None:
         """Raise ``ConflictError`` if a turn of ``values`` is ``stored`` with other content."""
         held = {}
-        for _, tid, role, body in values:
+        for _, tid, role, body, _ in values:
             stored_role, stored_body = stored[tid]
             theirs = _turn_json(tid, stored_role, stored_body)
             if theirs != _turn_json(tid, role, body):
@@ -470,7 +494,7 @@ class SQLiteBase:
                 )
         if held:
             incoming = [
-                _decode_row(_turn_json(*v[1:]), SessionTurn, "turns", session_id, "")
+                _decode_row(_turn_json(*v[1:4]), SessionTurn, "turns", session_id, "")
                 for v in values
             ]
             fresh_turns(session_id, incoming, held)
@@ -478,10 +502,11 @@ class SQLiteBase:
     def _bulk_append(
         self, conn: _Conn, plans: Sequence[_rows._AppendPlan]
     ) -> builtins.list[Revision]:
-        """Consecutive appends of turns (no run) in two ``executemany`` statements.
+        """Consecutive appends in two ``executemany`` statements (three with runs).
 
         Equivalent to applying them one by one: each session's turns keep their
-        order (each row's ``seq`` follows the rows inserted before it). Raises
+        order (each row's ``seq`` follows the rows inserted before it), and its runs
+        are upserted in order after them (runs and turns are numbered apart). Raises
         when a session is missing or a turn id is stored already (a retry or a
         conflict), so the caller redoes the writes one by one.
         """
@@ -498,8 +523,11 @@ class SQLiteBase:
         if conn.executemany(_rows._BUMP, [(now, p[0]) for p in plans]).rowcount != len(plans):
             raise SessionNotFoundError("an appended-to session is missing")
         values = [v for p in plans for v in p[1]]
-        if conn.executemany(_rows._APPEND_TURN, values).rowcount != len(values):
+        if values and conn.executemany(_rows._APPEND_TURN, values).rowcount != len(values):
             raise ConflictError("a batched append repeats a stored turn id")
+        runs = [p[2] for p in plans if p[2] is not None]
+        if runs:
+            conn.executemany(_rows._UPSERT_RUN, runs)
         revisions = []
         for sid, _, _ in plans:  # each append bumped its session's rev by one, in order
             revs[sid] += 1

@@ -33,7 +33,7 @@ from .._protocol import (
 )
 from ..sql import SQLITE, meta_row, search_header_sql, search_words_sql, session_filter_sql
 from ..sql._forks import first_turn_row
-from ._base import SQLiteBase
+from ._base import SQLiteBase, turn_rows
 from ._rows import (
     _BUSY_CODES,
     _SQL,
@@ -49,7 +49,6 @@ from ._rows import (
     _session_id,
     _transaction,
     _turn_json,
-    _turn_rows_of,
     _valid_body,
     _valid_header,
 )
@@ -327,7 +326,7 @@ class SQLiteMeta(SQLiteBase):
             if result is None:
                 return "unchanged"
             if result.turns is not turns:
-                new_rows = _turn_rows_of(result.turns, 0, "$.turns")
+                new_rows = turn_rows(result.turns, "$.turns")
                 self._rewrite_turns(conn, session_id, rows, new_rows)
             if result.runs is not runs and result.runs != runs:
                 self._replace_runs(conn, session_id, result.runs)

@@ -81,17 +81,33 @@ def _transaction(conn: _Conn, fn: Callable[[_Conn], T], begin: Callable[[_Conn],
     return result
 
 
-_AppendPlan: TypeAlias = tuple[str, list[tuple[str, str, str, bytes]], SessionRun | None]
+_TurnValues: TypeAlias = tuple[str, str, str, bytes, str | None]
+"""One appended turn's parameters of ``_APPEND_TURN``: session id, id, role, body, run id."""
+_RunValues: TypeAlias = tuple[str, str, bytes]
+"""One run's parameters of ``_UPSERT_RUN``: session id, run id, body."""
+_AppendPlan: TypeAlias = tuple[str, list[_TurnValues], _RunValues | None]
 
 _BUMP: Final = "UPDATE sessions SET rev = rev + 1, updated_at = ? WHERE id = ?"
+# The bump of an append with a run, saying whether the session is a fork (shares turns).
+_BUMP_FORKED: Final = (
+    _BUMP + " RETURNING rev, EXISTS (SELECT 1 FROM forks WHERE forks.session_id = ?)"
+)
 # The next seq is read per row, so rows inserted by one executemany follow each other; a
 # fork's first own turn follows the turns it shares (its bound). A turn id the session holds
 # already is skipped here; the caller compares its row.
+# The row's run_id is the turn's (schema v16), given by the caller, who encoded the turn.
 _APPEND_TURN: Final = (
-    "INSERT INTO turns (session_id, seq, id, role, body) VALUES"
+    "INSERT INTO turns (session_id, seq, id, role, body, run_id) VALUES"
     " (?1, COALESCE((SELECT MAX(seq) FROM turns WHERE session_id = ?1) + 1,"
-    " (SELECT bound FROM forks WHERE session_id = ?1), 0), ?2, ?3, ?4)"
+    " (SELECT bound FROM forks WHERE session_id = ?1), 0), ?2, ?3, ?4, ?5)"
     " ON CONFLICT (session_id, id) DO NOTHING"
+)
+# A run is updated in place (its position kept) or added after the session's last one, in
+# one statement (a DO UPDATE fires no insert trigger: run_count stays right).
+_UPSERT_RUN: Final = (
+    "INSERT INTO runs (session_id, id, position, body) VALUES (?1, ?2,"
+    " (SELECT COALESCE(MAX(position), -1) + 1 FROM runs WHERE session_id = ?1), ?3)"
+    " ON CONFLICT (session_id, id) DO UPDATE SET body = excluded.body"
 )
 
 

@@ -341,13 +341,13 @@ class SQLiteStore(
         fns = [f.value for f in found if isinstance(f, outcome.Value)]
 
         def all_at_once(conn: _Conn) -> builtins.list[Any]:
-            # Runs of plain appends (turns, no run) share two executemany statements.
+            # Runs of appends (of turns, or with a run) share their executemany statements.
             results: builtins.list[Any] = []
             plans: builtins.list[_AppendPlan] = []
             for fn, w in zip(fns, writes, strict=True):
                 if w.method == "append_turns" and not w.kwargs:
                     plan = self._append_plan(*w.args)
-                    if plan[1] and plan[2] is None:
+                    if plan[1] or plan[2] is not None:
                         plans.append(plan)
                         continue
                 if plans:
