@@ -311,3 +311,67 @@ def test_writes_share_the_next_checkpoint_append() -> None:
     with ZidaneSaver(store="memory:") as saver, pytest.MonkeyPatch.context() as patch:
         patch.setattr(Session, "append_turns", counted)
         trio.run(main, saver, clock=trio.testing.MockClock())
+
+
+def _two_checkpoints() -> tuple[Checkpoint, Checkpoint, HumanMessage, AIMessage]:
+    human = HumanMessage("hi", id="h-1")
+    answer = AIMessage("hello", id="ai-1")
+    first = empty_checkpoint()
+    first["channel_values"] = {"messages": [human]}
+    first["channel_versions"] = {"messages": 1}
+    second = create_checkpoint(first, None, 1)
+    second["channel_values"] = {"messages": [human, answer]}
+    second["channel_versions"] = {"messages": 2}
+    return first, second, human, answer
+
+
+def test_async_writes_ride_with_the_next_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``aput_writes`` for the latest checkpoint waits for the next ``aput`` and is stored
+    in its append (one portal call, one append); cancelled while it waits, it is never
+    stored; when no checkpoint comes, it is stored alone."""
+    from zidane_actors.integrations import _langgraph_pairing
+
+    appends: list[int] = []
+    real_append = Session.append_turns
+
+    async def counted(self: Session, turns: Any, options: Any = None) -> None:
+        listed = list(turns)
+        appends.append(len(listed))
+        await real_append(self, listed, options)
+
+    monkeypatch.setattr(Session, "append_turns", counted)
+    first, second, human, answer = _two_checkpoints()
+    config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+
+    async def main() -> None:
+        async with ZidaneSaver(store="memory:") as saver:
+            stored = await saver.aput(config, first, {"step": 0, "run_id": "r1"}, {"messages": 1})
+            monkeypatch.setattr(_langgraph_pairing, "NEXT_CHECKPOINT_WAIT", 60.0)
+            appends.clear()
+            cancelled = asyncio.create_task(saver.aput_writes(stored, [("x", 1)], "task-0"))
+            writes = asyncio.create_task(saver.aput_writes(stored, [("messages", answer)], "t-1"))
+            await asyncio.sleep(0.05)
+            assert not writes.done() and not cancelled.done()  # held for the next checkpoint
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            await saver.aput(stored, second, {"step": 1, "run_id": "r1"}, {"messages": 2})
+            await writes
+            assert appends == [3]  # the answer's turn, the writes record, the checkpoint
+            back = await saver.aget_tuple(stored)
+            assert back is not None
+            assert back.pending_writes == [("t-1", "messages", answer)]
+            latest = await saver.aget_tuple(config)
+            assert latest is not None
+            assert latest.checkpoint["channel_values"]["messages"] == [human, answer]
+
+            # No checkpoint follows: the writes go alone once the wait is over.
+            monkeypatch.setattr(_langgraph_pairing, "NEXT_CHECKPOINT_WAIT", 0.01)
+            appends.clear()
+            after = saver._put_answer("t1", {"ns": "", "checkpoint": second})
+            await saver.aput_writes(after, [("y", 2)], "task-2")
+            assert appends == [1]
+            back = await saver.aget_tuple(after)
+            assert back is not None and back.pending_writes == [("task-2", "y", 2)]
+
+    asyncio.run(main())

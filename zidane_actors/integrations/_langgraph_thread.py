@@ -156,7 +156,7 @@ class TaskWrites:
 class _Write:
     """A ``put`` or ``put_writes`` waiting in its thread's queue for an append."""
 
-    __slots__ = ("checkpoint", "done", "error", "follows", "plan")
+    __slots__ = ("checkpoint", "done", "error", "follows", "plan", "waited")
 
     def __init__(
         self,
@@ -164,10 +164,12 @@ class _Write:
         *,
         checkpoint: tuple[str, str] | None = None,
         follows: tuple[str, str] | None = None,
+        waited: bool = False,
     ) -> None:
         self.plan = plan
         self.checkpoint = checkpoint  # the (ns, id) a put stores
         self.follows = follows  # the (ns, id) writes belong to
+        self.waited = waited  # its caller waited for the next checkpoint already
         self.done = False
         self.error: BaseException | None = None
 
@@ -446,11 +448,28 @@ class ThreadOps:
         record: dict[str, Any],
         messages: dict[str, list[BaseMessage]],
         prompt: str | None,
-    ) -> None:
-        """Store one checkpoint record and the message turns it needs."""
-        plan = functools.partial(self._plan_put, record, messages, prompt)
+        carried: Sequence[TaskWrites] = (),
+    ) -> list[BaseException | None]:
+        """Store one checkpoint record and the message turns it needs, with the
+        ``carried`` writes (the caller held them for it: one append holds all):
+        its own after it, those of stored checkpoints before it.
+
+        Raises the checkpoint's own error; answers each carried write's.
+        """
         key = (record["ns"], record["checkpoint"]["id"])
-        await self._write(host, thread_id, _Write(plan, checkpoint=key))
+        writes = [
+            _Write(functools.partial(self._plan_writes, w), follows=key, waited=True)
+            if (w.ns, w.checkpoint) == key
+            else await self._writes_write(host, thread_id, w, waited=True)
+            for w in carried
+        ]
+        plan = functools.partial(self._plan_put, record, messages, prompt)
+        put = _Write(plan, checkpoint=key)
+        before = [w for w in writes if w.follows != key]
+        await self._write(host, thread_id, [*before, put, *(w for w in writes if w.follows == key)])
+        if put.error is not None:
+            raise put.error
+        return [w.error for w in writes]
 
     def _plan_put(
         self,
@@ -478,14 +497,28 @@ class ThreadOps:
         new.append(_record_turn(turn_id, body, batch.now, run))
         return run, new
 
-    async def put_writes(self, host: SessionHost, thread_id: str, writes: TaskWrites) -> None:
-        """Store one task's writes for a checkpoint; a write already stored is kept as it is."""
+    async def put_writes(
+        self, host: SessionHost, thread_id: str, writes: TaskWrites, waited: bool = False
+    ) -> None:
+        """Store one task's writes for a checkpoint; a write already stored is kept as it is.
+
+        ``waited``: the caller held them for the next checkpoint already (none came).
+        """
+        write = await self._writes_write(host, thread_id, writes, waited=waited)
+        await self._write(host, thread_id, [write])
+        if write.error is not None:
+            raise write.error
+
+    async def _writes_write(
+        self, host: SessionHost, thread_id: str, writes: TaskWrites, *, waited: bool
+    ) -> _Write:
+        """The queued form of ``writes``, once their checkpoint is stored (or queued)."""
         key = (writes.ns, writes.checkpoint)
         if writes.messages:
             thread = _thread(host, session_id_of(thread_id))
             await self._checkpoint_first(host, thread, thread_id, *key)
         plan = functools.partial(self._plan_writes, writes)
-        await self._write(host, thread_id, _Write(plan, follows=key))
+        return _Write(plan, follows=key, waited=waited)
 
     def _plan_writes(self, writes: TaskWrites, batch: _Batch) -> _Planned:
         ns, cid, task, messages = writes.ns, writes.checkpoint, writes.task, writes.messages
@@ -526,27 +559,26 @@ class ThreadOps:
         new.append(_record_turn(turn_id, body, batch.now, run))
         return run, new
 
-    async def _write(self, host: SessionHost, thread_id: str, write: _Write) -> None:
-        """Queue ``write`` and wait until an append holds it.
+    async def _write(self, host: SessionHost, thread_id: str, writes: list[_Write]) -> None:
+        """Queue ``writes`` and wait until appends hold them (each settled with its error).
 
         Whoever holds the thread's lock appends every write queued by then that
         the append can take (one run's), in queue order, in one store write: a
         checkpoint and the writes LangGraph hands over with it share a commit.
         """
         thread = _thread(host, session_id_of(thread_id))
-        thread.queue.append(write)
-        if write.checkpoint is not None:
+        thread.queue.extend(writes)
+        if any(w.checkpoint is not None for w in writes):
             thread.checkpoint_queued()
         try:
             async with thread.lock:
-                while not write.done:
+                while not all(w.done for w in writes):
                     await self._next_checkpoint(thread)
                     await self._append_queued(host, thread, thread_id)
         finally:
-            if not write.done and write in thread.queue:
-                thread.queue.remove(write)  # cancelled before any append took it
-        if write.error is not None:
-            raise write.error
+            for write in writes:
+                if not write.done and write in thread.queue:
+                    thread.queue.remove(write)  # cancelled before any append took it
 
     @staticmethod
     async def _next_checkpoint(thread: _Thread) -> None:
@@ -560,7 +592,7 @@ class ThreadOps:
             not queue
             or thread.next_gap > NEXT_CHECKPOINT_WAIT
             or index is None
-            or any(w.follows is None for w in queue)
+            or any(w.follows is None or w.waited for w in queue)
             or any(index.latest(w.follows[0]) != w.follows[1] for w in queue if w.follows)
         ):
             return

@@ -19,7 +19,9 @@ saver and door of one store URL shares one portal per process.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
@@ -43,6 +45,7 @@ from ..errors import ValidationError
 from ..portal._thread import wait_future
 from . import _shared
 from ._langgraph_messages import copy_message, first_text, plain_json
+from ._langgraph_pairing import ALONE, Held, Pairing
 from ._langgraph_thread import (
     AGENT_ID,
     META_KEY,
@@ -155,6 +158,7 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
         self.store_url = store
         self.message_channels = frozenset(message_channels)
         self._ops = ThreadOps(self.serde)
+        self._pairing = Pairing()
         self._shared: _shared.SharedPortal | None = _shared.acquire(store)
 
     def __repr__(self) -> str:
@@ -476,7 +480,24 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         tid, record, messages, prompt = self._put_args(config, checkpoint, metadata, new_versions)
-        await self._acall(self._ops.put, tid, record, messages, prompt)
+        carried = self._pairing.take(
+            tid,
+            record["ns"],
+            record["checkpoint"]["id"],
+            delta="counters_since_delta_snapshot" in metadata,
+        )
+        try:
+            verdicts = await self._acall(
+                self._ops.put, tid, record, messages, prompt, [h.writes for h in carried]
+            )
+        except BaseException:
+            for held in carried:
+                held.settle(ALONE)  # stored or not, each stores itself (a no-op if stored)
+            raise
+        finally:
+            self._pairing.landed(tid)
+        for held, verdict in zip(carried, verdicts, strict=True):
+            held.settle(verdict)
         return self._put_answer(tid, record)
 
     async def aput_writes(
@@ -486,9 +507,27 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._acall(
-            self._ops.put_writes, *self._writes_args(config, writes, task_id, task_path)
-        )
+        tid, encoded = self._writes_args(config, writes, task_id, task_path)
+        held = self._pairing.hold(tid, encoded)
+        if held is not None:
+            verdict = await self._carried(tid, held)
+            if isinstance(verdict, BaseException):
+                raise verdict
+            if verdict is not ALONE:
+                return
+        await self._acall(self._ops.put_writes, tid, encoded, True)
+
+    async def _carried(self, tid: str, held: Held) -> object:
+        """The verdict on writes held for the next checkpoint. Cancelled while held: taken
+        back (never stored); once a checkpoint carries them, its verdict comes first."""
+        try:
+            return await asyncio.shield(held.future)
+        except asyncio.CancelledError:
+            if not self._pairing.withdraw(tid, held):
+                while not held.future.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(held.future)
+            raise
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._acall(self._ops.delete_thread, str(thread_id))
