@@ -37,6 +37,7 @@ from ._base import SQLiteBase, turn_rows
 from ._rows import (
     _BUSY_CODES,
     _SQL,
+    _UPSERT_RUN,
     _Conn,
     _decode_metadata,
     _decode_owner,
@@ -259,8 +260,7 @@ class SQLiteMeta(SQLiteBase):
     def _save_meta_checked(
         self, conn: _Conn, data: model.SessionData, options: SaveMetaOptions | None
     ) -> None:
-        for run in data.runs:
-            _run_body(run)
+        runs = [(data.id, run.id, _run_body(run)) for run in data.runs]  # each checked once
         keys = None
         if options is not None:
             keys = model.decode(
@@ -271,8 +271,7 @@ class SQLiteMeta(SQLiteBase):
             None if stored is None else _decode_metadata(stored[0], data.id), data.metadata, keys
         )
         self._write_header(conn, data, metadata)
-        for run in data.runs:
-            self._upsert_run(conn, data.id, run)
+        conn.executemany(_UPSERT_RUN, runs)
 
     def _op_patch_meta(
         self, conn: _Conn, session_id: str, patch: Mapping[str, model.JsonValue]
