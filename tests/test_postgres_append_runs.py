@@ -147,11 +147,13 @@ async def test_append_with_a_run_to_a_fork_matches_the_memory_store(
         for target in (store, memory):
             await target.save(session("a"))
             await target.append_turns("a", [turn(1), turn(2)], run("r0"))
-            await target.fork_session("a", "b", at="t2", created_at=5)
-            await target.append_turns("b", [turn(3)], run("r1"))
-            await target.append_turns("b", [turn(3)], run("r1", "completed"))  # a retry
+            forked = await target.fork_session("a", "b", at="t2", created_at=5)
+            first = await target.append_turns("b", [turn(3)], run("r1"))
+            again = await target.append_turns("b", [turn(3)], run("r1", "completed"))  # a retry
             with pytest.raises(ConflictError):  # a shared turn's id
                 await target.append_turns("b", [turn(1, text="other")], run("r2"))
+            assert forked is not None and first.before == forked.after
+            assert again.before == first.after and await target.get_rev("b") == again.after
         for sid in ("a", "b"):
             assert comparable(await store.load(sid)) == comparable(await memory.load(sid))
     assert slow_paths == ["b", "b", "b"]
@@ -191,6 +193,7 @@ async def test_a_write_committed_while_the_append_waited(
         done.set()
     other.close()
     assert written.before != held  # the other host's write came between
+    assert await store.get_rev("a") == written.after
     assert seqs(schema, "a") == [("r0", 0), ("r1", 1), ("r2", 2)]
     assert [t.id for t in await store.get_turns("a")] == ["t1", "t2"]
     assert slow_paths == ["a"]
