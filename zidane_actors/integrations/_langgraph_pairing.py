@@ -34,6 +34,10 @@ _ERROR_SOURCE: Final = "__error_source_node__"
 ALONE: Final = "alone"
 """A held write's verdict when no checkpoint took it: its caller stores it alone."""
 
+PASSES: Final = 3
+"""Checkpoints that may pass held writes of a later one (LangGraph's steps run ahead of
+its stores) before they go alone."""
+
 KEEP_LANES: Final = 1024
 """Threads whose pairing state a loop keeps (least recently used dropped when idle)."""
 
@@ -41,12 +45,12 @@ KEEP_LANES: Final = 1024
 class Held:
     """One ``aput_writes`` call waiting for the next ``aput`` of its thread."""
 
-    __slots__ = ("future", "since", "writes")
+    __slots__ = ("future", "passed", "writes")
 
-    def __init__(self, writes: TaskWrites, future: asyncio.Future[object], since: float) -> None:
+    def __init__(self, writes: TaskWrites, future: asyncio.Future[object]) -> None:
         self.writes = writes
         self.future = future  # None: stored; an exception; or ALONE
-        self.since = since  # when it came
+        self.passed = 0  # checkpoints that did not take it
 
     def settle(self, verdict: object) -> None:
         if not self.future.done():
@@ -101,14 +105,16 @@ class Pairing:
         now = loop.time()
         if lane.writes_at is None:
             lane.writes_at = now
+        latest = lane.latest.get(writes.ns)
         if (
             lane.gap > NEXT_CHECKPOINT_WAIT
             or lane.delta
-            or not (lane.putting or lane.latest.get(writes.ns) == writes.checkpoint)
+            or not (lane.putting or latest == writes.checkpoint)
+            or (latest is not None and writes.checkpoint < latest)  # an older checkpoint's
             or any(e[0] < 0 or e[1] == _ERROR_SOURCE for e in writes.entries)
         ):
             return None
-        held = Held(writes, loop.create_future(), now)
+        held = Held(writes, loop.create_future())
         lane.held.append(held)
         if lane.timer is None and not lane.putting:
             lane.timer = loop.call_later(NEXT_CHECKPOINT_WAIT, self._expire, lane)
@@ -129,8 +135,8 @@ class Pairing:
         of checkpoints stored already (``delta``: its metadata counts DeltaChannel
         updates). :meth:`landed` follows when it is done.
 
-        Writes of a checkpoint not put yet stay held for a later ``aput`` (they
-        go alone once held longer than the wait)."""
+        Writes of a later checkpoint (ids grow) stay held for a later ``aput``
+        (at most ``PASSES`` more); the others go alone."""
         loop = asyncio.get_running_loop()
         lane = self._lane(loop, thread_id)
         now = loop.time()
@@ -144,27 +150,29 @@ class Pairing:
         kept: list[Held] = []
         for held in lane.held:
             writes = held.writes
+            latest = checkpoint_id if writes.ns == ns else lane.latest.get(writes.ns)
             if held.future.done():
                 continue
-            if (writes.ns == ns and writes.checkpoint == checkpoint_id) or lane.latest.get(
-                writes.ns
-            ) == writes.checkpoint:
-                taken.append(held)
-            elif now - held.since > NEXT_CHECKPOINT_WAIT:
-                held.settle(ALONE)
-            else:
+            if writes.checkpoint == latest or lane.latest.get(writes.ns) == writes.checkpoint:
+                taken.append(held)  # this checkpoint's, or the one stored before it
+            elif held.passed < PASSES and (latest is None or writes.checkpoint > latest):
+                held.passed += 1
                 kept.append(held)
+            else:
+                held.settle(ALONE)
         lane.held = kept
         lane.latest[ns] = checkpoint_id
         lane.delta = delta
         lane.putting += 1
         return taken
 
-    def landed(self, thread_id: str) -> None:
-        """A checkpoint ``aput`` of the thread is done (stored or not): held writes now
-        wait for the next one (a little)."""
+    def landed(self, thread_id: str, ns: str, checkpoint_id: str, *, stored: bool) -> None:
+        """A checkpoint ``aput`` of the thread is done: held writes now wait for the next
+        one (a little). Not ``stored``: no later ``aput`` takes its writes."""
         loop = asyncio.get_running_loop()
         lane = self._lane(loop, thread_id)
+        if not stored and lane.latest.get(ns) == checkpoint_id:
+            del lane.latest[ns]
         lane.putting -= 1
         lane.landed_at = loop.time()
         if lane.held and lane.timer is None and not lane.putting:

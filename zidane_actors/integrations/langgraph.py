@@ -480,22 +480,19 @@ class ZidaneSaver(BaseCheckpointSaver[float], _shared.Share):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         tid, record, messages, prompt = self._put_args(config, checkpoint, metadata, new_versions)
-        carried = self._pairing.take(
-            tid,
-            record["ns"],
-            record["checkpoint"]["id"],
-            delta="counters_since_delta_snapshot" in metadata,
-        )
+        ns, cid = record["ns"], record["checkpoint"]["id"]
+        delta = "counters_since_delta_snapshot" in metadata
+        carried = self._pairing.take(tid, ns, cid, delta=delta)
         try:
             verdicts = await self._acall(
                 self._ops.put, tid, record, messages, prompt, [h.writes for h in carried]
             )
         except BaseException:
+            self._pairing.landed(tid, ns, cid, stored=False)
             for held in carried:
                 held.settle(ALONE)  # stored or not, each stores itself (a no-op if stored)
             raise
-        finally:
-            self._pairing.landed(tid)
+        self._pairing.landed(tid, ns, cid, stored=True)
         for held, verdict in zip(carried, verdicts, strict=True):
             held.settle(verdict)
         return self._put_answer(tid, record)
