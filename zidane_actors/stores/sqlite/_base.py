@@ -251,10 +251,6 @@ class SQLiteBase:
             recount(conn, SQLITE, session_id)
 
     @staticmethod
-    def _upsert_run(conn: _Conn, session_id: str, run: SessionRun) -> None:
-        conn.execute(_rows._UPSERT_RUN, (session_id, run.id, _run_body(run)))
-
-    @staticmethod
     def _replace_runs(conn: _Conn, session_id: str, runs: Sequence[SessionRun]) -> None:
         conn.execute(_SQL.delete_runs, (session_id,))
         conn.executemany(
@@ -580,15 +576,14 @@ class SQLiteBase:
         options: model.UpdateRunOptions | None = None,
     ) -> Revision:
         _session_id(session_id)
-        _run_body(run)
+        body = _run_body(run)
         if options is not None:
             _rows._valid_body(options, model.UpdateRunOptions, "update run options")
-        before = self._rev(conn, session_id)
-        if not before:
+        bumped = conn.execute(_rows._BUMP + " RETURNING rev", (_now(), session_id)).fetchone()
+        if bumped is None:  # no such session: nothing written
             return Revision(0, 0)
-        self._upsert_run(conn, session_id, run)
-        self._bump(conn, session_id, updated_at=_now())
-        return Revision(before, before + 1)
+        conn.execute(_rows._UPSERT_RUN, (session_id, run.id, body))
+        return Revision(bumped[0] - 1, bumped[0])
 
     def _op_update_status(
         self,
