@@ -101,6 +101,8 @@ class _Index:
         self.msg_turn: dict[str, SessionTurn] = {}
         self.by_message_id: dict[str | None, list[str]] = {}
         self.cache: dict[str, BaseMessage] = {}
+        # The message each planned turn gives back (by the turn's identity), for the cache.
+        self.rebuilt: dict[int, tuple[SessionTurn, BaseMessage]] = {}
         self.records: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.order: dict[tuple[str, str], int] = {}
         self.namespaces: dict[str, set[str]] = {}
@@ -151,6 +153,9 @@ class _Index:
             self.msg_pos[turn.id] = len(self.msg_order)
             self.msg_order.append(turn.id)
             self.msg_turn[turn.id] = turn
+            rebuilt = self.rebuilt.pop(id(turn), None)
+            if rebuilt is not None and rebuilt[0] is turn:
+                self.cache[turn.id] = rebuilt[1]
             self.by_message_id.setdefault(self._message_id(turn), []).append(turn.id)
             return
         if turn.role != "command" or len(turn.content) != 1:

@@ -108,8 +108,8 @@ def is_message_turn(turn: SessionTurn) -> bool:
     return data is not None and data.get("provider") == PROVIDER
 
 
-def _serde_blob(serde: SerializerProtocol, message: BaseMessage) -> list[str]:
-    kind, raw = serde.dumps_typed(message)
+def _serde_blob(dumped: tuple[str, bytes]) -> list[str]:
+    kind, raw = dumped
     return [kind, base64.b64encode(raw).decode("ascii")]
 
 
@@ -140,11 +140,11 @@ def _readable(message: BaseMessage) -> tuple[SessionContentBlock, ...]:
 
 def _whole(
     message: BaseMessage,
-    serde: SerializerProtocol,
     *,
     turn_id: str,
     created_at: int,
     run_id: str | None,
+    dumped: tuple[str, bytes],
 ) -> SessionTurn:
     kind = _KINDS.get(type(message))
     role = _ROLE[kind] if kind is not None else ("assistant" if message.type == "ai" else "user")
@@ -156,7 +156,7 @@ def _whole(
         content=_readable(message),
         created_at=created_at,
         run_id=run_id,
-        provider_data={"provider": PROVIDER, "serde": _serde_blob(serde, message)},
+        provider_data={"provider": PROVIDER, "serde": _serde_blob(dumped)},
     )
 
 
@@ -306,23 +306,29 @@ def message_to_turn(
     created_at: int,
     run_id: str | None = None,
     readable_only: bool = False,
-) -> SessionTurn:
-    """The turn of ``message``; it gives back a message with the same serializer bytes.
+    dumped: tuple[str, bytes] | None = None,
+) -> tuple[SessionTurn, BaseMessage | None]:
+    """The turn of ``message``, and the message it gives back (same serializer bytes;
+    ``None`` when the turn keeps those bytes whole).
 
     ``readable_only`` keeps the message whole (serializer bytes) behind text
-    blocks only: for a message whose tool blocks would not pair.
+    blocks only: for a message whose tool blocks would not pair. ``dumped``:
+    the serializer's ``dumps_typed(message)``, when the caller has it.
     """
+    if dumped is None:
+        dumped = serde.dumps_typed(message)
     if not readable_only:
         turn = _neutral(message, turn_id=turn_id, created_at=created_at, run_id=run_id)
         if turn is not None:
             try:
                 back = turn_to_message(turn, serde)
-                same = serde.dumps_typed(back) == serde.dumps_typed(message)
+                same = serde.dumps_typed(back) == dumped
             except Exception:  # a value the rebuild cannot take: kept whole below
                 same = False
             if same:
-                return turn
-    return _whole(message, serde, turn_id=turn_id, created_at=created_at, run_id=run_id)
+                return turn, back
+    whole = _whole(message, turn_id=turn_id, created_at=created_at, run_id=run_id, dumped=dumped)
+    return whole, None
 
 
 def has_tool_blocks(turn: SessionTurn) -> bool:

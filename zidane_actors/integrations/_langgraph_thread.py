@@ -364,12 +364,15 @@ class ThreadOps:
         run: SessionRun | None,
         now: int,
     ) -> str:
-        taken = index.ids | {t.id for t in new}
+        ids, mine = index.ids, {t.id for t in new}
         turn_id = _safe_id(message.id)
-        if turn_id is not None and (turn_id in taken or turn_id.startswith(("lgc-", "lgw-"))):
+        if turn_id is not None and (
+            turn_id in ids or turn_id in mine or turn_id.startswith(("lgc-", "lgw-"))
+        ):
             turn_id = None
+        dumped: tuple[str, bytes] | None = None
         if turn_id is None:
-            kind, raw = self.serde.dumps_typed(message)
+            kind, raw = dumped = self.serde.dumps_typed(message)
             turn_id = (
                 "lc-"
                 + hashlib.sha256(
@@ -378,21 +381,25 @@ class ThreadOps:
             )
             n = 0
             base = turn_id
-            while turn_id in taken:
+            while turn_id in ids or turn_id in mine:
                 n += 1
                 turn_id = f"{base}.{n}"
         run_id = run.id if run is not None else None
-        turn = message_to_turn(message, self.serde, turn_id=turn_id, created_at=now, run_id=run_id)
+        made = functools.partial(
+            message_to_turn,
+            message,
+            self.serde,
+            turn_id=turn_id,
+            created_at=now,
+            run_id=run_id,
+            dumped=dumped,
+        )
+        turn, back = made()
         lane = index.lanes(run_id) if index.lanes is not None else "main"
         if has_tool_blocks(turn) and not _fits_after(index, new, turn, lane):
-            turn = message_to_turn(
-                message,
-                self.serde,
-                turn_id=turn_id,
-                created_at=now,
-                run_id=run_id,
-                readable_only=True,
-            )
+            turn, back = made(readable_only=True)
+        if back is not None:
+            index.rebuilt[id(turn)] = (turn, back)  # its message, read once already
         fresh[turn_id] = message
         new.append(turn)
         return turn_id
@@ -632,6 +639,7 @@ class ThreadOps:
                 continue
             if not batch.take(write, *(planned or (None, []))):
                 break
+        batch.index.rebuilt.clear()  # the turns of writes no append took
         if not batch.turns:
             return True  # each stored already (or refused)
         if not await thread.appended(batch.session, batch.turns, batch.run):
