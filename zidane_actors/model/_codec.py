@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from functools import cache
 from typing import Any, Final, Generic, TypeVar, cast
 
@@ -339,11 +339,15 @@ class Decoder(Generic[T]):
     such in the strings). Errors are msgspec's, as from its own decoder.
     """
 
-    __slots__ = ("_decode", "_info", "_structs", "type")
+    __slots__ = ("_decode", "_info", "_structs", "plain", "type")
 
     def __init__(self, type_: Any) -> None:
         self.type = type_
         self._decode = msgspec.json.Decoder(type_).decode
+        self.plain: Callable[[Any], T] = self._decode
+        """msgspec's own decode of the type, for a loop over many documents (no call of
+        :meth:`decode` each): what it refuses (an unknown field, a lone surrogate escape),
+        :meth:`decode` may still read."""
         self._info = mi.type_info(type_)
         self._structs = _holds_structs(self._info)
 

@@ -21,32 +21,31 @@ _dict: Final = dict
 _str: Final = str
 
 
-def _string_bytes(turn: SessionTurn) -> int:
-    """At least how many bytes of the JSON of ``turn`` are inside string tokens."""
-    inside = 0
-    blocks: tuple[Any, ...] = turn.content  # told apart by exact type below
-    for block in blocks:
-        kind = type(block)
-        if kind is TextBlock:
-            inside += len(block.text) + 2
-        elif kind is ToolResultBlock:
-            output = block.output
-            if type(output) is _str:
-                inside += len(output) + 2
-        elif kind is ToolCallBlock:
-            given = block.input
-            if type(given) is _dict:
-                for value in given.values():
-                    if type(value) is _str:
-                        inside += len(value) + 2
-    return inside
-
-
 def nests_at_most(turn: SessionTurn, size: int, depth: int) -> bool:
     """Whether the JSON of ``turn``, ``size`` bytes long, is sure to nest at most ``depth`` deep.
 
     ``True`` is a proof (too few bytes outside strings for deeper nesting);
     ``False`` only means the bytes must be looked at. ``turn`` must be what
     that JSON decodes to (or what encodes to it): its strings are tokens of it.
+    The blocks are read until their strings are enough (a row's text is
+    mostly its first block's).
     """
-    return size - _string_bytes(turn) < 2 * (depth + 1)
+    left = size - 2 * (depth + 1)  # less the bytes inside strings: below 0 is the proof
+    blocks: tuple[Any, ...] = turn.content  # told apart by exact type below
+    for block in blocks:
+        if left < 0:
+            return True
+        kind = type(block)
+        if kind is TextBlock:
+            left -= len(block.text) + 2
+        elif kind is ToolResultBlock:
+            output = block.output
+            if type(output) is _str:
+                left -= len(output) + 2
+        elif kind is ToolCallBlock:
+            given = block.input
+            if type(given) is _dict:
+                for value in given.values():
+                    if type(value) is _str:
+                        left -= len(value) + 2
+    return left < 0

@@ -323,7 +323,7 @@ class SQLiteBase:
                 updated_at=updated_at,
                 status=status,
                 metadata=_rows._decode_metadata(metadata, session_id),
-                turns=_rows._decode_turns(session_id, self._turn_rows(conn, session_id)),
+                turns=_rows._session_turns(conn, session_id),
                 runs=self._runs(conn, session_id),
                 agent_id=agent_id,
                 project_root=project_root,
@@ -562,7 +562,7 @@ class SQLiteBase:
                 return None
             if conn.execute(fork_sql(SQLITE).link_of, (session_id,)).fetchone() is not None:
                 # A fork: its turns span the rows it shares (read whole, then the rule).
-                turns = _rows._decode_turns(session_id, self._turn_rows(conn, session_id))
+                turns = _rows._session_turns(conn, session_id)
                 return list(model.model_view(turns))
             return _rows._model_view(conn, session_id)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import sqlite3
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
 
 import attrs
@@ -43,6 +43,7 @@ from .._validate import (
 )
 from ..sql import SQLITE, SharedSQL
 from ..sql._codec import TOO_DEEP
+from ..sql._forks import ranges_of, ranges_select
 
 __all__ = ["Durability", "SQLiteStoreStatistics"]
 
@@ -185,40 +186,48 @@ _ROLE_JSON: Final = {role: _role_json(role) for role in ("user", "assistant", "s
 
 
 def _decode_turns(
-    session_id: str, rows: Sequence[tuple[int, str, str, bytes]]
+    session_id: str, rows: Iterable[tuple[int, str, str, bytes]]
 ) -> tuple[SessionTurn, ...]:
     """Decode turn rows (``seq, id, role, body``); name a bad row's seq.
 
     Each body is decoded as its own document, so a row holding two
-    (``{...},{...}``) is refused rather than read as two turns.
+    (``{...},{...}``) is refused rather than read as two turns. A row msgspec
+    alone does not read (an unknown field, a lone surrogate escape, an error)
+    takes ``_decode_row``: read as the model reads it, or refused, located.
     """
-    decode_turn, roles, enc = _TURN.decode, _ROLE_JSON, _json_text
-    turns = []
+    plain, roles, enc, join = _TURN.plain, _ROLE_JSON, _json_text, b"".join
+    turns: builtins.list[SessionTurn] = []
+    append = turns.append
+    for seq, tid, role, body in rows:
+        if type(body) is bytes and not body.startswith(_WHOLE):
+            # _turn_json inline, the role's bytes looked up, the body's bytes copied once
+            raw = join(
+                (b'{"id":', enc(tid), roles.get(role) or _role_json(role), memoryview(body)[1:])
+            )
+        else:
+            raw = _turn_json(tid, role, body)
+        try:
+            turn = plain(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeEncodeError, RecursionError):
+            append(_decode_row(raw, SessionTurn, "turns", session_id, f"seq {seq}"))
+            continue
+        # The decoded text lies inside the row's strings: the bytes outside it bound the
+        # row's brackets, so most rows need no count of every byte.
+        if not nests_at_most(turn, len(raw), MAX_STORED_JSON_DEPTH) and stored_too_deep(raw):
+            _decode_row(raw, SessionTurn, "turns", session_id, f"seq {seq}")  # raises it, located
+        append(turn)
+    return tuple(turns)
+
+
+def _session_turns(conn: _Conn, session_id: str) -> tuple[SessionTurn, ...]:
+    """Every turn the session sees, decoded as the cursor hands the rows over: each row's
+    bytes are freed once decoded, so a long history's rows are never all held at once."""
+    sql, params = ranges_select(ranges_of(conn, SQLITE, session_id), "seq, id, role, body", SQLITE)
+    cursor = conn.execute(sql, params)
     try:
-        for _, tid, role, body in rows:
-            if body.startswith(_WHOLE):
-                raw = body
-            else:  # _turn_json inline, the role's bytes looked up: this runs for every row
-                raw = b"".join((b'{"id":', enc(tid), roles.get(role) or _role_json(role), body[1:]))
-            turn = decode_turn(raw)
-            # The decoded text lies inside the row's strings: the bytes outside it bound the
-            # row's brackets, so most rows need no count of every byte.
-            if not nests_at_most(turn, len(raw), MAX_STORED_JSON_DEPTH) and stored_too_deep(raw):
-                raise RecursionError
-            turns.append(turn)
-        return tuple(turns)
-    except (
-        msgspec.ValidationError,
-        msgspec.DecodeError,
-        RecursionError,
-        TypeError,
-        AttributeError,
-    ):
-        pass
-    return tuple(
-        _decode_row(_turn_json(tid, role, body), SessionTurn, "turns", session_id, f"seq {seq}")
-        for seq, tid, role, body in rows
-    )
+        return _decode_turns(session_id, cursor)
+    finally:
+        cursor.close()
 
 
 def _decode_metadata(raw: str, session_id: str) -> dict[str, Any]:
