@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import msgspec
 
@@ -11,6 +11,7 @@ from ...errors import (
     ValidationError,
 )
 from ...model import (
+    MAX_STORED_JSON_DEPTH,
     Schedule,
     ScheduleFire,
     SessionFilter,
@@ -28,6 +29,7 @@ from ...model import (
     validate_id,
 )
 from ...model._compaction import view_after
+from ...model._depth import nests_at_most
 from .._protocol import (
     HistoryMutation,
     MutateResult,
@@ -107,25 +109,30 @@ def _search_where(search: SessionSearch) -> tuple[str, list[Any]]:
     return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
-_AGG: Final = "count(*) || ':' || string_agg(body, ',' ORDER BY seq)"
-"""Rows' JSON bodies joined by commas, after their count (``NULL`` for no rows)."""
+_AGG: Final = (
+    "'[[' || string_agg(length(body)::text, ',' ORDER BY seq) || '],['"
+    " || string_agg(body, ',' ORDER BY seq) || ']]'"
+)
+"""Rows' lengths and their JSON bodies, one JSON document: ``[[<length>,…],[<body>,…]]``
+(``NULL`` for no rows)."""
 
 
 def _decode_list(
     cur: _Cursor, text: str | None, type_: Any, table: str, session_id: str
 ) -> tuple[Any, ...]:
-    """Decode ``table`` rows aggregated as ``"<count>:<body>,<body>…"`` (:data:`_AGG`).
+    """Decode ``table`` rows aggregated as ``[[<length>,…],[<body>,…]]`` (:data:`_AGG`).
 
-    Names the bad row on failure. The count catches a row holding two
-    documents (``{...},{...}``), which the joined array would read as two items.
+    One decode of the whole text. Names the bad row on failure. The lengths
+    count the rows, catching a row holding two documents (``{...},{...}``),
+    which the joined array would read as two items; they also locate each
+    row's text for its depth check (:func:`_nests_too_deep`).
     """
     if text is None:
         return ()
-    count, _, bodies = text.partition(":")
     try:
-        items: tuple[Any, ...] = decoder(tuple[type_, ...]).decode(f"[{bodies}]")
-        if len(items) == int(count) and not stored_too_deep(bodies):
-            return items
+        sizes, items = decoder(tuple[tuple[int, ...], tuple[type_, ...]]).decode(text)
+        if len(items) == len(sizes) and not _nests_too_deep(text, sizes, items):
+            return cast(tuple[Any, ...], items)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         pass
     cur.execute(
@@ -135,6 +142,21 @@ def _decode_list(
     for seq, body in cur.fetchall():
         _decode(body, type_, table, f"(session_id={preview(session_id)}, seq={seq})")
     raise CorruptDataError(f"{table} rows of session {preview(session_id)} do not decode")
+
+
+def _nests_too_deep(text: str, sizes: tuple[int, ...], items: tuple[Any, ...]) -> bool:
+    """Whether a row of :data:`_AGG`'s ``text`` nests past ``MAX_STORED_JSON_DEPTH``.
+
+    A turn's text bounds its brackets (:func:`nests_at_most`): only a row it
+    does not bound, and every row of another table, has its brackets counted.
+    """
+    at = text.index("],[") + 3  # the first row's text: after the lengths (digits, commas)
+    for size, item in zip(sizes, items, strict=True):
+        bounded = type(item) is SessionTurn and nests_at_most(item, size, MAX_STORED_JSON_DEPTH)
+        if not bounded and stored_too_deep(text[at : at + size]):
+            return True
+        at += size + 1
+    return False
 
 
 def _history(cur: _Cursor, session_id: str) -> SessionHistory:
