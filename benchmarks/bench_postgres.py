@@ -9,12 +9,21 @@ Both stores run the same workload in this run, with durable commits (SQLite
    per append, no batching).
 
 SQLite is the baseline (the memory store when the SQLite store is missing,
-said in the output). Run: ``.venv/bin/python benchmarks/bench_postgres.py``
-(PostgreSQL at 127.0.0.1:5432, database ``test``, or ``ZIDANE_TEST_POSTGRES``; about 20 s).
+said in the output).
+
+3. ``load`` of a 10k-turn session of realistic turns (``_realistic.py``, as
+   ``bench_sqlite.py`` 3): this process's CPU (the server's work is not in it)
+   against the bare msgspec decode of the same bytes, alternating, medians;
+   the wall time beside it.
+
+Run: ``.venv/bin/python benchmarks/bench_postgres.py [--only append] [--only load]``
+(PostgreSQL at 127.0.0.1:5432, database ``test``, or ``ZIDANE_TEST_POSTGRES``; about 30 s).
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,11 +31,14 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 from _common import postgres_store
+from _realistic import step_turn
+from bench_sqlite import BIG, LOAD_TARGET, median_time
 
 from zidane_actors.actors import open_store_actor
-from zidane_actors.model import SessionData, SessionTurn, TextBlock
+from zidane_actors.model import SessionData, SessionTurn, TextBlock, decoder
 from zidane_actors.stores import StoreWrite
 
 SESSIONS, TURNS_EACH, MAX_BATCH = 500, 4, 1024
@@ -98,7 +110,41 @@ async def direct(open_store: Opener) -> float:
     return WRITERS * APPENDS_EACH / elapsed
 
 
-async def main() -> None:
+async def big_load() -> None:
+    """``load`` of a 10k-turn session against the bare decode of its JSON (CPU, then wall)."""
+    turns = tuple(step_turn(0, i) for i in range(BIG))
+    array = msgspec.json.encode(turns)
+    turns_decoder = decoder(tuple[SessionTurn, ...])
+    async with postgres_store() as store:
+        await store.save(SessionData(id="big", created_at=1, updated_at=1, turns=turns))
+        loaded = await store.load("big")
+        assert loaded is not None and loaded.turns == turns
+
+        async def floor() -> None:
+            turns_decoder.decode(array)
+
+        async def load() -> None:
+            await store.load("big")
+
+        rows: list[tuple[str, float]] = []
+        for _ in range(3):  # alternate, take the medians
+            rows.append(("load", await median_time(load, 3)))
+            rows.append(("floor", await median_time(floor, 3)))
+        walls = []
+        for _ in range(3):
+            start = time.perf_counter()
+            await load()
+            walls.append(time.perf_counter() - start)
+    ours, bare = (statistics.median(t for n, t in rows if n == name) for name in ("load", "floor"))
+    wall = statistics.median(walls)
+    print(f"\n3. load of a {BIG}-turn session ({len(array) / 1e6:.1f} MB of JSON)")
+    print(f"   store.load: {ours * 1e3:7.1f} ms CPU   msgspec decode floor: {bare * 1e3:7.1f} ms")
+    verdict = "met" if ours / bare <= LOAD_TARGET else "NOT met"
+    print(f"   load / floor: {ours / bare:.2f}x (target <= {LOAD_TARGET}x: {verdict})")
+    print(f"   store.load wall (server included): {wall * 1e3:7.1f} ms")
+
+
+async def appends() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         name, baseline = baseline_opener(Path(tmp))
         for title, scenario in (
@@ -113,5 +159,20 @@ async def main() -> None:
             print(f"  ratio postgres / {name}: {ours / base:.2f}x")
 
 
+async def main(only: set[str]) -> None:
+    if not only or "append" in only:
+        await appends()
+    if not only or "load" in only:
+        await big_load()
+
+
 if __name__ == "__main__":
-    trio.run(main)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=["append", "load"],
+        help="run only these parts (repeatable)",
+    )
+    trio.run(main, set(parser.parse_args().only))
