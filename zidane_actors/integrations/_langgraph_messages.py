@@ -437,18 +437,22 @@ def copy_message(message: BaseMessage) -> BaseMessage:
     setattr_(out, "__dict__", {k: _copied(v) for k, v in message.__dict__.items()})
     setattr_(out, "__pydantic_fields_set__", set(message.__pydantic_fields_set__))
     setattr_(out, "__pydantic_extra__", _copied(message.__pydantic_extra__))
-    setattr_(out, "__pydantic_private__", copy.deepcopy(message.__pydantic_private__))
+    private = message.__pydantic_private__
+    setattr_(out, "__pydantic_private__", None if private is None else copy.deepcopy(private))
     return out
+
+
+_ATOMS: Final = frozenset((str, int, float, bool, type(None)))
 
 
 def _copied(value: Any) -> Any:
     kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
+    if kind in _ATOMS:
         return value
     if kind is dict:
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: _copied(v) for k, v in value.items()} if value else {}
     if kind is list:
-        return [_copied(v) for v in value]
+        return [_copied(v) for v in value] if value else []
     return copy.deepcopy(value)
 
 
