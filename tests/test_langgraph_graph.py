@@ -31,6 +31,7 @@ from langgraph.checkpoint.base import (
     empty_checkpoint,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.types import INTERRUPT
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
@@ -365,13 +366,20 @@ def test_async_writes_ride_with_the_next_checkpoint(monkeypatch: pytest.MonkeyPa
             assert latest is not None
             assert latest.checkpoint["channel_values"]["messages"] == [human, answer]
 
+            # Never held: an interrupt (the run stops there), an older checkpoint's writes.
+            appends.clear()
+            after = saver._put_answer("t1", {"ns": "", "checkpoint": second})
+            await asyncio.wait_for(saver.aput_writes(after, [(INTERRUPT, "why")], "t-2"), 30)
+            await asyncio.wait_for(saver.aput_writes(stored, [("z", 3)], "t-3"), 30)
+            assert appends == [1, 1]
+
             # No checkpoint follows: the writes go alone once the wait is over.
             monkeypatch.setattr(_langgraph_pairing, "NEXT_CHECKPOINT_WAIT", 0.01)
             appends.clear()
-            after = saver._put_answer("t1", {"ns": "", "checkpoint": second})
             await saver.aput_writes(after, [("y", 2)], "task-2")
             assert appends == [1]
             back = await saver.aget_tuple(after)
-            assert back is not None and back.pending_writes == [("task-2", "y", 2)]
+            assert back is not None
+            assert back.pending_writes == [("t-2", INTERRUPT, "why"), ("task-2", "y", 2)]
 
     asyncio.run(main())
