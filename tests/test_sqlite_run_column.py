@@ -143,10 +143,10 @@ async def test_an_append_with_a_run_makes_as_many_statements_as_a_plain_one(tmp_
 
 
 async def test_batched_appends_with_runs_answer_as_one_by_one(tmp_path: Path) -> None:
-    """Batches of appends with and without runs (a run updated twice; then a retry, a fork
-    and a missing session, which make the batch go one write at a time) store and answer
-    what the memory store does one write at a time; the first batch's appends share their
-    statements."""
+    """Batches of appends with and without runs store and answer what the memory store does
+    one write at a time: the first (a run updated twice, a fork's appends, one retrying a
+    turn it shares) in shared statements, the fork's alone; the second (a retry and a
+    missing session) one write at a time."""
     runs = [make_run("r0"), make_run("r1", "running"), make_run("r1", "completed", ended_at=9)]
 
     def append(sid: str, turns: list[int], run: int | None = None) -> StoreWrite:
@@ -154,14 +154,15 @@ async def test_batched_appends_with_runs_answer_as_one_by_one(tmp_path: Path) ->
         return StoreWrite("append_turns", (sid, [make_turn(n) for n in turns], options))
 
     batches = [
-        [append("a", [0], 0), append("b", [1]), append("a", [2], 1), append("a", [], 2)],
         [
-            append("b", [5, 6], 2),
             append("a", [0], 0),
-            append("f", [3], 1),
+            append("b", [1]),
+            append("f", [7], 1),
+            append("a", [2], 1),
             append("f", [9], 0),
-            append("ghost", [4], 0),
+            append("a", [], 2),
         ],
+        [append("b", [5, 6], 2), append("a", [0], 0), append("f", [3], 1), append("ghost", [4], 0)],
     ]
     answers = []
     loaded = []
@@ -182,12 +183,14 @@ async def test_batched_appends_with_runs_answer_as_one_by_one(tmp_path: Path) ->
                     got += [await _outcome(_unwrap(o)) for o in await store.apply_writes(batch)]
             answers.append([g if isinstance(g, type) else g.after > g.before for g in got])
             loaded.append([await store.load(sid) for sid in ("a", "b", "f")])
-    assert answers[0] == answers[1] == [True] * 8 + [SessionNotFoundError]
+    assert answers[0] == answers[1] == [True] * 9 + [SessionNotFoundError]
     for mine, theirs in zip(*loaded, strict=True):
         assert mine is not None and theirs is not None
         assert (mine.turns, mine.runs) == (theirs.turns, theirs.runs)
-    assert any(s.startswith("SELECT 1 FROM forks WHERE session_id IN") for s in statements)
-    assert not any("EXISTS (SELECT 1 FROM forks" in s for s in statements)  # none one by one
+    # One savepoint: the batch did not fall back to one write at a time; only the fork's
+    # appends (bump first, saying it is a fork) went alone.
+    assert statements.count("SAVEPOINT w") == 1
+    assert sum(1 for s in statements if "EXISTS (SELECT 1 FROM forks" in s) == 2
 
 
 async def _outcome(awaitable: Any) -> Any:

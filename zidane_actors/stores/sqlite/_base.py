@@ -396,7 +396,11 @@ class SQLiteBase:
         turns: Sequence[SessionTurn],
         options: AppendTurnsOptions | None = None,
     ) -> Revision:
-        session_id, values, run = self._append_plan(session_id, turns, options)
+        return self._apply_plan(conn, self._append_plan(session_id, turns, options))
+
+    def _apply_plan(self, conn: _Conn, plan: _rows._AppendPlan) -> Revision:
+        """One append (its plan made): a retried one without a run writes nothing."""
+        session_id, values, run = plan
         if run is not None:
             return self._append_with_run(conn, session_id, values, run)
         if values and conn.execute(fork_sql(SQLITE).link_of, (session_id,)).fetchone():
@@ -502,15 +506,26 @@ class SQLiteBase:
 
         Equivalent to applying them one by one: each session's turns keep their
         order (each row's ``seq`` follows the rows inserted before it), and its runs
-        are upserted in order after them (runs and turns are numbered apart). Raises
-        when a session is missing or a turn id is stored already (a retry or a
-        conflict), so the caller redoes the writes one by one.
+        are upserted in order after them (runs and turns are numbered apart); a
+        fork's appends, which check the turn ids it shares, are applied one by one
+        (sessions are written apart). Raises when a session is missing or a turn id
+        is stored already (a retry or a conflict), so the caller redoes the writes
+        one by one.
         """
         now = _now()
         sids = sorted({p[0] for p in plans})
         marks = ", ".join("?" * len(sids))
-        if conn.execute(f"SELECT 1 FROM forks WHERE session_id IN ({marks})", sids).fetchone():
-            raise ConflictError("a batched append goes to a fork (its shared turn ids are checked)")
+        forks = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT session_id FROM forks WHERE session_id IN ({marks})", sids
+            )
+        }
+        if forks:
+            alone = {i: self._apply_plan(conn, p) for i, p in enumerate(plans) if p[0] in forks}
+            rest = [p for p in plans if p[0] not in forks]
+            together = iter(self._bulk_append(conn, rest) if rest else [])
+            return [alone[i] if i in alone else next(together) for i in range(len(plans))]
         revs = dict(
             conn.execute(
                 f"SELECT id, rev FROM sessions WHERE id IN ({', '.join('?' * len(sids))})", sids
