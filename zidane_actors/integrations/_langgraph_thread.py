@@ -14,7 +14,8 @@ write. Writes to one thread queue up; the one holding the thread's lock
 appends every write queued by then in one ``append_turns`` (one commit),
 each planned on what the ones before it leave; writes for the latest
 checkpoint wait a moment for the next checkpoint, which LangGraph hands
-over right after them, so a graph step costs one commit. Threads never
+over right after them, so a graph step costs one commit (from asyncio they
+wait on the caller's side, ``_langgraph_pairing``, and come with it). Threads never
 wait for each other (the store's group commit lets their appends share
 commits). Removals (``prune``, ``delete_for_runs``) are ``mutate_history``
 edits decided on the stored turns. Turn ids of records are digests of
