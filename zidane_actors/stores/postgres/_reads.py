@@ -46,6 +46,7 @@ from ._rows import (
     _decode,
     seen_scalar,
 )
+from ._schema import MARKERS
 from ._writes import (
     _lock_header,
     _metadata,
@@ -186,11 +187,12 @@ _TOP: Final = 2**63 - 1
 def _commands_below(
     cur: _Cursor, session_id: str, below: int
 ) -> tuple[int, list[tuple[int, SessionTurn]]] | None:
-    """The session's rev and its ``command`` turns below seq ``below``, newest first, one page
-    (``turns_commands``); ``None`` when there is no such session."""
+    """The session's rev and its turns below seq ``below`` that may be compaction markers
+    (:data:`MARKERS`), newest first, one page (``turns_commands``); ``None`` when there is
+    no such session."""
     cur.execute(
         "SELECT s.rev, c.seq, c.body FROM sessions s LEFT JOIN LATERAL (SELECT seq, body"
-        " FROM turns WHERE session_id = s.id AND role = 'command' AND seq < %s"
+        f" FROM turns WHERE session_id = s.id AND {MARKERS} AND seq < %s"
         " ORDER BY seq DESC LIMIT %s) c ON true WHERE s.id = %s",
         (below, _COMMANDS_PAGE, session_id),
     )

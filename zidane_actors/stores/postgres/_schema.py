@@ -16,15 +16,16 @@ from psycopg import sql
 
 from ...errors import StoreError
 from ...model import (
+    COMPACTION_KEY,
     index_words,
     stored_header_text,
     stored_turn_text,
 )
 from .._indexer import INDEX_STEP_SECONDS
 from ..sql import POSTGRES
-from ..sql._forks import FORKED_FROM, RANGES, RUN_OF, has_forks, heirs
+from ..sql._forks import FORKED_FROM, RANGES, RUN_KEY_ROWS, RUN_OF, has_forks, heirs
 
-__all__ = ["SCHEMA_VERSION", "WORDS_SQL", "index_pending", "index_step", "migrate"]
+__all__ = ["MARKERS", "SCHEMA_VERSION", "WORDS_SQL", "index_pending", "index_step", "migrate"]
 
 _V1: Final = """
 CREATE SEQUENCE revs;
@@ -545,7 +546,29 @@ CREATE TABLE words_pending (
 """
 
 
-_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MARKERS: Final = f"role = 'command' AND strpos(body, '\"{COMPACTION_KEY}\"') > 0"
+"""The turn rows that may be compaction markers (a ``command`` turn whose metadata spells
+:data:`~zidane_actors.model.COMPACTION_KEY`: this library writes a key as it is, no escape),
+the condition of ``turns_commands`` since v11; a query naming it reads that index. A row it
+holds may still be no marker (the model's ``compaction_of`` decides)."""
+
+
+# v11: two turn indexes a fraction of the bytes. ``turns_runs`` keys a run's rows by
+# ``seq / n`` (``RUN_KEY_ROWS``), so B-tree deduplication stores a key once for up to n rows
+# (``seq`` made every key unique: none was deduplicated). ``turns_commands`` holds the rows
+# that may be compaction markers (:data:`MARKERS`), not every ``command`` row: a door's own
+# records (LangGraph's checkpoints and writes) are most of those.
+_V11: Final = f"""
+DROP INDEX turns_runs;
+CREATE INDEX turns_runs ON turns
+    (session_id, ({RUN_OF["postgres"][0]}), (seq / {RUN_KEY_ROWS["postgres"]}))
+    WHERE {RUN_OF["postgres"][1]};
+DROP INDEX turns_commands;
+CREATE INDEX turns_commands ON turns (session_id, seq) WHERE {MARKERS};
+"""
+
+
+_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this code writes; a newer stored version is refused."""

@@ -40,6 +40,7 @@ from ._dialect import Dialect
 __all__ = [
     "FORKED_FROM",
     "RANGES",
+    "RUN_KEY_ROWS",
     "RUN_OF",
     "TURN_COLUMNS",
     "ForkPlan",
@@ -217,6 +218,12 @@ RUN_OF: Final = {
 (``turns_runs``); a query naming both finds a run's turns by index, never reading a body.
 SQLite keeps it in a column its writes fill (schema v16): no JSON is read per insert."""
 
+RUN_KEY_ROWS: Final = {"postgres": 32}
+"""Per dialect whose ``turns_runs`` keys a run's rows by ``seq / n`` instead of ``seq``,
+that ``n`` (PostgreSQL: B-tree deduplication stores such a key once for up to ``n`` rows,
+where ``seq`` made every key unique). A probe names the keys of its seq range too, so it
+checks ``seq`` on at most ``2n`` rows of the run, however long the run."""
+
 TURN_COLUMNS: Final = {"sqlite": "id, role, body, run_id", "postgres": "id, role, body"}
 """Per dialect, the columns of a turn row besides its key (``session_id, seq``): what a
 copy of the row (:func:`unshare`) takes."""
@@ -322,16 +329,21 @@ def _any_turn_of_run(
     subquery, not ``EXISTS``: PostgreSQL would hash an ``EXISTS`` over every row instead."""
     value, held = RUN_OF[dialect.name]
     held = f" AND {held}" if held else ""
+    step = RUN_KEY_ROWS.get(dialect.name)
     parts: list[str] = []
     params: list[Any] = []
     for r in ranges:
         bounded = "" if r.stop is None else " AND seq < ?"
+        keys = ""
+        params += [r.session_id, *values]
+        if step is not None:
+            keys = f" AND seq / {step} >= ?" + ("" if r.stop is None else f" AND seq / {step} <= ?")
+            params += [r.start // step] + ([] if r.stop is None else [(r.stop - 1) // step])
         parts.append(
-            f"(SELECT 1 FROM turns WHERE session_id = ?{held} AND {value} = {run}"
+            f"(SELECT 1 FROM turns WHERE session_id = ?{held} AND {value} = {run}{keys}"
             f" AND seq >= ?{bounded} LIMIT 1) IS NOT NULL"
         )
-        params += [r.session_id, *values, r.start]
-        params += [] if r.stop is None else [r.stop]
+        params += [r.start] + ([] if r.stop is None else [r.stop])
     return "(" + (" OR ".join(parts) or "1 = 0") + ")", params
 
 
