@@ -144,61 +144,51 @@ class PostgresBase:
         and ``COMMIT`` round trips).
         """
         with _QUIET.active():
-            return self._attempts(conn, op, idempotent, pipelined, one_statement)
-
-    def _attempts(
-        self,
-        conn: _Conn,
-        op: Callable[[_Cursor], T],
-        idempotent: bool,
-        pipelined: bool = False,
-        one_statement: bool = False,
-    ) -> T:
-        self._check_open()  # again: the store may have closed while this waited for ``conn``
-        last: BaseException | None = None
-        for attempt in range(self._max_retries + 1):
-            if attempt:
-                self._retries += 1
-                time.sleep(_BACKOFF_S * 2 ** (attempt - 1))
-            try:
-                raw = conn.ensure()
-            except psycopg.OperationalError as exc:
-                self._outages.lost(None, exc)
-                last = exc
-                continue
-            started = False
-            try:
-                with (
-                    raw.pipeline() if pipelined else nullcontext(),
-                    nullcontext() if one_statement else raw.transaction(),
-                    raw.cursor() as cur,
-                ):
-                    started = True
-                    result = op(cur)
-                self._outages.answered()
-                return result
-            except _TRANSIENT as exc:
-                last = exc
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if not _connection_lost(raw, exc):
+            self._check_open()  # again: the store may have closed while this waited for ``conn``
+            last: BaseException | None = None
+            for attempt in range(self._max_retries + 1):
+                if attempt:
+                    self._retries += 1
+                    time.sleep(_BACKOFF_S * 2 ** (attempt - 1))
+                try:
+                    raw = conn.ensure()
+                except psycopg.OperationalError as exc:
+                    self._outages.lost(None, exc)
+                    last = exc
+                    continue
+                started = False
+                try:
+                    with (
+                        raw.pipeline() if pipelined else nullcontext(),
+                        nullcontext() if one_statement else raw.transaction(),
+                        raw.cursor() as cur,
+                    ):
+                        started = True
+                        result = op(cur)
+                    self._outages.answered()
+                    return result
+                except _TRANSIENT as exc:
+                    last = exc
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if not _connection_lost(raw, exc):
+                        raise _map_error(exc) from None
+                    conn.discard()
+                    self._outages.lost(conn, exc)
+                    if started and not idempotent:
+                        self._outages.gave_up()
+                        raise StoreUnavailableError(
+                            f"PostgreSQL connection lost during a non-idempotent write"
+                            f" (its outcome is unknown): {exc}"
+                        ) from exc
+                    last = exc
+                except psycopg.Error as exc:
                     raise _map_error(exc) from None
-                conn.discard()
-                self._outages.lost(conn, exc)
-                if started and not idempotent:
-                    self._outages.gave_up()
-                    raise StoreUnavailableError(
-                        f"PostgreSQL connection lost during a non-idempotent write"
-                        f" (its outcome is unknown): {exc}"
-                    ) from exc
-                last = exc
-            except psycopg.Error as exc:
-                raise _map_error(exc) from None
-            finally:
-                conn.discard_unless_reusable()
-        self._outages.gave_up()
-        raise StoreUnavailableError(
-            f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
-        ) from last
+                finally:
+                    conn.discard_unless_reusable()
+            self._outages.gave_up()
+            raise StoreUnavailableError(
+                f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
+            ) from last
 
     async def _batch(self, op: Callable[[_Cursor], T]) -> T:
         """Run a batch of writes on the batch connection (batches lock many rows: one at a
