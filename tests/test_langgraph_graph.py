@@ -277,14 +277,7 @@ def test_writes_share_the_next_checkpoint_append() -> None:
         await real_append(self, listed, options)
 
     config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
-    human = HumanMessage("hi", id="h-1")
-    answer = AIMessage("hello", id="ai-1")
-    first = empty_checkpoint()
-    first["channel_values"] = {"messages": [human]}
-    first["channel_versions"] = {"messages": 1}
-    second = create_checkpoint(first, None, 1)
-    second["channel_values"] = {"messages": [human, answer]}
-    second["channel_versions"] = {"messages": 2}
+    first, second, human, answer = _two_checkpoints()
 
     async def main(saver: ZidaneSaver) -> None:
         ops = saver._ops
