@@ -308,13 +308,19 @@ def ended(data: SessionData) -> bool:
     return bool(data.runs) and all(r.status != "running" for r in data.runs)
 
 
+def ended_and_named(data: SessionData) -> bool:
+    """The runs ended and the session named after their agent (a header write of its own,
+    right after the runs')."""
+    return ended(data) and data.agent_id is not None
+
+
 def test_a_plain_runner_failure_is_recorded_when_it_happens(db: str, tracing: None) -> None:
     """No hooks, no with block, no session.run: the run ends as the Runner raises."""
     session = ZidaneSession("n", store=db)
     try:
         with pytest.raises(RuntimeError):
             Runner.run_sync(failing(), "Hello?", session=session)
-        data = stored_when(db, "n", ended)  # the session is still open
+        data = stored_when(db, "n", ended_and_named)  # the session is still open
         (run,) = data.runs
         assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
         assert run.agent is not None and run.agent.id == "flaky"
@@ -400,7 +406,7 @@ def test_a_plain_streamed_failure_is_recorded_when_it_happens(db: str, tracing: 
 
     session = asyncio.run(main())
     try:
-        data = stored_when(db, "s", ended)
+        data = stored_when(db, "s", ended_and_named)
         (run,) = data.runs
         assert run.status == "error" and run.error == "RuntimeError: provider down: 429"
         assert run.prompt == "Stream me" and run.agent is not None and run.agent.id == "streamer"
