@@ -265,9 +265,8 @@ def test_copies_handed_out_are_deep_and_exact() -> None:
         assert kept.additional_kwargs["raw"] == b"\x00"
 
 
-def test_writes_share_the_next_checkpoint_append() -> None:
-    """Writes for the latest checkpoint and the next checkpoint, handed over together
-    (as LangGraph does), are stored by one append; both read back."""
+def _counted_appends(patch: pytest.MonkeyPatch) -> list[int]:
+    """How many turns each ``Session.append_turns`` from now on holds, in order."""
     appends: list[int] = []
     real_append = Session.append_turns
 
@@ -276,6 +275,14 @@ def test_writes_share_the_next_checkpoint_append() -> None:
         appends.append(len(listed))
         await real_append(self, listed, options)
 
+    patch.setattr(Session, "append_turns", counted)
+    return appends
+
+
+def test_writes_share_the_next_checkpoint_append(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes for the latest checkpoint and the next checkpoint, handed over together
+    (as LangGraph does), are stored by one append; both read back."""
+    appends = _counted_appends(monkeypatch)
     config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     first, second, human, answer = _two_checkpoints()
 
@@ -302,8 +309,7 @@ def test_writes_share_the_next_checkpoint_append() -> None:
             assert raw is not None
             assert saver._tuple(raw).pending_writes == [("task-1", "messages", answer)]
 
-    with ZidaneSaver(store="memory:") as saver, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Session, "append_turns", counted)
+    with ZidaneSaver(store="memory:") as saver:
         trio.run(main, saver, clock=trio.testing.MockClock())
 
 
@@ -325,15 +331,7 @@ def test_async_writes_ride_with_the_next_checkpoint(monkeypatch: pytest.MonkeyPa
     stored; when no checkpoint comes, it is stored alone."""
     from zidane_actors.integrations import _langgraph_pairing
 
-    appends: list[int] = []
-    real_append = Session.append_turns
-
-    async def counted(self: Session, turns: Any, options: Any = None) -> None:
-        listed = list(turns)
-        appends.append(len(listed))
-        await real_append(self, listed, options)
-
-    monkeypatch.setattr(Session, "append_turns", counted)
+    appends = _counted_appends(monkeypatch)
     first, second, human, answer = _two_checkpoints()
     config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
 
