@@ -165,7 +165,7 @@ class PostgresBase:
                     ):
                         started = True
                         result = op(cur)
-                    self._outages.answered()
+                    self._outages.answered(conn)
                     return result
                 except _TRANSIENT as exc:
                     last = exc

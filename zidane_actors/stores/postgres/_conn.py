@@ -84,8 +84,9 @@ def _quiet_psycopg() -> None:
 @attrs.define
 class _Outages:
     """A store's failure episodes: from the first lost connection (or failed connect) to the
-    next operation that succeeds. Each is logged when it starts (``WARNING``) and when it
-    ends (``INFO``), never once per operation. Shared by the store's connections (threads).
+    next operation that succeeds on a connection opened since. Each is logged when it starts
+    (``WARNING``) and when it ends (``INFO``), never once per operation. Shared by the
+    store's connections (threads).
     """
 
     schema: str
@@ -120,12 +121,14 @@ class _Outages:
         with self.lock:
             self.failed += 1
 
-    def answered(self) -> None:
-        """An operation succeeded: the episode under way, if any, is over."""
+    def answered(self, conn: _Conn) -> None:
+        """An operation on ``conn`` succeeded: the episode under way, if any, is over, once
+        a connection opened since it began answers (a connection opened before may be a
+        straggler the server going down still served)."""
         if self.since is None:  # the common case, without the lock
             return
         with self.lock:
-            if self.since is None:
+            if self.since is None or conn.opened_in < self.count:
                 return
             down, failed = time.monotonic() - self.since, self.failed
             self.since = None
@@ -155,12 +158,16 @@ class _Conn:
     connected: bool = False
     reconnects: int = 0
     opened_in: int = 0
-    """``outages.count`` when this connection was opened."""
+    """``outages.count`` when this connection began to connect."""
 
     def ensure(self) -> _Connection:
         if self.raw is not None and _reusable(self.raw):
             return self.raw
         self.discard()
+        # The episode this connection belongs to is the one under way when it began to
+        # connect: a connect that began before an outage and ended after another
+        # connection noticed it reached the server going down, and dies of that outage.
+        episode = self.outages.count
         options: dict[str, Any] = {"connect_timeout": max(1, round(self.connect_timeout))}
         if "application_name" not in conninfo_to_dict(self.dsn):
             options["application_name"] = f"zidane_actors:{self.schema}"
@@ -173,7 +180,7 @@ class _Conn:
         if self.connected:
             self.reconnects += 1
         self.connected = True
-        self.opened_in = self.outages.count
+        self.opened_in = episode
         self.raw = raw
         return raw
 
