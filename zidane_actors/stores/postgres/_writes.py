@@ -38,6 +38,7 @@ from ...model import (
     upsert_runs,
     validate_id,
 )
+from ...model._checked import CheckedTurns
 from .._protocol import WRITE_METHODS, Revision, StoreWrite, stale, write_step
 from .._validate import (
     check_artifact_ids,
@@ -386,11 +387,24 @@ committed meanwhile) there is no head and the append reruns on the two-step path
 
 def _checked_append(
     session_id: str, turns: Sequence[SessionTurn], options: AppendTurnsOptions | None = None
-) -> tuple[list[SessionTurn], SessionRun | None]:
-    """Validated copies of the turns (ids safe and distinct) and the run of an append."""
+) -> tuple[Sequence[SessionTurn], SessionRun | None]:
+    """Validated copies of the turns (ids safe and distinct) and the run of an append.
+
+    A ``CheckedTurns`` (checked and encoded once, its turns frozen) is kept as it is: its
+    bodies are what the append writes (:func:`_turn_bodies`).
+    """
     validate_id(session_id)
+    if type(turns) is CheckedTurns:
+        return turns, checked_append((), options)[1]
     valid, run = checked_append(turns, options)
     return list(valid), run
+
+
+def _turn_bodies(turns: Sequence[SessionTurn]) -> builtins.list[str]:
+    """The JSON of each turn: a ``CheckedTurns``' own bodies, else each turn encoded."""
+    if type(turns) is CheckedTurns:
+        return [body.decode() for body in turns.bodies]
+    return [_json(t, f"turn {preview(t.id)}") for t in turns]
 
 
 def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, Any]:
@@ -398,7 +412,7 @@ def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, A
         "sid": session_id,
         "ids": [t.id for t in turns],
         "roles": [t.role for t in turns],
-        "bodies": [_json(t, f"turn {preview(t.id)}") for t in turns],
+        "bodies": _turn_bodies(turns),
         "now": now_ms(),
     }
 
@@ -574,7 +588,7 @@ def _append_run(
             sids.append(append.session_id)
             ids.append(turn.id)
             roles.append(turn.role)
-            bodies.append(_json(turn, f"turn {preview(turn.id)}"))
+        bodies.extend(_turn_bodies(append.turns))
     if not ids and not runs:
         return
     cur.execute(
