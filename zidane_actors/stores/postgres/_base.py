@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ import attrs
 import outcome
 import psycopg
 import trio
+from psycopg import errors as pg_errors
 
 from ... import model
 from ...errors import (
@@ -37,6 +39,8 @@ from ._conn import (
     _Conn,
     _connection_lost,
     _Outages,
+    _reusable,
+    run_statement,
 )
 from ._reads import (
     _AGG,
@@ -58,7 +62,9 @@ from ._writes import (
     _WRITES,
     _append_one,
     _append_turns,
+    _appended_one,
     _checked_append,
+    _first_row,
     _metadata,
     _owner,
     _pipelined_writes,
@@ -130,6 +136,7 @@ class PostgresBase:
         idempotent: bool,
         pipelined: bool = False,
         one_statement: bool = False,
+        failed: BaseException | None = None,
     ) -> T:
         """Run ``op`` in one transaction, retrying transient failures a bounded number of times.
 
@@ -141,12 +148,13 @@ class PostgresBase:
         in pipeline mode (``BEGIN`` sent with the first statement, ``COMMIT`` with the
         writes ``op`` leaves unanswered), for an ``op`` reading once, then writing.
         ``one_statement``: ``op`` runs a single statement, its own transaction (no ``BEGIN``
-        and ``COMMIT`` round trips).
+        and ``COMMIT`` round trips). ``failed``: the first attempt was made already (in
+        the trio thread, :meth:`_statement`) and failed with it; these are the retries.
         """
         with _QUIET.active():
             self._check_open()  # again: the store may have closed while this waited for ``conn``
-            last: BaseException | None = None
-            for attempt in range(self._max_retries + 1):
+            last = failed
+            for attempt in range(0 if failed is None else 1, self._max_retries + 1):
                 if attempt:
                     self._retries += 1
                     time.sleep(_BACKOFF_S * 2 ** (attempt - 1))
@@ -217,6 +225,46 @@ class PostgresBase:
                 pipelined,
                 one_statement,
                 limiter=conn.limiter,
+            )
+
+    async def _statement(self, query: str, params: Mapping[str, Any]) -> Any:
+        """The first row of one statement run as its own transaction on an idle pooled
+        connection; a unique violation (it wrote nothing) raises ``_SlowPath``.
+
+        On an open connection its socket is awaited in the trio thread: the lone caller
+        pays no round trip through a worker thread. A connection to open again, and the
+        retries of a transient failure, go through :meth:`_transact` in a worker thread.
+        """
+        self._check_open()
+        async with self._pooled() as conn:
+            self._check_open()  # again: the store may have closed while this waited for ``conn``
+            raw = conn.raw
+            failed: psycopg.Error | None = None
+            if raw is not None and _reusable(raw):
+                with trio.CancelScope(shield=True):  # as a worker thread's: never left midway
+                    try:
+                        row = await run_statement(raw, query, params)
+                    except pg_errors.UniqueViolation:
+                        raise _SlowPath from None
+                    except _TRANSIENT as exc:
+                        failed = exc
+                    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                        if not _connection_lost(raw, exc):
+                            raise _map_error(exc) from None
+                        conn.discard()
+                        self._outages.lost(conn, exc)
+                        failed = exc
+                    except psycopg.Error as exc:
+                        raise _map_error(exc) from None
+                    else:
+                        self._outages.answered(conn)
+                        return row
+                    finally:
+                        conn.discard_unless_reusable()
+            transact = functools.partial(self._transact, failed=failed)
+            op = functools.partial(_first_row, query, params)
+            return await trio.to_thread.run_sync(
+                transact, conn, op, True, False, True, limiter=conn.limiter
             )
 
     @asynccontextmanager
@@ -344,9 +392,8 @@ class PostgresBase:
         unique, run = _checked_append(session_id, turns, options)
         if unique or run is not None:
             try:
-                return await self._write(
-                    lambda cur: _append_one(cur, session_id, unique, run), one_statement=True
-                )
+                row = await self._statement(*_append_one(session_id, unique, run))
+                return _appended_one(row, session_id)
             except _SlowPath:
                 pass
         return await self._write(lambda cur: _append_turns(cur, session_id, turns, options))

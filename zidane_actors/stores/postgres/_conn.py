@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final, TypeAlias
 
@@ -14,6 +14,7 @@ import psycopg
 import trio
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.waiting import Ready, Wait
 
 from ._rows import (
     _SERVER_GONE,
@@ -35,6 +36,44 @@ def _connection_lost(raw: _Connection, exc: psycopg.Error) -> bool:
     """
     state = exc.sqlstate
     return raw.closed or state is None or state.startswith("08") or state in _SERVER_GONE
+
+
+async def run_statement(raw: _Connection, query: str, params: Mapping[str, Any]) -> Any:
+    """The first row of ``query`` run on ``raw`` (autocommit: its own transaction), its
+    socket awaited in the trio thread instead of a worker thread blocking on it.
+
+    It drives psycopg's own protocol generator (what ``Cursor.execute`` hands its
+    blocking wait), so preparing, adapting and errors are exactly psycopg's. Run it
+    shielded: stopped midway, the connection is left mid-protocol (no longer reusable).
+    """
+    cur = raw.cursor()
+    gen = cur._execute_gen(query, params)
+    fileno = raw.fileno()
+    try:
+        wait = next(gen)
+        while True:
+            if wait == Wait.R:
+                await trio.lowlevel.wait_readable(fileno)
+                wait = gen.send(Ready.R)
+            else:  # the query not flushed yet: the socket writable, or an answer to read
+                wait = gen.send(await _writable_or_readable(fileno))
+    except StopIteration:
+        pass
+    return cur.fetchone()
+
+
+async def _writable_or_readable(fileno: int) -> Ready:
+    ready: list[Ready] = []
+    async with trio.open_nursery() as nursery:
+
+        async def wait_for(event: Callable[[int], Awaitable[None]], answer: Ready) -> None:
+            await event(fileno)
+            ready.append(answer)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(wait_for, trio.lowlevel.wait_writable, Ready.W)
+        nursery.start_soon(wait_for, trio.lowlevel.wait_readable, Ready.R)
+    return ready[0]
 
 
 def _reusable(raw: _Connection) -> bool:

@@ -463,26 +463,36 @@ def _stored_turns(
 
 
 def _append_one(
-    cur: _Cursor, session_id: str, turns: Sequence[SessionTurn], run: SessionRun | None
-) -> Revision:
-    """Append already checked, distinct ``turns`` (and ``run``) in one statement (it may run
-    as its own transaction: it writes nothing unless it answers a revision)."""
+    session_id: str, turns: Sequence[SessionTurn], run: SessionRun | None
+) -> tuple[str, dict[str, Any]]:
+    """The statement and parameters of an append of already checked, distinct ``turns``
+    (and ``run``) as one statement: it may run as its own transaction, as it writes
+    nothing unless it answers a revision (:func:`_appended_one`)."""
     params = _append_params(session_id, turns)
-    query = _APPEND_ONE_SQL
-    if run is not None:
-        params.update(_runs_params([(session_id, run)]))
-        query = _APPEND_ONE_RUN_SQL
-    try:
-        cur.execute(query, params)
-        row = cur.fetchone()
-    except pg_errors.UniqueViolation:
-        raise _SlowPath from None
+    if run is None:
+        return _APPEND_ONE_SQL, params
+    params.update(_runs_params([(session_id, run)]))
+    return _APPEND_ONE_RUN_SQL, params
+
+
+def _appended_one(row: Any, session_id: str) -> Revision:
+    """The revision :func:`_append_one`'s statement answered; ``_SlowPath`` when it wrote
+    nothing (a fork, a stale snapshot): the append then runs in two steps."""
     assert row is not None
     if not row[2]:
         raise SessionNotFoundError(f"cannot append turns to unknown session {preview(session_id)}")
-    if row[0] is None:  # no head (a fork, a stale snapshot): nothing written, two-step path
+    if row[0] is None:
         raise _SlowPath
     return Revision(int(row[0]), int(row[1]))
+
+
+def _first_row(query: str, params: Mapping[str, Any], cur: _Cursor) -> Any:
+    """The first row ``query`` answers; ``_SlowPath`` on a unique violation (a statement
+    failing wrote nothing: the caller reruns the write in the steps that compare rows)."""
+    try:
+        return cur.execute(query, params).fetchone()
+    except pg_errors.UniqueViolation:
+        raise _SlowPath from None
 
 
 _LOCK_SESSIONS_SQL: Final = (
