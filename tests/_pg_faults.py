@@ -153,12 +153,13 @@ def check_store(stored: dict[str, list[str]], ledger: Ledger) -> int:
     return landed_anyway
 
 
-def kill_backends(admin: psycopg.Connection[Any], schema: str) -> int:
-    """Terminate every server session of the store on ``schema`` (named after it)."""
+def kill_backends(admin: psycopg.Connection[Any], schema: str, wait_ms: int = 0) -> int:
+    """Terminate every server session of the store on ``schema`` (named after it); with
+    ``wait_ms``, each is gone when this returns (else it may still be ending)."""
     rows = admin.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity"
         " WHERE pid <> pg_backend_pid() AND application_name = %s",
-        (f"zidane_actors:{schema}",),
+        (wait_ms, f"zidane_actors:{schema}"),
     ).fetchall()
     return len(rows)
 

@@ -35,6 +35,7 @@ from test_postgres_store import DSN, fresh_schema, session
 
 from zidane_actors.actors import Session, SessionHost, open_session_host
 from zidane_actors.errors import StoreUnavailableError
+from zidane_actors.model import AppendTurnsOptions, SessionRun
 from zidane_actors.server import serve
 from zidane_actors.stores import (
     PostgresStore,
@@ -194,6 +195,37 @@ async def blocked_batch(store: PostgresStore, dsn: str, schema: str, round_: int
             holder.execute("ROLLBACK")  # the batch, retried on a fresh connection, goes on
     for result in results:
         result.unwrap()
+
+
+async def test_lone_appends_survive_killed_backends(
+    schema: str, logs: pytest.LogCaptureFixture
+) -> None:
+    """Single appends (one statement, its socket awaited in the trio thread) on a connection
+    killed before each few: each append still succeeds, on a connection opened again, and
+    is stored once, in order; each kill is one outage, logged once."""
+    kills = 0
+    sent: list[str] = []
+    with psycopg.connect(DSN, autocommit=True) as admin:
+        async with open_postgres_store(DSN, schema=schema, pool_size=2) as store:
+            await store.save(session("a"))
+            for i in range(40):
+                if i % 4 == 1:
+                    await trio.to_thread.run_sync(kill_backends, admin, schema, 5_000)
+                    kills += 1
+                run = SessionRun(id=f"r{i // 8}", prompt="p", started_at=i, status="running")
+                await store.append_turns(
+                    "a", [turn(f"a:{i}")], AppendTurnsOptions(run=run) if i % 2 else None
+                )
+                sent.append(f"a:{i}")
+            stats = store.statistics()
+            stored = await store.load("a")
+            assert stored is not None
+            assert [t.id for t in stored.turns] == sent
+            assert [r.id for r in stored.runs] == ["r0", "r1", "r2", "r3", "r4"]
+    assert stats.reconnects >= kills
+    lines = outage_lines(logs)
+    assert not lines["psycopg"]
+    assert stats.outages == kills == len(lines["lost"]) == len(lines["back"])
 
 
 async def test_each_outage_is_logged_once(schema: str, logs: pytest.LogCaptureFixture) -> None:
