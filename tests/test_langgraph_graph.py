@@ -265,6 +265,37 @@ def test_copies_handed_out_are_deep_and_exact() -> None:
         assert kept.additional_kwargs["raw"] == b"\x00"
 
 
+def test_messages_changed_in_place_are_stored_as_they_are_now() -> None:
+    """A message of the list changed in place after it was stored (a nested value, a
+    field, its extras) is stored again as it now is, whether the list repeats the last
+    one or not; each checkpoint reads back the messages it was put with."""
+    human = HumanMessage("hi", id="h-1")
+    call = AIMessage("", id="ai-1", tool_calls=[{"name": "f", "args": {"a": [1]}, "id": "c1"}])
+    config: RunnableConfig = {"configurable": {"thread_id": "t-changed", "checkpoint_ns": ""}}
+    changes = [
+        lambda: None,
+        lambda: call.tool_calls[0]["args"]["a"].append(2),
+        lambda: None,
+        lambda: setattr(human, "content", "hello"),
+        lambda: setattr(call, "extra_field", {"x": 1}),
+        lambda: call.tool_calls[0]["args"]["a"].pop(),
+    ]
+    with ZidaneSaver(store="memory:") as saver:
+        checkpoint = empty_checkpoint()
+        put: list[tuple[RunnableConfig, list[BaseMessage]]] = []
+        for step, change in enumerate(changes):
+            change()
+            checkpoint = create_checkpoint(checkpoint, None, step)
+            checkpoint["channel_values"] = {"messages": [human, call]}
+            checkpoint["channel_versions"] = {"messages": step + 1}
+            config = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})
+            put.append((config, copy.deepcopy([human, call])))
+        for stored, messages in put:
+            back = saver.get_tuple(stored)
+            assert back is not None
+            assert _same(saver, back.checkpoint["channel_values"]["messages"], messages)
+
+
 def _counted_appends(patch: pytest.MonkeyPatch) -> list[int]:
     """How many turns each ``Session.append_turns`` from now on holds, in order."""
     appends: list[int] = []

@@ -26,7 +26,10 @@ from ..model import (
 )
 from ._langgraph_messages import (
     is_message_turn,
+    message_state,
     messages_equal,
+    same_state,
+    same_states,
     thaw,
     turn_to_message,
 )
@@ -88,6 +91,18 @@ class _Pairing:
             self.preceding[lane] = fresh
 
 
+class _Known:
+    """The leading messages of a channel's last list that :meth:`_Index.find` answered
+    with a turn holding the very same value: their turn ids and the states of those
+    turns' messages (:func:`message_state`)."""
+
+    __slots__ = ("ids", "states")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.states: list[Any] = []
+
+
 class _Index:
     """What one session's turns hold for the door, extended as turns are appended."""
 
@@ -110,6 +125,7 @@ class _Index:
         self.blobs: dict[tuple[str, str, tuple[str, Any]], list[str]] = {}
         self.pairing = _Pairing()
         self.lanes: Any = None
+        self.known: dict[str, _Known] = {}  # by channel
 
     def fits(self, turns: tuple[SessionTurn, ...]) -> bool:
         return len(turns) >= self.count and (self.count == 0 or turns[self.count - 1] is self.last)
@@ -217,6 +233,34 @@ class _Index:
             if messages_equal(self.message(turn_id), message):
                 return turn_id
         return None
+
+    def known_ids(self, channel: str, messages: Sequence[BaseMessage]) -> list[str]:
+        """The turn ids :meth:`find` answers for the leading messages of ``messages`` that
+        the channel's last list had, proven in one pass: each holds the very value of its
+        turn's message now (as when it was found: a turn's message never changes, and
+        the first turn holding a value stays the first). Empty when any differs."""
+        known = self.known.get(channel)
+        if known is None or len(messages) < len(known.ids):
+            return []
+        if not same_states(messages[: len(known.ids)], known.states):
+            return []
+        return list(known.ids)
+
+    def remember(
+        self, channel: str, messages: Sequence[BaseMessage], ids: Sequence[str], proven: int
+    ) -> None:
+        """Keep, for :meth:`known_ids`, the channel's messages (``ids`` their turns, the first
+        ``proven`` of them from :meth:`known_ids`) up to the first one not holding the very
+        value of a turn's message the index has."""
+        known = self.known.get(channel) if proven else None
+        if known is None:
+            known = self.known[channel] = _Known()
+        for message, turn_id in zip(messages[proven:], ids[proven:], strict=True):
+            held = self.cache.get(turn_id)
+            if held is None or not same_state(message, held):
+                return
+            known.ids.append(turn_id)
+            known.states.append(message_state(held))
 
     def resolve(self, segments: Any, where: str) -> list[BaseMessage]:
         out: list[BaseMessage] = []

@@ -29,7 +29,8 @@ from __future__ import annotations
 import base64
 import copy
 import math
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import (
@@ -74,6 +75,7 @@ _KINDS: Final[dict[type[BaseMessage], str]] = {
 _ROLE: Final = {"human": "user", "ai": "assistant", "tool": "user", "system": "system"}
 _USAGE_KEYS: Final = ("input_tokens", "output_tokens")
 _MAX_DEPTH: Final = 100
+_isfinite: Final = math.isfinite
 
 
 def plain_json(value: object, depth: int = 0) -> bool:
@@ -82,17 +84,32 @@ def plain_json(value: object, depth: int = 0) -> bool:
     if kind is str or kind is int or kind is bool or value is None:
         return True
     if kind is float:
-        return math.isfinite(value)  # type: ignore[arg-type]
+        return _isfinite(value)  # type: ignore[arg-type]
     if depth > _MAX_DEPTH:
         return False
+    items: Iterable[Any]
     if kind is dict:
-        return all(
-            type(k) is str and plain_json(v, depth + 1)
-            for k, v in value.items()  # type: ignore[attr-defined]
-        )
-    if kind is list:
-        return all(plain_json(v, depth + 1) for v in value)  # type: ignore[attr-defined]
-    return False
+        for key in value:  # type: ignore[attr-defined]
+            if type(key) is not str:
+                return False
+        items = value.values()  # type: ignore[attr-defined]
+    elif kind is list:
+        items = value  # type: ignore[assignment]
+    else:
+        return False
+    for item in items:  # the atoms most JSON holds settled here, without a call
+        of = type(item)
+        if (
+            of is str
+            or of is int
+            or of is bool
+            or item is None
+            or (of is float and _isfinite(item))
+        ):
+            continue
+        if not plain_json(item, depth + 1):
+            return False
+    return True
 
 
 def thaw(value: Any) -> Any:
@@ -434,7 +451,11 @@ def copy_message(message: BaseMessage) -> BaseMessage:
     cls = type(message)
     out = cls.__new__(cls)
     setattr_ = object.__setattr__
-    setattr_(out, "__dict__", {k: _copied(v) for k, v in message.__dict__.items()})
+    fields = message.__dict__.copy()
+    for key, value in fields.items():
+        if type(value) not in _ATOMS:
+            fields[key] = _copied(value)  # a new value for a key: the dict stays as it is
+    setattr_(out, "__dict__", fields)
     setattr_(out, "__pydantic_fields_set__", set(message.__pydantic_fields_set__))
     setattr_(out, "__pydantic_extra__", _copied(message.__pydantic_extra__))
     private = message.__pydantic_private__
@@ -456,21 +477,34 @@ def _copied(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+_STATE: Final = operator.attrgetter("__dict__", "__pydantic_extra__", "__pydantic_private__")
+"""A message's whole state as pydantic's ``==`` reads it: fields, extras, private attributes."""
+
+
+def message_state(message: BaseMessage) -> tuple[type[BaseMessage], tuple[Any, ...]]:
+    """The class and whole state of ``message`` (what :func:`same_state` compares)."""
+    return type(message), _STATE(message)
+
+
+def same_state(a: BaseMessage, b: BaseMessage) -> bool:
+    """Whether two messages hold the very same value: same class, equal fields, extras
+    and private attributes (they are then :func:`messages_equal` to the same messages)."""
+    return type(a) is type(b) and _STATE(a) == _STATE(b)
+
+
+def same_states(messages: Sequence[BaseMessage], states: Sequence[Any]) -> bool:
+    """:func:`same_state` of each message and the one whose :func:`message_state` is its
+    counterpart in ``states``, compared in one pass."""
+    return list(zip(map(type, messages), map(_STATE, messages), strict=True)) == states
+
+
 def messages_equal(a: BaseMessage, b: BaseMessage) -> bool:
     """Whether two messages are the same message value (same class, equal fields).
 
     Equal field dicts settle it at once (what pydantic's ``==`` checks first, after
     its per-call lookups); anything else is pydantic's ``==``.
     """
-    if type(a) is not type(b):
-        return False
-    if (
-        a.__dict__ == b.__dict__
-        and a.__pydantic_extra__ == b.__pydantic_extra__
-        and a.__pydantic_private__ == b.__pydantic_private__
-    ):
-        return True
-    return a == b
+    return same_state(a, b) or (type(a) is type(b) and a == b)
 
 
 def first_text(content: str | Sequence[Any] | Mapping[str, Any]) -> str:

@@ -256,6 +256,13 @@ class _Thread:
         return True
 
 
+def _holds(thread: _Thread, key: tuple[str, str]) -> bool:
+    """Whether the checkpoint ``key`` is queued in ``thread`` or indexed as stored."""
+    return any(w.checkpoint == key for w in thread.queue) or (
+        thread.index is not None and key in thread.index.records
+    )
+
+
 _threads: weakref.WeakKeyDictionary[SessionHost, OrderedDict[str, _Thread]] = (
     weakref.WeakKeyDictionary()
 )
@@ -342,10 +349,16 @@ class ThreadOps:
         fresh: dict[str, BaseMessage],
         run: SessionRun | None,
         now: int,
+        channel: str | None = None,
     ) -> list[str]:
-        """The turn id of each message, new turns made (into ``new``) for the ones not stored."""
-        out = []
-        for message in messages:
+        """The turn id of each message, new turns made (into ``new``) for the ones not stored.
+
+        ``channel``: the messages are that channel's list, which mostly repeats its last
+        one: the index proves the repeated part at once (:meth:`_Index.known_ids`).
+        """
+        out = index.known_ids(channel, messages) if channel is not None else []
+        proven = len(out)
+        for message in messages[proven:]:
             found = index.find(message)
             if found is None:
                 found = next(
@@ -354,6 +367,8 @@ class ThreadOps:
             if found is None:
                 found = self._new_message_turn(index, message, new, fresh, run, now)
             out.append(found)
+        if channel is not None:
+            index.remember(channel, messages, out, proven)
         return out
 
     def _new_message_turn(
@@ -493,7 +508,7 @@ class ThreadOps:
         fresh: dict[str, BaseMessage] = {}
         values = dict(record["values"])
         for channel, listed in messages.items():
-            ids = self._message_turns(index, listed, new, fresh, run, batch.now)
+            ids = self._message_turns(index, listed, new, fresh, run, batch.now, channel)
             values[channel] = {"turns": _segments(index, ids, new)}
         body = {**record, "values": values}
         if run_id is not None:
@@ -670,18 +685,18 @@ class ThreadOps:
         so a session's turns keep the conversation's order.
         """
         key = (ns, cid)
+        if _holds(thread, key):
+            return
         with trio.move_on_after(CHECKPOINT_WAIT):
             while True:
-                if any(w.checkpoint == key for w in thread.queue) or (
-                    thread.index is not None and key in thread.index.records
-                ):
-                    return
                 async with thread.lock:
                     landed = thread.landed
                     session = thread.session or await self._session(host, thread_id, create=False)
                     if session is not None and key in self._index(thread, session).records:
                         return
                 await landed.wait()
+                if _holds(thread, key):
+                    return
 
     # -- reads ----------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
@@ -86,7 +87,7 @@ def _unblob(serde: SerializerProtocol, blob: Sequence[str]) -> Any:
 
 
 def _messages(value: Any) -> bool:
-    return type(value) is list and all(isinstance(m, BaseMessage) for m in value)
+    return type(value) is list and all(map(isinstance, value, itertools.repeat(BaseMessage)))
 
 
 def _configurable(config: RunnableConfig | None, what: str) -> Mapping[str, Any]:
