@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any, ClassVar
 
@@ -14,6 +14,7 @@ import outcome
 import psycopg
 import trio
 from psycopg import errors as pg_errors
+from psycopg.abc import Params
 
 from ... import model
 from ...errors import (
@@ -227,9 +228,10 @@ class PostgresBase:
                 limiter=conn.limiter,
             )
 
-    async def _statement(self, query: str, params: Mapping[str, Any]) -> Any:
-        """The first row of one statement run as its own transaction on an idle pooled
-        connection; a unique violation (it wrote nothing) raises ``_SlowPath``.
+    async def _statement(self, query: str, params: Params) -> Any:
+        """The first row of one statement (a single append, a revision read) run as its own
+        transaction on an idle pooled connection; a unique violation (a statement failing
+        wrote nothing) raises ``_SlowPath``.
 
         On an open connection its socket is awaited in the trio thread: the lone caller
         pays no round trip through a worker thread. A connection to open again, and the
@@ -360,13 +362,8 @@ class PostgresBase:
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (one indexed read), or ``None`` when absent."""
         validate_id(session_id)
-
-        def op(cur: _Cursor) -> int | None:
-            cur.execute(_SQL.rev, (session_id,))
-            row = cur.fetchone()
-            return None if row is None else int(row[0])
-
-        return await self._read(op)
+        row = await self._statement(_SQL.rev, (session_id,))
+        return None if row is None else int(row[0])
 
     async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
         """Create or overwrite the whole document (turns and runs replaced).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeAlias
 
@@ -13,6 +13,7 @@ import attrs
 import psycopg
 import trio
 from psycopg import sql
+from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.waiting import Ready, Wait
 
@@ -38,7 +39,7 @@ def _connection_lost(raw: _Connection, exc: psycopg.Error) -> bool:
     return raw.closed or state is None or state.startswith("08") or state in _SERVER_GONE
 
 
-async def run_statement(raw: _Connection, query: str, params: Mapping[str, Any]) -> Any:
+async def run_statement(raw: _Connection, query: str, params: Params) -> Any:
     """The first row of ``query`` run on ``raw`` (autocommit: its own transaction), its
     socket awaited in the trio thread instead of a worker thread blocking on it.
 

@@ -12,6 +12,7 @@ import attrs
 import outcome
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.abc import Params
 
 from ... import model
 from ...errors import (
@@ -486,7 +487,7 @@ def _appended_one(row: Any, session_id: str) -> Revision:
     return Revision(int(row[0]), int(row[1]))
 
 
-def _first_row(query: str, params: Mapping[str, Any], cur: _Cursor) -> Any:
+def _first_row(query: str, params: Params, cur: _Cursor) -> Any:
     """The first row ``query`` answers; ``_SlowPath`` on a unique violation (a statement
     failing wrote nothing: the caller reruns the write in the steps that compare rows)."""
     try:
