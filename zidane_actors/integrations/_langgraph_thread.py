@@ -347,7 +347,7 @@ class ThreadOps:
         messages: Sequence[BaseMessage],
         new: list[SessionTurn],
         fresh: dict[str, BaseMessage],
-        run: SessionRun | None,
+        run_id: str | None,
         now: int,
         channel: str | None = None,
     ) -> list[str]:
@@ -365,7 +365,7 @@ class ThreadOps:
                     (t for t, held in fresh.items() if messages_equal(held, message)), None
                 )
             if found is None:
-                found = self._new_message_turn(index, message, new, fresh, run, now)
+                found = self._new_message_turn(index, message, new, fresh, run_id, now)
             out.append(found)
         if channel is not None:
             index.remember(channel, messages, out, proven)
@@ -377,7 +377,7 @@ class ThreadOps:
         message: BaseMessage,
         new: list[SessionTurn],
         fresh: dict[str, BaseMessage],
-        run: SessionRun | None,
+        run_id: str | None,
         now: int,
     ) -> str:
         ids, mine = index.ids, {t.id for t in new}
@@ -400,7 +400,6 @@ class ThreadOps:
             while turn_id in ids or turn_id in mine:
                 n += 1
                 turn_id = f"{base}.{n}"
-        run_id = run.id if run is not None else None
         made = functools.partial(
             message_to_turn,
             message,
@@ -503,12 +502,12 @@ class ThreadOps:
     ) -> _Planned:
         index = batch.index
         run_id = _run_of(index, record)
-        run = self._run(batch, run_id, prompt, ())
+        turn_run = _safe_id(run_id)  # a run record is kept for a safe id only (_run)
         new: list[SessionTurn] = []
         fresh: dict[str, BaseMessage] = {}
         values = dict(record["values"])
         for channel, listed in messages.items():
-            ids = self._message_turns(index, listed, new, fresh, run, batch.now, channel)
+            ids = self._message_turns(index, listed, new, fresh, turn_run, batch.now, channel)
             values[channel] = {"turns": _segments(index, ids, new)}
         body = {**record, "values": values}
         if run_id is not None:
@@ -557,7 +556,7 @@ class ThreadOps:
             checkpoint = index.records[(ns, latest)]
         found = checkpoint.get("run") if checkpoint is not None else None
         run_id = found if isinstance(found, str) else None
-        run = self._run(batch, run_id, None, ())
+        turn_run = _safe_id(run_id)  # a run record is kept for a safe id only (_run)
         new: list[SessionTurn] = []
         fresh: dict[str, BaseMessage] = {}
         stored = []
@@ -566,10 +565,10 @@ class ThreadOps:
             if value is None:
                 stored.append(entry)
             elif isinstance(value, BaseMessage):
-                ids = self._message_turns(index, [value], new, fresh, run, batch.now)
+                ids = self._message_turns(index, [value], new, fresh, turn_run, batch.now)
                 stored.append([entry[0], entry[1], {"turn": ids[0]}])
             else:
-                ids = self._message_turns(index, value, new, fresh, run, batch.now)
+                ids = self._message_turns(index, value, new, fresh, turn_run, batch.now)
                 stored.append([entry[0], entry[1], {"turnIds": ids}])
         body: dict[str, Any] = {"type": "writes", "ns": ns, "checkpoint": cid, "task": task}
         if writes.path:
