@@ -268,7 +268,8 @@ def test_copies_handed_out_are_deep_and_exact() -> None:
 def test_messages_changed_in_place_are_stored_as_they_are_now() -> None:
     """A message of the list changed in place after it was stored (a nested value, a
     field, its extras) is stored again as it now is, whether the list repeats the last
-    one or not; each checkpoint reads back the messages it was put with."""
+    one or not (shorter, in another order); each checkpoint reads back the messages it
+    was put with."""
     human = HumanMessage("hi", id="h-1")
     call = AIMessage("", id="ai-1", tool_calls=[{"name": "f", "args": {"a": [1]}, "id": "c1"}])
     config: RunnableConfig = {"configurable": {"thread_id": "t-changed", "checkpoint_ns": ""}}
@@ -280,16 +281,18 @@ def test_messages_changed_in_place_are_stored_as_they_are_now() -> None:
         lambda: setattr(call, "extra_field", {"x": 1}),
         lambda: call.tool_calls[0]["args"]["a"].pop(),
     ]
+    lists = [[human, call]] * len(changes) + [[call], [call, human], [human, call]]
+    changes += [lambda: None, lambda: setattr(human, "name", "ada"), lambda: None]
     with ZidaneSaver(store="memory:") as saver:
         checkpoint = empty_checkpoint()
         put: list[tuple[RunnableConfig, list[BaseMessage]]] = []
-        for step, change in enumerate(changes):
+        for step, (change, listed) in enumerate(zip(changes, lists, strict=True)):
             change()
             checkpoint = create_checkpoint(checkpoint, None, step)
-            checkpoint["channel_values"] = {"messages": [human, call]}
+            checkpoint["channel_values"] = {"messages": list(listed)}
             checkpoint["channel_versions"] = {"messages": step + 1}
             config = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})
-            put.append((config, copy.deepcopy([human, call])))
+            put.append((config, copy.deepcopy(listed)))
         for stored, messages in put:
             back = saver.get_tuple(stored)
             assert back is not None

@@ -125,7 +125,7 @@ class _Index:
         self.blobs: dict[tuple[str, str, tuple[str, Any]], list[str]] = {}
         self.pairing = _Pairing()
         self.lanes: Any = None
-        self.known: dict[str, _Known] = {}  # by channel
+        self.known: dict[tuple[str, str], _Known] = {}  # by namespace and channel
 
     def fits(self, turns: tuple[SessionTurn, ...]) -> bool:
         return len(turns) >= self.count and (self.count == 0 or turns[self.count - 1] is self.last)
@@ -234,11 +234,12 @@ class _Index:
                 return turn_id
         return None
 
-    def known_ids(self, channel: str, messages: Sequence[BaseMessage]) -> list[str]:
+    def known_ids(self, channel: tuple[str, str], messages: Sequence[BaseMessage]) -> list[str]:
         """The turn ids :meth:`find` answers for the leading messages of ``messages`` that
-        the channel's last list had, proven in one pass: each holds the very value of its
-        turn's message now (as when it was found: a turn's message never changes, and
-        the first turn holding a value stays the first). Empty when any differs."""
+        the channel's last list had (``channel``: its namespace and name), proven in one
+        pass: each holds the very value of its turn's message now (as when it was found:
+        a turn's message never changes, and the first turn holding a value stays the
+        first). Empty when any differs."""
         known = self.known.get(channel)
         if known is None or len(messages) < len(known.ids):
             return []
@@ -247,7 +248,11 @@ class _Index:
         return list(known.ids)
 
     def remember(
-        self, channel: str, messages: Sequence[BaseMessage], ids: Sequence[str], proven: int
+        self,
+        channel: tuple[str, str],
+        messages: Sequence[BaseMessage],
+        ids: Sequence[str],
+        proven: int,
     ) -> None:
         """Keep, for :meth:`known_ids`, the channel's messages (``ids`` their turns, the first
         ``proven`` of them from :meth:`known_ids`) up to the first one not holding the very

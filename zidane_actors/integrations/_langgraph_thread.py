@@ -349,12 +349,13 @@ class ThreadOps:
         fresh: dict[str, BaseMessage],
         run_id: str | None,
         now: int,
-        channel: str | None = None,
+        channel: tuple[str, str] | None = None,
     ) -> list[str]:
         """The turn id of each message, new turns made (into ``new``) for the ones not stored.
 
-        ``channel``: the messages are that channel's list, which mostly repeats its last
-        one: the index proves the repeated part at once (:meth:`_Index.known_ids`).
+        ``channel``: the messages are that channel's list (namespace, name), which mostly
+        repeats its last one: the index proves the repeated part at once
+        (:meth:`_Index.known_ids`).
         """
         out = index.known_ids(channel, messages) if channel is not None else []
         proven = len(out)
@@ -507,7 +508,8 @@ class ThreadOps:
         fresh: dict[str, BaseMessage] = {}
         values = dict(record["values"])
         for channel, listed in messages.items():
-            ids = self._message_turns(index, listed, new, fresh, turn_run, batch.now, channel)
+            key = (record["ns"], channel)
+            ids = self._message_turns(index, listed, new, fresh, turn_run, batch.now, key)
             values[channel] = {"turns": _segments(index, ids, new)}
         body = {**record, "values": values}
         if run_id is not None:
