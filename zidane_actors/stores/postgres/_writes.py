@@ -54,6 +54,8 @@ from ..sql import POSTGRES, settle_send_request
 from ..sql._forks import share_less, unshare
 from ._rows import (
     _SQL,
+    BigintArray,
+    TextArray,
     _checked_data,
     _Connection,
     _Cursor,
@@ -167,10 +169,10 @@ def _runs_params(runs: Sequence[tuple[str, SessionRun]]) -> dict[str, Any]:
         counted[sid] = counted.get(sid, 0) + 1
         run_nums.append(counted[sid])
     return {
-        "run_sids": [sid for sid, _ in runs],
-        "run_ids": [r.id for _, r in runs],
-        "run_bodies": [_json(r, f"run {preview(r.id)}") for _, r in runs],
-        "run_nums": run_nums,
+        "run_sids": TextArray(sid for sid, _ in runs),
+        "run_ids": TextArray(r.id for _, r in runs),
+        "run_bodies": TextArray(_json(r, f"run {preview(r.id)}") for _, r in runs),
+        "run_nums": BigintArray(run_nums),
     }
 
 
@@ -401,18 +403,18 @@ def _checked_append(
     return list(valid), run
 
 
-def _turn_bodies(turns: Sequence[SessionTurn]) -> builtins.list[str]:
+def _turn_bodies(turns: Sequence[SessionTurn]) -> TextArray:
     """The JSON of each turn: a ``CheckedTurns``' own bodies, else each turn encoded."""
     if type(turns) is CheckedTurns:
-        return [body.decode() for body in turns.bodies]
-    return [_json(t, f"turn {preview(t.id)}") for t in turns]
+        return TextArray(body.decode() for body in turns.bodies)
+    return TextArray(_json(t, f"turn {preview(t.id)}") for t in turns)
 
 
 def _append_params(session_id: str, turns: Sequence[SessionTurn]) -> dict[str, Any]:
     return {
         "sid": session_id,
-        "ids": [t.id for t in turns],
-        "roles": [t.role for t in turns],
+        "ids": TextArray(t.id for t in turns),
+        "roles": TextArray(t.role for t in turns),
         "bodies": _turn_bodies(turns),
         "now": now_ms(),
     }
@@ -578,10 +580,7 @@ def _append_run(
     cur.execute("SELECT FROM forks WHERE session_id = ANY(%s) LIMIT 1", (list(found),))
     if cur.fetchone() is not None:  # a fork's shared turn ids are checked one append at a time
         raise _SlowPath
-    sids: builtins.list[str] = []
-    ids: builtins.list[str] = []
-    roles: builtins.list[str] = []
-    bodies: builtins.list[str] = []
+    sids, ids, roles, bodies = TextArray(), TextArray(), TextArray(), TextArray()
     runs: builtins.list[tuple[str, SessionRun]] = []
     for append in run:
         if append.session_id not in found:
