@@ -299,6 +299,40 @@ def test_messages_changed_in_place_are_stored_as_they_are_now() -> None:
             assert _same(saver, back.checkpoint["channel_values"]["messages"], messages)
 
 
+def test_messages_equal_by_python_but_not_as_json_are_kept_apart() -> None:
+    """A message replaced (same id) by one Python calls equal that is another JSON value
+    (``1``, ``1.0`` and ``True``; ``0.0`` and ``-0.0``; the same keys in another order)
+    is stored as the new value: each checkpoint reads back exactly what it was put with."""
+    values: list[dict[str, Any]] = [
+        {"n": 1, "flag": True, "z": 0.0, "a": 1, "b": 2},
+        {"n": 1.0, "flag": True, "z": 0.0, "a": 1, "b": 2},
+        {"n": 1.0, "flag": 1, "z": 0.0, "a": 1, "b": 2},
+        {"n": 1.0, "flag": 1, "z": -0.0, "a": 1, "b": 2},
+        {"n": 1.0, "flag": 1, "z": -0.0, "b": 2, "a": 1},
+        {"n": True, "flag": 1, "z": -0.0, "b": 2, "a": 1},
+    ]
+    config: RunnableConfig = {"configurable": {"thread_id": "t-json-equal", "checkpoint_ns": ""}}
+    with ZidaneSaver(store="memory:") as saver:
+        checkpoint = empty_checkpoint()
+        put: list[tuple[RunnableConfig, list[BaseMessage]]] = []
+        for step, kwargs in enumerate(values * 2):
+            listed: list[BaseMessage] = [
+                HumanMessage("hi", id="h-1"),
+                AIMessage("ok", id="ai-1", additional_kwargs=dict(kwargs)),
+            ]
+            checkpoint = create_checkpoint(checkpoint, None, step)
+            checkpoint["channel_values"] = {"messages": listed}
+            checkpoint["channel_versions"] = {"messages": step + 1}
+            config = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})
+            put.append((config, copy.deepcopy(listed)))
+        for stored, messages in put:
+            back = saver.get_tuple(stored)
+            assert back is not None
+            got = back.checkpoint["channel_values"]["messages"]
+            assert _same(saver, got, messages)
+            assert repr(got[1].additional_kwargs) == repr(messages[1].additional_kwargs)
+
+
 def _counted_appends(patch: pytest.MonkeyPatch) -> list[int]:
     """How many turns each ``Session.append_turns`` from now on holds, in order."""
     appends: list[int] = []

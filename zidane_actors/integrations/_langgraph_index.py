@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -28,8 +29,8 @@ from ._langgraph_messages import (
     is_message_turn,
     message_state,
     messages_equal,
-    same_state,
     same_states,
+    strict_state,
     thaw,
     turn_to_message,
 )
@@ -93,14 +94,17 @@ class _Pairing:
 
 class _Known:
     """The leading messages of a channel's last list that :meth:`_Index.find` answered
-    with a turn holding the very same value: their turn ids and the states of those
-    turns' messages (:func:`message_state`)."""
+    with a turn holding the very same value: their turn ids, the states of those turns'
+    messages (:func:`message_state`) and their JSON (:func:`strict_state`), and the
+    message objects the list held."""
 
-    __slots__ = ("ids", "states")
+    __slots__ = ("ids", "objects", "states", "stricts")
 
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.states: list[Any] = []
+        self.stricts: list[bytes | None] = []
+        self.objects: list[BaseMessage] = []
 
 
 class _Index:
@@ -243,8 +247,17 @@ class _Index:
         known = self.known.get(channel)
         if known is None or len(messages) < len(known.ids):
             return []
-        if not same_states(messages[: len(known.ids)], known.states):
+        head = messages[: len(known.ids)]
+        if not same_states(head, known.states):
             return []
+        if not all(map(operator.is_, head, known.objects)):
+            # Other objects (a list read back, a message replaced by an equal one): ``==``
+            # takes 1, 1.0 and True alike, their JSON does not.
+            for i, message in enumerate(head):
+                if message is not known.objects[i]:
+                    if strict_state(message) != known.stricts[i]:
+                        return []
+                    known.objects[i] = message
         return list(known.ids)
 
     def remember(
@@ -262,10 +275,12 @@ class _Index:
             known = self.known[channel] = _Known()
         for message, turn_id in zip(messages[proven:], ids[proven:], strict=True):
             held = self.cache.get(turn_id)
-            if held is None or not same_state(message, held):
+            if held is None or not messages_equal(message, held):
                 return
             known.ids.append(turn_id)
             known.states.append(message_state(held))
+            known.stricts.append(strict_state(held))
+            known.objects.append(message)
 
     def resolve(self, segments: Any, where: str) -> list[BaseMessage]:
         out: list[BaseMessage] = []

@@ -33,6 +33,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+import msgspec
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -482,29 +483,36 @@ _STATE: Final = operator.attrgetter("__dict__", "__pydantic_extra__", "__pydanti
 
 
 def message_state(message: BaseMessage) -> tuple[type[BaseMessage], tuple[Any, ...]]:
-    """The class and whole state of ``message`` (what :func:`same_state` compares)."""
+    """The class and whole state of ``message`` (what :func:`same_states` compares)."""
     return type(message), _STATE(message)
 
 
-def same_state(a: BaseMessage, b: BaseMessage) -> bool:
-    """Whether two messages hold the very same value: same class, equal fields, extras
-    and private attributes (they are then :func:`messages_equal` to the same messages)."""
-    return type(a) is type(b) and _STATE(a) == _STATE(b)
-
-
 def same_states(messages: Sequence[BaseMessage], states: Sequence[Any]) -> bool:
-    """:func:`same_state` of each message and the one whose :func:`message_state` is its
-    counterpart in ``states``, compared in one pass."""
+    """Whether each message's class and state equal (``==``) its counterpart in ``states``
+    (:func:`message_state`), compared in one pass."""
     return list(zip(map(type, messages), map(_STATE, messages), strict=True)) == states
 
 
-def messages_equal(a: BaseMessage, b: BaseMessage) -> bool:
-    """Whether two messages are the same message value (same class, equal fields).
+_JSON: Final = msgspec.json.Encoder()
 
-    Equal field dicts settle it at once (what pydantic's ``==`` checks first, after
-    its per-call lookups); anything else is pydantic's ``==``.
-    """
-    return same_state(a, b) or (type(a) is type(b) and a == b)
+
+def strict_state(message: BaseMessage) -> bytes | None:
+    """The JSON of a message's whole state (:func:`message_state`), which tells apart what
+    ``==`` takes as equal: ``1``, ``1.0`` and ``True``, ``0.0`` and ``-0.0``, the same keys
+    in another order. ``None`` for a state JSON cannot hold."""
+    try:
+        return _JSON.encode(_STATE(message))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def messages_equal(a: BaseMessage, b: BaseMessage) -> bool:
+    """Whether two messages are the same message value: same class, equal fields
+    (pydantic's ``==``; equal state dicts settle it at once), and the same JSON
+    (:func:`strict_state`), so that one read back for the other is exactly it."""
+    if type(a) is not type(b) or not (_STATE(a) == _STATE(b) or a == b):
+        return False
+    return strict_state(a) == strict_state(b)
 
 
 def first_text(content: str | Sequence[Any] | Mapping[str, Any]) -> str:
