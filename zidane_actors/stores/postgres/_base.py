@@ -5,8 +5,8 @@ from __future__ import annotations
 import builtins
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, ClassVar
 
 import attrs
@@ -39,6 +39,7 @@ from ._conn import (
     _ChangeFeed,
     _Conn,
     _connection_lost,
+    _IdlePool,
     _Outages,
     _reusable,
     run_statement,
@@ -88,8 +89,7 @@ class PostgresBase:
     _schema: str
     _writer: _Conn
     _pool: builtins.list[_Conn]
-    _idle_send: trio.MemorySendChannel[_Conn]
-    _idle_recv: trio.MemoryReceiveChannel[_Conn]
+    _idle: _IdlePool
     _max_retries: int
     _outages: _Outages
     _closed: bool = False
@@ -269,13 +269,8 @@ class PostgresBase:
                 transact, conn, op, True, False, True, limiter=conn.limiter
             )
 
-    @asynccontextmanager
-    async def _pooled(self) -> AsyncIterator[_Conn]:
-        conn = await self._idle_recv.receive()
-        try:
-            yield conn
-        finally:
-            self._idle_send.send_nowait(conn)
+    def _pooled(self) -> AbstractAsyncContextManager[_Conn]:
+        return self._idle.use()
 
     async def _read(self, op: Callable[[_Cursor], T]) -> T:
         self._check_open()
@@ -302,7 +297,7 @@ class PostgresBase:
         return PostgresStoreStatistics(
             schema=self._schema,
             connections=len(conns),
-            idle_pooled=self._idle_send.statistics().current_buffer_used,
+            idle_pooled=len(self._idle),
             retries=self._retries,
             reconnects=sum(c.reconnects for c in conns),
             batch_fallbacks=self._fallbacks,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -232,6 +232,30 @@ class _Conn:
     def discard_unless_reusable(self) -> None:
         if self.raw is not None and not _reusable(self.raw):
             self.discard()
+
+
+class _IdlePool:
+    """The pooled connections not in use, the last one used taken first: a lone caller
+    keeps to one connection (its server process warm, its statements prepared) instead of
+    taking each in turn."""
+
+    def __init__(self, conns: list[_Conn]) -> None:
+        self._conns = list(conns)
+        self._free = trio.Semaphore(len(conns))
+
+    def __len__(self) -> int:
+        return len(self._conns)
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[_Conn]:
+        """An idle connection for the body, waiting for one (fairly) when all are in use."""
+        await self._free.acquire()
+        conn = self._conns.pop()
+        try:
+            yield conn
+        finally:
+            self._conns.append(conn)
+            self._free.release()
 
 
 CHANGES_CHANNEL: Final = "zidane_sessions"

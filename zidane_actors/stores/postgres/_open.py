@@ -22,6 +22,7 @@ from ._conn import (
     _NOTIFY_SQL,
     _ChangeFeed,
     _Conn,
+    _IdlePool,
     _Outages,
     _quiet_psycopg,
 )
@@ -100,15 +101,11 @@ async def open_postgres_store(
     conns = [writer, *(c for c in pooled if c is not writer)]
     with trio.CancelScope(shield=True):
         await trio.to_thread.run_sync(_connect_all, conns, writer)
-    idle_send, idle_recv = trio.open_memory_channel[_Conn](len(pooled))
-    for conn in pooled:
-        idle_send.send_nowait(conn)
     store = PostgresStore(
         schema=schema,
         writer=writer,
         pool=pooled,
-        idle_send=idle_send,
-        idle_recv=idle_recv,
+        idle=_IdlePool(pooled),
         max_retries=retries,
         outages=outages,
     )
