@@ -79,17 +79,22 @@ async def _new_session_data(
         agent_id=agent_id,
         project_root=project_root,
     )
-    if store is not None:
-        if "get_meta" in caps:
-            exists = await cast(FullSessionStore, store).get_meta(id) is not None
-        else:
-            exists = await store.load(id) is not None
-        if exists:
-            raise ConflictError(f"the store already holds a session {id!r}")
-        if is_versioned(caps):  # created only if still absent: a racing host conflicts
+    if store is None:
+        return data, None
+    held = ConflictError(f"the store already holds a session {id!r}")
+    if is_versioned(caps):  # created only while absent: one conditional write decides
+        try:
             revision = await store.save(data, expected_rev=0)  # type: ignore[call-arg]
-            return data, revision.after if type(revision) is Revision else None
-        await store.save(data)
+        except StaleSessionError:
+            raise held from None
+        return data, revision.after if type(revision) is Revision else None
+    if "get_meta" in caps:
+        exists = await cast(FullSessionStore, store).get_meta(id) is not None
+    else:
+        exists = await store.load(id) is not None
+    if exists:
+        raise held
+    await store.save(data)
     return data, None
 
 

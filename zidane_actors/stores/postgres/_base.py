@@ -27,6 +27,7 @@ from ...model import SessionArtifact, SessionData, SessionTurn, validate_id
 from .._protocol import (
     Revision,
     StoreWrite,
+    stale,
 )
 from .._validate import (
     check_turn_slice,
@@ -66,6 +67,7 @@ from ._writes import (
     _append_turns,
     _appended_one,
     _checked_append,
+    _create,
     _first_row,
     _metadata,
     _owner,
@@ -148,9 +150,10 @@ class PostgresBase:
         next attempt (or operation) opens a fresh one. ``pipelined``: the transaction runs
         in pipeline mode (``BEGIN`` sent with the first statement, ``COMMIT`` with the
         writes ``op`` leaves unanswered), for an ``op`` reading once, then writing.
-        ``one_statement``: ``op`` runs a single statement, its own transaction (no ``BEGIN``
-        and ``COMMIT`` round trips). ``failed``: the first attempt was made already (in
-        the trio thread, :meth:`_statement`) and failed with it; these are the retries.
+        ``one_statement``: ``op`` runs outside a transaction (no ``BEGIN`` and ``COMMIT``
+        round trips): a single statement, its own transaction, or reads. ``failed``: the
+        first attempt was made already (in the trio thread, :meth:`_statement`) and failed
+        with it; these are the retries.
         """
         with _QUIET.active():
             self._check_open()  # again: the store may have closed while this waited for ``conn``
@@ -273,10 +276,13 @@ class PostgresBase:
         return self._idle.use()
 
     async def _read(self, op: Callable[[_Cursor], T]) -> T:
+        """Run a read-only ``op`` on any idle pooled connection, outside a transaction:
+        at read committed each statement sees its own snapshot inside one as well, so
+        ``BEGIN`` and ``COMMIT`` would only add two round trips."""
         self._check_open()
         async with self._pooled() as conn:
             return await trio.to_thread.run_sync(
-                self._transact, conn, op, True, limiter=conn.limiter
+                self._transact, conn, op, True, False, True, limiter=conn.limiter
             )
 
     # The shared SQL (``..sql``) runs its steps through these.
@@ -363,9 +369,16 @@ class PostgresBase:
     async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:
         """Create or overwrite the whole document (turns and runs replaced).
 
-        With ``expected_rev``, only while the stored ``rev`` is that one.
+        With ``expected_rev``, only while the stored ``rev`` is that one. A session
+        created (``expected_rev=0``) with no history yet is one statement.
         """
-        return await self._write(lambda cur: _save(cur, data, expected_rev=expected_rev))
+        create = _create(data) if expected_rev == 0 else None
+        if create is None:
+            return await self._write(lambda cur: _save(cur, data, expected_rev=expected_rev))
+        row = await self._statement(*create)
+        if row is None:
+            raise stale(data.id, 0, await self.get_rev(data.id))
+        return Revision(0, int(row[0]))
 
     async def append_turns(
         self,

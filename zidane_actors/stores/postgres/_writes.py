@@ -239,37 +239,61 @@ def _replace_runs(cur: _Cursor, session_id: str, runs: Sequence[SessionRun]) -> 
     _upsert_runs(cur, session_id, runs)
 
 
-def _write_header(
-    cur: _Cursor, data: SessionData, metadata: Mapping[str, Any], keys: Sequence[str] | None
-) -> None:
-    validate_id(data.id)
-    stored = _lock_header(cur, data.id)
+_INSERT_HEADER: Final = (
+    "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
+    " metadata, run_owner, extra)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
+)
+
+
+def _header_params(
+    data: SessionData, stored: Any, metadata: Mapping[str, Any], keys: Sequence[str] | None
+) -> tuple[Any, ...]:
+    """The columns of ``data``'s header row, merged with the ``stored`` row (``None``: none)."""
     stored_status = stored[0] if stored else None
     stored_owner = _owner(stored[1], data.id) if stored else None
     stored_meta = _metadata(stored[3], data.id) if stored else None
     status, owner = snapshot_status(stored_status, stored_owner, data.status)
     merged = merge_session_metadata(stored_meta, metadata, keys)
+    return (
+        data.id,
+        data.created_at,
+        data.updated_at,
+        status,
+        data.agent_id,
+        data.project_root,
+        _json(merged, f"metadata of session {preview(data.id)}"),
+        None if owner is None else _json(owner, "run owner"),
+        extra_json(data.extra_fields),
+    )
+
+
+def _write_header(
+    cur: _Cursor, data: SessionData, metadata: Mapping[str, Any], keys: Sequence[str] | None
+) -> None:
+    validate_id(data.id)
+    stored = _lock_header(cur, data.id)
     cur.execute(
-        "INSERT INTO sessions (id, created_at, updated_at, status, agent_id, project_root,"
-        " metadata, run_owner, extra)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s)"
-        " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
+        _INSERT_HEADER + " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
         " updated_at = excluded.updated_at, status = excluded.status,"
         " agent_id = excluded.agent_id, project_root = excluded.project_root,"
         " metadata = excluded.metadata, run_owner = excluded.run_owner, extra = excluded.extra,"
         " rev = nextval('revs')",
-        (
-            data.id,
-            data.created_at,
-            data.updated_at,
-            status,
-            data.agent_id,
-            data.project_root,
-            _json(merged, f"metadata of session {preview(data.id)}"),
-            None if owner is None else _json(owner, "run owner"),
-            extra_json(data.extra_fields),
-        ),
+        _header_params(data, stored, metadata, keys),
     )
+
+
+_CREATE_SQL: Final = _INSERT_HEADER + " ON CONFLICT (id) DO NOTHING RETURNING rev"
+"""A session with no turns and no runs created if absent, in one statement: the primary
+key decides a race of two creators (the second finds the row and writes nothing)."""
+
+
+def _create(data: SessionData) -> tuple[str, tuple[Any, ...]] | None:
+    """The statement creating ``data`` (checked) when it holds no history, else ``None``."""
+    data = _checked_data(data)
+    if data.turns or data.runs:
+        return None
+    return _CREATE_SQL, _header_params(data, None, data.metadata, None)
 
 
 def _save(cur: _Cursor, data: SessionData, *, expected_rev: int | None = None) -> Revision:
