@@ -228,6 +228,7 @@ class _Thread:
         self.put_queued = trio.Event()  # set when a checkpoint is queued
         self.landed_at: float | None = None  # when the last checkpoint landed
         self.next_gap = 0.0  # how long after it the next checkpoint came, last time
+        self.absent = False  # the last read found no session: a write creates it first
 
     def checkpoint_landed(self) -> None:
         self.landed.set()
@@ -306,8 +307,11 @@ class ThreadOps:
         return index
 
     async def _session(self, host: SessionHost, thread_id: str, *, create: bool) -> Session | None:
+        """The thread's session, created when absent and ``create``. A thread the last read
+        found absent (a new one) is created first, read only when another writer came first."""
         sid = session_id_of(thread_id)
-        session = await host.load_session(sid)
+        thread = _thread(host, sid)
+        session = None if create and thread.absent else await host.load_session(sid)
         if session is None and create:
             try:
                 session = await host.create_session(
@@ -315,13 +319,14 @@ class ThreadOps:
                 )
             except ConflictError:
                 session = await host.load_session(sid)
+        thread.absent = session is None
         if (
             session is not None
             and sid.startswith("lgh=")
             and thread_id_of(sid, session.metadata) != thread_id
         ):
             raise ConflictError(f"session {sid} holds another thread than {preview(thread_id)}")
-        _thread(host, sid).session = session
+        thread.session = session
         return session
 
     async def _writable(self, host: SessionHost, thread: _Thread, thread_id: str) -> Session:
