@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast, get_args
 
+import msgspec
 from msgspec import UNSET
 
 from .. import model
 from ..errors import ValidationError
 from ..model import (
+    MAX_JSON_DEPTH,
     SessionHistory,
     SessionStatus,
     check_column_text,
@@ -29,7 +31,7 @@ from ..model import (
     validate_id,
 )
 from ..model._checked import CheckedTurns
-from ..model._codec import encode_checked
+from ..model._codec import decoder, encode_checked
 from ._protocol import HistoryMutation, TurnsMutation
 
 __all__ = [
@@ -98,9 +100,23 @@ def encoded(value: object, what: str) -> bytes:
 
 
 def checked(value: object, type_: type[T], what: str) -> T:
-    """``value`` validated like a persistent store decodes it (constraints, tags, JSON-ness)."""
+    """``value`` validated like a persistent store decodes it (constraints, tags, JSON-ness).
+
+    A value whose JSON nests too little to be too deep and reads back equal to it holds
+    nothing JSON would change (``NaN``, ``bytes``, a set, a non-string key, a model value
+    in a free-form field all read back different): its copy is answered without the walk
+    of every field, which any other value gets, with its located error.
+    """
     if not isinstance(value, type_):
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
+    try:
+        body = encode_checked(value)
+        if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+            copy: T = decoder(cast(Hashable, type_)).decode(body)
+            if copy == value:
+                return copy
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
+        pass
     return decode(encoded(value, what), type_, what=what)
 
 
