@@ -508,6 +508,26 @@ def test_events_read_back_in_append_order(tmp_path: Path) -> None:
         assert answers[kind] == [["e3", "e1", "e2"], ["e1", "e2"], ["e3", "e1"]], kind
 
 
+async def _equal_to_python_only(service: BaseSessionService, out: Transcript) -> None:
+    session = await service.create_session(app_name="app", user_id="u", session_id="s")
+    for value in (1, 1.0, True):  # one id, values pydantic's == takes as equal
+        event = says("x", 1, actions=EventActions(state_delta={"n": value}))
+        answer = await _outcome(service.append_event(session, event))
+        out.append(answer if isinstance(answer, str) else answer is event)
+    got = await service.get_session(app_name="app", user_id="u", session_id="s")
+    assert got is not None
+    out.append([repr(e.actions.state_delta["n"]) for e in got.events])
+
+
+def test_an_event_equal_only_to_python_is_stored_as_given(tmp_path: Path) -> None:
+    """ADK's in-memory service takes a ``1.0`` or ``True`` for the stored ``1`` (pydantic's
+    ``==``) and keeps the one event; the zidane services store each, read back as given."""
+    answers = _answers(_equal_to_python_only, tmp_path)
+    assert answers["adk-memory"][-1] == ["1"]
+    for kind in ZIDANE:
+        assert answers[kind] == [True, True, True, ["1", "1.0", "True"]], kind
+
+
 async def _same_event_again(service: BaseSessionService, out: Transcript) -> None:
     session = await service.create_session(app_name="app", user_id="u", session_id="s")
     first = says("x", 1, actions=EventActions(state_delta={"n": 1}))

@@ -33,6 +33,7 @@ from ..model import (
     encode,
     is_column_text,
 )
+from ..model._turn_ids import same_json
 from ..stores._protocol import FullSessionStore
 from ._adk_events import (
     _STALE,
@@ -299,11 +300,16 @@ async def _user_state(host: SessionHost, app_name: str, user_id: str) -> bytes:
 
 
 def _holds(session: Session, data: dict[str, Any]) -> bool:
-    """Whether ``session`` already stores an event equal to ``data`` (same id)."""
+    """Whether ``session`` already stores the event ``data`` (same id, same JSON: ``==``
+    would take a ``1.0`` for a ``1``, and the read back would answer the stored one)."""
     event_id = data.get("id")
     for turn in reversed(session.turns):
         stored = turn.metadata.get(EVENT_KEY) if turn.metadata else None
-        if isinstance(stored, dict) and stored.get("id") == event_id and _event_of(turn) == data:
+        if (
+            isinstance(stored, dict)
+            and stored.get("id") == event_id
+            and same_json(_event_of(turn), data)
+        ):
             return True
     return False
 

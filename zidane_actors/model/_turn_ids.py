@@ -43,6 +43,12 @@ def check_unique_turn_ids(turns: Sequence[SessionTurn], *, path: str = "$.turns"
 
 def same_turn(a: SessionTurn, b: SessionTurn) -> bool:
     """Whether two turns are the same JSON document (object key order aside)."""
+    return same_json(a, b)
+
+
+def same_json(a: object, b: object) -> bool:
+    """Whether two values are the same JSON document (object key order aside): ``==``
+    takes ``1``, ``1.0`` and ``True`` (or ``0.0`` and ``-0.0``) as equal, JSON does not."""
     if a is b:
         return True
     try:
@@ -51,8 +57,8 @@ def same_turn(a: SessionTurn, b: SessionTurn) -> bool:
         return _sorted(a) == _sorted(b)
 
 
-def _sorted(turn: SessionTurn) -> str:
-    return json.dumps(to_builtins(turn), sort_keys=True, separators=(",", ":"))
+def _sorted(value: object) -> str:
+    return json.dumps(to_builtins(value), sort_keys=True, separators=(",", ":"))
 
 
 def fresh_turns(
