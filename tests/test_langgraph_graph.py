@@ -10,7 +10,7 @@ import base64
 import copy
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -284,19 +284,30 @@ def test_messages_changed_in_place_are_stored_as_they_are_now() -> None:
     lists = [[human, call]] * len(changes) + [[call], [call, human], [human, call]]
     changes += [lambda: None, lambda: setattr(human, "name", "ada"), lambda: None]
     with ZidaneSaver(store="memory:") as saver:
-        checkpoint = empty_checkpoint()
-        put: list[tuple[RunnableConfig, list[BaseMessage]]] = []
-        for step, (change, listed) in enumerate(zip(changes, lists, strict=True)):
-            change()
-            checkpoint = create_checkpoint(checkpoint, None, step)
-            checkpoint["channel_values"] = {"messages": list(listed)}
-            checkpoint["channel_versions"] = {"messages": step + 1}
-            config = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})
-            put.append((config, copy.deepcopy(listed)))
-        for stored, messages in put:
-            back = saver.get_tuple(stored)
-            assert back is not None
-            assert _same(saver, back.checkpoint["channel_values"]["messages"], messages)
+        each = (change() or list(listed) for change, listed in zip(changes, lists, strict=True))
+        for got, messages in _put_and_read_back(saver, config, each):
+            assert _same(saver, got, messages)
+
+
+def _put_and_read_back(
+    saver: ZidaneSaver, config: RunnableConfig, lists: Iterable[list[BaseMessage]]
+) -> list[tuple[list[BaseMessage], list[BaseMessage]]]:
+    """Put a checkpoint of each list of messages (taken one at a time), then read each
+    back: what it reads back with a copy of what it was put with."""
+    checkpoint = empty_checkpoint()
+    put: list[tuple[RunnableConfig, list[BaseMessage]]] = []
+    for step, listed in enumerate(lists):
+        checkpoint = create_checkpoint(checkpoint, None, step)
+        checkpoint["channel_values"] = {"messages": listed}
+        checkpoint["channel_versions"] = {"messages": step + 1}
+        config = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})
+        put.append((config, copy.deepcopy(listed)))
+    out = []
+    for stored, messages in put:
+        back = saver.get_tuple(stored)
+        assert back is not None
+        out.append((back.checkpoint["channel_values"]["messages"], messages))
+    return out
 
 
 def test_messages_equal_by_python_but_not_as_json_are_kept_apart() -> None:
@@ -312,23 +323,12 @@ def test_messages_equal_by_python_but_not_as_json_are_kept_apart() -> None:
         {"n": True, "flag": 1, "z": -0.0, "b": 2, "a": 1},
     ]
     config: RunnableConfig = {"configurable": {"thread_id": "t-json-equal", "checkpoint_ns": ""}}
+    lists: list[list[BaseMessage]] = [
+        [HumanMessage("hi", id="h-1"), AIMessage("ok", id="ai-1", additional_kwargs=dict(v))]
+        for v in values * 2
+    ]
     with ZidaneSaver(store="memory:") as saver:
-        checkpoint = empty_checkpoint()
-        put: list[tuple[RunnableConfig, list[BaseMessage]]] = []
-        for step, kwargs in enumerate(values * 2):
-            listed: list[BaseMessage] = [
-                HumanMessage("hi", id="h-1"),
-                AIMessage("ok", id="ai-1", additional_kwargs=dict(kwargs)),
-            ]
-            checkpoint = create_checkpoint(checkpoint, None, step)
-            checkpoint["channel_values"] = {"messages": listed}
-            checkpoint["channel_versions"] = {"messages": step + 1}
-            config = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})
-            put.append((config, copy.deepcopy(listed)))
-        for stored, messages in put:
-            back = saver.get_tuple(stored)
-            assert back is not None
-            got = back.checkpoint["channel_values"]["messages"]
+        for got, messages in _put_and_read_back(saver, config, lists):
             assert _same(saver, got, messages)
             assert repr(got[1].additional_kwargs) == repr(messages[1].additional_kwargs)
 

@@ -55,6 +55,7 @@ from ._rows import (
     _SQL,
     _TRANSIENT,
     T,
+    _Connection,
     _Cursor,
     _extra,
     _map_error,
@@ -179,28 +180,34 @@ class PostgresBase:
                         result = op(cur)
                     self._outages.answered(conn)
                     return result
-                except _TRANSIENT as exc:
-                    last = exc
-                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    if not _connection_lost(raw, exc):
-                        raise _map_error(exc) from None
-                    conn.discard()
-                    self._outages.lost(conn, exc)
-                    if started and not idempotent:
+                except psycopg.Error as exc:
+                    last = self._retryable(conn, raw, exc)
+                    if started and not idempotent and not isinstance(exc, _TRANSIENT):
                         self._outages.gave_up()
                         raise StoreUnavailableError(
                             f"PostgreSQL connection lost during a non-idempotent write"
                             f" (its outcome is unknown): {exc}"
                         ) from exc
-                    last = exc
-                except psycopg.Error as exc:
-                    raise _map_error(exc) from None
                 finally:
                     conn.discard_unless_reusable()
             self._outages.gave_up()
             raise StoreUnavailableError(
                 f"PostgreSQL unavailable after {self._max_retries + 1} attempts: {last}"
             ) from last
+
+    def _retryable(self, conn: _Conn, raw: _Connection, exc: psycopg.Error) -> psycopg.Error:
+        """``exc``, when the operation may be made again: a transient failure (rolled
+        back), or a lost connection (discarded, the outage counted). Any other failure
+        raises the store's error for it."""
+        if isinstance(exc, _TRANSIENT):
+            return exc
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and _connection_lost(
+            raw, exc
+        ):
+            conn.discard()
+            self._outages.lost(conn, exc)
+            return exc
+        raise _map_error(exc) from None
 
     async def _batch(self, op: Callable[[_Cursor], T]) -> T:
         """Run a batch of writes on the batch connection (batches lock many rows: one at a
@@ -251,16 +258,8 @@ class PostgresBase:
                         row = await run_statement(raw, query, params)
                     except pg_errors.UniqueViolation:
                         raise _SlowPath from None
-                    except _TRANSIENT as exc:
-                        failed = exc
-                    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                        if not _connection_lost(raw, exc):
-                            raise _map_error(exc) from None
-                        conn.discard()
-                        self._outages.lost(conn, exc)
-                        failed = exc
                     except psycopg.Error as exc:
-                        raise _map_error(exc) from None
+                        failed = self._retryable(conn, raw, exc)
                     else:
                         self._outages.answered(conn)
                         return row
