@@ -304,3 +304,48 @@ async def test_a_batch_of_appends_with_runs_needs_no_savepoints(
         assert seqs(schema, sid) == [("r0", 0), ("r1", 1)]
         assert await store.get_rev(sid) == again.after
     assert admin(schema, "SELECT count(*), sum(turn_count) FROM sessions") == [(20, 20)]
+
+
+async def test_a_lone_append_larger_than_the_socket_buffers(
+    store: PostgresStore, slow_paths: list[str]
+) -> None:
+    """A lone append's statement (awaited in the trio thread) several MB long: psycopg
+    flushes it in parts, each waiting for the socket to drain; it is stored whole."""
+    await store.save(session("s"))
+    big = turn(0, text="ab\u00e9\u20ac" * 2_000_000)  # 8 M characters, 14 MB of UTF-8
+    await store.append_turns("s", [big], run())
+    await store.append_turns("s", [turn(1)])
+    assert await store.get_turns("s") == [big, turn(1)]
+    assert slow_paths == []
+
+
+async def test_a_cancelled_lone_append_lands_whole(
+    store: PostgresStore, schema: str, slow_paths: list[str]
+) -> None:
+    """Cancelled while its statement waits in the server (another host holds the row), a
+    lone append still commits (shielded, as a worker thread's would): the store holds the
+    turn, and the connection, never left midway, serves the next append."""
+    await store.save(session("s"))
+    other = psycopg.connect(DSN)
+    other.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    other.execute("SELECT FROM sessions WHERE id = 's' FOR UPDATE")
+
+    def blocked() -> None:
+        with psycopg.connect(DSN, autocommit=True) as probe:
+            while not probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (other.info.backend_pid,),
+            ).fetchone()[0]:  # type: ignore[index]
+                probe.execute("SELECT pg_sleep(0.01)")
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.append_turns, "s", [turn(0)], run())
+            await trio.to_thread.run_sync(blocked)
+            scope.cancel()
+            other.commit()
+    other.close()
+    await store.append_turns("s", [turn(1)])
+    assert [t.id for t in await store.get_turns("s")] == ["t0", "t1"]
+    assert slow_paths == []
+    assert store.statistics().reconnects == 0
