@@ -111,13 +111,18 @@ def checked(value: object, type_: type[T], what: str) -> T:
         raise ValidationError(f"{what} must be a {type_.__name__}, got {type(value).__name__}")
     try:
         body = encode_checked(value)
-        if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return decode(encoded(value, what), type_, what=what)  # refused, located
+    if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+        try:
             copy: T = decoder(cast(Hashable, type_)).decode(body)
+        except (ValueError, RecursionError, msgspec.MsgspecError):
+            pass
+        else:
             if copy == value:
                 return copy
-    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
-        pass
-    return decode(encoded(value, what), type_, what=what)
+    check_model(value, what=what)
+    return decode(body, type_, what=what)
 
 
 def checked_int(value: object, what: str) -> int:
