@@ -48,7 +48,7 @@ async def run_statement(raw: _Connection, query: str, params: Params) -> Any:
     shielded: stopped midway, the connection is left mid-protocol (no longer reusable).
     """
     cur = raw.cursor()
-    gen = cur._execute_gen(query, params)
+    gen = cur._execute_gen(query, params, prepare=True)  # a hot statement: prepared at once
     fileno = raw.fileno()
     try:
         wait = next(gen)
