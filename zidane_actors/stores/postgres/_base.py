@@ -139,7 +139,7 @@ class PostgresBase:
         op: Callable[[_Cursor], T],
         idempotent: bool,
         pipelined: bool = False,
-        one_statement: bool = False,
+        autocommit: bool = False,
         failed: BaseException | None = None,
     ) -> T:
         """Run ``op`` in one transaction, retrying transient failures a bounded number of times.
@@ -151,7 +151,7 @@ class PostgresBase:
         next attempt (or operation) opens a fresh one. ``pipelined``: the transaction runs
         in pipeline mode (``BEGIN`` sent with the first statement, ``COMMIT`` with the
         writes ``op`` leaves unanswered), for an ``op`` reading once, then writing.
-        ``one_statement``: ``op`` runs outside a transaction (no ``BEGIN`` and ``COMMIT``
+        ``autocommit``: ``op`` runs outside a transaction (no ``BEGIN`` and ``COMMIT``
         round trips): a single statement, its own transaction, or reads. ``failed``: the
         first attempt was made already (in the trio thread, :meth:`_statement`) and failed
         with it; these are the retries.
@@ -173,7 +173,7 @@ class PostgresBase:
                 try:
                     with (
                         raw.pipeline() if pipelined else nullcontext(),
-                        nullcontext() if one_statement else raw.transaction(),
+                        nullcontext() if autocommit else raw.transaction(),
                         raw.cursor() as cur,
                     ):
                         started = True
@@ -223,25 +223,18 @@ class PostgresBase:
         *,
         idempotent: bool = True,
         pipelined: bool = False,
-        one_statement: bool = False,
     ) -> T:
         """Run one write on any idle pooled connection (it locks at most one session row)."""
         self._check_open()
         async with self._pooled() as conn:
             return await trio.to_thread.run_sync(
-                self._transact,
-                conn,
-                op,
-                idempotent,
-                pipelined,
-                one_statement,
-                limiter=conn.limiter,
+                self._transact, conn, op, idempotent, pipelined, limiter=conn.limiter
             )
 
     async def _statement(self, query: str, params: Params) -> Any:
-        """The first row of one statement (a single append, a revision read) run as its own
-        transaction on an idle pooled connection; a unique violation (a statement failing
-        wrote nothing) raises ``_SlowPath``.
+        """The first row of one statement (a single append, a revision read, a create) run as
+        its own transaction on an idle pooled connection; a unique violation (a statement
+        failing wrote nothing) raises ``_SlowPath``.
 
         On an open connection its socket is awaited in the trio thread: the lone caller
         pays no round trip through a worker thread. A connection to open again, and the
@@ -265,11 +258,9 @@ class PostgresBase:
                         return row
                     finally:
                         conn.discard_unless_reusable()
-            transact = functools.partial(self._transact, failed=failed)
+            transact = functools.partial(self._transact, autocommit=True, failed=failed)
             op = functools.partial(_first_row, query, params)
-            return await trio.to_thread.run_sync(
-                transact, conn, op, True, False, True, limiter=conn.limiter
-            )
+            return await trio.to_thread.run_sync(transact, conn, op, True, limiter=conn.limiter)
 
     def _pooled(self) -> AbstractAsyncContextManager[_Conn]:
         return self._idle.use()
@@ -280,9 +271,8 @@ class PostgresBase:
         ``BEGIN`` and ``COMMIT`` would only add two round trips."""
         self._check_open()
         async with self._pooled() as conn:
-            return await trio.to_thread.run_sync(
-                self._transact, conn, op, True, False, True, limiter=conn.limiter
-            )
+            transact = functools.partial(self._transact, autocommit=True)
+            return await trio.to_thread.run_sync(transact, conn, op, True, limiter=conn.limiter)
 
     # The shared SQL (``..sql``) runs its steps through these.
     _dialect: ClassVar[Dialect] = POSTGRES

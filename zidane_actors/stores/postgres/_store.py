@@ -240,12 +240,9 @@ class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQ
         *,
         idempotent: bool = True,
         pipelined: bool = False,
-        one_statement: bool = False,
     ) -> T:
         self._writes += 1
-        return await super()._write(
-            op, idempotent=idempotent, pipelined=pipelined, one_statement=one_statement
-        )
+        return await super()._write(op, idempotent=idempotent, pipelined=pipelined)
 
     async def _batch(self, op: Callable[[_Cursor], T]) -> T:
         self._writes += 1
