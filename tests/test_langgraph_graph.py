@@ -17,11 +17,19 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph", reason="extra `langgraph` not installed")
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -31,13 +39,20 @@ from langgraph.checkpoint.base import (
     empty_checkpoint,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import INTERRUPT
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from odd_values import any_text, any_value
 
 from zidane_actors.actors import Session
 from zidane_actors.errors import ValidationError
-from zidane_actors.integrations._langgraph_messages import copy_message, is_message_turn
+from zidane_actors.integrations._langgraph_messages import (
+    copy_message,
+    is_message_turn,
+    message_to_turn,
+    turn_to_message,
+)
 from zidane_actors.integrations.langgraph import ZidaneSaver, session_id_of, thread_id_of
 from zidane_actors.portal import start_host
 from zidane_actors.portal._api import host_opener
@@ -225,6 +240,64 @@ def test_async_run_and_lossless_messages(tmp_path: Path) -> None:
     asyncio.run(main())
     sid = session_id_of("a/b c")
     assert sid.startswith("lg=") and thread_id_of(sid, {}) == "a/b c"
+
+
+_ARGS = st.dictionaries(any_text, any_value, max_size=2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(["human", "ai", "tool", "system"]),
+    content=any_text
+    | st.lists(
+        any_text | st.fixed_dictionaries({"type": st.just("text"), "text": any_text}), max_size=3
+    ),
+    extra=_ARGS,
+    more=st.fixed_dictionaries(
+        {},
+        optional={
+            "name": any_text,
+            "tool_calls": st.lists(
+                st.fixed_dictionaries(
+                    {"name": any_text, "args": _ARGS, "id": any_text, "type": st.just("tool_call")}
+                ),
+                max_size=2,
+            ),
+            "usage_metadata": st.fixed_dictionaries(
+                {
+                    "input_tokens": st.integers(0, 10**6),
+                    "output_tokens": st.integers(0, 10**6),
+                    "total_tokens": st.integers(0, 10**6),
+                }
+            ),
+            "status": st.sampled_from(["success", "error"]),
+            "artifact": any_value,
+        },
+    ),
+)
+def test_a_message_turn_gives_back_the_serializers_bytes(
+    kind: str, content: Any, extra: dict[str, Any], more: dict[str, Any]
+) -> None:
+    """Whatever a message holds, the message its turn gives back is written by LangGraph's
+    serializer byte for byte as the original is (or the turn keeps those bytes whole)."""
+    serde = JsonPlusSerializer()
+    made: dict[str, Any] = {"content": content, "id": "m-1", "additional_kwargs": extra}
+    made["name"] = more.get("name")
+    try:
+        if kind == "tool":
+            tool = {k: more[k] for k in ("status", "artifact") if k in more}
+            message: BaseMessage = ToolMessage(tool_call_id="c-1", **made, **tool)
+        elif kind == "ai":
+            ai = {k: more[k] for k in ("tool_calls", "usage_metadata") if k in more}
+            message = AIMessage(response_metadata=dict(extra), **made, **ai)
+        else:
+            message = (HumanMessage if kind == "human" else SystemMessage)(**made)
+        written = serde.dumps_typed(message)
+    except Exception:  # a message LangChain or the serializer refuses: no saver stores it
+        assume(False)
+    turn, back = message_to_turn(message, serde, turn_id="t-1", created_at=1)
+    given_back = back if back is not None else turn_to_message(turn, serde)
+    assert serde.dumps_typed(given_back) == written
 
 
 def test_bad_input_is_refused_located() -> None:
