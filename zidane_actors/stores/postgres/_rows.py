@@ -54,18 +54,30 @@ class BigintArray(list[int]):
 _ARRAY_HEAD: Final = struct.Struct("!iiIii")  # one dimension, no NULLs, element oid, size, 1
 _EMPTY_HEAD: Final = struct.Struct("!iiI")  # no dimension, no NULLs, element oid
 _LENGTH: Final = struct.Struct("!i").pack
-_TEXT_OID: Final = 25
-_INT8_OID: Final = 20
 
 
-class _TextArrayDumper(Dumper):
+class _ArrayDumper(Dumper):
+    """A one-dimension array without NULLs in PostgreSQL's binary form: its head, then
+    each element as its length and its bytes (:meth:`_elements`)."""
+
     format = Format.BINARY
-    oid = 1009  # text[]
+    element_oid: int
 
-    def dump(self, obj: TextArray) -> bytes:
+    def dump(self, obj: list[Any]) -> bytes:
         if not obj:
-            return _EMPTY_HEAD.pack(0, 0, _TEXT_OID)
-        parts = [_ARRAY_HEAD.pack(1, 0, _TEXT_OID, len(obj), 1)]
+            return _EMPTY_HEAD.pack(0, 0, self.element_oid)
+        return _ARRAY_HEAD.pack(1, 0, self.element_oid, len(obj), 1) + self._elements(obj)
+
+    def _elements(self, obj: list[Any]) -> bytes:
+        raise NotImplementedError
+
+
+class _TextArrayDumper(_ArrayDumper):
+    oid = 1009  # text[]
+    element_oid = 25
+
+    def _elements(self, obj: list[Any]) -> bytes:
+        parts = []
         for text in obj:
             data = text.encode()
             parts.append(_LENGTH(len(data)))
@@ -73,16 +85,14 @@ class _TextArrayDumper(Dumper):
         return b"".join(parts)
 
 
-class _BigintArrayDumper(Dumper):
-    format = Format.BINARY
+class _BigintArrayDumper(_ArrayDumper):
     oid = 1016  # bigint[]
+    element_oid = 20
 
-    def dump(self, obj: BigintArray) -> bytes:
-        if not obj:
-            return _EMPTY_HEAD.pack(0, 0, _INT8_OID)
+    def _elements(self, obj: list[Any]) -> bytes:
         sized = itertools.chain.from_iterable((8, n) for n in obj)
         try:
-            return struct.pack(f"!iiIii{'iq' * len(obj)}", 1, 0, _INT8_OID, len(obj), 1, *sized)
+            return struct.pack(f"!{'iq' * len(obj)}", *sized)
         except struct.error as exc:
             raise psycopg.DataError(f"not a bigint: {exc}") from None
 
