@@ -73,8 +73,11 @@ WORDS = [
 def _text(rng: random.Random, low: int, high: int) -> str:
     size = rng.randint(low, high)
     out: list[str] = []
-    while sum(len(w) + 1 for w in out) < size:
-        out.append(rng.choice(WORDS))
+    length = 0
+    while length < size:
+        word = rng.choice(WORDS)
+        out.append(word)
+        length += len(word) + 1
     return " ".join(out)
 
 
