@@ -213,6 +213,12 @@ class Session(_Planned):
         self._read_epoch = self._view_epoch()
         return self._view.of(self._data).runs
 
+    def _memory(self) -> SessionData:
+        """Memory as it is, unfrozen, for the library's own readers that neither change it
+        nor hand any of it out (a door's index of what it stored): the frozen copy of
+        :attr:`turns` and :attr:`runs`, rebuilt after each write, is for callers."""
+        return self._data
+
     @property
     def branches(self) -> tuple[Branch, ...]:
         """The branches this session left (:meth:`branch`), in the order they were made."""

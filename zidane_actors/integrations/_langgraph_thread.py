@@ -192,7 +192,7 @@ class _Batch:
         self.index = index
         self.now = _now()
         self.turns: list[SessionTurn] = []
-        self.runs = {r.id: r for r in session.runs}  # as the batch leaves them
+        self.runs = {r.id: r for r in session._memory().runs}  # as the batch leaves them
         self.run: SessionRun | None = None
         self.writes: list[_Write] = []
 
@@ -298,12 +298,13 @@ class ThreadOps:
     # -- sessions -------------------------------------------------------------
 
     def _index(self, thread: _Thread, session: Session) -> _Index:
-        turns = session.turns
+        memory = session._memory()  # read, never handed out: no frozen copy needed
+        turns = memory.turns
         index = thread.index
         if index is None or index.serde is not self.serde or not index.fits(turns):
             index = thread.index = _Index(self.serde)
         if index.count != len(turns) or index.last is not (turns[-1] if turns else None):
-            index.extend(turns, session.runs)
+            index.extend(turns, memory.runs)
         return index
 
     async def _session(self, host: SessionHost, thread_id: str, *, create: bool) -> Session | None:
@@ -666,7 +667,7 @@ class ThreadOps:
             return True  # each stored already (or refused)
         if not await thread.appended(batch.session, batch.turns, batch.run):
             return False
-        if not batch.index.landed(batch.session.turns, batch.turns):
+        if not batch.index.landed(batch.session._memory().turns, batch.turns):
             thread.index = None
         return True
 
