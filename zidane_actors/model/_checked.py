@@ -8,10 +8,12 @@ accepted. A store that knows the carrier (``type(x) is CheckedTurns``,
 never ``isinstance``) writes those bytes; any other sequence, a slice or a
 copy of one is a plain tuple and validated as before. So a dict mutated
 inside a turn after the check cannot reach the store unchecked: the store
-writes what was checked. The turns it carries are decoded from those bytes
-and :func:`~zidane_actors.model._frozen.frozen`: what a session keeps in
-memory is what the store holds (a dict given as a content block is read back
-as its block), and nobody else can change it.
+writes what was checked. The turns it carries are decoded from those bytes:
+what a session keeps in memory is what the store holds (a dict given as a
+content block is read back as its block), in copies nobody else holds. They
+are not frozen here: a session freezes what it hands out
+(:class:`~zidane_actors.model._frozen.FrozenView`) when a caller reads it, so
+a write nobody reads back (a door's) pays for no frozen copy.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import msgspec
 from ..errors import ValidationError
 from ._codec import decode, decoder, encode, encode_checked
 from ._depth import nests_at_most
-from ._frozen import frozen
 from ._ids import validate_id
 from ._json import MAX_JSON_DEPTH, check_model
 from ._shape import check_shape
@@ -134,7 +135,7 @@ def checked_turns(turns: Iterable[SessionTurn]) -> tuple[SessionTurn, ...]:
             ):
                 break
             bodies.append(body)
-            copies.append(frozen(copy))
+            copies.append(copy)
         else:
             if len(given) > 1:
                 check_unique_turn_ids(given, path="$.turns")
@@ -163,7 +164,7 @@ def _checked_walked(given: tuple[SessionTurn, ...]) -> tuple[SessionTurn, ...]:
         for turn in checked:
             validate_id(turn.id)
             body = encode_checked(turn)  # checked above
-            copies.append(frozen(_TURN.decode(body)))
+            copies.append(_TURN.decode(body))
             bodies.append(body)
     except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):  # the store says why
         return checked
