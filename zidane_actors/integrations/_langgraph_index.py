@@ -94,9 +94,9 @@ class _Pairing:
 
 class _Known:
     """The leading messages of a channel's last list that :meth:`_Index.find` answered
-    with a turn holding the very same value: their turn ids, the states of those turns'
-    messages (:func:`message_state`) and their JSON (:func:`strict_state`), and the
-    message objects the list held."""
+    with a turn holding the very same value: their turn ids, snapshots of their states
+    taken then (:func:`message_state`), the JSON of their turns' messages
+    (:func:`strict_state`), and the message objects the list held."""
 
     __slots__ = ("ids", "objects", "states", "stricts")
 
@@ -278,7 +278,7 @@ class _Index:
             if held is None or not messages_equal(message, held):
                 return
             known.ids.append(turn_id)
-            known.states.append(message_state(held))
+            known.states.append(message_state(message))  # equal to ``held``'s, proven
             known.stricts.append(strict_state(held))
             known.objects.append(message)
 

@@ -483,8 +483,11 @@ _STATE: Final = operator.attrgetter("__dict__", "__pydantic_extra__", "__pydanti
 
 
 def message_state(message: BaseMessage) -> tuple[type[BaseMessage], tuple[Any, ...]]:
-    """The class and whole state of ``message`` (what :func:`same_states` compares)."""
-    return type(message), _STATE(message)
+    """The class and a snapshot of the whole state of ``message`` (what :func:`same_states`
+    compares): its containers copied, its strings and numbers shared. A change made in
+    place later does not reach the snapshot, and a comparison with an unchanged message
+    finds each string the very same object, without reading its text."""
+    return type(message), tuple(map(_copied, _STATE(message)))
 
 
 def same_states(messages: Sequence[BaseMessage], states: Sequence[Any]) -> bool:
