@@ -417,7 +417,7 @@ def _checked_append(
 ) -> tuple[Sequence[SessionTurn], SessionRun | None]:
     """Validated copies of the turns (ids safe and distinct) and the run of an append.
 
-    A ``CheckedTurns`` (checked and encoded once, its turns frozen) is kept as it is: its
+    A ``CheckedTurns`` (checked and encoded once) is kept as it is: its
     bodies are what the append writes (:func:`_turn_bodies`).
     """
     validate_id(session_id)
