@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -789,6 +791,43 @@ def test_a_session_deleted_by_another_writer_is_created_again(
     assert run(session.get_items()) == [msg("user", "second")]
     data = read_back(db, "gone")
     assert data is not None and len(data.turns) == 1
+
+
+def test_items_another_process_added_meanwhile_stay_in_store_order(
+    make: SessionFactory, db: str
+) -> None:
+    # This worker holds the session open; another process appends between its calls.
+    # Every kind of next call (a user item, a tool output, an assistant item that may
+    # merge into the last stored turn) lands after the other's items, and this worker
+    # reads them all back in the store's order.
+    session = make("shared")
+    run(session.add_items([msg("user", "q1")]))
+    expected = [msg("user", "q1")]
+    others = [
+        [msg("assistant", "from the other process")],
+        [{"arguments": "{}", "call_id": "o1", "name": "f", "type": "function_call"}],
+        [msg("user", "the other asks")],
+    ]
+    mine = [
+        [msg("user", "q2")],
+        [{"call_id": "o1", "output": "done", "type": "function_call_output"}],
+        [msg("assistant", "mine")],
+    ]
+    for theirs, ours in zip(others, mine, strict=True):
+        code = (
+            "import asyncio, json, sys\n"
+            "from zidane_actors.integrations.openai_agents import ZidaneSession\n"
+            "async def main():\n"
+            "    async with ZidaneSession('shared', store=sys.argv[1]) as s:\n"
+            "        await s.add_items(json.loads(sys.argv[2]))\n"
+            "asyncio.run(main())\n"
+        )
+        subprocess.run([sys.executable, "-c", code, db, json.dumps(theirs)], check=True)
+        run(session.add_items(ours))
+        expected += theirs + ours
+    assert json.dumps(run(session.get_items())) == json.dumps(expected)
+    _shared.close_all()
+    assert json.dumps(run(make("shared").get_items())) == json.dumps(expected)
 
 
 def test_items_added_outside_a_runner_have_no_run(make: SessionFactory, db: str) -> None:

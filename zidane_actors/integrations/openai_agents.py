@@ -540,14 +540,18 @@ class ZidaneSession(BranchOps, _shared.Share):
     ) -> None:
         """Write ``turns`` and ``records`` to the session as the store holds it now.
 
-        Read through :meth:`_session` first: whether the first turn merges into
-        the last stored one depends on what another worker wrote meanwhile. A
-        session deleted between that read and the write is created again and
-        written there.
+        When the first turn is an assistant's, the session is read through
+        :meth:`_session` first: whether it merges into the last stored turn
+        depends on what another worker wrote meanwhile. Any other first turn is
+        appended whatever the store holds: through the held handle, without that
+        read (the append's answer tells memory what another writer added). A
+        session deleted before the write is created again and written there.
         """
-        for _ in range(2):
-            session = await self._session(shared, True)
-            assert session is not None
+        for attempt in range(2):
+            session = self._handle if attempt == 0 and turns[0].role != "assistant" else None
+            if session is None:
+                session = await self._session(shared, True)
+                assert session is not None
             with contextlib.suppress(ZidaneNotFound):  # nothing was written: write again
                 if await self._append_to(session, turns, records):
                     await _shared.name_agent(session, _shared.agent_of(records))
@@ -560,7 +564,8 @@ class ZidaneSession(BranchOps, _shared.Share):
     ) -> bool:
         """The write of :meth:`_append` on ``session``; ``False``: the store has no such session."""
         async with _lock_for(session):
-            last = session.turns[-1] if session.turns else None
+            held = session._memory().turns  # only read here: no frozen copy needed
+            last = held[-1] if held else None
             if last is None or last.role != "assistant" or turns[0].role != "assistant":
                 first = AppendTurnsOptions(run=records[0]) if records else None
                 await session.append_turns(turns, first)
