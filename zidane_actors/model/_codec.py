@@ -63,6 +63,16 @@ _PLAIN = frozenset({str, int, bool, type(None)})
 _ANY = msgspec.json.Decoder()
 
 
+@cache
+def _field_names(cls: type) -> tuple[tuple[str, str], ...]:
+    """``(attribute, JSON name)`` of each field of the struct type ``cls``, in order.
+
+    Built once per type: ``msgspec.structs.fields`` evaluates the class's annotations
+    again on every call (hundreds of microseconds for a model type).
+    """
+    return tuple((f.name, f.encode_name) for f in msgspec.structs.fields(cls))
+
+
 def _merge(value: object, plain: Any) -> None:
     """Put each struct's ``extra_fields`` (under ``EXTRA_KEY`` in ``plain``) back as its keys.
 
@@ -71,10 +81,10 @@ def _merge(value: object, plain: Any) -> None:
     """
     if isinstance(value, msgspec.Struct):
         extra = plain.pop(EXTRA_KEY, None)
-        for field in msgspec.structs.fields(value):
-            item = getattr(value, field.name)
-            if isinstance(item, (msgspec.Struct, tuple, list)) and field.encode_name in plain:
-                _merge(item, plain[field.encode_name])
+        for name, key in _field_names(type(value)):
+            item = getattr(value, name)
+            if isinstance(item, (msgspec.Struct, tuple, list)) and key in plain:
+                _merge(item, plain[key])
         if extra:
             plain.update(extra)
     elif isinstance(value, (tuple, list)) and isinstance(plain, (tuple, list)):
