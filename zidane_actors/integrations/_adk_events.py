@@ -21,6 +21,7 @@ from ..errors import InvalidNameError, ValidationError
 from ..model import (
     ReasoningBlock,
     SessionContentBlock,
+    SessionRun,
     SessionTurn,
     TextBlock,
     ToolCallBlock,
@@ -184,12 +185,24 @@ def _fold(state: dict[str, Any], turns: Iterable[SessionTurn]) -> dict[str, Any]
     return state
 
 
+def _turns(session: Session) -> tuple[SessionTurn, ...]:
+    """The session's turns as memory holds them: this door only reads them (and encodes
+    what it hands out), so it needs no frozen copy of each new turn."""
+    return session._memory().turns
+
+
+def _runs(session: Session) -> tuple[SessionRun, ...]:
+    """The session's runs as memory holds them (read, never handed out; the records made
+    from them are written through the session, which checks them)."""
+    return session._memory().runs
+
+
 def _session_state(session: Session) -> dict[str, Any]:
     """The stored session-scoped state: the checkpoint, then any later event's delta."""
     meta = session.metadata
     base = dict(cast(dict[str, Any], meta.get("adkState") or {}))
     folded = cast(int, meta.get("adkStateTurns") or 0)
-    turns = session.turns
+    turns = _turns(session)
     return _fold(base, turns[folded:]) if folded < len(turns) else base
 
 
@@ -377,14 +390,14 @@ _pairings: weakref.WeakKeyDictionary[Session, _Pairing] = weakref.WeakKeyDiction
 
 def _pairing_for(session: Session) -> _Pairing:
     pairing = _pairings.get(session)
-    if pairing is None or not pairing.fits(session.turns):
-        pairing = _pairings[session] = _Pairing(session.turns)
+    if pairing is None or not pairing.fits(_turns(session)):
+        pairing = _pairings[session] = _Pairing(_turns(session))
     return pairing
 
 
 def _marker(session: Session) -> str:
     """The stored revision a loaded ADK session carries (its stale-write check)."""
-    turns = session.turns
+    turns = _turns(session)
     return f"{session.created_at}:{len(turns)}:{turns[-1].id if turns else ''}"
 
 
@@ -396,13 +409,13 @@ def _turn_id(session: Session) -> str:
     first in and refuses the other (``ConflictError``, nothing written),
     which makes the stale check and the append one atomic step in every store.
     """
-    turns = session.turns
+    turns = _turns(session)
     place = f"{session.id}\n{len(turns)}\n{turns[-1].id if turns else ''}"
     return "adk-" + hashlib.sha256(place.encode()).hexdigest()[:32]
 
 
 def _last_event(session: Session) -> dict[str, Any] | None:
-    for turn in reversed(session.turns):
+    for turn in reversed(_turns(session)):
         event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
         if isinstance(event, dict):
             return event

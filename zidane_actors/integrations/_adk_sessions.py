@@ -47,10 +47,12 @@ from ._adk_events import (
     _marker,
     _merged,
     _pairing_for,
+    _runs,
     _session_id,
     _session_state,
     _stored_once,
     _turn_id,
+    _turns,
     _user_scope_id,
 )
 from ._adk_runs import ended, event_runs, invocation_runs
@@ -216,7 +218,7 @@ async def _read(
         return None
     events: list[Any] = []
     if recent != 0:
-        for turn in session.turns:
+        for turn in _turns(session):
             event = turn.metadata.get(EVENT_KEY) if turn.metadata else None
             if isinstance(event, dict) and (after is None or event.get("timestamp", 0) >= after):
                 events.append(_event_of(turn))
@@ -303,7 +305,7 @@ def _holds(session: Session, data: dict[str, Any]) -> bool:
     """Whether ``session`` already stores the event ``data`` (same id, same JSON: ``==``
     would take a ``1.0`` for a ``1``, and the read back would answer the stored one)."""
     event_id = data.get("id")
-    for turn in reversed(session.turns):
+    for turn in reversed(_turns(session)):
         stored = turn.metadata.get(EVENT_KEY) if turn.metadata else None
         if (
             isinstance(stored, dict)
@@ -317,7 +319,7 @@ def _holds(session: Session, data: dict[str, Any]) -> bool:
 def _placed(session: Session, turn_id: str, before: tuple[int, int, str | None]) -> bool:
     """Whether the session holds ``turn_id`` right after the turns it held ``before``."""
     created_at, count, last_id = before
-    turns = session.turns
+    turns = _turns(session)
     return (
         session.created_at == created_at
         and len(turns) > count
@@ -365,7 +367,7 @@ async def _append(
         if _holds(session, append.data):
             # The same event again (a retry): stored once, as ADK's in-memory service does.
             return None
-        turns = session.turns
+        turns = _turns(session)
         before = (session.created_at, len(turns), turns[-1].id if turns else None)
         pairing = _pairing_for(session)
         content = pairing.checked(append.blocks)
@@ -373,7 +375,7 @@ async def _append(
         exact = {i: j for i, j in append.exact.items() if content[j] is append.blocks[j]}
         turn_id, at = _turn_id(session), max(int(append.data.get("timestamp", 0) * 1000), 0)
         run_id, records = event_runs(
-            session.runs,
+            _runs(session),
             append.data,
             turn_id=turn_id,
             at=at,
@@ -396,7 +398,7 @@ async def _append(
         # whether or not the turn lands): written at once, so they share the store's commits.
         verdicts: dict[str, outcome.Outcome[None]] = {}
         folded = cast(int, session.metadata.get("adkStateTurns") or 0)
-        if len(session.turns) - folded >= CHECKPOINT_EVERY:
+        if len(_turns(session)) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_settle, verdicts, "turn", session.append_turns, [turn], options)
@@ -429,7 +431,7 @@ async def _append(
         if append.own:
             # The state shown with its keys as soon as an event changes it.
             with contextlib.suppress(ConflictError, ZidaneNotFound):
-                await _checkpoint(session, _session_state(session), len(session.turns))
+                await _checkpoint(session, _session_state(session), len(_turns(session)))
         # A checkpoint that lost to another writer or a deleted session is simply due
         # again with the next event: readers fold the events after the stored one.
         with contextlib.suppress(ConflictError, ZidaneNotFound):
@@ -456,6 +458,6 @@ async def _end_invocation(
     if session is None:
         return
     async with _lock_for(session):
-        for run in invocation_runs(session.runs, invocation_id):
+        for run in invocation_runs(_runs(session), invocation_id):
             if run.status == "running":
                 await session.update_run(ended(run, status, at, error))
