@@ -191,6 +191,12 @@ def _turns(session: Session) -> tuple[SessionTurn, ...]:
     return session._memory().turns
 
 
+def _meta(session: Session) -> Mapping[str, Any]:
+    """The session's metadata as memory holds it (read, never handed out: the state made
+    from it is encoded, or written through the session, which copies it)."""
+    return session._memory().metadata
+
+
 def _runs(session: Session) -> tuple[SessionRun, ...]:
     """The session's runs as memory holds them (read, never handed out; the records made
     from them are written through the session, which checks them)."""
@@ -199,7 +205,7 @@ def _runs(session: Session) -> tuple[SessionRun, ...]:
 
 def _session_state(session: Session) -> dict[str, Any]:
     """The stored session-scoped state: the checkpoint, then any later event's delta."""
-    meta = session.metadata
+    meta = _meta(session)
     base = dict(cast(dict[str, Any], meta.get("adkState") or {}))
     folded = cast(int, meta.get("adkStateTurns") or 0)
     turns = _turns(session)
@@ -426,4 +432,4 @@ def _last_update(session: Session) -> float:
     event = _last_event(session)
     if event is not None:
         return cast(float, event.get("timestamp", 0.0))
-    return cast(float, session.metadata.get("adkCreateTime") or session.created_at / 1000)
+    return cast(float, _meta(session).get("adkCreateTime") or session.created_at / 1000)

@@ -46,6 +46,7 @@ from ._adk_events import (
     _last_update,
     _marker,
     _merged,
+    _meta,
     _pairing_for,
     _runs,
     _session_id,
@@ -156,7 +157,7 @@ async def _adk_session(
     session = await _load(host, _session_id(app_name, user_id, session_id))
     if session is None:
         return None
-    meta = session.metadata
+    meta = _meta(session)
     if (
         meta.get("adkApp") != app_name
         or meta.get("adkUser") != user_id
@@ -397,7 +398,7 @@ async def _append(
         # The turn and, when one is due, a state checkpoint of the turns before it (valid
         # whether or not the turn lands): written at once, so they share the store's commits.
         verdicts: dict[str, outcome.Outcome[None]] = {}
-        folded = cast(int, session.metadata.get("adkStateTurns") or 0)
+        folded = cast(int, _meta(session).get("adkStateTurns") or 0)
         if len(_turns(session)) - folded >= CHECKPOINT_EVERY:
             state = _session_state(session)
             async with trio.open_nursery() as nursery:
