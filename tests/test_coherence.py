@@ -374,27 +374,27 @@ def test_a_held_session_deleted_by_another_worker_is_created_again(tmp_path: Pat
 
 
 @pytest.mark.parametrize("first", ["user", "assistant"])
-def test_a_session_deleted_between_the_read_and_the_write_gets_the_items(
+def test_a_session_deleted_between_the_decision_and_the_write_gets_the_items(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
 ) -> None:
-    """Another writer deletes the session right after ``add_items`` read it: the items are
-    written to the session created again, never dropped (an append, or a merge into the
-    stored assistant turn, both find no session)."""
+    """Another writer deletes the session right before ``add_items`` writes (after its read
+    of the session, for an assistant item that may merge; through the held session for
+    any other): the items are written to the session created again, never dropped (an
+    append, or a merge into the stored assistant turn, both find no session)."""
     import asyncio
 
     from zidane_actors.integrations.openai_agents import ZidaneSession
 
     url, _ = two_worker_urls(tmp_path)
     worker = ZidaneSession("raced", store=url)
-    read = ZidaneSession._session
+    write = ZidaneSession._append_to
     deletions: list[str] = []
 
-    async def read_then_delete(self: Any, shared: Any, create: bool) -> Any:
-        session = await read(self, shared, create)
-        if create and not deletions:  # the store's own delete: no actor of this host sees it
-            deletions.append(self.session_id)
-            await shared.portal.host.store.delete(self.session_id)
-        return session
+    async def delete_then_write(session: Any, turns: Any, records: Any) -> bool:
+        if not deletions:  # the store's own delete: no actor of this host sees it
+            deletions.append(session.id)
+            await session.store.delete(session.id)
+        return await write(session, turns, records)
 
     call: Any = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
     said: Any = {"role": "user", "content": "again"}
@@ -402,9 +402,9 @@ def test_a_session_deleted_between_the_read_and_the_write_gets_the_items(
 
     async def main() -> list[Any]:
         await worker.add_items([{"role": "user", "content": "go"}, dict(call, call_id="c0")])
-        monkeypatch.setattr(ZidaneSession, "_session", read_then_delete)
+        monkeypatch.setattr(ZidaneSession, "_append_to", staticmethod(delete_then_write))
         await worker.add_items([later])
-        monkeypatch.setattr(ZidaneSession, "_session", read)
+        monkeypatch.setattr(ZidaneSession, "_append_to", staticmethod(write))
         return await worker.get_items()
 
     try:
