@@ -379,9 +379,9 @@ class SQLiteBase:
         ]
         run = None
         if options is not None:
-            _rows._valid_body(options, AppendTurnsOptions, "append options")
-            if options.run is not None:
-                run = (session_id, options.run.id, _run_body(options.run))
+            checked = _rows._options_run_body(options)
+            if checked is not None:
+                run = (session_id, *checked)
         return session_id, values, run
 
     def _missing(self, session_id: str) -> SessionNotFoundError:

@@ -18,6 +18,7 @@ from ...errors import (
 )
 from ...model import (
     MAX_STORED_JSON_DEPTH,
+    AppendTurnsOptions,
     ExtraFields,
     RunOwner,
     SessionData,
@@ -322,6 +323,17 @@ def _run_body(run: object) -> bytes:
     assert isinstance(run, SessionRun)
     validate_id(run.id, what="run id")
     return body
+
+
+def _options_run_body(options: object) -> tuple[str, bytes] | None:
+    """The id and body of the run of append ``options`` (``None``: no run), checked with
+    the options in one pass: the options' check walks and decodes their run too."""
+    _valid_body(options, AppendTurnsOptions, "append options")
+    run = cast(AppendTurnsOptions, options).run
+    if run is None:
+        return None
+    validate_id(run.id, what="run id")
+    return run.id, encode_checked(run)
 
 
 def _owner_json(owner: RunOwner) -> str:
