@@ -284,6 +284,7 @@ async def record_run(host: SessionHost, session_id: str, run: SessionRun) -> Non
     """
     agent = run.agent.id if run.agent is not None and not run.depth else None
     session = await _session(host, session_id, agent)
-    stored = next((r for r in session.runs if r.id == run.id), None)
+    # Memory as it is (read only; a run kept is written back through the session, checked).
+    stored = next((r for r in session._memory().runs if r.id == run.id), None)
     await session.update_run(run if stored is None else _merged(stored, run))
     await name_agent(session, agent)

@@ -119,6 +119,15 @@ def upsert_runs(
     stored: Sequence[SessionRun], incoming: Sequence[SessionRun]
 ) -> tuple[SessionRun, ...]:
     """``stored`` with each ``incoming`` run replacing its id's record or appended."""
+    if len(incoming) == 1:
+        # The usual write, one run: looked for from the newest (a run ends soon after
+        # it starts), without indexing every run of a long session.
+        run = incoming[0]
+        rid = run.id
+        for i in range(len(stored) - 1, -1, -1):
+            if stored[i].id == rid:
+                return (*stored[:i], run, *stored[i + 1 :])
+        return (*stored, run)
     index = {r.id: i for i, r in enumerate(stored)}
     merged = list(stored)
     for run in incoming:
