@@ -199,7 +199,7 @@ class Session(_Planned):
     @property
     def metadata(self) -> Mapping[str, Any]:
         """Read-only view of the metadata (replaced, never changed in place, by writes)."""
-        return MappingProxyType(self._view.of(self._data).metadata)
+        return MappingProxyType(self._view.metadata_of(self._data))
 
     @property
     def turns(self) -> tuple[SessionTurn, ...]:
@@ -211,7 +211,7 @@ class Session(_Planned):
     def runs(self) -> tuple[SessionRun, ...]:
         """Run records, in start order (frozen)."""
         self._read_epoch = self._view_epoch()
-        return self._view.of(self._data).runs
+        return self._view.runs_of(self._data)
 
     def _memory(self) -> SessionData:
         """Memory as it is, unfrozen, for the library's own readers that neither change it
@@ -222,7 +222,7 @@ class Session(_Planned):
     @property
     def branches(self) -> tuple[Branch, ...]:
         """The branches this session left (:meth:`branch`), in the order they were made."""
-        return branches_of(self._view.of(self._data).metadata)
+        return branches_of(self._view.metadata_of(self._data))
 
     @property
     def rev(self) -> int | None:

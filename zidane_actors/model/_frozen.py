@@ -13,6 +13,7 @@ up to date as it changes.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Any, Final, NoReturn, TypeVar
 
 import msgspec
@@ -24,6 +25,7 @@ from ._types import (
     NativeBlock,
     ReasoningBlock,
     SessionData,
+    SessionRun,
     SessionTurn,
     TextBlock,
     ToolCallBlock,
@@ -240,6 +242,22 @@ class FrozenView:
     def shown(self) -> SessionData | None:
         """The last frozen value :meth:`of` answered (what callers may hold), if any."""
         return self._view
+
+    def metadata_of(self, data: SessionData) -> Mapping[str, Any]:
+        """``data.metadata``, frozen: while it is the metadata :meth:`of` froze last, that copy
+        as it is, without freezing the turns and runs written since (a header read)."""
+        source, view = self._source, self._view
+        if source is not None and view is not None and data.metadata is source.metadata:
+            return view.metadata
+        return self.of(data).metadata
+
+    def runs_of(self, data: SessionData) -> tuple[SessionRun, ...]:
+        """``data.runs``, frozen: while they are the runs :meth:`of` froze last, that copy as
+        it is, without freezing the turns written since."""
+        source, view = self._source, self._view
+        if source is not None and view is not None and data.runs is source.runs:
+            return view.runs
+        return self.of(data).runs
 
     def of(self, data: SessionData) -> SessionData:
         """``data``, frozen (the same object each call while ``data`` is unchanged)."""
