@@ -313,6 +313,8 @@ class _ChangeFeed:
     delivered: int = 0
     resyncs: int = 0
     """Times the connection listened again after a loss (each told subscribers to resync)."""
+    listening: trio.Event = attrs.field(factory=trio.Event)
+    """Set once the connection listens for the first time."""
 
     def _deliver(self, payload: str) -> None:
         schema, _, rest = payload.partition(" ")
@@ -348,6 +350,8 @@ class _ChangeFeed:
                 raw.execute(f"LISTEN {CHANGES_CHANNEL}")
                 if listened:
                     trio.from_thread.run_sync(self._resync, trio_token=self.token)
+                else:
+                    trio.from_thread.run_sync(self.listening.set, trio_token=self.token)
                 listened = True
                 while not self.stopped:
                     for note in raw.notifies(timeout=0.2):

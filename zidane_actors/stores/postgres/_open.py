@@ -83,8 +83,10 @@ async def open_postgres_store(
     on every session change (every writer of the schema pays a ``NOTIFY``
     per write from then on) and opens one more connection listening to it,
     so :meth:`PostgresStore.subscribe_changes` reports other hosts' writes
-    (a host refreshes its cached sessions with it); when that connection is
-    lost it reconnects and tells subscribers to resync.
+    (a host refreshes its cached sessions with it); the store is answered once
+    it listens (waiting at most ``connect_timeout``), so a change committed
+    after that is told. When that connection is lost it reconnects and tells
+    subscribers to resync.
     """
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidNameError(f"schema name {preview(schema)} must match [a-z_][a-z0-9_]{{0,62}}")
@@ -125,6 +127,10 @@ async def open_postgres_store(
         store._feed = feed
         async with open_service_nursery() as nursery:
             nursery.start_soon(functools.partial(trio.to_thread.run_sync, feed.run))
+            # Every change committed once the store is answered is told: the feed listens
+            # first (a notification sent before its LISTEN would be lost, with no resync).
+            with trio.move_on_after(connect_timeout):
+                await feed.listening.wait()
             try:
                 yield store
             finally:
