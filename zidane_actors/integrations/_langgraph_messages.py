@@ -333,18 +333,30 @@ def message_to_turn(
     blocks only: for a message whose tool blocks would not pair. ``dumped``:
     the serializer's ``dumps_typed(message)``, when the caller has it.
     """
-    if dumped is None:
-        dumped = serde.dumps_typed(message)
     if not readable_only:
         turn = _neutral(message, turn_id=turn_id, created_at=created_at, run_id=run_id)
         if turn is not None:
             try:
                 back = turn_to_message(turn, serde)
-                same = serde.dumps_typed(back) == dumped
+                strict = strict_state(message)
+                if strict is not None:
+                    # The serializer writes a message's class and state: states equal
+                    # as their JSON (types, order and all) are written the same.
+                    same = (
+                        type(back) is type(message)
+                        and _STATE(back) == _STATE(message)
+                        and strict_state(back) == strict
+                    )
+                else:
+                    if dumped is None:
+                        dumped = serde.dumps_typed(message)
+                    same = serde.dumps_typed(back) == dumped
             except Exception:  # a value the rebuild cannot take: kept whole below
                 same = False
             if same:
                 return turn, back
+    if dumped is None:
+        dumped = serde.dumps_typed(message)
     whole = _whole(message, turn_id=turn_id, created_at=created_at, run_id=run_id, dumped=dumped)
     return whole, None
 
