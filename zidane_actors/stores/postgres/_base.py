@@ -248,7 +248,7 @@ class PostgresBase:
             if raw is not None and _reusable(raw):
                 with trio.CancelScope(shield=True):  # as a worker thread's: never left midway
                     try:
-                        row = await run_statement(raw, query, params)
+                        row = await run_statement(conn.statement_cursor(raw), query, params)
                     except pg_errors.UniqueViolation:
                         raise _SlowPath from None
                     except psycopg.Error as exc:

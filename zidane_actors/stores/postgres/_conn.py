@@ -20,6 +20,7 @@ from psycopg.waiting import Ready, Wait
 from ._rows import (
     _SERVER_GONE,
     _Connection,
+    _Cursor,
     _log,
 )
 
@@ -39,17 +40,16 @@ def _connection_lost(raw: _Connection, exc: psycopg.Error) -> bool:
     return raw.closed or state is None or state.startswith("08") or state in _SERVER_GONE
 
 
-async def run_statement(raw: _Connection, query: str, params: Params) -> Any:
-    """The first row of ``query`` run on ``raw`` (autocommit: its own transaction), its
+async def run_statement(cur: _Cursor, query: str, params: Params) -> Any:
+    """The first row of ``query`` run with ``cur`` (autocommit: its own transaction), its
     socket awaited in the trio thread instead of a worker thread blocking on it.
 
     It drives psycopg's own protocol generator (what ``Cursor.execute`` hands its
     blocking wait), so preparing, adapting and errors are exactly psycopg's. Run it
     shielded: stopped midway, the connection is left mid-protocol (no longer reusable).
     """
-    cur = raw.cursor()
     gen = cur._execute_gen(query, params, prepare=True)  # a hot statement: prepared at once
-    fileno = raw.fileno()
+    fileno = cur.connection.fileno()
     try:
         wait = next(gen)
         while True:
@@ -195,6 +195,9 @@ class _Conn:
     outages: _Outages
     limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     raw: _Connection | None = None
+    statements: _Cursor | None = None
+    """The cursor :func:`run_statement` uses on ``raw``: kept, it keeps psycopg's
+    adapters for the parameters of the statement it ran last."""
     connected: bool = False
     reconnects: int = 0
     opened_in: int = 0
@@ -224,7 +227,15 @@ class _Conn:
         self.raw = raw
         return raw
 
+    def statement_cursor(self, raw: _Connection) -> _Cursor:
+        """The kept cursor of ``raw`` (this connection's open one) for :func:`run_statement`."""
+        cur = self.statements
+        if cur is None or cur.connection is not raw:
+            cur = self.statements = raw.cursor()
+        return cur
+
     def discard(self) -> None:
+        self.statements = None
         if self.raw is not None:
             self.raw.close()
             self.raw = None
