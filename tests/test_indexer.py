@@ -35,3 +35,22 @@ async def test_the_indexer_backs_off_while_callers_wait(
     # Waits of 1, 2, 4, 8, 16, 16, 16, 16, 16 ms, a step, then 1 and 2 ms again.
     assert looks[:13] == [0, 1, 3, 7, 15, 31, 47, 63, 79, 95, 95, 96, 98]
     assert steps == [95, 98]
+
+
+async def test_the_indexer_steps_under_a_load_that_never_pauses(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Callers always waiting: the indexer yields at most a second in a row, then steps."""
+    clock = autojump_clock
+    start = clock.current_time()
+    steps: list[float] = []
+
+    async def step() -> bool:
+        steps.append(clock.current_time() - start)
+        return False  # nothing left: the next look after the idle wait
+
+    scope = start_indexer("test indexer", step, lambda: True)
+    await trio.sleep(3.5)
+    scope.cancel()
+    assert len(steps) == 3
+    assert all(b - a >= 1.0 for a, b in zip([0.0, *steps], steps, strict=False))

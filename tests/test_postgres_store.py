@@ -822,3 +822,21 @@ async def test_apply_writes_matches_the_memory_store(batch: list[StoreWrite]) ->
             assert loaded is not None
             stamps.append((-loaded.updated_at, sid))
         assert stamps == sorted(stamps)
+
+
+async def test_the_background_indexer_fills_the_words_of_single_appends(
+    schema: str, store: PostgresStore
+) -> None:
+    """An append made as one statement (the lone writer's path) counts as a write for the
+    background indexer too: the queue drains without a search."""
+    await store.save(session("a"))
+    for i in range(3):
+        await store.append_turns("a", [turn(i, text=f"word{i}")])
+    queued = "SELECT count(*) FROM words_pending"
+    for _ in range(600):  # the indexer looks again 0.2 s after an idle step: at most 30 s
+        if await trio.to_thread.run_sync(admin, schema, queued) == [(0,)]:
+            break
+        await trio.sleep(0.05)
+    else:
+        raise AssertionError("the background indexer left the queue as it was")
+    assert (await store.search_meta(SessionSearch(text="word2"))).rows[0].id == "a"

@@ -34,6 +34,10 @@ _YIELD_MAX_SECONDS: Final = 0.016
 the indexer looks about 60 times a second instead of 1 000, and still finds a pause at most
 16 ms (about one indexing step) after it began."""
 
+_YIELD_LIMIT_SECONDS: Final = 1.0
+"""The longest the indexer yields in a row: under a load that never pauses, it still
+steps once a second, so the queue cannot grow without end."""
+
 _log = logging.getLogger("zidane_actors.stores")
 
 
@@ -57,19 +61,26 @@ async def _index_in_background(
     step: Callable[[], Awaitable[bool]], busy: Callable[[], bool]
 ) -> None:
     """Run ``step`` (index queued rows in one short transaction: whether rows are left)
-    until the store closes; callers go first while ``busy()``.
+    until the store closes; callers go first while ``busy()``, for at most
+    :data:`_YIELD_LIMIT_SECONDS` in a row.
 
     A failing step (the database unavailable) is logged once, until one succeeds
     again; the next search indexes what is left itself.
     """
     failing = False
     backoff = _YIELD_SECONDS
+    yielding_since: float | None = None
     while True:
         if busy():
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, _YIELD_MAX_SECONDS)
-            continue
+            now = trio.current_time()
+            if yielding_since is None:
+                yielding_since = now
+            if now - yielding_since < _YIELD_LIMIT_SECONDS:
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, _YIELD_MAX_SECONDS)
+                continue
         backoff = _YIELD_SECONDS
+        yielding_since = None
         try:
             more = await step()
         except StoreClosedError:

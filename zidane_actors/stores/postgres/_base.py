@@ -96,6 +96,8 @@ class PostgresBase:
     _max_retries: int
     _outages: _Outages
     _closed: bool = False
+    _writes: int = 0
+    """Writes this store ran (its background indexer's aside: it looks after each)."""
     _retries: int = 0
     _fallbacks: int = 0
     _feed: _ChangeFeed | None = None
@@ -231,16 +233,18 @@ class PostgresBase:
                 self._transact, conn, op, idempotent, pipelined, limiter=conn.limiter
             )
 
-    async def _statement(self, query: str, params: Params) -> Any:
-        """The first row of one statement (a single append, a revision read, a create) run as
-        its own transaction on an idle pooled connection; a unique violation (a statement
-        failing wrote nothing) raises ``_SlowPath``.
+    async def _statement(self, query: str, params: Params, *, write: bool = True) -> Any:
+        """The first row of one statement (a single append, a create, or a revision read:
+        ``write=False``) run as its own transaction on an idle pooled connection; a unique
+        violation (a statement failing wrote nothing) raises ``_SlowPath``.
 
         On an open connection its socket is awaited in the trio thread: the lone caller
         pays no round trip through a worker thread. A connection to open again, and the
         retries of a transient failure, go through :meth:`_transact` in a worker thread.
         """
         self._check_open()
+        if write:
+            self._writes += 1
         async with self._pooled() as conn:
             self._check_open()  # again: the store may have closed while this waited for ``conn``
             raw = conn.raw
@@ -352,7 +356,7 @@ class PostgresBase:
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (one indexed read), or ``None`` when absent."""
         validate_id(session_id)
-        row = await self._statement(_SQL.rev, (session_id,))
+        row = await self._statement(_SQL.rev, (session_id,), write=False)
         return None if row is None else int(row[0])
 
     async def save(self, data: SessionData, *, expected_rev: int | None = None) -> Revision:

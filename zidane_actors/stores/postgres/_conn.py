@@ -252,10 +252,16 @@ class _IdlePool:
 
     def __init__(self, conns: list[_Conn]) -> None:
         self._conns = list(conns)
+        self._size = len(conns)
         self._free = trio.Semaphore(len(conns))
 
     def __len__(self) -> int:
         return len(self._conns)
+
+    @property
+    def in_use(self) -> int:
+        """Connections in use right now."""
+        return self._size - self._free.value
 
     @asynccontextmanager
     async def use(self) -> AsyncIterator[_Conn]:

@@ -227,8 +227,6 @@ class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQ
             await self._write(index_pending)
         return await self._read(op)
 
-    _writes: int = 0
-    """Writes this store ran (its background indexer's aside)."""
     _indexed_after: int = -1
     """``_writes`` when the background indexer last found nothing to fill: it does not
     look again until this store writes (other hosts' turns are left to their own
@@ -250,9 +248,12 @@ class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQ
 
     def _start_indexer(self) -> trio.CancelScope:
         """Fill the words of new turns and headers in short steps while the store is open
-        (``open_postgres_store`` starts it)."""
+        (``open_postgres_store`` starts it), yielding while a pooled connection is in use:
+        the words are computed in Python, beside the callers."""
         return start_indexer(
-            f"postgres search indexer {self._schema}", self._index_in_background, lambda: False
+            f"postgres search indexer {self._schema}",
+            self._index_in_background,
+            lambda: self._idle.in_use > 0,
         )
 
     async def _index_in_background(self) -> bool:
