@@ -338,15 +338,10 @@ def message_to_turn(
         if turn is not None:
             try:
                 back = turn_to_message(turn, serde)
-                strict = strict_state(message)
-                if strict is not None:
-                    # The serializer writes a message's class and state: states equal
-                    # as their JSON (types, order and all) are written the same.
-                    same = (
-                        type(back) is type(message)
-                        and _STATE(back) == _STATE(message)
-                        and strict_state(back) == strict
-                    )
+                if strict_state(message) is not None:
+                    # The serializer writes a message's class and state: the same message
+                    # value (equal states, their JSON too: types, order) is written alike.
+                    same = messages_equal(back, message)
                 else:
                     if dumped is None:
                         dumped = serde.dumps_typed(message)
