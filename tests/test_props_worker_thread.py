@@ -3,8 +3,10 @@
 Concurrent callers submit jobs with random deadlines, so some are withdrawn
 while queued and some are cancelled after the thread took them; a lone
 caller is answered through the worker's socket, the others through the trio
-token. Whatever the mix: a job runs at most once, exactly when its caller got
-its result; jobs run in submission order; nothing is left waiting.
+token; some jobs may run in the trio thread itself (``here=``) when nothing
+else waits. Whatever the mix: a job runs at most once, exactly when its
+caller got its result; jobs run in submission order, never two at once;
+nothing is left waiting.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ steps = st.tuples(
     st.sampled_from([None, 0.0, 0.00005, 0.0002]),  # the call's deadline (None: none)
     st.integers(0, 2),  # checkpoints before the call
     st.booleans(),  # whether the job holds the thread a little
+    st.booleans(),  # whether it may run in the trio thread
 )
 plans = st.lists(st.lists(steps, min_size=1, max_size=8), min_size=1, max_size=4)
 
@@ -29,29 +32,33 @@ plans = st.lists(st.lists(steps, min_size=1, max_size=8), min_size=1, max_size=4
 @settings(max_examples=60, deadline=None)
 @given(plans=plans)
 async def test_each_job_runs_once_in_submission_order_or_never(
-    plans: list[list[tuple[float | None, int, bool]]],
+    plans: list[list[tuple[float | None, int, bool, bool]]],
 ) -> None:
     worker = await start_worker_thread(
         "prop worker", list, lambda _: None, lambda: StoreClosedError("closed")
     )
     submitted: list[tuple[int, int]] = []
     answered: list[tuple[int, int]] = []
+    running: list[tuple[int, int]] = []  # the job holding the resource now
 
-    async def caller(who: int, plan: list[tuple[float | None, int, bool]]) -> None:
-        for step, (deadline, pauses, slow) in enumerate(plan):
+    async def caller(who: int, plan: list[tuple[float | None, int, bool, bool]]) -> None:
+        for step, (deadline, pauses, slow, here) in enumerate(plan):
             for _ in range(pauses):
                 await trio.lowlevel.checkpoint()
             jid = (who, step)
 
             def job(ran: list[tuple[int, int]], jid: tuple[int, int] = jid, slow: bool = slow):
+                assert not running, f"{jid} ran while {running} held the resource"
+                running.append(jid)
                 if slow:
                     time.sleep(0.0001)
                 ran.append(jid)
+                running.remove(jid)
                 return jid
 
             with trio.move_on_after(10.0 if deadline is None else deadline):
                 submitted.append(jid)
-                got = await worker.run(job)
+                got = await worker.run(job, here=job if here else None)
                 assert got == jid
                 answered.append(jid)
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
+from store_contract import make_turn
 
+from zidane_actors.actors import open_session_host
 from zidane_actors.errors import StoreClosedError
 from zidane_actors.model import SessionData
 from zidane_actors.stores import SQLiteStore, open_sqlite_store
-from zidane_actors.stores._thread import WorkerThread, start_worker_thread
+from zidane_actors.stores._thread import _HERE_LIMIT_SECONDS, WorkerThread, start_worker_thread
 
 
 class Resource:
@@ -205,6 +209,84 @@ async def test_a_caller_cancelled_after_the_hand_over_gets_the_outcome_then_the_
     assert got == ["gate done"]
 
 
+def where(resource: Resource) -> int:
+    """A job that answers the thread it ran in."""
+    resource.calls.append("where")
+    return threading.get_ident()
+
+
+async def test_a_job_runs_in_the_trio_thread_when_nothing_else_waits(
+    worker: WorkerThread[Resource],
+) -> None:
+    """Idle thread, nothing runnable: the job fit to run here runs here, once."""
+    ran: list[str] = []
+
+    def in_thread_too(resource: Resource) -> int:
+        ran.append("thread")
+        return where(resource)
+
+    assert await worker.run(in_thread_too, here=where) == threading.get_ident()
+    assert ran == []
+    assert await worker.run(where) == worker._thread.ident  # not fit to run here: the thread
+
+
+async def test_a_job_fit_to_run_here_waits_its_turn_behind_the_threads(
+    worker: WorkerThread[Resource],
+) -> None:
+    """A job held by the thread, or one queued: later jobs queue behind them, FIFO."""
+    gate = Gate()
+    answers: list[int] = []
+
+    async def lone() -> None:
+        answers.append(await worker.run(where, here=where))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker.run, gate)
+        await in_thread(gate.entered)
+        nursery.start_soon(lone)
+        nursery.start_soon(lone)
+        await trio.testing.wait_all_tasks_blocked()
+        assert worker.jobs_waiting == 2
+        gate.release.set()
+    assert answers == [worker._thread.ident] * 2
+    assert await worker.run(lambda r: list(r.calls)) == ["gate", "where", "where"]
+
+
+async def test_no_job_runs_here_while_another_task_is_runnable(
+    worker: WorkerThread[Resource],
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.lowlevel.checkpoint)  # runnable until the next pass
+        assert await worker.run(where, here=where) == worker._thread.ident
+    assert await worker.run(where, here=where) == threading.get_ident()
+
+
+async def test_jobs_that_turn_slow_go_to_the_thread_until_they_are_quick_again(
+    worker: WorkerThread[Resource],
+) -> None:
+    """One job far over the limit moves the average past it: the next ones go to the
+    thread, where they are timed too, and come back once quick ones bring it down."""
+
+    def slow(resource: Resource) -> int:
+        time.sleep(20 * _HERE_LIMIT_SECONDS)
+        return where(resource)
+
+    assert await worker.run(slow, here=slow) == threading.get_ident()
+    assert await worker.run(where, here=where) == worker._thread.ident
+    threads = [await worker.run(where, here=where) for _ in range(200)]
+    assert threads[-1] == threading.get_ident()
+    assert threads.index(threading.get_ident()) > 0
+
+
+async def test_after_close_no_job_runs_here() -> None:
+    made: list[Resource] = []
+    worker = await start(made)
+    await worker.aclose()
+    with pytest.raises(StoreClosedError):
+        await worker.run(where, here=where)
+    assert made[0].calls == []
+
+
 async def test_close_fails_queued_jobs_finishes_the_one_in_hand_and_joins() -> None:
     made: list[Resource] = []
     worker = await start(made)
@@ -288,3 +370,60 @@ async def test_sqlite_store_after_close_and_with_calls_queued(
             await store.load("s")
     async with open_sqlite_store(tmp_path / "a.db") as store:
         assert await store.load("s") == SessionData(id="s", created_at=1, updated_at=1)
+
+
+async def test_lone_sqlite_writes_commit_in_the_trio_thread_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
+    turns = [make_turn(n) for n in range(5)]
+    async with open_sqlite_store(tmp_path / "a.db") as store:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
+        before = store.statistics().transactions_here
+        for turn in turns:
+            await store.append_turns("s", [turn])
+        assert store.statistics().transactions_here == before + len(turns)
+        # Many writers at once: the store actor's group commit, in the thread as before.
+        async with open_session_host(store) as host:
+            sessions = [await host.create_session(id=f"m{i}") for i in range(20)]
+            here = store.statistics().transactions_here
+            async with trio.open_nursery() as nursery:
+                for session in sessions:
+                    nursery.start_soon(session.append_turns, turns)
+            assert store.statistics().transactions_here == here
+    async with open_sqlite_store(tmp_path / "a.db") as store:
+        assert (await store.load("s")).turns == tuple(turns)
+        for i in range(20):
+            assert (await store.load(f"m{i}")).turns == tuple(turns)
+
+
+async def test_a_lone_sqlite_write_waits_for_another_connections_lock_in_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run in the trio thread it would wait there, the whole run with it: it finds the
+    lock taken at once and goes to the connection's thread, which waits for the lock
+    (the busy timeout restored) while the run goes on."""
+    monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
+    path = tmp_path / "a.db"
+    async with open_sqlite_store(path) as store:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
+        await store.append_turns("s", [make_turn(0)])  # in the trio thread: timeout 0 now
+        here = store.statistics().transactions_here
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        done = trio.Event()
+
+        async def append() -> None:
+            await store.append_turns("s", [make_turn(1)])
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append)
+            for _ in range(5):  # the run goes on meanwhile
+                await trio.sleep(0.01)
+            assert not done.is_set()
+            await trio.to_thread.run_sync(other.execute, "COMMIT")
+        other.close()
+        stats = store.statistics()
+        assert stats.transactions_here == here and stats.busy_retries == 0
+        assert [t.id for t in (await store.load("s")).turns] == ["t0", "t1"]

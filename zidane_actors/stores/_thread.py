@@ -10,6 +10,18 @@ queued meanwhile are answered through the run's ``TrioToken``, which takes
 one more pass of the loop (about two thirds of ``to_thread.run_sync``): the
 answers ready before that pass runs ride along with the first, one wake-up
 for all of them.
+A lone caller can skip the thread altogether: :meth:`WorkerThread.run` with
+``here=`` runs that job in the trio thread itself when the thread is idle (no
+job queued or running) and the run has nothing else to do (no task runnable,
+no ``run_sync_soon`` callback queued). Nobody can be kept waiting then, and
+the job runs exactly where it would have in the thread's queue: it saves the
+two hand-overs, most of what a lone caller pays above its job. The resource
+is never touched by both threads at once: only the trio thread submits jobs,
+and it runs one here only while the thread is idle. Such jobs are timed
+wherever they run: while their moving average is above
+``_HERE_LIMIT_SECONDS`` (a slow disk), they all go to the thread, so the run
+loop is never held up long by a job of the kind that is usually quick.
+
 Semantics are those of ``to_thread.run_sync`` behind a ``CapacityLimiter(1)``:
 
 * jobs run one at a time, in the order they were submitted;
@@ -31,8 +43,9 @@ import contextlib
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import outcome
 import trio
@@ -42,6 +55,11 @@ __all__ = ["WorkerThread", "start_worker_thread"]
 R = TypeVar("R")
 T = TypeVar("T")
 
+_HERE_LIMIT_SECONDS: Final = 0.002
+"""Jobs that could run in the trio thread run there only while they average less."""
+_HERE_WEIGHT: Final = 0.125
+"""The weight of the latest such job in their moving average of seconds."""
+
 
 class _Job:
     """One submitted call; ``taken`` and ``withdrawn`` change under the worker's lock.
@@ -50,11 +68,14 @@ class _Job:
     the worker's socket: then the thread stores ``result`` and sends a byte.
     """
 
-    __slots__ = ("fn", "result", "taken", "task", "withdrawn")
+    __slots__ = ("fn", "result", "taken", "task", "timed", "withdrawn")
 
-    def __init__(self, fn: Callable[[Any], Any], task: trio.lowlevel.Task | None) -> None:
+    def __init__(
+        self, fn: Callable[[Any], Any], task: trio.lowlevel.Task | None, timed: bool
+    ) -> None:
         self.fn = fn
         self.task = task
+        self.timed = timed
         self.result: outcome.Outcome[Any] | None = None
         self.taken = False
         self.withdrawn = False
@@ -94,6 +115,10 @@ class WorkerThread(Generic[R]):
         self._lock = threading.Lock()
         self._closing = False
         self._waiting = 0
+        # Set by the thread while it runs a job (before it leaves ``_waiting``).
+        self._busy = False
+        self._resource: R | None = None
+        self._here_seconds = 0.0  # moving average of the jobs that could run here
         # The socket one caller at a time waits on (``_signalled``: one is waiting).
         self._signal_in, self._signal_out = socket.socketpair()
         self._signal_in.setblocking(False)
@@ -117,18 +142,23 @@ class WorkerThread(Generic[R]):
         """Whether :meth:`aclose` was called (new jobs are refused)."""
         return self._closing
 
-    async def run(self, fn: Callable[[R], T]) -> T:
+    async def run(self, fn: Callable[[R], T], *, here: Callable[[R], T] | None = None) -> T:
         """Run ``fn(resource)`` in the thread and answer its result (or raise its error).
 
         Cancellable until the thread takes the job; from then on the outcome is
         always waited for (a cancel is deferred to the caller's next checkpoint).
+        ``here``, the same job fit to run in the trio thread, runs there instead
+        when nothing else waits (see the module docstring).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise self._closed_error()
+        if here is not None and self._may_run_here():
+            return self._run_here(here)
+        timed = here is not None
         if not self._signalled:
-            return await self._run_signalled(fn)
-        job = _Job(fn, trio.lowlevel.current_task())
+            return await self._run_signalled(fn, timed)
+        job = _Job(fn, trio.lowlevel.current_task(), timed)
         with self._lock:
             self._waiting += 1
         self._jobs.put(job)
@@ -144,9 +174,34 @@ class WorkerThread(Generic[R]):
         result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
 
-    async def _run_signalled(self, fn: Callable[[R], T]) -> T:
+    def _may_run_here(self) -> bool:
+        """Whether a job can run in the trio thread now without keeping anyone waiting."""
+        # ``_waiting`` first: the thread sets ``_busy`` before it leaves ``_waiting``.
+        if self._waiting or self._busy or self._resource is None:
+            return False
+        stats = trio.lowlevel.current_statistics()
+        return (
+            stats.tasks_runnable == 0
+            and stats.run_sync_soon_queue_size == 0
+            and self._here_seconds <= _HERE_LIMIT_SECONDS
+        )
+
+    def _run_here(self, fn: Callable[[R], T]) -> T:
+        resource = self._resource
+        assert resource is not None
+        start = time.perf_counter()
+        try:
+            return fn(resource)
+        finally:
+            self._timed(time.perf_counter() - start)
+
+    def _timed(self, seconds: float) -> None:
+        """Count one job that could run here into their moving average."""
+        self._here_seconds += (seconds - self._here_seconds) * _HERE_WEIGHT
+
+    async def _run_signalled(self, fn: Callable[[R], T], timed: bool) -> T:
         """:meth:`run`, waiting on the socket (no other caller does meanwhile)."""
-        job = _Job(fn, None)
+        job = _Job(fn, None, timed)
         self._signalled = True
         try:
             with self._lock:
@@ -187,6 +242,7 @@ class WorkerThread(Generic[R]):
             if job.taken or job.withdrawn:
                 return False
             if take:
+                self._busy = True
                 job.taken = True
             else:
                 job.withdrawn = True
@@ -244,6 +300,8 @@ class WorkerThread(Generic[R]):
 
     def _serve(self, starter: trio.lowlevel.Task) -> None:
         opened = outcome.capture(self._open)
+        if type(opened) is outcome.Value:
+            self._resource = opened.value
         self._answer(starter, opened)
         if type(opened) is not outcome.Value:
             return
@@ -251,15 +309,22 @@ class WorkerThread(Generic[R]):
         while True:
             item = self._jobs.get()
             if type(item) is _Stop:
+                self._resource = None
                 self._answer(item.task, outcome.capture(self._close, resource))
                 return
             assert type(item) is _Job
             if not self._decide(item, take=True):
                 continue
             if self._closing:
-                self._answer_job(item, outcome.Error(self._closed_error()))
+                result: outcome.Outcome[Any] = outcome.Error(self._closed_error())
+            elif item.timed:
+                start = time.perf_counter()
+                result = outcome.capture(item.fn, resource)
+                self._timed(time.perf_counter() - start)
             else:
-                self._answer_job(item, outcome.capture(item.fn, resource))
+                result = outcome.capture(item.fn, resource)
+            self._busy = False
+            self._answer_job(item, result)
 
 
 async def start_worker_thread(

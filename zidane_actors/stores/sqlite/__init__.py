@@ -2,7 +2,8 @@
 
 Every operation runs on one ``sqlite3`` connection owned by one worker
 thread for the store's whole life (``_thread.WorkerThread``: FIFO, a caller
-cancelled before its job is taken withdraws it), inside one
+cancelled before its job is taken withdraws it; a lone write runs in the
+trio thread itself while that thread and the run are idle), inside one
 transaction: ``BEGIN IMMEDIATE`` for writes (so two processes never both
 read-then-write), a deferred ``BEGIN`` for reads (a consistent WAL
 snapshot). ``SQLITE_BUSY`` waits ``busy_timeout_ms`` inside SQLite, then is

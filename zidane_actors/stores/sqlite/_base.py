@@ -60,6 +60,10 @@ def turn_rows(turns: object, where: str = "$") -> builtins.list[_Row]:
     return [(*row, turn.run_id) for row, turn in zip(rows, ran, strict=True)]
 
 
+class _BusyHere(Exception):
+    """A job run in the trio thread found the database locked (nothing applied)."""
+
+
 def _begin_write(conn: _rows._Conn) -> None:
     conn.execute("BEGIN IMMEDIATE")
 
@@ -77,12 +81,22 @@ class SQLiteBase:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], worker: WorkerThread[_Conn], *, busy_retries: int
+        self,
+        path: str | os.PathLike[str],
+        worker: WorkerThread[_Conn],
+        *,
+        busy_timeout_ms: int,
+        busy_retries: int,
     ) -> None:
         self._path = os.fspath(path)
         self._worker = worker
+        self._busy_timeout_ms = busy_timeout_ms
+        # Whether the connection's busy timeout is ``busy_timeout_ms`` (else 0, as a job
+        # in the trio thread leaves it). Only the job holding the connection reads it.
+        self._waits_for_locks = True
         self._busy_retries = busy_retries
         self._transactions = 0
+        self._transactions_here = 0
         self._busy_retry_count = 0
 
     @property
@@ -97,6 +111,7 @@ class SQLiteBase:
             transactions=self._transactions,
             busy_retries=self._busy_retry_count,
             tasks_waiting=self._worker.jobs_waiting,
+            transactions_here=self._transactions_here,
         )
 
     # -- plumbing -----------------------------------------------------------------
@@ -120,12 +135,50 @@ class SQLiteBase:
             return CorruptDataError(f"SQLite database {self._path} holds bad JSON: {exc}")
         return StoreError(f"SQLite database {self._path}: {exc}")
 
-    async def _run(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
+    def _in_thread(self, fn: Callable[[_Conn], T], write: bool, conn: _Conn) -> T:
+        """``fn(conn)`` in one transaction in the connection's thread, which waits for
+        another connection's lock up to the busy timeout."""
+        if not self._waits_for_locks:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            self._waits_for_locks = True
+        return self._in_transaction(fn, write, conn)
+
+    def _in_trio_thread(self, fn: Callable[[_Conn], T], write: bool, conn: _Conn) -> T:
+        """``fn(conn)`` in one transaction in the trio thread, which never waits for
+        another connection's lock: a busy database raises ``_BusyHere`` at once (nothing
+        applied), and the job goes to the connection's thread, which waits as usual.
+
+        The busy timeout is switched only when the thread last ran a job: lone writes one
+        after another switch nothing.
+        """
+        if self._waits_for_locks:
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._waits_for_locks = False
+        try:
+            result = self._in_transaction(fn, write, conn)
+        except _rows._Busy:
+            raise _BusyHere from None
+        self._transactions_here += 1
+        return result
+
+    async def _attempt(self, job: Callable[[_Conn], T], here: Callable[[_Conn], T] | None) -> T:
+        try:
+            return await self._worker.run(job, here=here)
+        except _BusyHere:
+            return await self._worker.run(job)
+
+    async def _run(self, fn: Callable[[_Conn], T], *, write: bool, here: bool = False) -> T:
+        """``fn(conn)`` in one transaction, retried while the database is busy.
+
+        ``here``: a lone write, small and quick, may run in the trio thread when
+        the connection and the run are idle (``WorkerThread.run``'s ``here=``).
+        """
         delay = 0.01
-        job = functools.partial(self._in_transaction, fn, write)
+        job = functools.partial(self._in_thread, fn, write)
+        job_here = functools.partial(self._in_trio_thread, fn, write) if here else None
         for attempt in range(self._busy_retries + 1):
             try:
-                return await self._worker.run(job)
+                return await self._attempt(job, job_here)
             except _rows._Busy as exc:
                 if attempt == self._busy_retries:
                     raise StoreUnavailableError(
@@ -150,7 +203,7 @@ class SQLiteBase:
         return await self._run(op, write=False)
 
     async def _sql_write(self, op: Callable[[Any], T], *, idempotent: bool = True) -> T:
-        return await self._run(op, write=True)
+        return await self._run(op, write=True, here=True)
 
     def _sql_step(self, method: str) -> Callable[..., Any]:
         step: Callable[..., Any] = getattr(self, f"_op_{method}")

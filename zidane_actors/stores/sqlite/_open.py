@@ -77,6 +77,7 @@ def _connect(path: str, durability: Durability, busy_timeout_ms: int) -> _Conn:
             path,
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,
+            check_same_thread=False,  # the trio thread may run a job while the worker idles
         )
     except sqlite3.Error as exc:
         raise StoreUnavailableError(f"cannot open SQLite database {path}: {exc}") from exc
@@ -125,7 +126,7 @@ async def open_sqlite_store(
         _Conn.close,
         lambda: StoreClosedError(f"SQLite store {fspath} is closed"),
     )
-    store = SQLiteStore(fspath, worker, busy_retries=busy_retries)
+    store = SQLiteStore(fspath, worker, busy_timeout_ms=busy_timeout_ms, busy_retries=busy_retries)
     indexer = store._start_indexer()
     try:
         yield store

@@ -141,6 +141,8 @@ class SQLiteStoreStatistics:
     transactions: int
     busy_retries: int
     tasks_waiting: int
+    transactions_here: int
+    """Lone writes run in the trio thread itself, the connection's thread being idle."""
 
 
 def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, where: str) -> T:

@@ -249,7 +249,9 @@ class SQLiteStore(
         fn = found.unwrap()
         try:
             return outcome.Value(
-                await self._write(lambda conn: fn(conn, *write.args, **write.kwargs))
+                await self._run(
+                    lambda conn: fn(conn, *write.args, **write.kwargs), write=True, here=True
+                )
             )
         except Exception as exc:
             return outcome.Error(exc)
