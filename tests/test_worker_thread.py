@@ -372,7 +372,7 @@ async def test_sqlite_store_after_close_and_with_calls_queued(
         assert await store.load("s") == SessionData(id="s", created_at=1, updated_at=1)
 
 
-async def test_lone_sqlite_writes_commit_in_the_trio_thread_and_read_back(
+async def test_lone_sqlite_writes_and_row_reads_run_in_the_trio_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
@@ -383,6 +383,11 @@ async def test_lone_sqlite_writes_commit_in_the_trio_thread_and_read_back(
         for turn in turns:
             await store.append_turns("s", [turn])
         assert store.statistics().transactions_here == before + len(turns)
+        # A read of one row too: the rev, the header.
+        assert await store.get_rev("s") == 1 + len(turns)
+        meta = await store.get_meta("s")
+        assert meta is not None and meta.turn_count == len(turns)
+        assert store.statistics().transactions_here == before + len(turns) + 2
         # Many writers at once: the store actor's group commit, in the thread as before.
         async with open_session_host(store) as host:
             sessions = [await host.create_session(id=f"m{i}") for i in range(20)]

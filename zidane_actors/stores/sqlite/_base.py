@@ -170,8 +170,8 @@ class SQLiteBase:
     async def _run(self, fn: Callable[[_Conn], T], *, write: bool, here: bool = False) -> T:
         """``fn(conn)`` in one transaction, retried while the database is busy.
 
-        ``here``: a lone write, small and quick, may run in the trio thread when
-        the connection and the run are idle (``WorkerThread.run``'s ``here=``).
+        ``here``: a lone write, or a read of one row, may run in the trio thread
+        when the connection and the run are idle (``WorkerThread.run``'s ``here=``).
         """
         delay = 0.01
         job = functools.partial(self._in_thread, fn, write)
@@ -389,7 +389,7 @@ class SQLiteBase:
 
     async def get_rev(self, session_id: str) -> int | None:
         """The session's ``rev`` (one indexed read), or ``None`` when absent."""
-        return await self._read(self._get_rev_op(session_id))
+        return await self._run(self._get_rev_op(session_id), write=False, here=True)
 
     def _get_rev_op(self, session_id: str) -> Callable[[_Conn], int | None]:
         _session_id(session_id)

@@ -143,7 +143,7 @@ class SQLiteMeta(SQLiteBase):
 
     async def get_meta(self, session_id: str) -> SessionMetaRow | None:
         """One header row with its counts, without reading the turns."""
-        return await self._read(self._get_meta_op(session_id))
+        return await self._run(self._get_meta_op(session_id), write=False, here=True)
 
     def _get_meta_op(self, session_id: str) -> Callable[[_Conn], SessionMetaRow | None]:
         _session_id(session_id)

@@ -142,7 +142,7 @@ class SQLiteStoreStatistics:
     busy_retries: int
     tasks_waiting: int
     transactions_here: int
-    """Lone writes run in the trio thread itself, the connection's thread being idle."""
+    """Lone writes and one-row reads run in the trio thread, the connection's thread idle."""
 
 
 def _decode_row(raw: bytes | str, type_: type[T], table: str, session_id: str, where: str) -> T:
