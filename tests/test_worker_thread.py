@@ -17,6 +17,7 @@ from zidane_actors.errors import StoreClosedError
 from zidane_actors.model import SessionData
 from zidane_actors.stores import SQLiteStore, open_sqlite_store
 from zidane_actors.stores._thread import _HERE_LIMIT_SECONDS, WorkerThread, start_worker_thread
+from zidane_actors.stores.sqlite._store import _HERE_TURNS
 
 
 class Resource:
@@ -388,6 +389,14 @@ async def test_lone_sqlite_writes_and_row_reads_run_in_the_trio_thread(
         meta = await store.get_meta("s")
         assert meta is not None and meta.turn_count == len(turns)
         assert store.statistics().transactions_here == before + len(turns) + 2
+        # An import's worth of turns never holds the run loop: the connection's thread.
+        here = store.statistics().transactions_here
+        most = [make_turn(n) for n in range(100, 100 + _HERE_TURNS)]
+        more = [make_turn(n) for n in range(200, 201 + _HERE_TURNS)]
+        await store.append_turns("s", most)
+        assert store.statistics().transactions_here == here + 1
+        await store.append_turns("s", more)
+        assert store.statistics().transactions_here == here + 1
         # Many writers at once: the store actor's group commit, in the thread as before.
         async with open_session_host(store) as host:
             sessions = [await host.create_session(id=f"m{i}") for i in range(20)]
@@ -397,7 +406,7 @@ async def test_lone_sqlite_writes_and_row_reads_run_in_the_trio_thread(
                     nursery.start_soon(session.append_turns, turns)
             assert store.statistics().transactions_here == here
     async with open_sqlite_store(tmp_path / "a.db") as store:
-        assert (await store.load("s")).turns == tuple(turns)
+        assert (await store.load("s")).turns == (*turns, *most, *more)
         for i in range(20):
             assert (await store.load(f"m{i}")).turns == tuple(turns)
 

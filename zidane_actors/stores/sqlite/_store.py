@@ -5,8 +5,8 @@ from __future__ import annotations
 import builtins
 import functools
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence, Sized
+from typing import Any, Final, cast
 
 import outcome
 
@@ -30,7 +30,7 @@ from ...model import (
     validate_id,
 )
 from .._edits import TurnsEdits
-from .._protocol import StoreWrite, write_step
+from .._protocol import Revision, StoreWrite, write_step
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -61,6 +61,14 @@ from ._rows import (
 
 __all__ = ["SQLiteStore"]
 
+_HERE_TURNS: Final = 64
+"""The most turns a lone append may write from the trio thread."""
+
+
+def _few(turns: object) -> bool:
+    """Whether an append of ``turns`` is small enough to run in the trio thread."""
+    return isinstance(turns, Sized) and len(turns) <= _HERE_TURNS
+
 
 class SQLiteStore(
     SQLiteForks, SQLiteMeta, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims
@@ -71,6 +79,24 @@ class SQLiteStore(
     :meth:`run_epoch` (the lease epoch ``claim_run`` bumps),
     :meth:`apply_writes` (group commit) and :meth:`statistics`.
     """
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[model.SessionTurn],
+        options: model.AppendTurnsOptions | None = None,
+    ) -> Revision:
+        """Append turns (incremental); ``options.run`` is upserted in the same write.
+
+        A lone append of up to ``_HERE_TURNS`` turns may run in the trio thread
+        (see ``SQLiteBase._run``); a bigger one, an import, always goes to the
+        connection's thread, which never holds the run loop.
+        """
+        return await self._run(
+            lambda conn: self._op_append_turns(conn, session_id, turns, options),
+            write=True,
+            here=_few(turns),
+        )
 
     # -- artifacts -------------------------------------------------------------------------
 
@@ -250,7 +276,10 @@ class SQLiteStore(
         try:
             return outcome.Value(
                 await self._run(
-                    lambda conn: fn(conn, *write.args, **write.kwargs), write=True, here=True
+                    lambda conn: fn(conn, *write.args, **write.kwargs),
+                    write=True,
+                    here=write.method != "append_turns"
+                    or (len(write.args) > 1 and _few(write.args[1])),
                 )
             )
         except Exception as exc:
