@@ -179,12 +179,11 @@ class WorkerThread(Generic[R]):
         # ``_waiting`` first: the thread sets ``_busy`` before it leaves ``_waiting``.
         if self._waiting or self._busy or self._resource is None:
             return False
+        if self._here_seconds > _HERE_LIMIT_SECONDS:
+            return False
+        # (It counts the tasks waiting for I/O too, one by one: last, and only when needed.)
         stats = trio.lowlevel.current_statistics()
-        return (
-            stats.tasks_runnable == 0
-            and stats.run_sync_soon_queue_size == 0
-            and self._here_seconds <= _HERE_LIMIT_SECONDS
-        )
+        return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
 
     def _run_here(self, fn: Callable[[R], T]) -> T:
         resource = self._resource
