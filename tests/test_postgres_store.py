@@ -840,3 +840,45 @@ async def test_the_background_indexer_fills_the_words_of_single_appends(
     else:
         raise AssertionError("the background indexer left the queue as it was")
     assert (await store.search_meta(SessionSearch(text="word2"))).rows[0].id == "a"
+
+
+async def test_one_connection_serves_batches_and_lone_statements_one_at_a_time(
+    schema: str,
+) -> None:
+    """With ``pool_size=1`` the batch connection is the pooled one too: a batch (in a
+    worker thread) and a lone statement (in the trio thread) called on the store directly,
+    at once, take turns on it; every write lands and every answer is right."""
+    async with open_postgres_store(DSN, schema=schema, pool_size=1) as store:
+        ids = [f"s{i}" for i in range(6)]
+        for sid in ids:
+            await store.save(session(sid))
+        revs: dict[str, list[int]] = {sid: [] for sid in ids}
+
+        async def batches(sid: str) -> None:
+            for n in range(10):
+                answers = await store.apply_writes(
+                    [
+                        StoreWrite("append_turns", (sid, [turn(2 * n)])),
+                        StoreWrite("append_turns", (sid, [turn(2 * n + 1)])),
+                    ]
+                )
+                assert all(type(a) is outcome.Value for a in answers), answers
+
+        async def lone(sid: str) -> None:
+            for n in range(20):
+                await store.append_turns(sid, [turn(100 + n)])
+                rev = await store.get_rev(sid)
+                assert rev is not None
+                revs[sid].append(rev)
+
+        async with trio.open_nursery() as nursery:
+            for sid in ids[:3]:
+                nursery.start_soon(batches, sid)
+            for sid in ids[3:]:
+                nursery.start_soon(lone, sid)
+        for sid in ids[:3]:
+            assert [t.id for t in (await store.load(sid)).turns] == [f"t{n}" for n in range(20)]
+        for sid in ids[3:]:
+            loaded = await store.load(sid)
+            assert [t.id for t in loaded.turns] == [f"t{100 + n}" for n in range(20)]
+            assert all(a < b for a, b in zip(revs[sid], revs[sid][1:], strict=False))

@@ -241,27 +241,37 @@ class PostgresBase:
         On an open connection its socket is awaited in the trio thread: the lone caller
         pays no round trip through a worker thread. A connection to open again, and the
         retries of a transient failure, go through :meth:`_transact` in a worker thread.
+        Either way the statement holds the connection's limiter, as a worker thread
+        does: with ``pool_size=1`` the pooled connection is the batch connection too.
         """
         self._check_open()
         if write:
             self._writes += 1
         async with self._pooled() as conn:
-            self._check_open()  # again: the store may have closed while this waited for ``conn``
-            raw = conn.raw
+            limiter = conn.limiter
+            try:
+                limiter.acquire_nowait()
+            except trio.WouldBlock:  # a batch holds it (``pool_size=1``)
+                await limiter.acquire()
             failed: psycopg.Error | None = None
-            if raw is not None and _reusable(raw):
-                with trio.CancelScope(shield=True):  # as a worker thread's: never left midway
-                    try:
-                        row = await run_statement(conn.statement_cursor(raw), query, params)
-                    except pg_errors.UniqueViolation:
-                        raise _SlowPath from None
-                    except psycopg.Error as exc:
-                        failed = self._retryable(conn, raw, exc)
-                    else:
-                        self._outages.answered(conn)
-                        return row
-                    finally:
-                        conn.discard_unless_reusable()
+            try:
+                self._check_open()  # again: the store may have closed while this waited
+                raw = conn.raw
+                if raw is not None and _reusable(raw):
+                    with trio.CancelScope(shield=True):  # as a worker thread's: never left midway
+                        try:
+                            row = await run_statement(conn.statement_cursor(raw), query, params)
+                        except pg_errors.UniqueViolation:
+                            raise _SlowPath from None
+                        except psycopg.Error as exc:
+                            failed = self._retryable(conn, raw, exc)
+                        else:
+                            self._outages.answered(conn)
+                            return row
+                        finally:
+                            conn.discard_unless_reusable()
+            finally:
+                limiter.release()
             transact = functools.partial(self._transact, autocommit=True, failed=failed)
             op = functools.partial(_first_row, query, params)
             return await trio.to_thread.run_sync(transact, conn, op, True, limiter=conn.limiter)
