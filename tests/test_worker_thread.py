@@ -15,7 +15,7 @@ from store_contract import make_turn
 from zidane_actors.actors import open_session_host
 from zidane_actors.errors import StoreClosedError
 from zidane_actors.model import SessionData
-from zidane_actors.stores import SQLiteStore, open_sqlite_store
+from zidane_actors.stores import SQLiteStore, StoreWrite, open_sqlite_store
 from zidane_actors.stores._thread import _HERE_LIMIT_SECONDS, WorkerThread, start_worker_thread
 from zidane_actors.stores.sqlite._store import _HERE_TURNS
 
@@ -396,7 +396,16 @@ async def test_lone_sqlite_writes_and_row_reads_run_in_the_trio_thread(
         await store.append_turns("s", most)
         assert store.statistics().transactions_here == here + 1
         await store.append_turns("s", more)
+        # So does a whole session saved or deleted, alone or as a batch of one.
+        await store.save(SessionData(id="d", created_at=1, updated_at=1))
+        await store.apply_writes(
+            [StoreWrite("save", (SessionData(id="e", created_at=1, updated_at=1),))]
+        )
+        await store.delete("d")
+        await store.apply_writes([StoreWrite("delete", ("e",))])
         assert store.statistics().transactions_here == here + 1
+        await store.apply_writes([StoreWrite("update_status", ("s", "idle"))])
+        assert store.statistics().transactions_here == here + 2
         # Many writers at once: the store actor's group commit, in the thread as before.
         async with open_session_host(store) as host:
             sessions = [await host.create_session(id=f"m{i}") for i in range(20)]

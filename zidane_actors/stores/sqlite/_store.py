@@ -70,6 +70,14 @@ def _few(turns: object) -> bool:
     return isinstance(turns, Sized) and len(turns) <= _HERE_TURNS
 
 
+def _small(write: StoreWrite) -> bool:
+    """Whether a lone ``write`` is small enough to run in the trio thread: a whole
+    session saved or deleted may be any number of rows."""
+    if write.method == "append_turns":
+        return len(write.args) > 1 and _few(write.args[1])
+    return write.method not in ("save", "delete")
+
+
 class SQLiteStore(
     SQLiteForks, SQLiteMeta, SQLSchedules, SQLSendRequests, TurnsEdits, SQLWrites, SQLClaims
 ):
@@ -97,6 +105,13 @@ class SQLiteStore(
             write=True,
             here=_few(turns),
         )
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session (and its artifacts and send-request ids).
+
+        Always in the connection's thread: its rows may be many.
+        """
+        await self._run(lambda conn: self._op_delete(conn, session_id), write=True)
 
     # -- artifacts -------------------------------------------------------------------------
 
@@ -278,8 +293,7 @@ class SQLiteStore(
                 await self._run(
                     lambda conn: fn(conn, *write.args, **write.kwargs),
                     write=True,
-                    here=write.method != "append_turns"
-                    or (len(write.args) > 1 and _few(write.args[1])),
+                    here=_small(write),
                 )
             )
         except Exception as exc:
