@@ -3,7 +3,8 @@
 Why not ``trio.to_thread.run_sync``: each call there hands the job to a pooled
 thread and wakes the trio thread through a fresh channel; a long-lived
 thread fed by a queue costs less than half of that per call, and the
-resource is only ever touched by its own thread. The thread answers a lone
+resource is opened, used and closed by that thread (or used, for a job run
+here, below, by the trio thread while the worker idles). The thread answers a lone
 caller (the usual case: one job in flight) through a socket that caller waits
 on, so the run loop reschedules it as soon as it sees the byte; callers
 queued meanwhile are answered through the run's ``TrioToken``, which takes
