@@ -408,6 +408,10 @@ async def test_lone_sqlite_writes_and_row_reads_run_in_the_trio_thread(
         assert store.statistics().transactions_here == here + 2
         # Many writers at once: the store actor's group commit, in the thread as before.
         async with open_session_host(store) as host:
+            solo = await host.create_session(id="solo")  # a session's lone append too
+            here = store.statistics().transactions_here
+            await solo.append_turns([make_turn(900)])
+            assert store.statistics().transactions_here == here + 1
             sessions = [await host.create_session(id=f"m{i}") for i in range(20)]
             here = store.statistics().transactions_here
             async with trio.open_nursery() as nursery:
