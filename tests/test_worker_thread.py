@@ -16,6 +16,7 @@ from zidane_actors.actors import open_session_host
 from zidane_actors.errors import StoreClosedError
 from zidane_actors.model import SessionData
 from zidane_actors.stores import SQLiteStore, StoreWrite, open_sqlite_store
+from zidane_actors.stores import _thread as worker_thread
 from zidane_actors.stores._thread import _HERE_LIMIT_SECONDS, WorkerThread, start_worker_thread
 from zidane_actors.stores.sqlite._store import _HERE_TURNS
 
@@ -377,6 +378,8 @@ async def test_lone_sqlite_writes_and_row_reads_run_in_the_trio_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
+    # Where each call runs, whatever the disk: a slow fsync must not send them away.
+    monkeypatch.setattr(worker_thread, "_HERE_LIMIT_SECONDS", 60.0)
     turns = [make_turn(n) for n in range(5)]
     async with open_sqlite_store(tmp_path / "a.db") as store:
         await store.save(SessionData(id="s", created_at=1, updated_at=1))
