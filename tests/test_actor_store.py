@@ -11,10 +11,11 @@ import pytest
 import trio
 import trio.testing
 
-from zidane_actors.actors import open_store_actor
+from zidane_actors.actors import open_session_host, open_store_actor
 from zidane_actors.errors import SessionNotFoundError
 from zidane_actors.model import SessionData, SessionTurn, TextBlock
 from zidane_actors.stores import (
+    WRITE_METHODS,
     MemoryStore,
     SessionStore,
     StoreWrite,
@@ -273,3 +274,109 @@ async def test_calls_queued_together_from_one_task_keep_their_order_and_read_in_
     assert loaded.unwrap().id == "a" and saved.unwrap().after > 0
     assert isinstance(missing, outcome.Error) and isinstance(missing.error, SessionNotFoundError)
     assert meta.unwrap().id == "b" and stats.read_waves == 1
+
+
+class NowStore(MemoryStore):
+    """A memory store that can also make a write at once (``apply_nowait``) while ``ready``,
+    logging how each write was made: now, through ``apply_writes`` or awaited alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = True
+        self.made: list[tuple[str, str]] = []
+        self.hold: trio.Event | None = None  # an awaited write waits for it when set
+
+    def apply_nowait(self, call: StoreWrite) -> Any:
+        if not self.ready or call.method not in WRITE_METHODS:
+            raise trio.WouldBlock
+        self.made.append(("now", call.args[0]))
+        return self._apply_write(call)
+
+    async def apply_writes(
+        self, writes: Sequence[StoreWrite]
+    ) -> builtins.list[outcome.Outcome[Any]]:
+        self.made.extend(("batch", w.args[0]) for w in writes)
+        return await super().apply_writes(writes)
+
+    async def append_turns(self, session_id: str, turns: Any, options: Any = None) -> Any:
+        self.made.append(("awaited", session_id))
+        if self.hold is not None:
+            await self.hold.wait()
+        return await super().append_turns(session_id, turns, options)
+
+
+async def test_a_lone_call_is_made_at_once_in_the_callers_task() -> None:
+    store = NowStore()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        store.made.clear()
+        await session.append_turns([turn(0, "s")])
+        stats = host.statistics().store
+        assert store.made == [("now", "s")] and stats.calls_at_once == 1
+        assert stats.actor.processed >= 1 and stats.batches == 0
+        # A store that cannot make it now: the mailbox, as always.
+        store.ready = False
+        await session.append_turns([turn(1, "s")])
+        assert store.made[1:] == [("awaited", "s")]
+        assert host.statistics().store.calls_at_once == 1
+    loaded = await store.load("s")
+    assert loaded is not None and loaded.turns == session.turns == (turn(0, "s"), turn(1, "s"))
+
+
+async def test_a_burst_goes_to_the_mailbox_together() -> None:
+    """Tasks woken together reach the store actor together: one group commit, none at once."""
+    store = NowStore()
+    async with open_session_host(store) as host:
+        sessions = [await host.create_session(id=f"s{i}") for i in range(20)]
+        store.made.clear()
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(session.append_turns, [turn(0, session.id)])
+        assert host.statistics().store.calls_at_once == 0
+    assert sorted(store.made) == sorted(("batch", f"s{i}") for i in range(20))
+
+
+async def test_a_call_behind_another_waits_its_turn() -> None:
+    """While the actor has a call in hand, a lone call is never made ahead of it."""
+    store = NowStore()
+    store.ready = False
+    async with open_session_host(store) as host:
+        first, second = await host.create_session(id="a"), await host.create_session(id="b")
+        store.made.clear()
+        store.hold = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first.append_turns, [turn(0, "a")])
+            await trio.testing.wait_all_tasks_blocked()
+            store.ready = True  # the store could make it now; the actor is busy
+            nursery.start_soon(second.append_turns, [turn(0, "b")])
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.made == [("awaited", "a")]
+            store.hold.set()
+        assert store.made == [("awaited", "a"), ("awaited", "b")]
+        assert host.statistics().store.calls_at_once == 0
+
+
+async def test_a_call_cancelled_at_its_schedule_point_is_never_made() -> None:
+    store = NowStore()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        store.made.clear()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await session.append_turns([turn(0, "s")])
+        assert store.made == [] and session.turns == ()
+        await session.append_turns([turn(1, "s")])  # the session goes on
+    loaded = await store.load("s")
+    assert loaded is not None and loaded.turns == (turn(1, "s"),)
+
+
+async def test_a_call_made_at_once_answers_the_stores_own_error() -> None:
+    store = NowStore()
+    async with open_session_host(store) as host:
+        session = await host.create_session(id="s")
+        await store.delete("s")  # behind the session's back
+        with pytest.raises(SessionNotFoundError):
+            await session.append_turns([turn(0, "s")])
+        assert session.turns == ()
+        stats = host.statistics().store
+        assert stats.calls_at_once == 1 and stats.actor.failed == 1

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,7 +23,14 @@ from zidane_actors.model import (
     ToolResultBlock,
     demote_stale_running_status,
 )
-from zidane_actors.stores import MemoryStore, create_memory_store
+from zidane_actors.stores import (
+    WRITE_METHODS,
+    MemoryStore,
+    SessionStore,
+    StoreWrite,
+    create_memory_store,
+    open_sqlite_store,
+)
 
 Op = tuple[Any, ...]
 
@@ -129,6 +139,65 @@ async def test_reload_equals_memory_and_sessions_do_not_interfere(
             assert reloaded.to_json() == expected_on_reload(session)
             own = {t.id.split("-")[0] for t in reloaded.turns}
             assert own <= {session.id}
+
+
+class NowOrQueued(MemoryStore):
+    """A memory store that makes a write at once (``apply_nowait``) or refuses to
+    (``trio.WouldBlock``), as ``draw`` says each time: both ways must agree."""
+
+    def __init__(self, draw: random.Random) -> None:
+        super().__init__()
+        self._draw = draw
+        self.made_at_once = 0
+
+    def apply_nowait(self, call: StoreWrite) -> Any:
+        if call.method not in WRITE_METHODS or self._draw.random() < 0.3:
+            raise trio.WouldBlock
+        self.made_at_once += 1
+        return self._apply_write(call)
+
+
+async def reload_equals_memory(
+    store: SessionStore, programs: list[list[Op]], max_live: int
+) -> None:
+    """Run ``programs`` at once, one session each; each reloads exactly as its memory."""
+    async with open_session_host(store, max_live_sessions=max_live) as host:
+        sessions = [await host.create_session(id=f"s{i}") for i in range(len(programs))]
+        async with trio.open_nursery() as nursery:
+            for session, program in zip(sessions, programs, strict=True):
+                nursery.start_soon(run_program, session, program)
+        for session in sessions:
+            await session.save()
+    async with open_session_host(store) as other:
+        for session in sessions:
+            reloaded = await other.load_session(session.id)
+            assert reloaded is not None
+            assert reloaded.to_json() == expected_on_reload(session)
+
+
+@settings(max_examples=30)
+@given(
+    program_list=st.lists(programs, min_size=1, max_size=4),
+    max_live=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
+async def test_calls_made_at_once_or_queued_reload_as_memory(
+    program_list: list[list[Op]], max_live: int, seed: int
+) -> None:
+    """A store call made at once in the caller's task (the store actor idle) or through
+    the mailbox, at random: every session's writes keep their order either way."""
+    await reload_equals_memory(NowOrQueued(random.Random(seed)), program_list, max_live)
+
+
+@settings(max_examples=8, deadline=None)
+@given(program_list=st.lists(programs, min_size=1, max_size=3), max_live=st.integers(1, 3))
+async def test_sqlite_sessions_reload_as_memory(
+    program_list: list[list[Op]], max_live: int
+) -> None:
+    """The same on SQLite, whose lone calls run in the trio thread when all is idle."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with open_sqlite_store(Path(tmp) / "s.db") as store:
+            await reload_equals_memory(store, program_list, max_live)
 
 
 @settings(max_examples=30)

@@ -13,7 +13,7 @@ import trio
 from store_contract import make_turn
 
 from zidane_actors.actors import open_session_host
-from zidane_actors.errors import StoreClosedError
+from zidane_actors.errors import SessionNotFoundError, StoreClosedError
 from zidane_actors.model import SessionData
 from zidane_actors.stores import SQLiteStore, StoreWrite, open_sqlite_store
 from zidane_actors.stores import _thread as worker_thread
@@ -457,3 +457,53 @@ async def test_a_lone_sqlite_write_waits_for_another_connections_lock_in_the_thr
         stats = store.statistics()
         assert stats.transactions_here == here and stats.busy_retries == 0
         assert [t.id for t in (await store.load("s")).turns] == ["t0", "t1"]
+
+
+async def test_sqlite_apply_nowait_makes_a_small_call_now_or_would_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``apply_nowait`` makes is what awaiting the call makes; what it refuses is
+    left undone, and the awaited call still makes it."""
+    monkeypatch.setattr(SQLiteStore, "_start_indexer", lambda self: trio.CancelScope())
+    monkeypatch.setattr(worker_thread, "_HERE_LIMIT_SECONDS", 60.0)
+    path = tmp_path / "a.db"
+    async with open_sqlite_store(path) as store:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
+        here = store.statistics().transactions_here
+        revision = store.apply_nowait(StoreWrite("append_turns", ("s", [make_turn(0)])))
+        assert (revision.before, revision.after) == (1, 2)
+        assert store.apply_nowait(StoreWrite("get_rev", ("s",))) == 2
+        meta = store.apply_nowait(StoreWrite("get_meta", ("s",)))
+        assert meta is not None and meta.turn_count == 1
+        store.apply_nowait(StoreWrite("update_status", ("s", "idle")))
+        assert store.statistics().transactions_here == here + 4
+        # Never now: a whole session saved or deleted, an import, any other read.
+        many = [make_turn(n) for n in range(100, 101 + _HERE_TURNS)]
+        for call in (
+            StoreWrite("save", (SessionData(id="d", created_at=1, updated_at=1),)),
+            StoreWrite("delete", ("s",)),
+            StoreWrite("append_turns", ("s", many)),
+            StoreWrite("load", ("s",)),
+            StoreWrite("get_turns", ("s",)),
+        ):
+            with pytest.raises(trio.WouldBlock):
+                store.apply_nowait(call)
+        assert await store.get_rev("s") == 3 and await store.load("d") is None
+        # The call's own error, raised as awaiting it would.
+        with pytest.raises(SessionNotFoundError):
+            store.apply_nowait(StoreWrite("append_turns", ("nobody", [make_turn(1)])))
+        # Another connection holds the lock: nothing done, no wait (the awaited call waits).
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(trio.WouldBlock):
+            store.apply_nowait(StoreWrite("append_turns", ("s", [make_turn(2)])))
+        other.execute("ROLLBACK")
+        other.close()
+        assert [t.id for t in (await store.load("s")).turns] == ["t0"]
+        # Another task runnable: it would be kept waiting.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep, 0)
+            with pytest.raises(trio.WouldBlock):
+                store.apply_nowait(StoreWrite("get_rev", ("s",)))
+    with pytest.raises(StoreClosedError):
+        store.apply_nowait(StoreWrite("get_rev", ("s",)))

@@ -258,6 +258,31 @@ class Actor(Generic[C]):
         stats = self._send.statistics()
         return stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0
 
+    def waiting_for_work(self) -> bool:
+        """Running and parked for its next command, with none queued or in hand.
+
+        Nothing is ahead of a command sent now: applying it at once in the
+        sender's task, without a checkpoint in between, keeps mailbox order
+        (see :meth:`settle`).
+        """
+        if self._state != "running" or self._busy:
+            return False
+        stats = self._send.statistics()
+        return (
+            stats.tasks_waiting_receive == 1
+            and stats.current_buffer_used == 0
+            and stats.tasks_waiting_send == 0
+        )
+
+    def settle(self, reply: Reply[T], result: outcome.Outcome[T]) -> None:
+        """Resolve ``reply`` with the verdict of a command applied outside the actor's
+        task while it was :meth:`waiting_for_work`; counted as a handled command."""
+        if reply.resolve(result):
+            if type(result) is outcome.Value:
+                self._processed += 1
+            else:
+                self._failed += 1
+
     def _closed_error(self) -> ActorClosed:
         if self._crash is not None:
             err = ActorClosed(f"actor crashed: {self._crash!r}")
@@ -347,11 +372,7 @@ class Actor(Generic[C]):
     # -- actor side ----------------------------------------------------------
 
     def _resolve(self, command: C, result: outcome.Outcome[Any]) -> None:
-        if command.reply.resolve(result):
-            if type(result) is outcome.Value:
-                self._processed += 1
-            else:
-                self._failed += 1
+        self.settle(command.reply, result)
 
     def _stop(self, crash: BaseException | None) -> None:
         """Fail everything queued and close the mailbox; no checkpoint in between."""

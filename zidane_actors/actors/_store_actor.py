@@ -26,6 +26,7 @@ from ..stores._protocol import (
     READ_METHODS,
     WRITE_METHODS,
     BatchingStore,
+    NowaitStore,
     ReadBatchingStore,
     Revision,
     SessionStore,
@@ -57,6 +58,8 @@ class StoreActorStatistics:
     """Writes that went through ``apply_writes``."""
     read_waves: int
     """Runs of two or more queued reads made at once."""
+    calls_at_once: int
+    """Calls made at once in the caller's task, the actor idle (``NowaitStore``)."""
 
     @property
     def avg_batch_size(self) -> float:
@@ -108,6 +111,9 @@ class StoreActor:
         self._capabilities = store_capabilities(store)
         self._batching = isinstance(store, BatchingStore) and (max_batch is None or max_batch > 1)
         self._read_batching = isinstance(store, ReadBatchingStore)
+        self._nowait = store.apply_nowait if isinstance(store, NowaitStore) else None
+        self._coming = 0  # callers at their schedule point before a call made at once
+        self._calls_at_once = 0
         self._calls = 0
         self._batches = 0
         self._batched_writes = 0
@@ -132,6 +138,7 @@ class StoreActor:
             batches=self._batches,
             batched_writes=self._batched_writes,
             read_waves=self._read_waves,
+            calls_at_once=self._calls_at_once,
         )
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
@@ -163,8 +170,43 @@ class StoreActor:
         return results
 
     async def _send(self, write: StoreWrite, reply: Reply[Any]) -> None:
-        """Enqueue ``write`` answering ``reply`` (whose ``on_resolve`` sees the verdict first)."""
+        """Enqueue ``write`` answering ``reply`` (whose ``on_resolve`` sees the verdict first).
+
+        Or make it at once, in this task, when it is the only call coming (see
+        :meth:`_alone`) and the store can make it without waiting (``NowaitStore``):
+        nothing is ahead of it, and nothing runs until it is made, so mailbox order holds.
+        """
+        if self._nowait is not None and await self._alone():
+            result: outcome.Outcome[Any] | None
+            try:
+                result = outcome.Value(self._nowait(write))
+            except trio.WouldBlock:
+                result = None  # nothing done: it goes through the mailbox
+            except Exception as exc:  # the call's own error, as the actor answers it
+                result = outcome.Error(exc)
+            if result is not None:
+                self._calls += 1
+                self._calls_at_once += 1
+                self._actor.settle(reply, result)
+                return
         await self._actor.send(_StoreCall(write, reply=reply))
+
+    async def _alone(self) -> bool:
+        """The caller's schedule point; then whether its call is the only one coming: the
+        actor waits for work, and no other caller passed that point meanwhile.
+
+        The point comes first so that the tasks woken with this one (the run loop does
+        not count them as runnable) get there too: a burst goes to the mailbox together,
+        one group commit, instead of one call at a time. Cancelled there: nothing sent.
+        """
+        if not self._actor.waiting_for_work():
+            return False  # (the send that follows has the schedule point)
+        self._coming += 1
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            self._coming -= 1
+        return self._coming == 0 and self._actor.waiting_for_work()
 
     def _submit(self, write: StoreWrite, reply: Reply[Any]) -> None:
         """:meth:`_send` without waiting: ``trio.WouldBlock`` when the mailbox is full."""

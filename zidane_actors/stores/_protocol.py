@@ -26,6 +26,7 @@ __all__ = [
     "FullSessionStore",
     "HistoryMutation",
     "MutateResult",
+    "NowaitStore",
     "ReadBatchingStore",
     "Revision",
     "RevisionSink",
@@ -151,6 +152,21 @@ class BatchingStore(Protocol):
         self, writes: Sequence[StoreWrite]
     ) -> builtins.list[outcome.Outcome[Any]]:
         """Apply ``writes`` in one transaction; one outcome per write, in order."""
+        ...
+
+
+@runtime_checkable
+class NowaitStore(Protocol):
+    """A store that can make a small call at once, in the trio thread, when nothing waits.
+
+    ``apply_nowait`` makes ``call`` (a :class:`StoreWrite` naming a write or a
+    read) exactly as awaiting it would, and answers its result or raises its
+    error; or it raises ``trio.WouldBlock`` with nothing done, when the call
+    would have to wait (or keep another waiting). It never checkpoints.
+    """
+
+    def apply_nowait(self, call: StoreWrite) -> Any:
+        """Make ``call`` now, or raise ``trio.WouldBlock`` (nothing done)."""
         ...
 
 

@@ -16,7 +16,9 @@ A lone caller can skip the thread altogether: :meth:`WorkerThread.run` with
 job queued or running) and the run has nothing else to do (no task runnable,
 no ``run_sync_soon`` callback queued). Nobody can be kept waiting then, and
 the job runs exactly where it would have in the thread's queue: it saves the
-two hand-overs, most of what a lone caller pays above its job. The resource
+two hand-overs, most of what a lone caller pays above its job.
+:meth:`WorkerThread.run_nowait` runs such a job now or raises
+``trio.WouldBlock``, for a caller that must know before it commits to waiting. The resource
 is never touched by both threads at once: only the trio thread submits jobs,
 and it runs one here only while the thread is idle. Such jobs are timed
 wherever they run: while their moving average is above
@@ -174,6 +176,19 @@ class WorkerThread(Generic[R]):
         # The thread reschedules this task with the job's outcome, unwrapped here.
         result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
+
+    def run_nowait(self, here: Callable[[R], T]) -> T:
+        """Run ``here(resource)`` in the trio thread now, as :meth:`run` would run it
+        there, or raise ``trio.WouldBlock`` (nothing run) when it would have to wait or
+        keep someone waiting.
+
+        No checkpoint: the caller owes the run loop one.
+        """
+        if self._closing:
+            raise self._closed_error()
+        if not self._may_run_here():
+            raise trio.WouldBlock
+        return self._run_here(here)
 
     def _may_run_here(self) -> bool:
         """Whether a job can run in the trio thread now without keeping anyone waiting."""

@@ -190,6 +190,15 @@ class SQLiteBase:
             delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
 
+    def _run_nowait(self, fn: Callable[[_Conn], T], *, write: bool) -> T:
+        """``fn(conn)`` in one transaction in the trio thread now, as ``_run``'s ``here``
+        would run it, or ``trio.WouldBlock`` with nothing applied: the connection or the
+        run busy, or the database locked by another connection."""
+        try:
+            return self._worker.run_nowait(functools.partial(self._in_trio_thread, fn, write))
+        except _BusyHere:
+            raise trio.WouldBlock from None
+
     async def _read(self, fn: Callable[[_Conn], T]) -> T:
         return await self._run(fn, write=False)
 

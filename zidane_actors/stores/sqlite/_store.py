@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence, Sized
 from typing import Any, Final, cast
 
 import outcome
+import trio
 
 from ... import model
 from ...errors import (
@@ -30,7 +31,7 @@ from ...model import (
     validate_id,
 )
 from .._edits import TurnsEdits
-from .._protocol import Revision, StoreWrite, write_step
+from .._protocol import WRITE_METHODS, Revision, StoreWrite, write_step
 from .._validate import (
     check_artifact_filter_ids,
     check_artifact_ids,
@@ -298,6 +299,26 @@ class SQLiteStore(
             )
         except Exception as exc:
             return outcome.Error(exc)
+
+    def apply_nowait(self, call: StoreWrite) -> Any:
+        """Make one small store call now, in the trio thread, or raise ``trio.WouldBlock``
+        (nothing done) when it would have to wait.
+
+        It does exactly what awaiting the call would (a write as one ``apply_writes``
+        write, ``get_rev`` and ``get_meta`` as themselves), without waiting: only while
+        the connection's thread and the run are idle (see ``WorkerThread.run_nowait``)
+        and no other connection holds the database. A whole session saved or deleted,
+        an import of many turns, and other reads always wait. A caller that is handed
+        the answer owes the run loop a checkpoint.
+        """
+        if call.method in ("get_rev", "get_meta"):
+            read = self._read_op(call)
+            assert read is not None
+            return self._run_nowait(read, write=False)
+        if call.method not in WRITE_METHODS or not _small(call):
+            raise trio.WouldBlock
+        fn = self._write_op(call).unwrap()
+        return self._run_nowait(lambda conn: fn(conn, *call.args, **call.kwargs), write=True)
 
     def _read_op(self, read: StoreWrite) -> Callable[[_Conn], Any] | None:
         """The op of one read ``apply_reads`` can make in its transaction (``None``: it can't)."""
