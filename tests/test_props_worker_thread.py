@@ -4,7 +4,8 @@ Concurrent callers submit jobs with random deadlines, so some are withdrawn
 while queued and some are cancelled after the thread took them; a lone
 caller is answered through the worker's socket, the others through the trio
 token; some jobs may run in the trio thread itself (``here=``) when nothing
-else waits. Whatever the mix: a job runs at most once, exactly when its
+else waits, some are asked to run there at once (``run_nowait``, the thread
+as the fallback). Whatever the mix: a job runs at most once, exactly when its
 caller got its result; jobs run in submission order, never two at once;
 nothing is left waiting.
 """
@@ -24,7 +25,7 @@ steps = st.tuples(
     st.sampled_from([None, 0.0, 0.00005, 0.0002]),  # the call's deadline (None: none)
     st.integers(0, 2),  # checkpoints before the call
     st.booleans(),  # whether the job holds the thread a little
-    st.booleans(),  # whether it may run in the trio thread
+    st.sampled_from(["thread", "here", "nowait"]),  # where it may run
 )
 plans = st.lists(st.lists(steps, min_size=1, max_size=8), min_size=1, max_size=4)
 
@@ -32,7 +33,7 @@ plans = st.lists(st.lists(steps, min_size=1, max_size=8), min_size=1, max_size=4
 @settings(max_examples=60, deadline=None)
 @given(plans=plans)
 async def test_each_job_runs_once_in_submission_order_or_never(
-    plans: list[list[tuple[float | None, int, bool, bool]]],
+    plans: list[list[tuple[float | None, int, bool, str]]],
 ) -> None:
     worker = await start_worker_thread(
         "prop worker", list, lambda _: None, lambda: StoreClosedError("closed")
@@ -41,8 +42,8 @@ async def test_each_job_runs_once_in_submission_order_or_never(
     answered: list[tuple[int, int]] = []
     running: list[tuple[int, int]] = []  # the job holding the resource now
 
-    async def caller(who: int, plan: list[tuple[float | None, int, bool, bool]]) -> None:
-        for step, (deadline, pauses, slow, here) in enumerate(plan):
+    async def caller(who: int, plan: list[tuple[float | None, int, bool, str]]) -> None:
+        for step, (deadline, pauses, slow, where) in enumerate(plan):
             for _ in range(pauses):
                 await trio.lowlevel.checkpoint()
             jid = (who, step)
@@ -58,7 +59,13 @@ async def test_each_job_runs_once_in_submission_order_or_never(
 
             with trio.move_on_after(10.0 if deadline is None else deadline):
                 submitted.append(jid)
-                got = await worker.run(job, here=job if here else None)
+                if where == "nowait":
+                    try:
+                        got = worker.run_nowait(job)
+                    except trio.WouldBlock:
+                        got = await worker.run(job, here=job)
+                else:
+                    got = await worker.run(job, here=job if where == "here" else None)
                 assert got == jid
                 answered.append(jid)
 
