@@ -253,10 +253,7 @@ class Actor(Generic[C]):
 
     def idle(self) -> bool:
         """Running, handling nothing and with nothing queued."""
-        if self._state != "running" or self._busy:
-            return False
-        stats = self._send.statistics()
-        return stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0
+        return self._quiet() is not None
 
     def waiting_for_work(self) -> bool:
         """Running and parked for its next command, with none queued or in hand.
@@ -265,18 +262,23 @@ class Actor(Generic[C]):
         sender's task, without a checkpoint in between, keeps mailbox order
         (see :meth:`settle`).
         """
+        stats = self._quiet()
+        return stats is not None and stats.tasks_waiting_receive == 1
+
+    def _quiet(self) -> trio.MemoryChannelStatistics | None:
+        """The mailbox's statistics when the actor runs, handles nothing and has nothing
+        queued, else ``None``. (A command just handed to its parked task shows only as
+        no task waiting to receive: see :meth:`waiting_for_work`.)"""
         if self._state != "running" or self._busy:
-            return False
+            return None
         stats = self._send.statistics()
-        return (
-            stats.tasks_waiting_receive == 1
-            and stats.current_buffer_used == 0
-            and stats.tasks_waiting_send == 0
-        )
+        if stats.current_buffer_used or stats.tasks_waiting_send:
+            return None
+        return stats
 
     def settle(self, reply: Reply[T], result: outcome.Outcome[T]) -> None:
-        """Resolve ``reply`` with the verdict of a command applied outside the actor's
-        task while it was :meth:`waiting_for_work`; counted as a handled command."""
+        """Resolve ``reply`` with a command's verdict and count it: the actor's own, or
+        that of a command applied outside its task while it was :meth:`waiting_for_work`."""
         if reply.resolve(result):
             if type(result) is outcome.Value:
                 self._processed += 1
@@ -371,9 +373,6 @@ class Actor(Generic[C]):
 
     # -- actor side ----------------------------------------------------------
 
-    def _resolve(self, command: C, result: outcome.Outcome[Any]) -> None:
-        self.settle(command.reply, result)
-
     def _stop(self, crash: BaseException | None) -> None:
         """Fail everything queued and close the mailbox; no checkpoint in between."""
         if self._state in ("closed", "crashed"):
@@ -386,7 +385,7 @@ class Actor(Generic[C]):
                 command = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-            self._resolve(command, outcome.Error(self._verdict_error(cause)))
+            self.settle(command.reply, outcome.Error(self._verdict_error(cause)))
         self._receive.close()
         self._send.close()
         self._state = "crashed" if cause is not None else "closed"
@@ -424,9 +423,9 @@ class Actor(Generic[C]):
             if type(result) is outcome.Error and self._fatal(result.error):
                 crash = result.error
                 for pending in batch:
-                    self._resolve(pending, outcome.Error(self._verdict_error(crash)))
+                    self.settle(pending.reply, outcome.Error(self._verdict_error(crash)))
                 return crash
-            self._resolve(command, result)
+            self.settle(command.reply, result)
         return None
 
     async def _first(self) -> C:
