@@ -507,3 +507,33 @@ async def test_sqlite_apply_nowait_makes_a_small_call_now_or_would_block(
                 store.apply_nowait(StoreWrite("get_rev", ("s",)))
     with pytest.raises(StoreClosedError):
         store.apply_nowait(StoreWrite("get_rev", ("s",)))
+
+
+async def test_lone_store_calls_in_a_loop_let_the_other_tasks_run(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """A job run here answers without waiting, and is still a schedule point: a task
+    appending in a loop straight to the store lets a task whose deadline passed run
+    (before, none ran until the loop ended: no timer fired, no socket was read)."""
+    async with open_sqlite_store(tmp_path / "s.db", durability="off") as store:
+        await store.save(SessionData(id="s", created_at=1, updated_at=1))
+        here = store.statistics().transactions_here
+        woke = [0]
+
+        async def sleeper() -> None:
+            while True:
+                await trio.sleep(1)
+                woke[0] += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sleeper)
+            await trio.testing.wait_all_tasks_blocked()
+            for i in range(20):
+                mock_clock.jump(1)  # its deadline passes: runnable at the next pass
+                await store.append_turns("s", [make_turn(i)])
+            nursery.cancel_scope.cancel()
+        # It runs in the pass after each call (before or after the caller's next one, in
+        # trio's order), sleeping again from then: once every two calls at the least.
+        assert woke[0] >= 9
+        # Most ran here; one made while the sleeper was runnable went to the thread.
+        assert store.statistics().transactions_here > here

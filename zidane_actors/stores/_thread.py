@@ -16,7 +16,9 @@ A lone caller can skip the thread altogether: :meth:`WorkerThread.run` with
 job queued or running) and the run has nothing else to do (no task runnable,
 no ``run_sync_soon`` callback queued). Nobody can be kept waiting then, and
 the job runs exactly where it would have in the thread's queue: it saves the
-two hand-overs, most of what a lone caller pays above its job
+two hand-overs, most of what a lone caller pays above its job (a schedule
+point follows it, so a caller running such jobs in a loop still lets the
+other tasks run)
 (:meth:`WorkerThread.run_nowait` runs such a job now or raises
 ``trio.WouldBlock``, for a caller that must know before it waits). The
 resource is never touched by both threads at once: only the trio thread
@@ -157,7 +159,13 @@ class WorkerThread(Generic[R]):
         if self._closing:
             raise self._closed_error()
         if here is not None and self._may_run_here():
-            return self._run_here(here)
+            try:
+                return self._run_here(here)
+            finally:
+                # A schedule point after it, as every trio call is one: a caller running
+                # such jobs in a loop would otherwise let no other task run, nor a
+                # deadline pass. Shielded: the job is made, its answer is given.
+                await trio.lowlevel.cancel_shielded_checkpoint()
         timed = here is not None
         if not self._signalled:
             return await self._run_signalled(fn, timed)
