@@ -16,8 +16,8 @@ alternating order):
   checkpoint step, and the bytes the store holds afterwards (SQLite: the
   database file, its WAL included, once the saver is closed; PostgreSQL: the
   growth of ``pg_database_size`` over the freshly set-up database). Ours counts
-  its search words too: its indexer fills them once writes pause, so the
-  queue is indexed (a search does it) before the bytes are taken;
+  its search words too: its background indexer may not have reached the last
+  turns, so the queue is indexed (a search does it) before the bytes are taken;
 * **many threads**: ``--threads`` threads at once, 5 runs each (``asyncio.gather``).
 
 Each saver's one-time setup (opening the store, making its tables) is done

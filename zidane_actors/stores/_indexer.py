@@ -10,7 +10,6 @@ writer never waits long behind indexing.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -39,20 +38,11 @@ _YIELD_LIMIT_SECONDS: Final = 1.0
 """The longest the indexer yields in a row: under a load that never pauses, it still
 steps once a second, so the queue cannot grow without end."""
 
-_QUIET_SECONDS: Final = 0.05
-"""How long the store must go without a caller's transaction before the indexer steps
-(yielding meanwhile as to waiting callers, up to :data:`_YIELD_LIMIT_SECONDS`). A caller
-between two writes (an agent's next step, a host's next append) holds no connection,
-yet its next write would meet an indexing step, and the step's CPU, in its way."""
-
 _log = logging.getLogger("zidane_actors.stores")
 
 
 def start_indexer(
-    name: str,
-    step: Callable[[], Awaitable[bool]],
-    busy: Callable[[], bool],
-    activity: Callable[[], int],
+    name: str, step: Callable[[], Awaitable[bool]], busy: Callable[[], bool]
 ) -> trio.CancelScope:
     """Start :func:`_index_in_background` (a trio system task: a store may be opened in
     one task and closed in another); cancel the answered scope to stop it. It stops by
@@ -61,22 +51,18 @@ def start_indexer(
 
     async def run() -> None:
         with scope:
-            await _index_in_background(step, busy, activity)
+            await _index_in_background(step, busy)
 
     trio.lowlevel.spawn_system_task(run, name=name)
     return scope
 
 
 async def _index_in_background(
-    step: Callable[[], Awaitable[bool]], busy: Callable[[], bool], activity: Callable[[], int]
+    step: Callable[[], Awaitable[bool]], busy: Callable[[], bool]
 ) -> None:
     """Run ``step`` (index queued rows in one short transaction: whether rows are left)
     until the store closes; callers go first while ``busy()``, for at most
-    :data:`_YIELD_LIMIT_SECONDS` in a row. Once a step left nothing, the next also waits
-    until ``activity()`` (the store's count of its callers' transactions, or writes) has
-    stayed the same for :data:`_QUIET_SECONDS`, within the same limit: what writes queue
-    meanwhile waits for a pause, while a queue a step could not empty (a burst, an
-    import) is indexed as before, between the callers who wait.
+    :data:`_YIELD_LIMIT_SECONDS` in a row.
 
     A failing step (the database unavailable) is logged once, until one succeeds
     again; the next search indexes what is left itself.
@@ -84,13 +70,9 @@ async def _index_in_background(
     failing = False
     backoff = _YIELD_SECONDS
     yielding_since: float | None = None
-    seen, active_at = activity(), -math.inf
-    more = False
     while True:
-        now = trio.current_time()
-        if (count := activity()) != seen:
-            seen, active_at = count, now
-        if busy() or (not more and now - active_at < _QUIET_SECONDS):
+        if busy():
+            now = trio.current_time()
             if yielding_since is None:
                 yielding_since = now
             if now - yielding_since < _YIELD_LIMIT_SECONDS:
@@ -109,5 +91,4 @@ async def _index_in_background(
             failing, more = True, False
         else:
             failing = False
-        seen = activity()  # a transaction of the step's own is no caller's
         await trio.sleep(0 if more else _IDLE_SECONDS)

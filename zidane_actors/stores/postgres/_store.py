@@ -249,13 +249,12 @@ class PostgresStore(PostgresForks, SQLSchedules, SQLSendRequests, TurnsEdits, SQ
     def _start_indexer(self) -> trio.CancelScope:
         """Fill the words of new turns and headers in short steps while the store is open
         (``open_postgres_store`` starts it), yielding while callers use a connection (a
-        pooled one, or the batch connection) and until their writes pause: the words are
-        computed in Python, beside the callers."""
+        pooled one, or the batch connection): the words are computed in Python, beside
+        the callers."""
         return start_indexer(
             f"postgres search indexer {self._schema}",
             self._index_in_background,
             lambda: self._idle.in_use > 0 or self._writer.limiter.borrowed_tokens > 0,
-            lambda: self._writes,
         )
 
     async def _index_in_background(self) -> bool:

@@ -214,13 +214,11 @@ class SQLiteMeta(SQLiteBase):
 
     def _start_indexer(self) -> trio.CancelScope:
         """Index queued turns and headers in short steps while the store is open, yielding
-        the connection to callers waiting for it, and until their transactions pause
-        (``open_sqlite_store`` starts it)."""
+        the connection to callers waiting for it (``open_sqlite_store`` starts it)."""
         return start_indexer(
             f"sqlite search indexer {self._path}",
             self._index_in_background,
             lambda: self._worker.jobs_waiting > 0,
-            lambda: self._transactions,
         )
 
     _indexed_after: int = -1
