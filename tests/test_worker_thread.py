@@ -535,5 +535,5 @@ async def test_lone_store_calls_in_a_loop_let_the_other_tasks_run(
         # It runs in the pass after each call (before or after the caller's next one, in
         # trio's order), sleeping again from then: once every two calls at the least.
         assert woke[0] >= 9
-        # Most ran here; one made while the sleeper was runnable went to the thread.
+        # Calls ran here (one made while the sleeper was runnable goes to the thread).
         assert store.statistics().transactions_here > here

@@ -16,11 +16,10 @@ A lone caller can skip the thread altogether: :meth:`WorkerThread.run` with
 job queued or running) and the run has nothing else to do (no task runnable,
 no ``run_sync_soon`` callback queued). Nobody can be kept waiting then, and
 the job runs exactly where it would have in the thread's queue: it saves the
-two hand-overs, most of what a lone caller pays above its job (a schedule
+two hand-overs, most of what a lone caller pays above its job. A schedule
 point follows it, so a caller running such jobs in a loop still lets the
-other tasks run)
-(:meth:`WorkerThread.run_nowait` runs such a job now or raises
-``trio.WouldBlock``, for a caller that must know before it waits). The
+other tasks run. (:meth:`WorkerThread.run_nowait` runs such a job now or
+raises ``trio.WouldBlock``, for a caller that must know before it waits.) The
 resource is never touched by both threads at once: only the trio thread
 submits jobs, and it runs one here only while the thread is idle. Such jobs
 are timed wherever they run: while their moving average is above
