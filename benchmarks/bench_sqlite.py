@@ -25,7 +25,9 @@ results; see ``_realistic.py``) and every commit is durable
    run record (``AppendTurnsOptions(run=...)``, what the LangGraph door writes per
    graph step) vs the plain one.
 3. Load of a 10k-turn session vs the bare msgspec decode of the same bytes
-   (and openai-agents' untyped ``get_items`` of the same items).
+   (and openai-agents' untyped ``get_items`` of the same items); then a
+   session of 10k text turns (the user turns of the same generator), the
+   shape issue 38's line names.
 4. ``list_meta`` over 10k sessions vs a bare header ``SELECT`` (and, for scale,
    vs that SELECT plus the untitled sessions' first user turns looked up and decoded).
 5. One durable append at 10k turns vs at 0 (append is O(1) of the history).
@@ -582,6 +584,17 @@ async def big_session(tmp: Path) -> None:
         if have("agents"):
             theirs = await trio.to_thread.run_sync(agents_load, tmp / "big-agents.db", turns)
             print(f"   openai-agents get_items (untyped dicts): {theirs * 1e3:7.1f} ms CPU")
+
+        texts = tuple(step_turn(1, 3 * i) for i in range(BIG))  # kind 0: user text
+        await store.save(header("text", turns=texts))
+        await drain_search_queue(store)
+        text_array = msgspec.json.encode(texts)
+
+        async def text_floor() -> None:
+            turns_decoder.decode(text_array)
+
+        print(f"   {BIG} text turns ({len(text_array) / 1e6:.1f} MB of JSON):")
+        await print_load_ratio(lambda: store.load("text"), text_floor)
 
         print(f"\n5. durable append at {BIG} turns vs at 0")
         at_0: list[float] = []
