@@ -587,6 +587,8 @@ async def big_session(tmp: Path) -> None:
 
         texts = tuple(step_turn(1, 3 * i) for i in range(BIG))  # kind 0: user text
         await store.save(header("text", turns=texts))
+        loaded = await store.load("text")
+        assert loaded is not None and loaded.turns == texts
         await drain_search_queue(store)
         text_array = msgspec.json.encode(texts)
 
